@@ -1,0 +1,153 @@
+//! The contract a store implements. Everything else (reentrancy within a
+//! process, renewal, the lost signal, release on drop, timeouts) is built on
+//! top of it once, in this crate.
+
+use std::any::Any;
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::name::{LockName, Owner};
+use crate::signal::{LostNotifier, WaitNotice};
+
+/// What a backend can promise. Conformance scenarios run only where claimed,
+/// and users can check before relying on a property.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Waiters are granted the lock in the order they asked (FIFO).
+    pub fair: bool,
+    /// Waiters are woken by the store when the lock frees, not by polling.
+    pub push_wakeups: bool,
+    /// Fencing tokens strictly increase per lock name, across owners,
+    /// processes and restarts of the client.
+    pub fencing: bool,
+    /// The same owner re-enters in another process too (the store keeps the
+    /// hold count). Reentrancy within one process works on every backend.
+    pub cross_process_reentrancy: bool,
+    /// Leases are extended while a guard lives, so a lock can be held longer
+    /// than its TTL.
+    pub lease_renewal: bool,
+    /// Separate OS processes (and machines) see the same locks.
+    pub cross_process: bool,
+    /// [`Backend::break_lock`] is implemented.
+    pub break_lock: bool,
+}
+
+/// One acquisition, as the backend sees it.
+#[derive(Debug, Clone)]
+pub struct AcquireRequest {
+    /// The lock.
+    pub name: LockName,
+    /// Who asks. Owners are compared by value in the store.
+    pub owner: Owner,
+    /// The lease: the store frees the lock this long after the last
+    /// acquisition or renewal.
+    pub ttl: Duration,
+    /// Whether a re-acquire by an owner that already holds the lock in the
+    /// store succeeds (hold count + 1) or fails with [`ErrorKind::WouldDeadlock`].
+    pub reentrant: bool,
+    /// Fire this when the store reports the lock gone before it is released.
+    pub lost: LostNotifier,
+    /// Raise this once the acquire starts to wait.
+    pub waiting: WaitNotice,
+}
+
+/// What a backend returns for a granted lock.
+pub struct Grant {
+    /// The fencing token (see [`Capabilities::fencing`]).
+    pub token: u64,
+    /// Until when, by this process's clock, the lock is known to be held: at
+    /// most the moment the acquire request was sent plus the TTL, minus any
+    /// clock-drift allowance the store needs.
+    pub valid_until: Instant,
+    /// Backend-specific state needed to release or renew (a key, a node path,
+    /// a revision). Core never looks inside.
+    pub state: Box<dyn Any + Send + Sync>,
+}
+
+impl Grant {
+    /// A grant with no backend state.
+    pub fn new(token: u64, valid_until: Instant) -> Self {
+        Grant {
+            token,
+            valid_until,
+            state: Box::new(()),
+        }
+    }
+
+    /// Attaches backend state.
+    pub fn with_state(mut self, state: impl Any + Send + Sync) -> Self {
+        self.state = Box::new(state);
+        self
+    }
+
+    /// The backend state, if it has type `T`.
+    pub fn state<T: Any>(&self) -> Option<&T> {
+        self.state.downcast_ref()
+    }
+}
+
+impl fmt::Debug for Grant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Grant")
+            .field("token", &self.token)
+            .field("valid_until", &self.valid_until)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A store that can hold locks.
+///
+/// # Contract
+/// - `try_acquire` never waits for the lock: `Ok(None)` when another owner
+///   holds it (or, on a fair backend, when others are queued).
+/// - `acquire` waits as long as it takes; the caller bounds it with a timeout
+///   by dropping the future. **Dropping the future at any await point must
+///   leave nothing behind** (no queue entry, key, node or row) and must not
+///   delay the next waiter; a grant that raced with the drop is released.
+/// - An owner that already holds the lock in the store re-enters it when
+///   `reentrant` is set (the hold count rises, the token stays) and gets
+///   [`ErrorKind::WouldDeadlock`] otherwise.
+/// - `release` and `renew` are fenced by owner and token: they never touch a
+///   lock that another owner acquired since, and answer
+///   [`ErrorKind::NotOwner`] (release) or [`ErrorKind::LockLost`] (renew).
+///   `renew` never re-creates a lock that is gone.
+/// - Errors carry a kind; connection problems are [`ErrorKind::Unavailable`].
+#[async_trait]
+pub trait Backend: Send + Sync + fmt::Debug + 'static {
+    /// A short name for messages and metrics: `"mem"`, `"redis"`, `"etcd"`...
+    fn kind(&self) -> &'static str;
+
+    /// What this backend promises.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Takes the lock if it is free (or already held by the same owner).
+    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>>;
+
+    /// Waits for the lock. Must be cancellation-safe (see the contract).
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Grant>;
+
+    /// Releases one hold of the lock.
+    async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()>;
+
+    /// Extends the lease to `request.ttl` from now; returns the new
+    /// [`Grant::valid_until`].
+    async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant>;
+
+    /// Removes the lock whatever its owner (an administrative action: the
+    /// holder's lost signal fires when it notices). Returns whether a lock was
+    /// held.
+    async fn break_lock(&self, name: &LockName) -> Result<bool> {
+        let _ = name;
+        Err(Error::new(
+            ErrorKind::Unsupported,
+            "this backend cannot break locks",
+        ))
+    }
+
+    /// Closes connections and background tasks. Guards still alive lose
+    /// their locks.
+    async fn close(&self) {}
+}

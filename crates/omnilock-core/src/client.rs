@@ -1,0 +1,389 @@
+//! [`Locks`], the handle applications use, and [`LockRequest`], the builder
+//! for one acquisition.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use tracing::Instrument;
+
+use crate::backend::{AcquireRequest, Backend, Capabilities};
+use crate::error::{Error, ErrorKind, Operation, Result};
+use crate::guard::LockGuard;
+use crate::hold::Hold;
+use crate::name::{LockName, Owner};
+use crate::signal::{LostNotifier, WaitNotice};
+
+/// The lease TTL when neither the URL nor the acquisition sets one.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
+/// The shortest lease accepted: renewal runs every third of it.
+pub const MIN_TTL: Duration = Duration::from_millis(100);
+/// The longest lease accepted.
+pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+
+type HoldSlot = Arc<tokio::sync::Mutex<Weak<Hold>>>;
+
+/// What every clone of a [`Locks`] handle shares: the backend and the holds
+/// of named owners in this process (for reentrancy without a round trip).
+pub(crate) struct Shared {
+    pub(crate) backend: Arc<dyn Backend>,
+    holds: Mutex<HashMap<(LockName, Owner), HoldSlot>>,
+}
+
+impl Shared {
+    fn slot(&self, name: &LockName, owner: &Owner) -> HoldSlot {
+        let mut holds = self.holds.lock().unwrap_or_else(|e| e.into_inner());
+        holds
+            .entry((name.clone(), owner.clone()))
+            .or_default()
+            .clone()
+    }
+
+    /// Drops the reentrancy slot of a released hold unless someone is using it.
+    pub(crate) fn forget(&self, hold: &Hold) {
+        let mut holds = self.holds.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (hold.request.name.clone(), hold.request.owner.clone());
+        if let Some(slot) = holds.get(&key) {
+            if Arc::strong_count(slot) == 1 {
+                holds.remove(&key);
+            }
+        }
+    }
+}
+
+/// Settings applied to every acquisition made through a handle.
+#[derive(Clone, Debug)]
+struct Defaults {
+    ttl: Duration,
+    owner: Option<Owner>,
+    reentrant: bool,
+}
+
+/// A handle to one lock store: the type applications hold, whatever the
+/// store. Cheap to clone; clones share connections.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> omnilock_core::Result<()> {
+/// use omnilock_core::{Locks, MemStore};
+/// use std::time::Duration;
+///
+/// let locks = Locks::new(MemStore::named("doc-locks"));
+/// let guard = locks.lock("reports/daily").timeout(Duration::from_secs(5)).acquire().await?;
+/// println!("holding {} with fencing token {}", guard.name(), guard.token());
+/// assert!(locks.try_acquire("reports/daily").await?.is_none());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Locks {
+    shared: Arc<Shared>,
+    defaults: Defaults,
+}
+
+impl Locks {
+    /// Wraps a backend.
+    pub fn new(backend: impl Backend) -> Self {
+        Locks::from_arc(Arc::new(backend))
+    }
+
+    /// Wraps a shared backend.
+    pub fn from_arc(backend: Arc<dyn Backend>) -> Self {
+        Locks {
+            shared: Arc::new(Shared {
+                backend,
+                holds: Mutex::new(HashMap::new()),
+            }),
+            defaults: Defaults {
+                ttl: DEFAULT_TTL,
+                owner: None,
+                reentrant: true,
+            },
+        }
+    }
+
+    /// A handle whose acquisitions use `ttl` unless they set their own.
+    pub fn with_ttl(&self, ttl: Duration) -> Result<Self> {
+        check_ttl(ttl)?;
+        let mut locks = self.clone();
+        locks.defaults.ttl = ttl;
+        Ok(locks)
+    }
+
+    /// A handle whose acquisitions all belong to `owner`, so they re-enter
+    /// each other's locks.
+    pub fn with_owner(&self, owner: Owner) -> Self {
+        let mut locks = self.clone();
+        locks.defaults.owner = Some(owner);
+        locks
+    }
+
+    /// A handle whose acquisitions are non-reentrant by default.
+    pub fn with_reentrant(&self, reentrant: bool) -> Self {
+        let mut locks = self.clone();
+        locks.defaults.reentrant = reentrant;
+        locks
+    }
+
+    /// The lease TTL acquisitions use by default.
+    pub fn default_ttl(&self) -> Duration {
+        self.defaults.ttl
+    }
+
+    /// The store's short name (`"mem"`, `"redis"`, ...).
+    pub fn backend_kind(&self) -> &'static str {
+        self.shared.backend.kind()
+    }
+
+    /// What the store promises.
+    pub fn capabilities(&self) -> Capabilities {
+        self.shared.backend.capabilities()
+    }
+
+    /// Starts building an acquisition of `name`. An invalid name is reported
+    /// by `acquire`/`try_acquire`, before any I/O.
+    pub fn lock(&self, name: &str) -> LockRequest<'_> {
+        LockRequest {
+            locks: self,
+            name: LockName::new(name),
+            ttl: self.defaults.ttl,
+            owner: self.defaults.owner.clone(),
+            reentrant: self.defaults.reentrant,
+            timeout: None,
+            waiting: WaitNotice::none(),
+        }
+    }
+
+    /// Waits for `name` with the handle's defaults and no timeout.
+    pub async fn acquire(&self, name: &str) -> Result<LockGuard> {
+        self.lock(name).acquire().await
+    }
+
+    /// Takes `name` if it is free; `Ok(None)` if someone else holds it.
+    pub async fn try_acquire(&self, name: &str) -> Result<Option<LockGuard>> {
+        self.lock(name).try_acquire().await
+    }
+
+    /// Runs `work` while holding `name`, then releases it. If the lock is lost
+    /// first, `work` is dropped (cancelled) and the loss is returned.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> omnilock_core::Result<()> {
+    /// let locks = omnilock_core::Locks::new(omnilock_core::MemStore::new());
+    /// let total = locks.with_lock("sum", async { 1 + 1 }).await?;
+    /// assert_eq!(total, 2);
+    /// # Ok(()) }
+    /// ```
+    pub async fn with_lock<T>(&self, name: &str, work: impl Future<Output = T>) -> Result<T> {
+        let guard = self.acquire(name).await?;
+        let lost = guard.lost();
+        tokio::select! {
+            value = work => {
+                guard.release().await?;
+                Ok(value)
+            }
+            loss = lost => Err(loss),
+        }
+    }
+
+    /// Removes `name` whatever its owner (an administrative action; see
+    /// [`Capabilities::break_lock`]).
+    pub async fn break_lock(&self, name: &str) -> Result<bool> {
+        let backend = &self.shared.backend;
+        let context = |e: Error| {
+            e.with_backend(backend.kind())
+                .with_operation(Operation::BreakLock)
+                .with_lock(name)
+        };
+        let name = LockName::new(name).map_err(context)?;
+        backend.break_lock(&name).await.map_err(context)
+    }
+
+    /// Closes the store's connections; guards still alive lose their locks.
+    pub async fn close(&self) {
+        self.shared.backend.close().await;
+    }
+}
+
+impl fmt::Debug for Locks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Locks")
+            .field("backend", &self.shared.backend)
+            .field("defaults", &self.defaults)
+            .finish()
+    }
+}
+
+fn check_ttl(ttl: Duration) -> Result<()> {
+    if ttl < MIN_TTL || ttl > MAX_TTL {
+        return Err(Error::config(format!(
+            "lease TTL {ttl:?} is out of range ({MIN_TTL:?} to {MAX_TTL:?})"
+        )));
+    }
+    Ok(())
+}
+
+/// One acquisition being configured. Finish with [`acquire`](Self::acquire)
+/// or [`try_acquire`](Self::try_acquire).
+#[must_use = "a lock request does nothing until acquired"]
+pub struct LockRequest<'a> {
+    locks: &'a Locks,
+    name: Result<LockName>,
+    ttl: Duration,
+    owner: Option<Owner>,
+    reentrant: bool,
+    timeout: Option<Duration>,
+    waiting: WaitNotice,
+}
+
+impl LockRequest<'_> {
+    /// The lease TTL for this acquisition.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// Acquire as `owner` (see [`Owner`]); by default a fresh random owner.
+    pub fn owner(mut self, owner: &Owner) -> Self {
+        self.owner = Some(owner.clone());
+        self
+    }
+
+    /// Whether the owner may re-enter a lock it holds (default: yes). When
+    /// not, a re-acquire by the holder fails at once with
+    /// [`ErrorKind::WouldDeadlock`].
+    pub fn reentrant(mut self, reentrant: bool) -> Self {
+        self.reentrant = reentrant;
+        self
+    }
+
+    /// Gives up waiting after `timeout` with [`ErrorKind::Timeout`].
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Calls `callback` once, when the acquire starts to wait because the
+    /// lock is busy (for fair stores: once its place in the queue is fixed).
+    pub fn on_wait(mut self, callback: impl FnOnce() + Send + 'static) -> Self {
+        self.waiting = WaitNotice::new(callback);
+        self
+    }
+
+    /// Waits for the lock (up to the timeout, if one is set).
+    ///
+    /// Cancellation-safe: dropping the future leaves nothing behind in the
+    /// store and does not delay the next waiter.
+    pub async fn acquire(self) -> Result<LockGuard> {
+        let guard = self.obtain(true).await?;
+        Ok(guard.expect("a waiting acquire returns a guard or an error"))
+    }
+
+    /// Takes the lock only if that needs no waiting: `Ok(None)` when another
+    /// owner holds it (or, on a fair store, when others are queued).
+    pub async fn try_acquire(self) -> Result<Option<LockGuard>> {
+        self.obtain(false).await
+    }
+
+    async fn obtain(self, wait: bool) -> Result<Option<LockGuard>> {
+        let backend = self.locks.shared.backend.clone();
+        let operation = if wait {
+            Operation::Acquire
+        } else {
+            Operation::TryAcquire
+        };
+        let raw_name = self.name.as_ref().map(|n| n.to_string()).ok();
+        let context = move |e: Error| {
+            let e = e.with_backend(backend.kind()).with_operation(operation);
+            match &raw_name {
+                Some(name) => e.with_lock(name.as_str()),
+                None => e,
+            }
+        };
+        let name = self.name.clone().map_err(&context)?;
+        check_ttl(self.ttl).map_err(&context)?;
+        let span = tracing::debug_span!(
+            "omnilock.acquire",
+            lock = %name,
+            backend = self.locks.backend_kind(),
+            wait,
+        );
+        let started = Instant::now();
+        let timeout = self.timeout.filter(|_| wait);
+        let attempt = self.attempt(name, wait).instrument(span);
+        let result = match timeout {
+            None => attempt.await,
+            Some(limit) => match tokio::time::timeout(limit, attempt).await {
+                Ok(result) => result,
+                Err(_) => Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!("lock not acquired within {limit:?}"),
+                )),
+            },
+        };
+        match &result {
+            Ok(Some(guard)) => tracing::debug!(
+                lock = %guard.name(),
+                token = guard.token(),
+                waited = ?started.elapsed(),
+                "omnilock acquired"
+            ),
+            Ok(None) => tracing::debug!("omnilock busy"),
+            Err(e) => tracing::debug!(error = %e, "omnilock acquire failed"),
+        }
+        result.map_err(context)
+    }
+
+    async fn attempt(self, name: LockName, wait: bool) -> Result<Option<LockGuard>> {
+        let Some(owner) = self.owner.clone() else {
+            return self.in_store(name, Owner::random(), wait).await;
+        };
+        // A named owner may already hold the lock in this process: re-enter
+        // without a round trip. The slot's mutex serializes a named owner's
+        // first acquisition, so two tasks of one owner never queue against
+        // each other in the store.
+        let slot = self.locks.shared.slot(&name, &owner);
+        let mut current = if wait {
+            slot.lock_owned().await
+        } else {
+            match slot.try_lock_owned() {
+                Ok(current) => current,
+                // The same owner is acquiring it right now: it is busy.
+                Err(_) => return Ok(None),
+            }
+        };
+        if let Some(hold) = current.upgrade() {
+            if hold.enter(self.reentrant)? {
+                return Ok(Some(LockGuard::new(hold)));
+            }
+        }
+        let guard = self.in_store(name, owner, wait).await?;
+        if let Some(guard) = &guard {
+            *current = Arc::downgrade(guard.hold());
+        }
+        Ok(guard)
+    }
+
+    async fn in_store(&self, name: LockName, owner: Owner, wait: bool) -> Result<Option<LockGuard>> {
+        let shared = self.locks.shared.clone();
+        let request = AcquireRequest {
+            name,
+            owner,
+            ttl: self.ttl,
+            reentrant: self.reentrant,
+            lost: LostNotifier::new(),
+            waiting: self.waiting.clone(),
+        };
+        let grant = if wait {
+            Some(shared.backend.acquire(&request).await?)
+        } else {
+            shared.backend.try_acquire(&request).await?
+        };
+        // No await between the grant and `Hold::start`: a cancellation here
+        // is handled by the backend's own drop path.
+        Ok(grant.map(|grant| LockGuard::new(Hold::start(shared, request, grant))))
+    }
+}

@@ -1,0 +1,279 @@
+//! One error type for every backend: a portable [`ErrorKind`], where it
+//! happened (backend, operation, lock), whether retrying can help, and the cause.
+
+use std::fmt;
+use std::sync::Arc;
+
+/// What went wrong, independent of the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The lock name breaks the naming rules (see [`crate::LockName`]).
+    InvalidName,
+    /// A URL, option, duration or owner is malformed or unsupported.
+    InvalidConfig,
+    /// A waiting acquire did not get the lock within its timeout.
+    Timeout,
+    /// The caller does not own the lock it tried to release or extend.
+    NotOwner,
+    /// The lock was held but is not any more (lease expired, revoked, session lost).
+    LockLost,
+    /// The store cannot be reached or did not answer in time.
+    Unavailable,
+    /// The backend cannot do what was asked (see [`crate::Capabilities`]).
+    Unsupported,
+    /// A non-reentrant acquire by the owner that already holds the lock.
+    WouldDeadlock,
+    /// The store answered with an error omnilock does not classify further.
+    Backend,
+}
+
+impl ErrorKind {
+    /// A short stable name, used in messages and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidName => "invalid lock name",
+            ErrorKind::InvalidConfig => "invalid configuration",
+            ErrorKind::Timeout => "timed out",
+            ErrorKind::NotOwner => "not the owner",
+            ErrorKind::LockLost => "lock lost",
+            ErrorKind::Unavailable => "store unavailable",
+            ErrorKind::Unsupported => "unsupported",
+            ErrorKind::WouldDeadlock => "would deadlock",
+            ErrorKind::Backend => "backend error",
+        }
+    }
+
+    /// Whether an operation failing with this kind may succeed if tried again.
+    fn default_retryable(self) -> bool {
+        matches!(self, ErrorKind::Unavailable | ErrorKind::Timeout)
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The lock operation during which an error happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Operation {
+    /// Parsing a URL or options, or opening the connection.
+    Connect,
+    /// A waiting acquire.
+    Acquire,
+    /// A try-acquire that never waits.
+    TryAcquire,
+    /// Releasing a held lock.
+    Release,
+    /// Extending a held lock's lease.
+    Renew,
+    /// Forcibly removing a lock whatever its owner.
+    BreakLock,
+}
+
+impl Operation {
+    /// A short stable name, used in messages and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Connect => "connect",
+            Operation::Acquire => "acquire",
+            Operation::TryAcquire => "try_acquire",
+            Operation::Release => "release",
+            Operation::Renew => "renew",
+            Operation::BreakLock => "break_lock",
+        }
+    }
+}
+
+/// The result type of every omnilock operation.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+type Cause = Arc<dyn std::error::Error + Send + Sync + 'static>;
+
+/// An omnilock error.
+///
+/// Messages never contain passwords: URLs are shown redacted (see
+/// [`crate::StoreUrl`]) and backends must not copy credentials into messages.
+///
+/// ```
+/// use omnilock_core::{Error, ErrorKind, Operation};
+/// let err = Error::new(ErrorKind::Unavailable, "connection refused")
+///     .with_backend("redis")
+///     .with_operation(Operation::Acquire)
+///     .with_lock("jobs/nightly");
+/// assert!(err.is_retryable());
+/// assert_eq!(
+///     err.to_string(),
+///     "store unavailable: connection refused (backend redis, acquire, lock \"jobs/nightly\")"
+/// );
+/// ```
+#[derive(Clone)]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+    backend: Option<&'static str>,
+    operation: Option<Operation>,
+    lock: Option<String>,
+    retryable: bool,
+    cause: Option<Cause>,
+}
+
+impl Error {
+    /// A new error of `kind`; retryable by default for `Unavailable` and `Timeout`.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Error {
+            kind,
+            message: message.into(),
+            backend: None,
+            operation: None,
+            lock: None,
+            retryable: kind.default_retryable(),
+            cause: None,
+        }
+    }
+
+    /// Shorthand for [`ErrorKind::InvalidConfig`].
+    pub fn config(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::InvalidConfig, message)
+    }
+
+    /// Shorthand for [`ErrorKind::Unavailable`] (retryable).
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Unavailable, message)
+    }
+
+    /// Names the backend (`"mem"`, `"redis"`, ...), unless one is already set.
+    pub fn with_backend(mut self, backend: &'static str) -> Self {
+        self.backend.get_or_insert(backend);
+        self
+    }
+
+    /// Names the operation, unless one is already set.
+    pub fn with_operation(mut self, operation: Operation) -> Self {
+        self.operation.get_or_insert(operation);
+        self
+    }
+
+    /// Names the lock, unless one is already set.
+    pub fn with_lock(mut self, lock: impl Into<String>) -> Self {
+        if self.lock.is_none() {
+            self.lock = Some(lock.into());
+        }
+        self
+    }
+
+    /// Attaches the underlying error.
+    pub fn with_cause(mut self, cause: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.cause = Some(Arc::new(cause));
+        self
+    }
+
+    /// Overrides whether retrying can help.
+    pub fn with_retryable(mut self, retryable: bool) -> Self {
+        self.retryable = retryable;
+        self
+    }
+
+    /// The portable kind.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The human message, without context.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The backend that raised the error, if known.
+    pub fn backend(&self) -> Option<&'static str> {
+        self.backend
+    }
+
+    /// The operation that failed, if known.
+    pub fn operation(&self) -> Option<Operation> {
+        self.operation
+    }
+
+    /// The lock name involved, if any.
+    pub fn lock(&self) -> Option<&str> {
+        self.lock.as_deref()
+    }
+
+    /// Whether the same operation may succeed if tried again.
+    pub fn is_retryable(&self) -> bool {
+        self.retryable
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.kind, self.message)?;
+        let mut context = Vec::new();
+        if let Some(backend) = self.backend {
+            context.push(format!("backend {backend}"));
+        }
+        if let Some(operation) = self.operation {
+            context.push(operation.as_str().to_string());
+        }
+        if let Some(lock) = &self.lock {
+            context.push(format!("lock {lock:?}"));
+        }
+        if !context.is_empty() {
+            write!(f, " ({})", context.join(", "))?;
+        }
+        if let Some(cause) = &self.cause {
+            write!(f, ": {cause}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Error")
+            .field("kind", &self.kind)
+            .field("message", &self.message)
+            .field("backend", &self.backend)
+            .field("operation", &self.operation)
+            .field("lock", &self.lock)
+            .field("retryable", &self.retryable)
+            .field("cause", &self.cause.as_ref().map(|c| c.to_string()))
+            .finish()
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.cause
+            .as_deref()
+            .map(|c| c as &(dyn std::error::Error + 'static))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn context_is_set_once() {
+        let err = Error::new(ErrorKind::NotOwner, "held by someone else")
+            .with_backend("mem")
+            .with_backend("redis")
+            .with_lock("a")
+            .with_lock("b");
+        assert_eq!(err.backend(), Some("mem"));
+        assert_eq!(err.lock(), Some("a"));
+        assert!(!err.is_retryable());
+    }
+
+    #[test]
+    fn cause_is_shown_and_chained() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let err = Error::unavailable("cannot connect").with_cause(io);
+        assert!(err.to_string().ends_with(": refused"));
+        assert!(std::error::Error::source(&err).is_some());
+    }
+}

@@ -1,0 +1,208 @@
+//! A lock held in the store by this process: the grant, its hold count
+//! (reentrancy within the process), its renewal task and its lost signal.
+//! Every [`crate::LockGuard`] for the same acquisition shares one `Hold`.
+
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
+
+use crate::backend::{AcquireRequest, Backend, Grant};
+use crate::client::Shared;
+use crate::error::{Error, ErrorKind, Operation, Result};
+use crate::retry::{retry, Backoff};
+
+pub(crate) struct Hold {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) request: AcquireRequest,
+    pub(crate) grant: Grant,
+    valid_until: Mutex<Instant>,
+    state: Mutex<HoldState>,
+    renewal: Mutex<Option<JoinHandle<()>>>,
+    runtime: Handle,
+}
+
+struct HoldState {
+    /// Guards alive for this acquisition.
+    holds: u32,
+    /// The last guard is gone; the store release is under way or done.
+    released: bool,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding one of these short critical sections cannot leave
+    // the data half-updated, so poisoning carries no information here.
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Hold {
+    /// Starts tracking a fresh grant and its renewal. Must run inside a runtime.
+    pub(crate) fn start(shared: Arc<Shared>, request: AcquireRequest, grant: Grant) -> Arc<Self> {
+        let runtime = Handle::current();
+        let hold = Arc::new(Hold {
+            valid_until: Mutex::new(grant.valid_until),
+            shared,
+            request,
+            grant,
+            state: Mutex::new(HoldState {
+                holds: 1,
+                released: false,
+            }),
+            renewal: Mutex::new(None),
+            runtime,
+        });
+        let task = hold.runtime.spawn(renewal_loop(Arc::downgrade(&hold)));
+        *lock(&hold.renewal) = Some(task);
+        hold
+    }
+
+    pub(crate) fn backend(&self) -> &Arc<dyn Backend> {
+        &self.shared.backend
+    }
+
+    pub(crate) fn valid_until(&self) -> Instant {
+        *lock(&self.valid_until)
+    }
+
+    pub(crate) fn hold_count(&self) -> u32 {
+        lock(&self.state).holds
+    }
+
+    /// Whether the lock is still known to be ours.
+    pub(crate) fn is_held(&self) -> bool {
+        !lock(&self.state).released
+            && !self.request.lost.is_fired()
+            && Instant::now() < self.valid_until()
+    }
+
+    /// Adds a reentrant hold. `Ok(false)` when this acquisition can no longer
+    /// be re-entered (released or lost): the caller goes to the store instead.
+    pub(crate) fn enter(&self, reentrant: bool) -> Result<bool> {
+        let mut state = lock(&self.state);
+        if state.released || state.holds == 0 || !self.is_held_unlocked() {
+            return Ok(false);
+        }
+        if !reentrant {
+            return Err(Error::new(
+                ErrorKind::WouldDeadlock,
+                format!(
+                    "owner {} already holds this lock and the acquisition is not reentrant",
+                    self.request.owner
+                ),
+            ));
+        }
+        state.holds += 1;
+        Ok(true)
+    }
+
+    fn is_held_unlocked(&self) -> bool {
+        !self.request.lost.is_fired() && Instant::now() < self.valid_until()
+    }
+
+    /// Drops one hold; true when it was the last and the store must be told.
+    pub(crate) fn leave(&self) -> bool {
+        let mut state = lock(&self.state);
+        state.holds = state.holds.saturating_sub(1);
+        if state.holds == 0 && !state.released {
+            state.released = true;
+            return true;
+        }
+        false
+    }
+
+    /// Releases the lock in the store after the last hold is gone. Transient
+    /// errors are retried while the lease is still valid (after that the
+    /// store frees the lock by itself).
+    pub(crate) async fn release_in_store(self: &Arc<Self>) -> Result<()> {
+        if let Some(task) = lock(&self.renewal).take() {
+            task.abort();
+        }
+        let deadline = tokio::time::Instant::from_std(self.valid_until());
+        let backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
+        let result = retry(backoff, deadline, || {
+            self.backend().release(&self.request, &self.grant)
+        })
+        .await;
+        self.shared.forget(self);
+        match &result {
+            Ok(()) => tracing::debug!(lock = %self.request.name, token = self.grant.token, "omnilock released"),
+            Err(e) => tracing::warn!(lock = %self.request.name, error = %e, "omnilock release failed"),
+        }
+        result.map_err(|e| {
+            e.with_backend(self.backend().kind())
+                .with_operation(Operation::Release)
+                .with_lock(self.request.name.as_str())
+        })
+    }
+
+    /// Releases in the background, for `Drop`: never blocks and never panics,
+    /// even when the runtime that acquired the lock is gone (the lease then
+    /// frees the lock when it expires).
+    pub(crate) fn release_in_background(self: Arc<Self>) {
+        let runtime = self.runtime.clone();
+        let spawn = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            runtime.spawn(async move {
+                let _ = self.release_in_store().await;
+            });
+        }));
+        if spawn.is_err() {
+            tracing::warn!("omnilock: runtime gone; the lock frees when its lease expires");
+        }
+    }
+}
+
+/// Extends the lease every third of the TTL until the hold is released;
+/// fires the lost signal when the store says the lock is gone, or when
+/// transient failures last until the lease may have expired.
+async fn renewal_loop(hold: Weak<Hold>) {
+    let (interval, lost, renews) = match hold.upgrade() {
+        Some(h) => (
+            h.request.ttl / 3,
+            h.request.lost.clone(),
+            h.backend().capabilities().lease_renewal,
+        ),
+        None => return,
+    };
+    let mut backoff = Backoff::new(interval / 8, interval);
+    let mut next = tokio::time::Instant::now() + interval;
+    loop {
+        let deadline = match hold.upgrade() {
+            Some(h) => tokio::time::Instant::from_std(h.valid_until()),
+            None => return,
+        };
+        let wake = if renews { next.min(deadline) } else { deadline };
+        tokio::select! {
+            _ = tokio::time::sleep_until(wake) => {}
+            _ = lost.fired() => return,
+        }
+        let Some(hold) = hold.upgrade() else { return };
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            lost.fire(
+                Error::new(ErrorKind::LockLost, "the lease expired before it could be renewed")
+                    .with_lock(hold.request.name.as_str()),
+            );
+            return;
+        }
+        let renewal = hold.backend().renew(&hold.request, &hold.grant);
+        match tokio::time::timeout_at(deadline, renewal).await {
+            Ok(Ok(until)) => {
+                *lock(&hold.valid_until) = until;
+                backoff.reset();
+                next = now + interval;
+                tracing::trace!(lock = %hold.request.name, "omnilock renewed");
+            }
+            Ok(Err(err)) if err.is_retryable() => {
+                tracing::warn!(lock = %hold.request.name, error = %err, "omnilock renewal failed; retrying");
+                next = tokio::time::Instant::now() + backoff.next_delay();
+            }
+            Ok(Err(err)) => {
+                lost.fire(err.with_lock(hold.request.name.as_str()));
+                return;
+            }
+            // The lease ran out while the store did not answer.
+            Err(_) => next = tokio::time::Instant::now(),
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! The heart of omnilock: lock semantics, the [`Backend`] contract every
+//! store implements, the machinery written once for all of them (reentrancy
+//! within a process, lease renewal, the lost-lock signal, release on drop,
+//! retry with backoff and jitter), and the in-memory store `mem://`.
+//!
+//! Applications normally use the `omnilock` facade crate and its `connect`
+//! function; backend crates depend on this one.
+//!
+//! The guarantees are written out in `docs/semantics.md`; the conformance
+//! suite in `omnilock-testkit` checks each of them on every backend.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> omnilock_core::Result<()> {
+//! use omnilock_core::{Locks, MemStore, Owner};
+//! use std::time::Duration;
+//!
+//! let locks = Locks::new(MemStore::new());
+//! let me = Owner::random();
+//! let outer = locks.lock("accounts/42").owner(&me).ttl(Duration::from_secs(10)).acquire().await?;
+//! // The same owner re-enters at once; the token stays the same.
+//! let inner = locks.lock("accounts/42").owner(&me).acquire().await?;
+//! assert_eq!(inner.token(), outer.token());
+//! assert_eq!(outer.hold_count(), 2);
+//! inner.release().await?;
+//! outer.release().await?;
+//! # Ok(()) }
+//! ```
+
+#![warn(missing_docs)]
+
+mod backend;
+mod client;
+mod error;
+mod guard;
+mod hold;
+pub mod mem;
+mod name;
+mod retry;
+mod signal;
+mod url;
+
+pub use backend::{AcquireRequest, Backend, Capabilities, Grant};
+pub use client::{LockRequest, Locks, DEFAULT_TTL, MAX_TTL, MIN_TTL};
+pub use error::{Error, ErrorKind, Operation, Result};
+pub use guard::LockGuard;
+pub use mem::MemStore;
+pub use name::{LockName, Owner, MAX_NAME_BYTES};
+pub use retry::{retry, Backoff};
+pub use signal::{LostNotifier, WaitNotice};
+pub use url::{parse_duration, HostPort, Secret, StoreUrl};
+
+/// Re-exported so backend crates implement [`Backend`] with the same macro.
+pub use async_trait::async_trait;

@@ -1,0 +1,462 @@
+//! The in-memory store, `mem://`: locks shared by the tasks of one process.
+//!
+//! It implements the full contract (fair FIFO queue, push hand-off, fencing,
+//! reentrancy, leases) and serves as the reference backend of the conformance
+//! suite. It cannot coordinate separate processes; use `sqlite://` (or a
+//! server store) for that.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use tokio::sync::oneshot;
+
+use crate::backend::{AcquireRequest, Backend, Capabilities, Grant};
+use crate::error::{Error, ErrorKind, Result};
+use crate::name::{LockName, Owner};
+use crate::signal::LostNotifier;
+use crate::url::StoreUrl;
+
+/// The URL scheme of the in-memory store.
+pub const SCHEME: &str = "mem";
+
+/// An in-process lock store.
+///
+/// `mem://` is the process-wide default store and `mem://NAME` a separate
+/// named one: every handle connected to the same URL shares the same locks.
+/// [`MemStore::new`] makes a private store shared only by its clones.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> omnilock_core::Result<()> {
+/// use omnilock_core::{Locks, MemStore};
+/// let a = Locks::new(MemStore::named("example"));
+/// let b = Locks::new(MemStore::named("example"));
+/// let held = a.acquire("x").await?;
+/// assert!(b.try_acquire("x").await?.is_none());
+/// drop(held);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct MemStore {
+    state: Arc<Mutex<State>>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    locks: HashMap<LockName, Slot>,
+    last_token: u64,
+    last_grant: u64,
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    holder: Option<Holder>,
+    queue: VecDeque<Waiter>,
+}
+
+#[derive(Debug)]
+struct Holder {
+    owner: Owner,
+    holds: u32,
+    token: u64,
+    grant_id: u64,
+    expires: Instant,
+    lost: Vec<LostNotifier>,
+}
+
+#[derive(Debug)]
+struct Waiter {
+    grant_id: u64,
+    owner: Owner,
+    ttl: Duration,
+    lost: LostNotifier,
+    tx: oneshot::Sender<Granted>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Granted {
+    token: u64,
+    expires: Instant,
+}
+
+enum Attempt {
+    Taken(Granted),
+    Busy,
+}
+
+fn registry() -> &'static Mutex<HashMap<String, Arc<Mutex<State>>>> {
+    static STORES: OnceLock<Mutex<HashMap<String, Arc<Mutex<State>>>>> = OnceLock::new();
+    STORES.get_or_init(Default::default)
+}
+
+impl MemStore {
+    /// A private store, shared only by clones of this value.
+    pub fn new() -> Self {
+        MemStore {
+            state: Default::default(),
+        }
+    }
+
+    /// The process-wide store called `name` (`""` is the one `mem://` uses).
+    pub fn named(name: &str) -> Self {
+        let mut stores = registry().lock().unwrap_or_else(|e| e.into_inner());
+        MemStore {
+            state: stores.entry(name.to_string()).or_default().clone(),
+        }
+    }
+
+    /// The store for `mem://[NAME]`. The URL's options must already have
+    /// been read by the caller; anything left is an error.
+    pub fn from_url(url: &StoreUrl) -> Result<Self> {
+        if url.scheme() != SCHEME {
+            return Err(Error::config(format!("not a mem:// URL: {url}")));
+        }
+        if url.hosts().len() > 1 || !url.path().is_empty() || url.password().is_some() {
+            return Err(Error::config(
+                "a mem:// URL is mem:// or mem://NAME, with no path or credentials",
+            ));
+        }
+        url.finish()?;
+        let name = url.hosts().first().map(|h| h.to_string()).unwrap_or_default();
+        Ok(MemStore::named(&name))
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How many locks have a holder or waiters (for tests: nothing is left behind).
+    pub fn active_locks(&self) -> usize {
+        self.state().locks.len()
+    }
+}
+
+impl Default for MemStore {
+    fn default() -> Self {
+        MemStore::new()
+    }
+}
+
+impl State {
+    fn slot(&mut self, name: &LockName, now: Instant) -> &mut Slot {
+        let State {
+            locks,
+            last_token,
+            ..
+        } = self;
+        let slot = locks.entry(name.clone()).or_default();
+        slot.expire(now, last_token);
+        slot
+    }
+
+    /// Drops the entry of a lock with no holder and no waiters. Fencing
+    /// tokens come from one store-wide counter, so nothing needs remembering.
+    fn tidy(&mut self, name: &LockName) {
+        if let Some(slot) = self.locks.get(name) {
+            if slot.holder.is_none() && slot.queue.is_empty() {
+                self.locks.remove(name);
+            }
+        }
+    }
+
+    fn try_take(&mut self, request: &AcquireRequest, now: Instant) -> Result<Attempt> {
+        let State {
+            locks,
+            last_token,
+            last_grant,
+        } = self;
+        let slot = locks.entry(request.name.clone()).or_default();
+        slot.expire(now, last_token);
+        match &mut slot.holder {
+            Some(holder) if holder.owner == request.owner => {
+                if !request.reentrant {
+                    return Err(Error::new(
+                        ErrorKind::WouldDeadlock,
+                        "this owner already holds the lock and the acquisition is not reentrant",
+                    ));
+                }
+                holder.holds += 1;
+                holder.expires = holder.expires.max(now + request.ttl);
+                holder.lost.push(request.lost.clone());
+                Ok(Attempt::Taken(Granted {
+                    token: holder.token,
+                    expires: holder.expires,
+                }))
+            }
+            Some(_) => Ok(Attempt::Busy),
+            None if !slot.queue.is_empty() => Ok(Attempt::Busy),
+            None => {
+                *last_token += 1;
+                *last_grant += 1;
+                let granted = Granted {
+                    token: *last_token,
+                    expires: now + request.ttl,
+                };
+                slot.holder = Some(Holder {
+                    owner: request.owner.clone(),
+                    holds: 1,
+                    token: granted.token,
+                    grant_id: *last_grant,
+                    expires: granted.expires,
+                    lost: vec![request.lost.clone()],
+                });
+                Ok(Attempt::Taken(granted))
+            }
+        }
+    }
+}
+
+impl Slot {
+    /// Frees the lock if its lease ran out, telling the holder.
+    fn expire(&mut self, now: Instant, last_token: &mut u64) {
+        if let Some(holder) = &self.holder {
+            if holder.expires <= now {
+                let holder = self.holder.take().expect("checked");
+                for lost in &holder.lost {
+                    lost.fire(Error::new(ErrorKind::LockLost, "the lease expired"));
+                }
+                self.hand_off(now, last_token);
+            }
+        }
+    }
+
+    /// Grants a free lock to the first waiter still listening: exactly one
+    /// waiter is woken per release.
+    fn hand_off(&mut self, now: Instant, last_token: &mut u64) {
+        while self.holder.is_none() {
+            let Some(waiter) = self.queue.pop_front() else {
+                return;
+            };
+            *last_token += 1;
+            let granted = Granted {
+                token: *last_token,
+                expires: now + waiter.ttl,
+            };
+            if waiter.tx.send(granted).is_ok() {
+                self.holder = Some(Holder {
+                    owner: waiter.owner,
+                    holds: 1,
+                    token: granted.token,
+                    grant_id: waiter.grant_id,
+                    expires: granted.expires,
+                    lost: vec![waiter.lost],
+                });
+            }
+        }
+    }
+
+    /// Drops one hold; at zero the next waiter gets the lock.
+    fn release_one(&mut self, now: Instant, last_token: &mut u64) {
+        if let Some(holder) = &mut self.holder {
+            holder.holds -= 1;
+            if holder.holds == 0 {
+                self.holder = None;
+                self.hand_off(now, last_token);
+            }
+        }
+    }
+}
+
+/// Removes a waiter's queue entry if its acquire future is dropped, or
+/// releases the lock if it was granted in the same instant.
+struct QueueEntry {
+    store: MemStore,
+    name: LockName,
+    grant_id: u64,
+    armed: bool,
+}
+
+impl Drop for QueueEntry {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let mut state = self.store.state();
+        let State {
+            locks,
+            last_token,
+            ..
+        } = &mut *state;
+        if let Some(slot) = locks.get_mut(&self.name) {
+            if let Some(pos) = slot.queue.iter().position(|w| w.grant_id == self.grant_id) {
+                slot.queue.remove(pos);
+            } else if slot.holder.as_ref().map(|h| h.grant_id) == Some(self.grant_id) {
+                slot.release_one(Instant::now(), last_token);
+            }
+        }
+        state.tidy(&self.name);
+    }
+}
+
+fn grant(granted: Granted) -> Grant {
+    Grant::new(granted.token, granted.expires)
+}
+
+#[async_trait]
+impl Backend for MemStore {
+    fn kind(&self) -> &'static str {
+        SCHEME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            fair: true,
+            push_wakeups: true,
+            fencing: true,
+            cross_process_reentrancy: false,
+            lease_renewal: true,
+            cross_process: false,
+            break_lock: true,
+        }
+    }
+
+    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
+        let mut state = self.state();
+        let attempt = state.try_take(request, Instant::now());
+        state.tidy(&request.name);
+        match attempt? {
+            Attempt::Taken(granted) => Ok(Some(grant(granted))),
+            Attempt::Busy => Ok(None),
+        }
+    }
+
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Grant> {
+        let (mut rx, entry) = {
+            let mut state = self.state();
+            let attempt = state.try_take(request, Instant::now());
+            state.tidy(&request.name);
+            if let Attempt::Taken(granted) = attempt? {
+                return Ok(grant(granted));
+            }
+            state.last_grant += 1;
+            let grant_id = state.last_grant;
+            let (tx, rx) = oneshot::channel();
+            let slot = state.locks.entry(request.name.clone()).or_default();
+            slot.queue.push_back(Waiter {
+                grant_id,
+                owner: request.owner.clone(),
+                ttl: request.ttl,
+                lost: request.lost.clone(),
+                tx,
+            });
+            let entry = QueueEntry {
+                store: self.clone(),
+                name: request.name.clone(),
+                grant_id,
+                armed: true,
+            };
+            (rx, entry)
+        };
+        request.waiting.raise();
+        let mut entry = entry;
+        loop {
+            // Wake at the holder's expiry too: a crashed holder never releases.
+            let expiry = {
+                let state = self.state();
+                state
+                    .locks
+                    .get(&request.name)
+                    .and_then(|slot| slot.holder.as_ref())
+                    .map(|holder| holder.expires)
+            };
+            let expiry = expiry.map(tokio::time::Instant::from_std);
+            tokio::select! {
+                granted = &mut rx => {
+                    entry.armed = false;
+                    return match granted {
+                        Ok(granted) => Ok(grant(granted)),
+                        Err(_) => Err(Error::new(ErrorKind::Backend, "the in-memory queue dropped this waiter")),
+                    };
+                }
+                _ = sleep_until_opt(expiry) => {
+                    let mut state = self.state();
+                    state.slot(&request.name, Instant::now());
+                }
+            }
+        }
+    }
+
+    async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
+        let mut state = self.state();
+        let now = Instant::now();
+        let State {
+            locks,
+            last_token,
+            ..
+        } = &mut *state;
+        let result = match locks.get_mut(&request.name) {
+            Some(slot) => {
+                slot.expire(now, last_token);
+                match &mut slot.holder {
+                    Some(holder)
+                        if holder.owner == request.owner && holder.token == grant.token =>
+                    {
+                        holder.lost.retain(|l| !l.same_as(&request.lost));
+                        slot.release_one(now, last_token);
+                        Ok(())
+                    }
+                    _ => Err(not_owner()),
+                }
+            }
+            None => Err(not_owner()),
+        };
+        state.tidy(&request.name);
+        result
+    }
+
+    async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
+        let mut state = self.state();
+        let now = Instant::now();
+        let slot = state.slot(&request.name, now);
+        let result = match &mut slot.holder {
+            Some(holder) if holder.owner == request.owner && holder.token == grant.token => {
+                holder.expires = holder.expires.max(now + request.ttl);
+                Ok(now + request.ttl)
+            }
+            _ => Err(Error::new(
+                ErrorKind::LockLost,
+                "the lock is no longer held by this owner",
+            )),
+        };
+        state.tidy(&request.name);
+        result
+    }
+
+    async fn break_lock(&self, name: &LockName) -> Result<bool> {
+        let mut state = self.state();
+        let now = Instant::now();
+        let State {
+            locks,
+            last_token,
+            ..
+        } = &mut *state;
+        let Some(slot) = locks.get_mut(name) else {
+            return Ok(false);
+        };
+        let broken = slot.holder.take();
+        if let Some(holder) = &broken {
+            for lost in &holder.lost {
+                lost.fire(Error::new(ErrorKind::LockLost, "the lock was broken"));
+            }
+        }
+        slot.hand_off(now, last_token);
+        state.tidy(name);
+        Ok(broken.is_some())
+    }
+}
+
+fn not_owner() -> Error {
+    Error::new(
+        ErrorKind::NotOwner,
+        "the lock is not held by this owner (its lease expired or it was taken over)",
+    )
+}
+
+async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

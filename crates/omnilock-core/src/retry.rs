@@ -1,0 +1,131 @@
+//! Exponential backoff with jitter, shared by renewal, polling waiters and
+//! retried store calls.
+
+use std::future::Future;
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::time::Instant;
+
+use crate::error::Result;
+
+/// Exponential backoff with "equal jitter": each delay is half the current
+/// step plus a random part of the other half, so that many clients that failed
+/// together do not retry together, while none retries too eagerly.
+///
+/// ```
+/// use std::time::Duration;
+/// use omnilock_core::Backoff;
+/// let mut backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(80));
+/// for _ in 0..10 {
+///     let delay = backoff.next_delay();
+///     assert!(delay >= Duration::from_millis(5) && delay <= Duration::from_millis(80));
+/// }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    initial: Duration,
+    max: Duration,
+    step: Duration,
+}
+
+impl Backoff {
+    /// Starts at `initial` and doubles up to `max`.
+    pub fn new(initial: Duration, max: Duration) -> Self {
+        let initial = initial.max(Duration::from_millis(1));
+        let max = max.max(initial);
+        Backoff {
+            initial,
+            max,
+            step: initial,
+        }
+    }
+
+    /// The next delay to wait before trying again.
+    pub fn next_delay(&mut self) -> Duration {
+        let half = self.step / 2;
+        let jitter = rand::thread_rng().gen_range(Duration::ZERO..=half);
+        self.step = (self.step * 2).min(self.max);
+        half + jitter
+    }
+
+    /// Back to the initial step, after a success.
+    pub fn reset(&mut self) {
+        self.step = self.initial;
+    }
+}
+
+/// Runs `op` until it succeeds, fails with an error that is not
+/// [retryable](crate::Error::is_retryable), or the next attempt would start
+/// after `deadline`; returns the last result.
+pub async fn retry<T, F, Fut>(mut backoff: Backoff, deadline: Instant, mut op: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    loop {
+        match op().await {
+            Err(err) if err.is_retryable() => {
+                let delay = backoff.next_delay();
+                if Instant::now() + delay >= deadline {
+                    return Err(err);
+                }
+                tracing::debug!(error = %err, ?delay, "omnilock retrying");
+                tokio::time::sleep(delay).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Error, ErrorKind};
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    #[test]
+    fn grows_to_max() {
+        let mut backoff = Backoff::new(Duration::from_millis(4), Duration::from_millis(32));
+        let delays: Vec<_> = (0..8).map(|_| backoff.next_delay()).collect();
+        assert!(delays[7] >= Duration::from_millis(16));
+        assert!(delays.iter().all(|d| *d <= Duration::from_millis(32)));
+        backoff.reset();
+        assert!(backoff.next_delay() <= Duration::from_millis(4));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_only_retryable_errors() {
+        let calls = AtomicU32::new(0);
+        let backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(100));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let result = retry(backoff.clone(), deadline, || async {
+            match calls.fetch_add(1, Ordering::SeqCst) {
+                0..=2 => Err(Error::unavailable("flaky")),
+                _ => Ok(7),
+            }
+        })
+        .await;
+        assert_eq!(result.unwrap(), 7);
+        assert_eq!(calls.load(Ordering::SeqCst), 4);
+
+        calls.store(0, Ordering::SeqCst);
+        let result: Result<()> = retry(backoff, deadline, || async {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Err(Error::new(ErrorKind::NotOwner, "no"))
+        })
+        .await;
+        assert_eq!(result.unwrap_err().kind(), ErrorKind::NotOwner);
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn gives_up_at_deadline() {
+        let backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(100));
+        let deadline = Instant::now() + Duration::from_millis(500);
+        let result: Result<()> =
+            retry(backoff, deadline, || async { Err(Error::unavailable("down")) }).await;
+        assert_eq!(result.unwrap_err().kind(), ErrorKind::Unavailable);
+        assert!(Instant::now() < deadline);
+    }
+}

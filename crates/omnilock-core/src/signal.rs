@@ -1,0 +1,154 @@
+//! The lost-lock signal and the "now waiting" notice that backends raise.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
+
+use crate::error::{Error, ErrorKind};
+
+/// The sending side of a guard's lost signal, handed to the backend with each
+/// acquisition so that a store that learns of a loss by itself (a session
+/// expiring, a lease revoked) can say so at once instead of at the next renewal.
+///
+/// Firing is idempotent: the first loss is the one guards report.
+#[derive(Clone)]
+pub struct LostNotifier {
+    tx: Arc<watch::Sender<Option<Error>>>,
+}
+
+impl LostNotifier {
+    /// A new, unfired signal.
+    pub fn new() -> Self {
+        let (tx, _) = watch::channel(None);
+        LostNotifier { tx: Arc::new(tx) }
+    }
+
+    /// Marks the lock as lost for `cause` (its kind becomes [`ErrorKind::LockLost`]).
+    pub fn fire(&self, cause: Error) {
+        let cause = if cause.kind() == ErrorKind::LockLost {
+            cause
+        } else {
+            Error::new(ErrorKind::LockLost, cause.to_string()).with_retryable(false)
+        };
+        self.tx.send_if_modified(|state| {
+            if state.is_some() {
+                return false;
+            }
+            tracing::warn!(error = %cause, "omnilock lock lost");
+            *state = Some(cause);
+            true
+        });
+    }
+
+    /// Whether `other` is this same signal (not merely an equal one).
+    pub fn same_as(&self, other: &LostNotifier) -> bool {
+        Arc::ptr_eq(&self.tx, &other.tx)
+    }
+
+    /// Whether the signal has fired.
+    pub fn is_fired(&self) -> bool {
+        self.tx.borrow().is_some()
+    }
+
+    /// The loss, if the signal has fired.
+    pub fn loss(&self) -> Option<Error> {
+        self.tx.borrow().clone()
+    }
+
+    /// A future that completes with the loss when the signal fires.
+    pub fn fired(&self) -> impl Future<Output = Error> + Send + 'static {
+        let mut rx = self.tx.subscribe();
+        async move {
+            match rx.wait_for(|state| state.is_some()).await {
+                Ok(state) => state.clone().expect("waited for Some"),
+                // The sender lives inside the same Arc as the receiver's source;
+                // it cannot be dropped while we wait, but stay total anyway.
+                Err(_) => Error::new(ErrorKind::LockLost, "lost signal dropped"),
+            }
+        }
+    }
+}
+
+impl Default for LostNotifier {
+    fn default() -> Self {
+        LostNotifier::new()
+    }
+}
+
+impl fmt::Debug for LostNotifier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LostNotifier")
+            .field("fired", &self.is_fired())
+            .finish()
+    }
+}
+
+type Callback = Box<dyn FnOnce() + Send>;
+
+/// Raised once by a backend when a waiting acquire starts to wait: for a fair
+/// backend, the moment its place in the queue is fixed; otherwise, when it
+/// first finds the lock busy. Callers use it to print "waiting for ..." and
+/// tests use it to queue waiters in a known order without sleeping.
+#[derive(Clone, Default)]
+pub struct WaitNotice {
+    callback: Arc<Mutex<Option<Callback>>>,
+}
+
+impl WaitNotice {
+    /// A notice that runs `callback` the first time it is raised.
+    pub fn new(callback: impl FnOnce() + Send + 'static) -> Self {
+        WaitNotice {
+            callback: Arc::new(Mutex::new(Some(Box::new(callback)))),
+        }
+    }
+
+    /// A notice nobody listens to.
+    pub fn none() -> Self {
+        WaitNotice::default()
+    }
+
+    /// Raises the notice; only the first call does anything.
+    pub fn raise(&self) {
+        let callback = self.callback.lock().ok().and_then(|mut c| c.take());
+        if let Some(callback) = callback {
+            callback();
+        }
+    }
+}
+
+impl fmt::Debug for WaitNotice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("WaitNotice")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn first_loss_wins() {
+        let lost = LostNotifier::new();
+        let fired = lost.fired();
+        lost.fire(Error::unavailable("first"));
+        lost.fire(Error::unavailable("second"));
+        let err = fired.await;
+        assert_eq!(err.kind(), ErrorKind::LockLost);
+        assert!(err.message().contains("first"));
+        assert!(lost.fired().await.message().contains("first"));
+    }
+
+    #[test]
+    fn notice_runs_once() {
+        let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let c = count.clone();
+        let notice = WaitNotice::new(move || {
+            c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        });
+        notice.raise();
+        notice.clone().raise();
+        assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+}

@@ -1,0 +1,112 @@
+//! # omnilock
+//!
+//! One distributed-lock API over the stores applications already run: etcd,
+//! ZooKeeper, Redis (one instance or Redlock), MySQL/MariaDB, PostgreSQL,
+//! SQLite, and an in-memory store. Pick stores with cargo features and a URL;
+//! the code stays the same.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> omnilock::Result<()> {
+//! use std::time::Duration;
+//!
+//! let locks = omnilock::connect("mem://?ttl=10s").await?;
+//! let guard = locks.lock("billing/close-month").timeout(Duration::from_secs(30)).acquire().await?;
+//! // Pass the fencing token to the resource you protect, so it can refuse
+//! // writes from a holder whose lease has run out.
+//! println!("token {}", guard.token());
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Every store gives the same semantics (see `docs/semantics.md`): mutual
+//! exclusion, release by the owner only, leases with automatic renewal, a
+//! lost-lock signal, fencing tokens, reentrancy, and FIFO fairness where the
+//! store allows it. [`Locks::capabilities`] reports honestly what a store
+//! cannot promise.
+//!
+//! ## Store URLs
+//! | store | URL | cargo feature |
+//! |---|---|---|
+//! | in-memory (one process) | `mem://` or `mem://NAME` | always |
+//! | etcd | `etcd://h1:p1,h2:p2/prefix` | `etcd` |
+//! | ZooKeeper | `zk://h1:p1,h2:p2/prefix` | `zookeeper` |
+//! | Redis | `redis://[:pw@]host:port[/db]` | `redis` |
+//! | Redlock | `redlock://h1:p1,h2:p2,h3:p3/` | `redis` |
+//! | MySQL/MariaDB | `mysql://user:pw@host:port/db` | `mysql` |
+//! | PostgreSQL | `postgres://user@host:port/db` | `postgres` |
+//! | SQLite | `sqlite:///abs/path.db` | `sqlite` |
+//!
+//! Every URL accepts `?ttl=DUR` (the default lease, 15 s unless set).
+
+pub use omnilock_core::{
+    mem, parse_duration, Backend, Capabilities, Error, ErrorKind, LockGuard, LockName,
+    LockRequest, Locks, MemStore, Operation, Owner, Result, StoreUrl, DEFAULT_TTL,
+};
+
+/// Connects to the store named by `url` and returns a handle whose type is
+/// the same whatever the store.
+///
+/// Errors: [`ErrorKind::InvalidConfig`] for a malformed URL, an unknown
+/// option, or a scheme whose cargo feature is not enabled (the message names
+/// the feature); [`ErrorKind::Unavailable`] when the store cannot be reached.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let err = omnilock::connect("nosuch://host").await.unwrap_err();
+/// assert_eq!(err.kind(), omnilock::ErrorKind::InvalidConfig);
+/// # }
+/// ```
+pub async fn connect(url: &str) -> Result<Locks> {
+    let context = |e: Error| e.with_operation(Operation::Connect);
+    let mut url = StoreUrl::parse(url).map_err(context)?;
+    let ttl = url.take_duration("ttl").map_err(context)?;
+    let locks = open(&mut url).await.map_err(context)?;
+    match ttl {
+        Some(ttl) => locks.with_ttl(ttl).map_err(context),
+        None => Ok(locks),
+    }
+}
+
+async fn open(url: &mut StoreUrl) -> Result<Locks> {
+    let scheme = url.scheme().to_string();
+    match scheme.as_str() {
+        mem::SCHEME => Ok(Locks::new(MemStore::from_url(url)?)),
+        "etcd" => not_built(url, "etcd"),
+        "zk" | "zookeeper" => not_built(url, "zookeeper"),
+        "redis" | "rediss" | "redlock" => not_built(url, "redis"),
+        "mysql" | "mariadb" => not_built(url, "mysql"),
+        "postgres" | "postgresql" => not_built(url, "postgres"),
+        "sqlite" => not_built(url, "sqlite"),
+        other => Err(Error::config(format!(
+            "unknown store scheme {other:?}; known: mem, etcd, zk, redis, rediss, redlock, mysql, postgres, sqlite"
+        ))),
+    }
+}
+
+/// The answer for a scheme whose backend is not compiled in.
+fn not_built(url: &StoreUrl, feature: &str) -> Result<Locks> {
+    let enabled = match feature {
+        "etcd" => cfg!(feature = "etcd"),
+        "zookeeper" => cfg!(feature = "zookeeper"),
+        "redis" => cfg!(feature = "redis"),
+        "mysql" => cfg!(feature = "mysql"),
+        "postgres" => cfg!(feature = "postgres"),
+        "sqlite" => cfg!(feature = "sqlite"),
+        _ => false,
+    };
+    if enabled {
+        return Err(Error::new(
+            ErrorKind::Unsupported,
+            format!(
+                "the {}:// backend is not implemented in this version of omnilock yet",
+                url.scheme()
+            ),
+        ));
+    }
+    Err(Error::config(format!(
+        "{}:// needs the cargo feature `{feature}` of omnilock (or `full`)",
+        url.scheme()
+    )))
+}
