@@ -40,8 +40,8 @@
 //! Every URL accepts `?ttl=DUR` (the default lease, 15 s unless set).
 
 pub use omnilock_core::{
-    mem, parse_duration, Backend, Capabilities, Error, ErrorKind, LockGuard, LockName,
-    LockRequest, Locks, MemStore, Operation, Owner, Result, StoreUrl, DEFAULT_TTL,
+    mem, parse_duration, Backend, Capabilities, Error, ErrorKind, LockGuard, LockName, LockRequest,
+    Locks, MemStore, Operation, Owner, Result, StoreUrl, DEFAULT_TTL,
 };
 
 /// Connects to the store named by `url` and returns a handle whose type is

@@ -367,7 +367,12 @@ impl LockRequest<'_> {
         Ok(guard)
     }
 
-    async fn in_store(&self, name: LockName, owner: Owner, wait: bool) -> Result<Option<LockGuard>> {
+    async fn in_store(
+        &self,
+        name: LockName,
+        owner: Owner,
+        wait: bool,
+    ) -> Result<Option<LockGuard>> {
         let shared = self.locks.shared.clone();
         let request = AcquireRequest {
             name,

@@ -126,8 +126,12 @@ impl Hold {
         .await;
         self.shared.forget(self);
         match &result {
-            Ok(()) => tracing::debug!(lock = %self.request.name, token = self.grant.token, "omnilock released"),
-            Err(e) => tracing::warn!(lock = %self.request.name, error = %e, "omnilock release failed"),
+            Ok(()) => {
+                tracing::debug!(lock = %self.request.name, token = self.grant.token, "omnilock released")
+            }
+            Err(e) => {
+                tracing::warn!(lock = %self.request.name, error = %e, "omnilock release failed")
+            }
         }
         result.map_err(|e| {
             e.with_backend(self.backend().kind())
@@ -180,8 +184,11 @@ async fn renewal_loop(hold: Weak<Hold>) {
         let now = tokio::time::Instant::now();
         if now >= deadline {
             lost.fire(
-                Error::new(ErrorKind::LockLost, "the lease expired before it could be renewed")
-                    .with_lock(hold.request.name.as_str()),
+                Error::new(
+                    ErrorKind::LockLost,
+                    "the lease expired before it could be renewed",
+                )
+                .with_lock(hold.request.name.as_str()),
             );
             return;
         }

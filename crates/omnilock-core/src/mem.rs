@@ -119,7 +119,11 @@ impl MemStore {
             ));
         }
         url.finish()?;
-        let name = url.hosts().first().map(|h| h.to_string()).unwrap_or_default();
+        let name = url
+            .hosts()
+            .first()
+            .map(|h| h.to_string())
+            .unwrap_or_default();
         Ok(MemStore::named(&name))
     }
 
@@ -142,9 +146,7 @@ impl Default for MemStore {
 impl State {
     fn slot(&mut self, name: &LockName, now: Instant) -> &mut Slot {
         let State {
-            locks,
-            last_token,
-            ..
+            locks, last_token, ..
         } = self;
         let slot = locks.entry(name.clone()).or_default();
         slot.expire(now, last_token);
@@ -275,9 +277,7 @@ impl Drop for QueueEntry {
         }
         let mut state = self.store.state();
         let State {
-            locks,
-            last_token,
-            ..
+            locks, last_token, ..
         } = &mut *state;
         if let Some(slot) = locks.get_mut(&self.name) {
             if let Some(pos) = slot.queue.iter().position(|w| w.grant_id == self.grant_id) {
@@ -382,9 +382,7 @@ impl Backend for MemStore {
         let mut state = self.state();
         let now = Instant::now();
         let State {
-            locks,
-            last_token,
-            ..
+            locks, last_token, ..
         } = &mut *state;
         let result = match locks.get_mut(&request.name) {
             Some(slot) => {
@@ -428,9 +426,7 @@ impl Backend for MemStore {
         let mut state = self.state();
         let now = Instant::now();
         let State {
-            locks,
-            last_token,
-            ..
+            locks, last_token, ..
         } = &mut *state;
         let Some(slot) = locks.get_mut(name) else {
             return Ok(false);

@@ -147,7 +147,14 @@ mod tests {
                 ErrorKind::InvalidName
             );
         }
-        for fine in ["/", "../../etc/passwd", "a b", "'; DROP TABLE x; --", "{tag}", "*"] {
+        for fine in [
+            "/",
+            "../../etc/passwd",
+            "a b",
+            "'; DROP TABLE x; --",
+            "{tag}",
+            "*",
+        ] {
             assert!(LockName::new(fine).is_ok(), "{fine}");
         }
     }

@@ -123,8 +123,10 @@ mod tests {
     async fn gives_up_at_deadline() {
         let backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(100));
         let deadline = Instant::now() + Duration::from_millis(500);
-        let result: Result<()> =
-            retry(backoff, deadline, || async { Err(Error::unavailable("down")) }).await;
+        let result: Result<()> = retry(backoff, deadline, || async {
+            Err(Error::unavailable("down"))
+        })
+        .await;
         assert_eq!(result.unwrap_err().kind(), ErrorKind::Unavailable);
         assert!(Instant::now() < deadline);
     }

@@ -280,8 +280,11 @@ impl fmt::Debug for StoreUrl {
 /// assert!(omnilock_core::parse_duration("soon").is_err());
 /// ```
 pub fn parse_duration(text: &str) -> Result<Duration> {
-    humantime::parse_duration(text.trim())
-        .map_err(|e| Error::config(format!("invalid duration {text:?}: {e} (try 500ms, 15s, 2m)")))
+    humantime::parse_duration(text.trim()).map_err(|e| {
+        Error::config(format!(
+            "invalid duration {text:?}: {e} (try 500ms, 15s, 2m)"
+        ))
+    })
 }
 
 fn prefix(err: Error, key: &str) -> Error {
@@ -314,7 +317,10 @@ fn parse_host(part: &str) -> Result<HostPort> {
     if host.is_empty() {
         return Err(Error::config(format!("empty host in {part:?}")));
     }
-    if host.chars().any(|c| c.is_whitespace() || c.is_control() || c == '/') {
+    if host
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control() || c == '/')
+    {
         return Err(Error::config(format!("invalid host {host:?}")));
     }
     let port = port
@@ -391,7 +397,10 @@ mod tests {
     #[test]
     fn options_must_be_understood() {
         let mut url = StoreUrl::parse("mem://?ttl=2s&tll=3s").unwrap();
-        assert_eq!(url.take_duration("ttl").unwrap(), Some(Duration::from_secs(2)));
+        assert_eq!(
+            url.take_duration("ttl").unwrap(),
+            Some(Duration::from_secs(2))
+        );
         let err = url.finish().unwrap_err();
         assert!(err.message().contains("tll"), "{err}");
         let mut url = StoreUrl::parse("mem://?ttl=forever").unwrap();

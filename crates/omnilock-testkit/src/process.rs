@@ -1,0 +1,89 @@
+//! Cross-process scenarios: several OS processes running the `omnilock`
+//! command against one store. Run by the CLI crate's tests (which know where
+//! the binary is) for every store whose capabilities include `cross_process`.
+
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// 4 processes each run 20 critical sections through `omnilock run`, each
+/// incrementing a counter file with a read-then-write shell snippet: the file
+/// ends at exactly 80.
+pub fn counter_across_processes(omnilock: &Path, url: &str, dir: &Path) {
+    let counter = dir.join("counter");
+    std::fs::write(&counter, "0\n").expect("counter file");
+    let script = format!(
+        "for i in $(seq 20); do \"$OMNILOCK\" run --store \"$STORE\" --wait 120s counter -- \
+         sh -c 'n=$(cat \"{c}\"); sleep 0.001; echo $((n+1)) > \"{c}\"' || exit 1; done",
+        c = counter.display()
+    );
+    let mut children = Vec::new();
+    for _ in 0..4 {
+        children.push(
+            Command::new("sh")
+                .arg("-c")
+                .arg(&script)
+                .env("OMNILOCK", omnilock)
+                .env("STORE", url)
+                .stdin(Stdio::null())
+                .spawn()
+                .expect("spawn worker shell"),
+        );
+    }
+    for mut child in children {
+        let status = child.wait().expect("worker");
+        assert!(status.success(), "a worker process failed: {status}");
+    }
+    let total = std::fs::read_to_string(&counter).expect("counter");
+    assert_eq!(total.trim(), "80", "increments were lost across processes");
+}
+
+/// A holder process killed with SIGKILL: another process gets the lock within
+/// TTL + 1 s of the kill.
+pub fn killed_holder_frees_lock(omnilock: &Path, url: &str, dir: &Path) {
+    let ttl = Duration::from_secs(2);
+    let marker = dir.join("holding");
+    let _ = std::fs::remove_file(&marker);
+    let mut holder = Command::new(omnilock)
+        .args([
+            "run", "--store", url, "--ttl", "2s", "victim", "--", "sh", "-c",
+        ])
+        .arg(format!("touch '{}'; exec sleep 600", marker.display()))
+        .stdin(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("spawn holder");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !marker.exists() {
+        assert!(Instant::now() < deadline, "the holder never got the lock");
+        if let Some(status) = holder.try_wait().expect("holder status") {
+            panic!("the holder exited early: {status}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // SIGKILL to the holder and its command at once: no chance to release.
+    let group = format!("-{}", holder.id());
+    let killed = Command::new("kill")
+        .args(["-KILL", "--", &group])
+        .status()
+        .expect("kill");
+    assert!(
+        killed.success(),
+        "could not kill the holder's process group"
+    );
+    let killed_at = Instant::now();
+    holder.wait().expect("reap holder");
+    let status = Command::new(omnilock)
+        .args([
+            "run", "--store", url, "--wait", "30s", "victim", "--", "true",
+        ])
+        .status()
+        .expect("run successor");
+    let waited = killed_at.elapsed();
+    assert!(status.success(), "the successor failed: {status}");
+    assert!(
+        waited <= ttl + Duration::from_secs(1),
+        "the lock freed {waited:?} after the holder was killed (TTL {ttl:?})"
+    );
+}

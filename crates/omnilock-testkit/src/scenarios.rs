@@ -1,0 +1,557 @@
+//! The scenarios. Each takes any [`Subject`], checks the capability it needs,
+//! and asserts outcomes. Waits are bounded by generous timeouts (shared
+//! machines stall now and then) and driven by events, not sleeps, except
+//! where the passing of time is the point (leases).
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use omnilock_core::{Capabilities, ErrorKind, LockGuard, Locks, Owner};
+use tokio::sync::oneshot;
+
+use crate::Subject;
+
+/// A bound for things that should happen "at once" or "soon": long enough
+/// for a stalled store, short enough to catch a hang or a TTL-long delay.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+fn unique(prefix: &str) -> String {
+    format!("conformance/{prefix}/{:08x}", rand_u32())
+}
+
+fn rand_u32() -> u32 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    nanos ^ std::process::id().rotate_left(16)
+}
+
+fn skip(subject: &Subject, scenario: &str, why: &str) {
+    eprintln!(
+        "{}: {scenario}: not claimed ({why}); skipped",
+        subject.label()
+    );
+}
+
+async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(PATIENCE, future).await {
+        Ok(value) => value,
+        Err(_) => panic!("{what}: did not happen within {PATIENCE:?}"),
+    }
+}
+
+async fn clients(subject: &Subject, n: usize) -> Vec<Locks> {
+    let mut all = Vec::with_capacity(n);
+    for _ in 0..n {
+        all.push(subject.client().await);
+    }
+    all
+}
+
+async fn caps(subject: &Subject) -> Capabilities {
+    subject.client().await.capabilities()
+}
+
+/// Queues an acquire of `name` on `locks` in a task and returns once the
+/// backend reports it waiting. The task sends its guard (or error) on `done`.
+async fn queue_waiter(
+    locks: &Locks,
+    name: &str,
+    ttl: Duration,
+) -> tokio::task::JoinHandle<omnilock_core::Result<LockGuard>> {
+    let (queued_tx, queued_rx) = oneshot::channel();
+    let locks = locks.clone();
+    let name = name.to_string();
+    let task = tokio::spawn(async move {
+        locks
+            .lock(&name)
+            .ttl(ttl)
+            .on_wait(move || {
+                let _ = queued_tx.send(());
+            })
+            .acquire()
+            .await
+    });
+    within("a waiter reports that it waits", queued_rx)
+        .await
+        .expect("the waiter reports waiting before it ends");
+    task
+}
+
+/// 32 tasks over 4 clients each increment a shared non-atomic counter 20
+/// times under the lock: the result is exactly 640 and no two tasks are ever
+/// inside at once.
+pub async fn mutual_exclusion(subject: &Subject) {
+    let name = unique("exclusion");
+    let clients = clients(subject, 4).await;
+    let counter = Arc::new(AtomicU64::new(0));
+    let inside = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..32 {
+        let locks = clients[i % clients.len()].clone();
+        let (name, counter, inside) = (name.clone(), counter.clone(), inside.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..20 {
+                let guard = locks
+                    .lock(&name)
+                    .timeout(Duration::from_secs(120))
+                    .acquire()
+                    .await
+                    .expect("acquire");
+                assert_eq!(
+                    inside.fetch_add(1, Ordering::SeqCst),
+                    0,
+                    "two holders at once"
+                );
+                // Read, yield, write: any overlap loses an increment.
+                let seen = counter.load(Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                counter.store(seen + 1, Ordering::SeqCst);
+                inside.fetch_sub(1, Ordering::SeqCst);
+                guard.release().await.expect("release");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("worker task");
+    }
+    assert_eq!(counter.load(Ordering::SeqCst), 640);
+}
+
+/// try-acquire on a held lock returns "not acquired" at once; a waiting
+/// acquire with a 200 ms timeout fails with Timeout; the holder keeps it.
+pub async fn try_acquire_and_timeout(subject: &Subject) {
+    let name = unique("try");
+    let [a, b] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
+    let held = a.acquire(&name).await.expect("first acquire");
+    let busy = within("try_acquire on a held lock", b.try_acquire(&name))
+        .await
+        .expect("try_acquire");
+    assert!(busy.is_none(), "try_acquire took a held lock");
+
+    let started = Instant::now();
+    let err = b
+        .lock(&name)
+        .timeout(Duration::from_millis(200))
+        .acquire()
+        .await
+        .expect_err("acquire of a held lock must time out");
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    assert!(
+        started.elapsed() < PATIENCE,
+        "timeout took {:?}",
+        started.elapsed()
+    );
+    assert!(held.is_held());
+    held.release().await.expect("release");
+    let taken = within("try_acquire of a free lock", b.try_acquire(&name))
+        .await
+        .expect("try_acquire");
+    assert!(taken.is_some(), "try_acquire failed on a free lock");
+}
+
+/// A waiter that is dropped (cancelled) leaves nothing behind: the waiter
+/// behind it gets the lock as soon as the holder releases, and afterwards the
+/// lock is free for anyone.
+pub async fn cancelled_acquire_leaves_nothing(subject: &Subject) {
+    let name = unique("cancel");
+    let [a, b, c] = <[Locks; 3]>::try_from(clients(subject, 3).await).unwrap();
+    let ttl = Duration::from_secs(60);
+    let held = a.lock(&name).ttl(ttl).acquire().await.expect("holder");
+    let doomed = queue_waiter(&b, &name, ttl).await;
+    let next = queue_waiter(&c, &name, ttl).await;
+    doomed.abort();
+    assert!(doomed.await.unwrap_err().is_cancelled());
+    // Also a timed-out acquire is a cancelled one.
+    let err = b
+        .lock(&name)
+        .ttl(ttl)
+        .timeout(Duration::from_millis(100))
+        .acquire()
+        .await
+        .expect_err("times out");
+    assert_eq!(err.kind(), ErrorKind::Timeout);
+
+    held.release().await.expect("release");
+    // Well under the 60 s lease a leftover entry would hold things up for.
+    let guard = within("the next waiter gets the lock", next)
+        .await
+        .expect("task")
+        .expect("next waiter acquires");
+    guard.release().await.expect("release");
+    let free = within("try_acquire after everyone left", a.try_acquire(&name))
+        .await
+        .expect("try_acquire");
+    assert!(free.is_some(), "something was left behind in the store");
+}
+
+/// An owner re-enters a lock it holds, to depth 3, with the same token; the
+/// lock frees only after as many releases; other owners are kept out meanwhile.
+pub async fn reentrancy(subject: &Subject) {
+    let name = unique("reentrant");
+    let [a, b] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
+    let me = Owner::random();
+    let first = a.lock(&name).owner(&me).acquire().await.expect("depth 1");
+    let second = within("re-enter", a.lock(&name).owner(&me).acquire())
+        .await
+        .expect("depth 2");
+    let third = within("re-enter", a.lock(&name).owner(&me).try_acquire())
+        .await
+        .expect("depth 3")
+        .expect("try_acquire re-enters");
+    assert_eq!(first.token(), second.token());
+    assert_eq!(first.token(), third.token());
+    assert_eq!(first.hold_count(), 3);
+    for guard in [third, first] {
+        guard.release().await.expect("release");
+        assert!(b.try_acquire(&name).await.expect("probe").is_none());
+    }
+    assert!(second.is_held());
+    second.release().await.expect("last release");
+    let other = within("another owner after the last release", b.acquire(&name))
+        .await
+        .expect("another owner acquires");
+    assert_ne!(other.token(), 0);
+}
+
+/// A non-reentrant re-acquire by the holder is an error at once, not a deadlock.
+pub async fn non_reentrant_reacquire_fails(subject: &Subject) {
+    let name = unique("nonreentrant");
+    let locks = subject.client().await;
+    let me = Owner::random();
+    let held = locks
+        .lock(&name)
+        .owner(&me)
+        .acquire()
+        .await
+        .expect("acquire");
+    for wait in [true, false] {
+        let request = locks.lock(&name).owner(&me).reentrant(false);
+        let err = within("a non-reentrant re-acquire fails", async {
+            if wait {
+                request.acquire().await.map(|_| ())
+            } else {
+                request.try_acquire().await.map(|_| ())
+            }
+        })
+        .await
+        .expect_err("non-reentrant re-acquire must fail");
+        assert_eq!(err.kind(), ErrorKind::WouldDeadlock, "{err}");
+    }
+    assert_eq!(held.hold_count(), 1);
+    held.release().await.expect("release");
+}
+
+/// Fair backends grant 10 queued waiters in the order they queued.
+pub async fn fifo_order(subject: &Subject) {
+    if !caps(subject).await.fair {
+        return skip(subject, "fifo_order", "not fair");
+    }
+    let name = unique("fifo");
+    let clients = clients(subject, 3).await;
+    let held = clients[0].acquire(&name).await.expect("holder");
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..10 {
+        let locks = clients[i % clients.len()].clone();
+        let task = queue_waiter(&locks, &name, Duration::from_secs(30)).await;
+        let order = order.clone();
+        waiters.push(tokio::spawn(async move {
+            let guard = task.await.expect("task").expect("waiter acquires");
+            order.lock().unwrap().push(i);
+            guard.release().await.expect("release");
+        }));
+    }
+    held.release().await.expect("release");
+    for waiter in waiters {
+        within("every waiter is served", waiter)
+            .await
+            .expect("waiter");
+    }
+    assert_eq!(*order.lock().unwrap(), (0..10).collect::<Vec<_>>());
+}
+
+/// A holder that vanishes without releasing (its runtime is gone, as if the
+/// process died) stops renewing; another client gets the lock within TTL + 1 s.
+pub async fn abandoned_holder_expires(subject: &Subject) {
+    let name = unique("abandoned");
+    let ttl = Duration::from_secs(2);
+    let thief = subject.client().await;
+    let victim = subject.clone();
+    let victim_name = name.clone();
+    // Acquire on a separate runtime, leak the guard, then drop that runtime:
+    // its renewal task and its connections die with it, like a killed process.
+    let acquired_at = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let at = runtime.block_on(async {
+            let locks = victim.client().await;
+            let guard = locks
+                .lock(&victim_name)
+                .ttl(ttl)
+                .acquire()
+                .await
+                .expect("victim");
+            let at = Instant::now();
+            std::mem::forget(guard);
+            at
+        });
+        drop(runtime);
+        at
+    })
+    .join()
+    .expect("victim thread");
+    let guard = thief
+        .lock(&name)
+        .timeout(ttl + PATIENCE)
+        .acquire()
+        .await
+        .expect("the abandoned lock frees");
+    let waited = acquired_at.elapsed();
+    assert!(
+        waited <= ttl + Duration::from_secs(1),
+        "the lock freed {waited:?} after the holder vanished (TTL {ttl:?})"
+    );
+    guard.release().await.expect("release");
+}
+
+/// Renewal keeps a lock held across 3 × TTL.
+pub async fn renewal_keeps_lock(subject: &Subject) {
+    if !caps(subject).await.lease_renewal {
+        return skip(subject, "renewal_keeps_lock", "no lease renewal");
+    }
+    let name = unique("renewal");
+    let ttl = Duration::from_secs(1);
+    let [a, b] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
+    let guard = a.lock(&name).ttl(ttl).acquire().await.expect("acquire");
+    let first_deadline = guard.safe_until();
+    let lost = guard.lost();
+    tokio::pin!(lost);
+    let end = Instant::now() + 3 * ttl + ttl / 2;
+    while Instant::now() < end {
+        tokio::select! {
+            loss = &mut lost => panic!("lock lost while renewing: {loss}"),
+            _ = tokio::time::sleep(ttl / 2) => {}
+        }
+        assert!(guard.is_held(), "guard reports the lock not held");
+        let stolen = b.lock(&name).ttl(ttl).try_acquire().await.expect("probe");
+        assert!(stolen.is_none(), "another owner took a renewed lock");
+    }
+    assert!(
+        guard.safe_until() > first_deadline,
+        "safe deadline never moved"
+    );
+    guard.release().await.expect("release");
+}
+
+/// The lost signal fires when the lock is taken away under its holder.
+pub async fn lost_signal_fires(subject: &Subject) {
+    if !caps(subject).await.break_lock {
+        return skip(
+            subject,
+            "lost_signal_fires",
+            "cannot break locks to take one away",
+        );
+    }
+    let name = unique("lost");
+    let [a, admin] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
+    let guard = a
+        .lock(&name)
+        .ttl(Duration::from_secs(1))
+        .acquire()
+        .await
+        .expect("acquire");
+    assert!(guard.is_held());
+    assert!(admin.break_lock(&name).await.expect("break"));
+    let loss = within("the lost signal fires", guard.lost()).await;
+    assert_eq!(loss.kind(), ErrorKind::LockLost);
+    assert!(!guard.is_held());
+    let err = guard.release().await.expect_err("releasing a lost lock");
+    assert_eq!(err.kind(), ErrorKind::NotOwner, "{err}");
+}
+
+/// A stale guard's release returns NotOwner and leaves the new holder's lock alone.
+pub async fn stale_release_is_not_owner(subject: &Subject) {
+    if !caps(subject).await.break_lock {
+        return skip(subject, "stale_release_is_not_owner", "cannot break locks");
+    }
+    let name = unique("stale");
+    let [a, b, c] = <[Locks; 3]>::try_from(clients(subject, 3).await).unwrap();
+    let stale = a.acquire(&name).await.expect("first holder");
+    assert!(c.break_lock(&name).await.expect("break"));
+    let fresh = within("a new holder takes the broken lock", b.acquire(&name))
+        .await
+        .expect("second holder");
+    assert!(fresh.token() > stale.token(), "token did not advance");
+    let err = stale.release().await.expect_err("stale release");
+    assert_eq!(err.kind(), ErrorKind::NotOwner, "{err}");
+    assert!(fresh.is_held());
+    let probe = c.try_acquire(&name).await.expect("probe");
+    assert!(
+        probe.is_none(),
+        "the stale release freed the new holder's lock"
+    );
+    fresh.release().await.expect("new holder releases");
+}
+
+/// Fencing tokens strictly increase over 100 acquisitions by rotating owners
+/// and clients.
+pub async fn fencing_tokens_increase(subject: &Subject) {
+    if !caps(subject).await.fencing {
+        return skip(subject, "fencing_tokens_increase", "no fencing tokens");
+    }
+    let name = unique("fencing");
+    let clients = clients(subject, 3).await;
+    let mut last = 0u64;
+    for i in 0..100 {
+        let guard = clients[i % clients.len()]
+            .acquire(&name)
+            .await
+            .expect("acquire");
+        assert!(guard.token() > last, "token {} after {last}", guard.token());
+        last = guard.token();
+        if i % 2 == 0 {
+            guard.release().await.expect("release");
+        } else {
+            // Release on drop must free the lock just as well.
+            drop(guard);
+        }
+    }
+}
+
+/// Invalid names are typed errors on every operation, before any I/O.
+pub async fn invalid_names_rejected(subject: &Subject) {
+    let locks = subject.client().await;
+    let long = "n".repeat(257);
+    for bad in ["", long.as_str(), "bad\nname", "nul\0", "tab\t"] {
+        let err = locks.acquire(bad).await.expect_err("acquire");
+        assert_eq!(err.kind(), ErrorKind::InvalidName, "{bad:?}: {err}");
+        let err = locks.try_acquire(bad).await.expect_err("try_acquire");
+        assert_eq!(err.kind(), ErrorKind::InvalidName, "{bad:?}: {err}");
+        let err = locks.break_lock(bad).await.expect_err("break_lock");
+        assert!(
+            matches!(err.kind(), ErrorKind::InvalidName),
+            "{bad:?}: {err}"
+        );
+    }
+    // Names that look like paths, patterns or SQL are just names, and distinct.
+    let tricky = [
+        "../../escape",
+        "a/b",
+        "a*",
+        "'; DROP TABLE locks; --",
+        "{tag}x",
+        "ключ 🔒",
+        &"x".repeat(256),
+    ];
+    let mut guards = Vec::new();
+    for name in tricky {
+        let guard = locks.try_acquire(name).await.expect("valid name");
+        guards.push(guard.unwrap_or_else(|| panic!("{name:?} was busy")));
+    }
+    let other = subject.client().await;
+    assert!(other.try_acquire("a").await.expect("a").is_some());
+    assert!(other.try_acquire("a/").await.expect("a/").is_some());
+    for guard in guards {
+        guard.release().await.expect("release");
+    }
+}
+
+/// One process holds 1,000 distinct locks at once.
+pub async fn many_locks_at_once(subject: &Subject) {
+    let prefix = unique("many");
+    let locks = subject.client().await;
+    let mut guards = Vec::with_capacity(1000);
+    for i in 0..1000 {
+        let guard = locks
+            .try_acquire(&format!("{prefix}/{i}"))
+            .await
+            .expect("try_acquire");
+        guards.push(guard.expect("a fresh name is free"));
+    }
+    assert!(guards.iter().all(|g| g.is_held()));
+    let other = subject.client().await;
+    assert!(other
+        .try_acquire(&format!("{prefix}/500"))
+        .await
+        .expect("probe")
+        .is_none());
+    for guard in guards {
+        guard.release().await.expect("release");
+    }
+    assert!(other
+        .try_acquire(&format!("{prefix}/999"))
+        .await
+        .expect("probe")
+        .is_some());
+}
+
+/// Dropping a guard releases the lock in the background, promptly.
+pub async fn drop_releases_in_background(subject: &Subject) {
+    let name = unique("drop");
+    let [a, b] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
+    let guard = a
+        .lock(&name)
+        .ttl(Duration::from_secs(60))
+        .acquire()
+        .await
+        .expect("acquire");
+    let waiter = queue_waiter(&b, &name, Duration::from_secs(60)).await;
+    drop(guard);
+    let next = within("drop releases", waiter)
+        .await
+        .expect("task")
+        .expect("waiter acquires");
+    next.release().await.expect("release");
+}
+
+/// A guard dropped on a thread with no runtime does not panic and still
+/// releases the lock.
+pub async fn drop_outside_runtime(subject: &Subject) {
+    let name = unique("noruntime");
+    let [a, b] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
+    let guard = a
+        .lock(&name)
+        .ttl(Duration::from_secs(60))
+        .acquire()
+        .await
+        .expect("acquire");
+    let waiter = queue_waiter(&b, &name, Duration::from_secs(60)).await;
+    std::thread::spawn(move || drop(guard))
+        .join()
+        .expect("dropping a guard off-runtime must not panic");
+    let next = within("off-runtime drop releases", waiter)
+        .await
+        .expect("task")
+        .expect("waiter acquires");
+    next.release().await.expect("release");
+}
+
+/// Errors carry the backend, the operation and the lock name.
+pub async fn errors_name_backend_and_lock(subject: &Subject) {
+    let locks = subject.client().await;
+    let name = unique("errors");
+    let held = locks.acquire(&name).await.expect("acquire");
+    let err = locks
+        .lock(&name)
+        .timeout(Duration::from_millis(50))
+        .acquire()
+        .await
+        .expect_err("timeout");
+    assert_eq!(err.backend(), Some(locks.backend_kind()));
+    assert_eq!(err.lock(), Some(name.as_str()));
+    assert_eq!(err.operation(), Some(omnilock_core::Operation::Acquire));
+    let err = locks
+        .lock(&name)
+        .ttl(Duration::from_millis(1))
+        .acquire()
+        .await
+        .expect_err("TTL too short");
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+    held.release().await.expect("release");
+}
