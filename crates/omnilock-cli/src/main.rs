@@ -1,1 +1,58 @@
-fn main() {}
+//! `omnilock`: hold a distributed lock while a command runs, across machines.
+//!
+//! Exit status (sysexits-style, so scripts can tell cases apart):
+//! the command's own status when it ran; 75 when the lock was not acquired
+//! in time; 64 for bad arguments, lock names or store URLs; 69 when the store
+//! is unreachable; 70 when the lock was lost while the command ran.
+
+mod args;
+mod demo;
+mod exit;
+mod run;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = match args::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            let _ = err.print();
+            return ExitCode::from(match err.kind() {
+                clap::error::ErrorKind::DisplayHelp
+                | clap::error::ErrorKind::DisplayVersion
+                | clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => 0,
+                _ => exit::USAGE,
+            });
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("OMNILOCK_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("omnilock: cannot start the async runtime: {err}");
+            return ExitCode::from(exit::SOFTWARE);
+        }
+    };
+    let code = runtime.block_on(async move {
+        let store = cli.store.clone().unwrap_or_else(args::default_store);
+        match cli.command {
+            args::Command::Run(run) => run::run(&store, run).await,
+            args::Command::Demo(demo) => demo::demo(&store, demo).await,
+            args::Command::Break(b) => run::break_lock(&store, &b.name).await,
+        }
+    });
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    ExitCode::from(code)
+}

@@ -1,0 +1,116 @@
+//! Command-line arguments.
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+/// The store used when neither `--store` nor `$OMNILOCK_STORE` is given.
+pub const EMBEDDED_DEFAULT: &str = "mem://";
+
+/// `$OMNILOCK_STORE`, else the embedded default.
+pub fn default_store() -> String {
+    std::env::var("OMNILOCK_STORE")
+        .ok()
+        .filter(|s| !s.trim().is_empty())
+        .unwrap_or_else(|| EMBEDDED_DEFAULT.to_string())
+}
+
+const AFTER_HELP: &str = "\
+Store URLs: mem://, etcd://h1:p1,h2:p2/prefix, zk://h1:p1,h2:p2/prefix,
+  redis://[:pw@]host:port[/db], redlock://h1:p1,h2:p2,h3:p3/,
+  mysql://user:pw@host:port/db, postgres://user@host:port/db, sqlite:///abs/path.db
+  Options go in the query string, e.g. ?ttl=15s.
+The default store is $OMNILOCK_STORE, else mem:// (locks inside one omnilock
+process only; use a shared store to coordinate separate processes).
+
+Exit status of `run`: the command's own; 75 lock not acquired in time;
+64 bad arguments, name or URL; 69 store unreachable; 70 lock lost while the
+command ran (the command gets SIGTERM first).";
+
+/// Distributed locks from the command line: hold a lock while a command runs.
+#[derive(Parser, Debug)]
+#[command(name = "omnilock", version, after_help = AFTER_HELP)]
+pub struct Cli {
+    /// Store URL [default: $OMNILOCK_STORE, else mem://]
+    #[arg(long, global = true, value_name = "URL")]
+    pub store: Option<String>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Hold lock NAME while CMD runs (like flock(1) or `etcdctl lock`).
+    ///
+    /// CMD gets OMNILOCK_TOKEN (the fencing token) and OMNILOCK_LOCK in its
+    /// environment. SIGINT and SIGTERM are passed on to CMD; the lock is
+    /// released when CMD ends.
+    Run(RunArgs),
+    /// Let N workers contend for one lock and print every grant in order.
+    Demo(DemoArgs),
+    /// Remove lock NAME whatever its owner (administrative; the holder is
+    /// told its lock was lost).
+    Break(BreakArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Lease TTL: a crashed holder's lock frees after this long [default: the
+    /// store URL's ttl option, else 15s]
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub ttl: Option<Duration>,
+
+    /// Give up (exit 75) if the lock is not acquired within DUR [default: wait forever]
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, conflicts_with = "no_wait")]
+    pub wait: Option<Duration>,
+
+    /// Fail at once (exit 75) if the lock is held
+    #[arg(long, short = 'n')]
+    pub no_wait: bool,
+
+    /// Acquire as this owner (a stable name lets separate processes re-enter
+    /// each other's hold on stores that support it) [default: random]
+    #[arg(long, value_name = "NAME")]
+    pub owner: Option<String>,
+
+    /// Print a line on stderr when the lock is busy and omnilock starts waiting
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
+
+    /// The lock's name (UTF-8, 1 to 256 bytes, no control characters)
+    pub name: String,
+
+    /// The command to run, and its arguments
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// How many workers contend
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub workers: u32,
+
+    /// How many times each worker takes the lock
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub rounds: u32,
+
+    /// How long each grant holds the lock
+    #[arg(long, value_name = "DUR", default_value = "20ms", value_parser = parse_duration)]
+    pub hold: Duration,
+
+    /// The lock's name
+    #[arg(long, default_value = "omnilock-demo")]
+    pub name: String,
+}
+
+#[derive(Args, Debug)]
+pub struct BreakArgs {
+    /// The lock's name
+    pub name: String,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    omnilock::parse_duration(text).map_err(|e| e.message().to_string())
+}
