@@ -31,6 +31,7 @@
 
 mod backend;
 mod client;
+mod detach;
 mod error;
 mod guard;
 mod hold;
@@ -41,6 +42,7 @@ mod signal;
 mod url;
 
 pub use backend::{AcquireRequest, Backend, Capabilities, Grant};
+pub use detach::complete_or_undo;
 pub use client::{LockRequest, Locks, DEFAULT_TTL, MAX_TTL, MIN_TTL};
 pub use error::{Error, ErrorKind, Operation, Result};
 pub use guard::LockGuard;

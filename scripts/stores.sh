@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Starts (up) and stops (down) every store the tests need, on 127.0.0.1 with
+# private ports and data directories under target/stores/.
+#
+#   scripts/stores.sh up     install what is missing, start, wait until ready,
+#                            write target/stores/env (export OMNILOCK_TEST_<STORE>_URL=...)
+#   scripts/stores.sh down   stop exactly the processes `up` started
+#   scripts/stores.sh env    print the env file
+#
+# Each backend adds a start_<store> function below and lists it in STORES.
+# A store's processes are recorded in target/stores/pids as "PID NAME"; `down`
+# checks /proc/PID/cmdline still names that program before signalling it, so
+# it never stops anything it did not start.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+DIR=${OMNILOCK_STORES_DIR:-$ROOT/target/stores}
+ENV_FILE=$DIR/env
+PIDS=$DIR/pids
+
+# The stores the test suite needs today. Backend issues append to this list.
+STORES=(sqlite)
+
+# Debian packages each store needs (installed with apt-get when run as root).
+declare -A PACKAGES=(
+  [sqlite]=""
+)
+
+log() { printf 'stores: %s\n' "$*" >&2; }
+
+need_packages() {
+  local missing=() pkg
+  for pkg in "$@"; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$(id -u)" -ne 0 ]; then
+    log "missing packages: ${missing[*]} (run as root, or install them)"
+    return 1
+  fi
+  log "installing ${missing[*]}"
+  if [ ! -f "$DIR/.apt-updated" ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    touch "$DIR/.apt-updated"
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# record PID NAME: remember a process we started.
+record() { echo "$1 $2" >>"$PIDS"; }
+
+# wait_for SECONDS DESCRIPTION COMMAND...: poll COMMAND until it succeeds.
+wait_for() {
+  local seconds=$1 what=$2
+  shift 2
+  local deadline=$((SECONDS + seconds))
+  until "$@" >/dev/null 2>&1; do
+    if [ $SECONDS -ge $deadline ]; then
+      log "$what did not become ready within ${seconds}s"
+      return 1
+    fi
+    sleep 0.1
+  done
+}
+
+export_url() { echo "export OMNILOCK_TEST_$1_URL='$2'" >>"$ENV_FILE"; }
+
+# --- stores -----------------------------------------------------------------
+
+start_sqlite() {
+  # An embedded store: nothing to run, just a private database file.
+  mkdir -p "$DIR/sqlite"
+  rm -f "$DIR/sqlite/test.db" "$DIR/sqlite/test.db-wal" "$DIR/sqlite/test.db-shm"
+  export_url SQLITE "sqlite://$DIR/sqlite/test.db"
+}
+
+# --- commands ---------------------------------------------------------------
+
+up() {
+  mkdir -p "$DIR"
+  if [ -s "$PIDS" ]; then
+    log "stores already up (target/stores/pids exists); restarting"
+    down
+  fi
+  : >"$PIDS"
+  : >"$ENV_FILE"
+  local store pkgs=()
+  for store in "${STORES[@]}"; do
+    # shellcheck disable=SC2206
+    pkgs+=(${PACKAGES[$store]})
+  done
+  [ ${#pkgs[@]} -eq 0 ] || need_packages "${pkgs[@]}"
+  for store in "${STORES[@]}"; do
+    log "starting $store"
+    "start_$store"
+  done
+  log "ready; environment in $ENV_FILE"
+}
+
+down() {
+  [ -f "$PIDS" ] || return 0
+  local pid name
+  while read -r pid name; do
+    [ -n "$pid" ] || continue
+    if [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "$name"; then
+      kill "$pid" 2>/dev/null || true
+      for _ in $(seq 50); do
+        [ -d "/proc/$pid" ] || break
+        sleep 0.1
+      done
+      [ -d "/proc/$pid" ] && kill -9 "$pid" 2>/dev/null || true
+    fi
+  done <"$PIDS"
+  rm -f "$PIDS"
+  log "stopped"
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  env) cat "$ENV_FILE" ;;
+  *)
+    echo "usage: $0 up|down|env" >&2
+    exit 64
+    ;;
+esac
