@@ -44,6 +44,10 @@ pub use omnilock_core::{
     Locks, MemStore, Operation, Owner, Result, StoreUrl, DEFAULT_TTL,
 };
 
+/// The SQL backend (MySQL/MariaDB, PostgreSQL, SQLite).
+#[cfg(any(feature = "mysql", feature = "postgres", feature = "sqlite"))]
+pub use omnilock_sql as sql;
+
 /// Connects to the store named by `url` and returns a handle whose type is
 /// the same whatever the store.
 ///
@@ -76,8 +80,17 @@ async fn open(url: &mut StoreUrl) -> Result<Locks> {
         "etcd" => not_built(url, "etcd"),
         "zk" | "zookeeper" => not_built(url, "zookeeper"),
         "redis" | "rediss" | "redlock" => not_built(url, "redis"),
+        #[cfg(feature = "mysql")]
+        "mysql" | "mariadb" => sql(url).await,
+        #[cfg(not(feature = "mysql"))]
         "mysql" | "mariadb" => not_built(url, "mysql"),
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => sql(url).await,
+        #[cfg(not(feature = "postgres"))]
         "postgres" | "postgresql" => not_built(url, "postgres"),
+        #[cfg(feature = "sqlite")]
+        "sqlite" => sql(url).await,
+        #[cfg(not(feature = "sqlite"))]
         "sqlite" => not_built(url, "sqlite"),
         other => Err(Error::config(format!(
             "unknown store scheme {other:?}; known: mem, etcd, zk, redis, rediss, redlock, mysql, postgres, sqlite"
@@ -85,7 +98,14 @@ async fn open(url: &mut StoreUrl) -> Result<Locks> {
     }
 }
 
+#[cfg(any(feature = "mysql", feature = "postgres", feature = "sqlite"))]
+async fn sql(url: &StoreUrl) -> Result<Locks> {
+    let config = sql::SqlConfig::from_url(url)?;
+    Ok(Locks::new(sql::SqlStore::connect(config).await?))
+}
+
 /// The answer for a scheme whose backend is not compiled in.
+#[allow(dead_code)]
 fn not_built(url: &StoreUrl, feature: &str) -> Result<Locks> {
     let enabled = match feature {
         "etcd" => cfg!(feature = "etcd"),

@@ -68,7 +68,8 @@ pub async fn run(store: &str, args: RunArgs) -> u8 {
     }
     if args.verbose {
         let (name, shown) = (args.name.clone(), exit::shown(store));
-        request = request.on_wait(move || eprintln!("omnilock: waiting for lock {name:?} on {shown}"));
+        request =
+            request.on_wait(move || eprintln!("omnilock: waiting for lock {name:?} on {shown}"));
     }
     let acquired = if args.no_wait || args.wait == Some(Duration::ZERO) {
         request.try_acquire().await
@@ -188,7 +189,10 @@ fn forward(child: &Child, signal: i32) {
 /// SIGTERM, then SIGKILL after a grace period.
 async fn stop(child: &mut Child) {
     forward(child, libc::SIGTERM);
-    if tokio::time::timeout(LOST_GRACE, child.wait()).await.is_err() {
+    if tokio::time::timeout(LOST_GRACE, child.wait())
+        .await
+        .is_err()
+    {
         let _ = child.kill().await;
     }
 }

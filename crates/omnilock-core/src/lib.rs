@@ -42,8 +42,8 @@ mod signal;
 mod url;
 
 pub use backend::{AcquireRequest, Backend, Capabilities, Grant};
-pub use detach::complete_or_undo;
 pub use client::{LockRequest, Locks, DEFAULT_TTL, MAX_TTL, MIN_TTL};
+pub use detach::complete_or_undo;
 pub use error::{Error, ErrorKind, Operation, Result};
 pub use guard::LockGuard;
 pub use mem::MemStore;

@@ -1,0 +1,360 @@
+//! The SQL lock store: one row per lock, taken and released by single
+//! atomic statements, waited for by polling with backoff and jitter.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use omnilock_core::{
+    async_trait, complete_or_undo, AcquireRequest, Backend, Backoff, Capabilities, Error,
+    ErrorKind, Grant, LockName, Owner, Result,
+};
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{AnyPool, Executor, Row};
+use tokio::sync::Notify;
+
+use crate::config::{Dialect, SqlConfig};
+use crate::queries::Queries;
+
+/// A lock store on a SQL database. Create it with [`SqlStore::connect`] or
+/// through `omnilock::connect("sqlite:///...")`.
+#[derive(Clone)]
+pub struct SqlStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: SqlConfig,
+    pool: AnyPool,
+    queries: Queries,
+    /// Waiters in this process, per lock: a release here wakes one of them at
+    /// once instead of at its next poll.
+    local_waiters: Mutex<HashMap<LockName, Weak<Notify>>>,
+}
+
+enum Attempt {
+    Taken { token: u64 },
+    Busy { remaining: Option<Duration> },
+}
+
+impl std::fmt::Debug for SqlStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlStore")
+            .field("store", &self.inner.config.shown)
+            .field("table", &self.inner.config.table)
+            .finish()
+    }
+}
+
+impl SqlStore {
+    /// Connects, checks the database answers, and creates the lock table if
+    /// it is missing (unless `create_table=false`).
+    pub async fn connect(config: SqlConfig) -> Result<Self> {
+        let kind = config.dialect.kind();
+        let context = |e: Error| e.with_backend(kind);
+        if config.dialect == Dialect::MySql {
+            return Err(context(Error::new(
+                ErrorKind::Unsupported,
+                "the MySQL/MariaDB dialect is not implemented yet (sqlite:// is)",
+            )));
+        }
+        sqlx::any::install_default_drivers();
+        let mut options = AnyPoolOptions::new()
+            .max_connections(config.pool_size)
+            .acquire_timeout(config.connect_timeout);
+        if config.dialect == Dialect::Sqlite {
+            // WAL lets readers and one writer work at once; the busy timeout
+            // makes a writer wait for the file lock instead of failing.
+            options = options.after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    conn.execute("PRAGMA busy_timeout = 5000").await?;
+                    conn.execute("PRAGMA journal_mode = WAL").await?;
+                    conn.execute("PRAGMA synchronous = NORMAL").await?;
+                    Ok(())
+                })
+            });
+        }
+        let pool = options
+            .connect(config.database_url.expose())
+            .await
+            .map_err(|e| context(map_err(e, kind)))?;
+        let queries = Queries::new(config.dialect, &config.table);
+        if config.create_table {
+            for statement in &queries.create {
+                pool.execute(statement.as_str())
+                    .await
+                    .map_err(|e| context(map_err(e, kind)))?;
+            }
+        }
+        Ok(SqlStore {
+            inner: Arc::new(Inner {
+                config,
+                pool,
+                queries,
+                local_waiters: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    fn kind(&self) -> &'static str {
+        self.inner.config.dialect.kind()
+    }
+
+    fn err(&self, e: sqlx::Error) -> Error {
+        map_err(e, self.kind())
+    }
+
+    /// One atomic attempt to take the lock.
+    async fn attempt(&self, request: &AcquireRequest) -> Result<Attempt> {
+        let inner = &self.inner;
+        let ttl_ms = request.ttl.as_millis() as i64;
+        let row: Option<AnyRow> = sqlx::query(&inner.queries.acquire)
+            .bind(request.name.as_str())
+            .bind(request.owner.as_str())
+            .bind(ttl_ms)
+            .bind(request.reentrant as i64)
+            .fetch_optional(&inner.pool)
+            .await
+            .map_err(|e| self.err(e))?;
+        if let Some(row) = row {
+            let token: i64 = row.try_get(0).map_err(|e| self.err(e))?;
+            return Ok(Attempt::Taken {
+                token: token as u64,
+            });
+        }
+        let row: Option<AnyRow> = sqlx::query(&inner.queries.probe)
+            .bind(request.name.as_str())
+            .fetch_optional(&inner.pool)
+            .await
+            .map_err(|e| self.err(e))?;
+        let (owner, remaining) = match row {
+            Some(row) => (
+                row.try_get::<Option<String>, _>(0)
+                    .map_err(|e| self.err(e))?,
+                row.try_get::<Option<i64>, _>(1).map_err(|e| self.err(e))?,
+            ),
+            None => (None, None),
+        };
+        if owner.as_deref() == Some(request.owner.as_str()) && !request.reentrant {
+            return Err(Error::new(
+                ErrorKind::WouldDeadlock,
+                "this owner already holds the lock and the acquisition is not reentrant",
+            ));
+        }
+        Ok(Attempt::Busy {
+            remaining: remaining.map(|ms| Duration::from_millis(ms.max(0) as u64)),
+        })
+    }
+
+    /// An attempt that runs to completion even if the caller is cancelled;
+    /// a lock it took for a caller that has gone is released at once.
+    async fn attempt_detached(&self, request: &AcquireRequest) -> Result<(Attempt, Instant)> {
+        let store = self.clone();
+        let undo_store = self.clone();
+        let call_request = request.clone();
+        let undo_request = request.clone();
+        complete_or_undo(
+            async move {
+                let started = Instant::now();
+                store
+                    .attempt(&call_request)
+                    .await
+                    .map(|attempt| (attempt, started))
+            },
+            move |abandoned| async move {
+                if let Ok((Attempt::Taken { token }, _)) = abandoned {
+                    let _ = undo_store
+                        .release_row(&undo_request.name, &undo_request.owner, token)
+                        .await;
+                }
+            },
+        )
+        .await
+    }
+
+    async fn release_row(&self, name: &LockName, owner: &Owner, token: u64) -> Result<bool> {
+        let done = sqlx::query(&self.inner.queries.release)
+            .bind(name.as_str())
+            .bind(owner.as_str())
+            .bind(token as i64)
+            .execute(&self.inner.pool)
+            .await
+            .map_err(|e| self.err(e))?;
+        if done.rows_affected() == 0 {
+            return Ok(false);
+        }
+        self.wake_local(name);
+        Ok(true)
+    }
+
+    fn local_notify(&self, name: &LockName) -> Arc<Notify> {
+        let mut waiters = self
+            .inner
+            .local_waiters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(notify) = waiters.get(name).and_then(Weak::upgrade) {
+            return notify;
+        }
+        if waiters.len() >= 1024 {
+            waiters.retain(|_, w| w.strong_count() > 0);
+        }
+        let notify = Arc::new(Notify::new());
+        waiters.insert(name.clone(), Arc::downgrade(&notify));
+        notify
+    }
+
+    fn wake_local(&self, name: &LockName) {
+        let waiters = self
+            .inner
+            .local_waiters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(notify) = waiters.get(name).and_then(Weak::upgrade) {
+            notify.notify_one();
+        }
+    }
+}
+
+#[async_trait]
+impl Backend for SqlStore {
+    fn kind(&self) -> &'static str {
+        SqlStore::kind(self)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            fair: false,
+            push_wakeups: false,
+            fencing: true,
+            cross_process_reentrancy: true,
+            lease_renewal: true,
+            cross_process: true,
+            break_lock: true,
+        }
+    }
+
+    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
+        match self.attempt_detached(request).await? {
+            (Attempt::Taken { token }, started) => {
+                Ok(Some(Grant::new(token, started + request.ttl)))
+            }
+            (Attempt::Busy { .. }, _) => Ok(None),
+        }
+    }
+
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Grant> {
+        let notify = self.local_notify(&request.name);
+        let mut backoff = Backoff::new(Duration::from_millis(2), self.inner.config.max_poll);
+        loop {
+            // Listen before looking, so a release between the two is not missed.
+            let woken = notify.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            let delay = match self.attempt_detached(request).await {
+                Ok((Attempt::Taken { token }, started)) => {
+                    return Ok(Grant::new(token, started + request.ttl))
+                }
+                Ok((Attempt::Busy { remaining }, _)) => {
+                    request.waiting.raise();
+                    let delay = backoff.next_delay();
+                    // Wake when a crashed holder's lease runs out, not later.
+                    remaining.map_or(delay, |r| delay.min(r + Duration::from_millis(1)))
+                }
+                Err(err) if err.is_retryable() => {
+                    tracing::debug!(error = %err, lock = %request.name, "omnilock sql poll failed; retrying");
+                    backoff.next_delay()
+                }
+                Err(err) => return Err(err),
+            };
+            tokio::select! {
+                _ = &mut woken => backoff.reset(),
+                _ = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+
+    async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
+        if self
+            .release_row(&request.name, &request.owner, grant.token)
+            .await?
+        {
+            Ok(())
+        } else {
+            Err(Error::new(
+                ErrorKind::NotOwner,
+                "the lock is not held by this owner (its lease expired or it was taken over)",
+            ))
+        }
+    }
+
+    async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
+        let started = Instant::now();
+        let done = sqlx::query(&self.inner.queries.renew)
+            .bind(request.name.as_str())
+            .bind(request.owner.as_str())
+            .bind(grant.token as i64)
+            .bind(request.ttl.as_millis() as i64)
+            .execute(&self.inner.pool)
+            .await
+            .map_err(|e| self.err(e))?;
+        if done.rows_affected() == 0 {
+            return Err(Error::new(
+                ErrorKind::LockLost,
+                "the lock is no longer held by this owner",
+            ));
+        }
+        Ok(started + request.ttl)
+    }
+
+    async fn break_lock(&self, name: &LockName) -> Result<bool> {
+        let done = sqlx::query(&self.inner.queries.break_lock)
+            .bind(name.as_str())
+            .execute(&self.inner.pool)
+            .await
+            .map_err(|e| self.err(e))?;
+        if done.rows_affected() > 0 {
+            self.wake_local(name);
+        }
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn close(&self) {
+        self.inner.pool.close().await;
+    }
+}
+
+/// Classifies a sqlx error: connection trouble is `Unavailable` (retryable),
+/// bad credentials are `InvalidConfig`, the rest `Backend`.
+fn map_err(err: sqlx::Error, kind: &'static str) -> Error {
+    let error = match &err {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => Error::unavailable("cannot reach the database"),
+        sqlx::Error::Configuration(_) => Error::config("invalid database settings"),
+        sqlx::Error::Database(db) => {
+            let code = db.code().map(|c| c.to_string()).unwrap_or_default();
+            match (kind, code.as_str()) {
+                // SQLITE_BUSY, SQLITE_LOCKED: another writer holds the file.
+                ("sqlite", "5" | "6" | "261" | "517") => {
+                    Error::unavailable("the database file is busy")
+                }
+                // SQLITE_CANTOPEN, SQLITE_IOERR and friends.
+                ("sqlite", "14" | "10" | "8") => {
+                    Error::unavailable("cannot open the database file")
+                }
+                ("postgres", "28P01" | "28000") | ("mysql", "28000") => {
+                    Error::config("the database refused the credentials (user name or password)")
+                }
+                ("postgres", c) if c.starts_with("08") || c.starts_with("57P") => {
+                    Error::unavailable("the database connection failed")
+                }
+                _ => Error::new(ErrorKind::Backend, "the database reported an error"),
+            }
+        }
+        _ => Error::new(ErrorKind::Backend, "database error"),
+    };
+    error.with_backend(kind).with_cause(err)
+}

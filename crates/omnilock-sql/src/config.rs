@@ -1,0 +1,246 @@
+//! SQL store URLs → connection settings.
+//!
+//! `sqlite:///abs/path.db`, `mysql://user:pw@host:port/db`,
+//! `postgres://user:pw@host:port/db`, each with the options below.
+
+use std::time::Duration;
+
+use omnilock_core::{Error, Result, Secret, StoreUrl};
+use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
+
+/// The SQL dialect a store speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// SQLite 3.35+ (UPSERT with RETURNING).
+    Sqlite,
+    /// MySQL 8 / MariaDB 10.5+.
+    MySql,
+    /// PostgreSQL 12+.
+    Postgres,
+}
+
+impl Dialect {
+    /// The backend name used in errors and metrics.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "sqlite",
+            Dialect::MySql => "mysql",
+            Dialect::Postgres => "postgres",
+        }
+    }
+}
+
+/// The table omnilock uses unless `?table=` names another.
+pub const DEFAULT_TABLE: &str = "omnilock_locks";
+
+/// Settings for one SQL store.
+#[derive(Debug, Clone)]
+pub struct SqlConfig {
+    /// Which SQL to speak.
+    pub dialect: Dialect,
+    /// The URL handed to sqlx; it may contain the password.
+    pub(crate) database_url: Secret,
+    /// Where the store is, for messages (password redacted).
+    pub shown: String,
+    /// The lock table (`?table=`), a plain identifier.
+    pub table: String,
+    /// The longest pause between two polls of a busy lock (`?max_poll=`, default 250ms).
+    pub max_poll: Duration,
+    /// How long to wait for a connection (`?connect_timeout=`, default 5s).
+    pub connect_timeout: Duration,
+    /// Connections in the pool (`?pool=`, default 8; SQLite 4).
+    pub pool_size: u32,
+    /// Whether to create the table if it is missing (`?create_table=`, default true).
+    pub create_table: bool,
+}
+
+/// Characters escaped in a SQLite file path inside a sqlx URL.
+const PATH: &AsciiSet = &CONTROLS.add(b'%').add(b'?').add(b'#').add(b' ');
+
+impl SqlConfig {
+    /// Reads a SQL store URL. Options are consumed; unknown ones are an error.
+    pub fn from_url(url: &StoreUrl) -> Result<Self> {
+        let mut url = url.clone();
+        let dialect = match url.scheme() {
+            "sqlite" => Dialect::Sqlite,
+            "mysql" | "mariadb" => Dialect::MySql,
+            "postgres" | "postgresql" => Dialect::Postgres,
+            other => return Err(Error::config(format!("not a SQL store scheme: {other}"))),
+        };
+        let table = url
+            .take("table")
+            .unwrap_or_else(|| DEFAULT_TABLE.to_string());
+        check_identifier(&table)?;
+        let max_poll = url
+            .take_duration("max_poll")?
+            .unwrap_or(Duration::from_millis(250));
+        if max_poll < Duration::from_millis(1) || max_poll > Duration::from_secs(60) {
+            return Err(Error::config(
+                "option \"max_poll\" must be between 1ms and 60s",
+            ));
+        }
+        let connect_timeout = url
+            .take_duration("connect_timeout")?
+            .unwrap_or(Duration::from_secs(5));
+        let default_pool = if dialect == Dialect::Sqlite { 4 } else { 8 };
+        let pool_size = url.take_u64("pool")?.unwrap_or(default_pool);
+        if !(1..=1000).contains(&pool_size) {
+            return Err(Error::config("option \"pool\" must be between 1 and 1000"));
+        }
+        let create_table = url.take_bool("create_table")?.unwrap_or(true);
+        let database_url = match dialect {
+            Dialect::Sqlite => sqlite_url(&url)?,
+            Dialect::MySql | Dialect::Postgres => server_url(&url, dialect)?,
+        };
+        url.finish()?;
+        Ok(SqlConfig {
+            dialect,
+            database_url,
+            shown: url.to_string(),
+            table,
+            max_poll,
+            connect_timeout,
+            pool_size: pool_size as u32,
+            create_table,
+        })
+    }
+
+    /// A SQLite store at `path` (absolute), with default options.
+    pub fn sqlite(path: &std::path::Path) -> Result<Self> {
+        let text = path
+            .to_str()
+            .ok_or_else(|| Error::config("the SQLite path is not valid UTF-8"))?;
+        if !path.is_absolute() {
+            return Err(Error::config(format!(
+                "the SQLite path must be absolute, got {text:?}"
+            )));
+        }
+        let encoded = utf8_percent_encode(text, PATH).to_string();
+        SqlConfig::from_url(&StoreUrl::parse(&format!("sqlite://{encoded}"))?)
+    }
+}
+
+fn check_identifier(table: &str) -> Result<()> {
+    let mut chars = table.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    if !first_ok || table.len() > 63 || !chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(Error::config(format!(
+            "option \"table\": {table:?} is not a plain SQL identifier (letters, digits, _; at most 63)"
+        )));
+    }
+    Ok(())
+}
+
+fn sqlite_url(url: &StoreUrl) -> Result<Secret> {
+    if !url.hosts().is_empty() || url.username().is_some() || url.password().is_some() {
+        return Err(Error::config(
+            "a SQLite URL names an absolute file path: sqlite:///abs/path.db (three slashes)",
+        ));
+    }
+    if url.path().is_empty() || url.path().ends_with('/') {
+        return Err(Error::config(
+            "a SQLite URL needs a file name: sqlite:///abs/path.db",
+        ));
+    }
+    let path = format!("/{}", url.path());
+    let encoded = utf8_percent_encode(&path, PATH);
+    Ok(Secret::new(format!("sqlite://{encoded}?mode=rwc")))
+}
+
+fn server_url(url: &StoreUrl, dialect: Dialect) -> Result<Secret> {
+    let host = match url.hosts() {
+        [one] => one.to_string(),
+        [] => return Err(Error::config("the URL names no database host")),
+        _ => {
+            return Err(Error::config(
+                "a SQL store URL names one host (use a proxy or VIP for failover)",
+            ))
+        }
+    };
+    if url.path().is_empty() || url.path().contains('/') {
+        return Err(Error::config(
+            "the URL must name one database: scheme://user:pw@host:port/DATABASE",
+        ));
+    }
+    let encode = |s: &str| utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string();
+    let mut out = String::from(match dialect {
+        Dialect::MySql => "mysql://",
+        _ => "postgres://",
+    });
+    if let Some(user) = url.username() {
+        out.push_str(&encode(user));
+    }
+    if let Some(password) = url.password() {
+        out.push(':');
+        out.push_str(&encode(password.expose()));
+    }
+    if url.username().is_some() || url.password().is_some() {
+        out.push('@');
+    }
+    out.push_str(&host);
+    out.push('/');
+    out.push_str(&encode(url.path()));
+    Ok(Secret::new(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use omnilock_core::ErrorKind;
+
+    fn parse(url: &str) -> Result<SqlConfig> {
+        SqlConfig::from_url(&StoreUrl::parse(url)?)
+    }
+
+    #[test]
+    fn sqlite_urls() {
+        let config = parse("sqlite:///tmp/a b.db?table=my_locks&max_poll=50ms").unwrap();
+        assert_eq!(config.dialect, Dialect::Sqlite);
+        assert_eq!(config.table, "my_locks");
+        assert_eq!(config.max_poll, Duration::from_millis(50));
+        assert_eq!(
+            config.database_url.expose(),
+            "sqlite:///tmp/a%20b.db?mode=rwc"
+        );
+        for bad in [
+            "sqlite://relative.db",
+            "sqlite:///",
+            "sqlite:///x.db?table=x;drop",
+            "sqlite:///x.db?table=1x",
+            "sqlite:///x.db?pool=0",
+            "sqlite:///x.db?colour=blue",
+        ] {
+            assert_eq!(
+                parse(bad).unwrap_err().kind(),
+                ErrorKind::InvalidConfig,
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn server_urls_keep_passwords_secret() {
+        let config = parse("postgres://app:p%40ss@127.0.0.1:5432/locks").unwrap();
+        assert_eq!(config.dialect, Dialect::Postgres);
+        assert_eq!(
+            config.database_url.expose(),
+            "postgres://app:p%40ss@127.0.0.1:5432/locks"
+        );
+        assert!(!format!("{config:?}").contains("p%40ss"));
+        assert!(!format!("{config:?}").contains("p@ss"));
+        let err = parse("mysql://app:secret@h1:1,h2:2/db").unwrap_err();
+        assert!(!err.to_string().contains("secret"));
+    }
+
+    #[test]
+    fn sqlite_paths() {
+        let config = SqlConfig::sqlite(std::path::Path::new("/tmp/x?y.db")).unwrap();
+        assert_eq!(
+            config.database_url.expose(),
+            "sqlite:///tmp/x%3Fy.db?mode=rwc"
+        );
+        assert!(SqlConfig::sqlite(std::path::Path::new("rel.db")).is_err());
+    }
+}

@@ -1,0 +1,33 @@
+//! SQL databases as lock stores: MySQL/MariaDB, PostgreSQL and SQLite.
+//!
+//! One row per lock in a table with a unique key on the lock name (see
+//! `docs/backends/sql.md` for the schema). Acquire is one atomic statement
+//! that takes the lock only if it is free, expired by the database's clock, or
+//! already held by the same owner (the hold count rises). Release and renewal
+//! are owner- and token-checked. The fencing token is a per-name counter kept
+//! in the row, so it survives release and takeover. Waiters poll with
+//! exponential backoff and jitter; within one process a release wakes a
+//! local waiter at once.
+//!
+//! ```no_run
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> omnilock_core::Result<()> {
+//! use omnilock_core::{Locks, StoreUrl};
+//! use omnilock_sql::{SqlConfig, SqlStore};
+//!
+//! let config = SqlConfig::from_url(&StoreUrl::parse("sqlite:///tmp/locks.db")?)?;
+//! let locks = Locks::new(SqlStore::connect(config).await?);
+//! let guard = locks.acquire("nightly-report").await?;
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+
+mod backend;
+mod config;
+mod queries;
+
+pub use backend::SqlStore;
+pub use config::{Dialect, SqlConfig, DEFAULT_TABLE};
+
+/// URL schemes this crate serves.
+pub const SCHEMES: &[&str] = &["sqlite", "mysql", "mariadb", "postgres", "postgresql"];

@@ -1,0 +1,132 @@
+//! The SQL, per dialect. Every statement binds its values as parameters; the
+//! only text spliced in is the table name, checked to be a plain identifier.
+//!
+//! One row per lock name, kept after release so that the fencing token (a
+//! per-name counter) survives release and takeover:
+//! `owner` is NULL when the lock is free; `expires_at` and `updated_at` are
+//! milliseconds since the Unix epoch **by the database's clock**, never the
+//! client's.
+
+use crate::config::Dialect;
+
+/// The statements one store uses.
+#[derive(Debug, Clone)]
+pub(crate) struct Queries {
+    /// Creates the table if missing.
+    pub create: Vec<String>,
+    /// Takes the lock if free, expired, or held by the same owner and
+    /// reentrant. Binds: name, owner, ttl_ms, reentrant (0/1).
+    /// Returns one row `(token, holds)` on success, none when busy.
+    pub acquire: String,
+    /// Reads who holds a lock. Binds: name. Returns `(owner, remaining_ms)`,
+    /// both NULL when free.
+    pub probe: String,
+    /// Drops one hold, owner- and token-checked. Binds: name, owner, token.
+    /// One row affected on success.
+    pub release: String,
+    /// Extends a live lease, owner- and token-checked. Binds: name, owner,
+    /// token, ttl_ms. One row affected on success; never revives a lock.
+    pub renew: String,
+    /// Frees a lock whatever its owner. Binds: name.
+    pub break_lock: String,
+}
+
+impl Queries {
+    pub(crate) fn new(dialect: Dialect, table: &str) -> Self {
+        let now = match dialect {
+            Dialect::Sqlite => "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
+            Dialect::Postgres => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+            Dialect::MySql => "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)",
+        };
+        let greatest = match dialect {
+            Dialect::Sqlite => "MAX",
+            _ => "GREATEST",
+        };
+        let (text, int) = match dialect {
+            Dialect::Sqlite => ("TEXT", "INTEGER"),
+            Dialect::Postgres => ("VARCHAR(256)", "BIGINT"),
+            // Binary collation: lock names are compared byte for byte.
+            Dialect::MySql => (
+                "VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
+                "BIGINT",
+            ),
+        };
+        let create = vec![format!(
+            "CREATE TABLE IF NOT EXISTS {table} (
+                name {text} NOT NULL PRIMARY KEY,
+                owner {text} NULL,
+                holds {int} NOT NULL DEFAULT 0,
+                token {int} NOT NULL DEFAULT 0,
+                expires_at {int} NULL,
+                updated_at {int} NOT NULL
+            )"
+        )];
+        // "Live and mine": the row's owner is the caller and its lease runs.
+        let mine = format!("{table}.owner = excluded.owner AND {table}.expires_at > {now}");
+        let acquire = format!(
+            "INSERT INTO {table} (name, owner, holds, token, expires_at, updated_at)
+             VALUES ($1, $2, 1, 1, {now} + $3, {now})
+             ON CONFLICT (name) DO UPDATE SET
+                holds = CASE WHEN {mine} THEN {table}.holds + 1 ELSE 1 END,
+                token = CASE WHEN {mine} THEN {table}.token ELSE {table}.token + 1 END,
+                expires_at = CASE WHEN {mine}
+                    THEN {greatest}({table}.expires_at, excluded.expires_at)
+                    ELSE excluded.expires_at END,
+                owner = excluded.owner,
+                updated_at = {now}
+             WHERE {table}.owner IS NULL
+                OR {table}.expires_at <= {now}
+                OR ({table}.owner = excluded.owner AND $4 = 1)
+             RETURNING token, holds"
+        );
+        let probe = format!(
+            "SELECT CASE WHEN expires_at > {now} THEN owner END,
+                    CASE WHEN expires_at > {now} THEN expires_at - {now} END
+             FROM {table} WHERE name = $1"
+        );
+        let release = format!(
+            "UPDATE {table} SET
+                holds = holds - 1,
+                owner = CASE WHEN holds <= 1 THEN NULL ELSE owner END,
+                expires_at = CASE WHEN holds <= 1 THEN NULL ELSE expires_at END,
+                updated_at = {now}
+             WHERE name = $1 AND owner = $2 AND token = $3 AND expires_at > {now}"
+        );
+        let renew = format!(
+            "UPDATE {table} SET
+                expires_at = {greatest}(expires_at, {now} + $4),
+                updated_at = {now}
+             WHERE name = $1 AND owner = $2 AND token = $3 AND expires_at > {now}"
+        );
+        let break_lock = format!(
+            "UPDATE {table} SET owner = NULL, holds = 0, expires_at = NULL, updated_at = {now}
+             WHERE name = $1 AND owner IS NOT NULL AND expires_at > {now}"
+        );
+        let queries = Queries {
+            create,
+            acquire,
+            probe,
+            release,
+            renew,
+            break_lock,
+        };
+        match dialect {
+            // SQLite's numbered parameters are ?N.
+            Dialect::Sqlite => queries.map(|sql| sql.replace('$', "?")),
+            // MySQL has neither `ON CONFLICT ... WHERE` nor `RETURNING`;
+            // `SqlStore::connect` refuses it until it has its own statements.
+            Dialect::MySql | Dialect::Postgres => queries,
+        }
+    }
+
+    fn map(self, f: impl Fn(String) -> String) -> Self {
+        Queries {
+            create: self.create.into_iter().map(&f).collect(),
+            acquire: f(self.acquire),
+            probe: f(self.probe),
+            release: f(self.release),
+            renew: f(self.renew),
+            break_lock: f(self.break_lock),
+        }
+    }
+}
