@@ -4,15 +4,67 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-/// The store used when neither `--store` nor `$OMNILOCK_STORE` is given.
-pub const EMBEDDED_DEFAULT: &str = "mem://";
+use std::path::PathBuf;
 
 /// `$OMNILOCK_STORE`, else the embedded default.
 pub fn default_store() -> String {
     std::env::var("OMNILOCK_STORE")
         .ok()
         .filter(|s| !s.trim().is_empty())
-        .unwrap_or_else(|| EMBEDDED_DEFAULT.to_string())
+        .unwrap_or_else(embedded_default)
+}
+
+/// The store used when neither `--store` nor `$OMNILOCK_STORE` is given: a
+/// SQLite file in the user's data directory, so that processes on one
+/// machine coordinate with no server. Without the `sqlite` feature, `mem://`.
+pub fn embedded_default() -> String {
+    match default_sqlite_path() {
+        Some(path) if cfg!(feature = "sqlite") => {
+            let text = path.to_string_lossy();
+            let encoded: String = text
+                .chars()
+                .map(|c| match c {
+                    '%' => "%25".to_string(),
+                    '?' => "%3F".to_string(),
+                    '#' => "%23".to_string(),
+                    ' ' => "%20".to_string(),
+                    c => c.to_string(),
+                })
+                .collect();
+            format!("sqlite://{encoded}")
+        }
+        _ => "mem://".to_string(),
+    }
+}
+
+/// `$XDG_DATA_HOME/omnilock/locks.db`, else `~/.local/share/omnilock/locks.db`.
+pub fn default_sqlite_path() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .filter(|p| p.is_absolute())
+                .map(|home| home.join(".local").join("share"))
+        })?;
+    Some(base.join("omnilock").join("locks.db"))
+}
+
+/// Creates the embedded default's directory when it is the store in use.
+pub fn prepare_default(store: &str) {
+    if store == embedded_default() {
+        if let Some(dir) = default_sqlite_path().as_deref().and_then(|p| p.parent()) {
+            let _ = std::fs::create_dir_all(dir);
+        }
+    }
+}
+
+fn after_help() -> String {
+    format!(
+        "{AFTER_HELP}\n\nEmbedded default store here: {}",
+        embedded_default()
+    )
 }
 
 const AFTER_HELP: &str = "\
@@ -20,8 +72,9 @@ Store URLs: mem://, etcd://h1:p1,h2:p2/prefix, zk://h1:p1,h2:p2/prefix,
   redis://[:pw@]host:port[/db], redlock://h1:p1,h2:p2,h3:p3/,
   mysql://user:pw@host:port/db, postgres://user@host:port/db, sqlite:///abs/path.db
   Options go in the query string, e.g. ?ttl=15s.
-The default store is $OMNILOCK_STORE, else mem:// (locks inside one omnilock
-process only; use a shared store to coordinate separate processes).
+The default store is $OMNILOCK_STORE, else the embedded default: a SQLite file
+in $XDG_DATA_HOME/omnilock (or ~/.local/share/omnilock), created on first use,
+which coordinates the processes of one machine with no server.
 
 Exit status of `run`: the command's own; 75 lock not acquired in time;
 64 bad arguments, name or URL; 69 store unreachable; 70 lock lost while the
@@ -29,9 +82,9 @@ command ran (the command gets SIGTERM first).";
 
 /// Distributed locks from the command line: hold a lock while a command runs.
 #[derive(Parser, Debug)]
-#[command(name = "omnilock", version, after_help = AFTER_HELP)]
+#[command(name = "omnilock", version, after_help = after_help())]
 pub struct Cli {
-    /// Store URL [default: $OMNILOCK_STORE, else mem://]
+    /// Store URL [default: $OMNILOCK_STORE, else the embedded SQLite file]
     #[arg(long, global = true, value_name = "URL")]
     pub store: Option<String>,
 

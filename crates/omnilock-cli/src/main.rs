@@ -47,6 +47,7 @@ fn main() -> ExitCode {
     };
     let code = runtime.block_on(async move {
         let store = cli.store.clone().unwrap_or_else(args::default_store);
+        args::prepare_default(&store);
         match cli.command {
             args::Command::Run(run) => run::run(&store, run).await,
             args::Command::Demo(demo) => demo::demo(&store, demo).await,

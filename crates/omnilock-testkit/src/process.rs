@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 pub fn counter_across_processes(omnilock: &Path, url: &str, dir: &Path) {
     let counter = dir.join("counter");
     std::fs::write(&counter, "0\n").expect("counter file");
+    let name = format!("processes/counter/{}", std::process::id());
     let script = format!(
-        "for i in $(seq 20); do \"$OMNILOCK\" run --store \"$STORE\" --wait 120s counter -- \
+        "for i in $(seq 20); do \"$OMNILOCK\" run --store \"$STORE\" --wait 120s \"$NAME\" -- \
          sh -c 'n=$(cat \"{c}\"); sleep 0.001; echo $((n+1)) > \"{c}\"' || exit 1; done",
         c = counter.display()
     );
@@ -26,6 +27,7 @@ pub fn counter_across_processes(omnilock: &Path, url: &str, dir: &Path) {
                 .arg(&script)
                 .env("OMNILOCK", omnilock)
                 .env("STORE", url)
+                .env("NAME", &name)
                 .stdin(Stdio::null())
                 .spawn()
                 .expect("spawn worker shell"),
@@ -43,6 +45,7 @@ pub fn counter_across_processes(omnilock: &Path, url: &str, dir: &Path) {
 /// TTL + 1 s of the kill.
 pub fn killed_holder_frees_lock(omnilock: &Path, url: &str, dir: &Path) {
     let ttl = Duration::from_secs(2);
+    let name = format!("processes/victim/{}", std::process::id());
     let marker = dir.join("holding");
     let _ = std::fs::remove_file(&marker);
     let mut holder = Command::new(omnilock)

@@ -1,0 +1,287 @@
+//! The `omnilock` command, end to end: every exit status, the child's
+//! environment, signal forwarding, and the embedded default store.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const OMNILOCK: &str = env!("CARGO_BIN_EXE_omnilock");
+
+/// A fresh directory for one test.
+fn scratch(test: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("cli")
+        .join(format!("{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+/// A private SQLite store: separate processes share it.
+fn sqlite_store(dir: &Path) -> String {
+    format!("sqlite://{}/locks.db", dir.display())
+}
+
+fn omnilock(args: &[&str]) -> Command {
+    let mut command = Command::new(OMNILOCK);
+    command
+        .args(args)
+        .env_remove("OMNILOCK_STORE")
+        .stdin(Stdio::null());
+    command
+}
+
+fn run(args: &[&str]) -> Output {
+    omnilock(args).output().expect("run omnilock")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn command_gets_token_and_lock_name() {
+    let out = run(&[
+        "run",
+        "--store",
+        "mem://",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "echo token=$OMNILOCK_TOKEN lock=$OMNILOCK_LOCK",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let token: u64 = stdout
+        .trim()
+        .strip_prefix("token=")
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no token in {stdout:?}"));
+    assert!(token > 0);
+    assert!(stdout.contains("lock=job"), "{stdout}");
+}
+
+#[test]
+fn exit_status_is_the_commands() {
+    let out = run(&[
+        "run", "--store", "mem://", "job", "--", "sh", "-c", "exit 3",
+    ]);
+    assert_eq!(out.status.code(), Some(3));
+    let out = run(&[
+        "run",
+        "--store",
+        "mem://",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "kill -9 $$",
+    ]);
+    assert_eq!(out.status.code(), Some(128 + 9));
+    let out = run(&["run", "--store", "mem://", "job", "--", "/no/such/program"]);
+    assert_eq!(out.status.code(), Some(127));
+}
+
+#[test]
+fn bad_arguments_exit_64() {
+    let long = "x".repeat(300);
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["run", "job"],                                            // no command
+        vec!["run", "--wait", "soon", "job", "--", "true"],            // bad duration
+        vec!["run", "--wait", "1s", "--no-wait", "job", "--", "true"], // conflicting
+        vec!["run", "--store", "mem://", "", "--", "true"],            // empty name
+        vec!["run", "--store", "mem://", &long, "--", "true"],         // name too long
+        vec!["run", "--store", "mem://", "a\nb", "--", "true"],        // control character
+        vec!["run", "--store", "nosuch://x", "job", "--", "true"],     // unknown scheme
+        vec!["run", "--store", "mem://?tll=1s", "job", "--", "true"],  // unknown option
+        vec!["run", "--store", "redis:/x", "job", "--", "true"],       // malformed URL
+        vec!["run", "--store", "mem://?ttl=1ms", "job", "--", "true"], // TTL too short
+        vec!["frobnicate"],
+    ];
+    for args in cases {
+        let out = run(&args);
+        assert_eq!(
+            out.status.code(),
+            Some(64),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(!text(&out.stderr).trim().is_empty(), "{args:?}: no message");
+    }
+}
+
+#[test]
+fn passwords_never_printed() {
+    let out = run(&[
+        "run",
+        "--store",
+        "postgres://app:hunter2@127.0.0.1:1/db?connect_timeout=200ms",
+        "job",
+        "--",
+        "true",
+    ]);
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(!all.contains("hunter2"), "{all}");
+    assert_ne!(out.status.code(), Some(0));
+}
+
+#[test]
+fn busy_lock_exits_75() {
+    let dir = scratch("busy");
+    let store = sqlite_store(&dir);
+    // The outer run holds "job" while the inner ones try it from other processes.
+    let inner = format!(
+        "\"$OMNILOCK\" run --store \"$STORE\" --no-wait job -- true; echo no-wait=$?; \
+         \"$OMNILOCK\" run --store \"$STORE\" --wait 200ms job -- true; echo wait=$?"
+    );
+    let out = omnilock(&["run", "--store", &store, "job", "--", "sh", "-c", &inner])
+        .env("OMNILOCK", OMNILOCK)
+        .env("STORE", &store)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("no-wait=75"), "{stdout}");
+    assert!(stdout.contains("wait=75"), "{stdout}");
+    let stderr = text(&out.stderr);
+    assert_eq!(stderr.lines().count(), 2, "one line per refusal: {stderr}");
+    // Free again afterwards.
+    let out = run(&["run", "--store", &store, "--no-wait", "job", "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
+#[test]
+fn unreachable_store_exits_69() {
+    let out = run(&[
+        "run",
+        "--store",
+        "sqlite:///nonexistent-omnilock-dir/x/locks.db",
+        "job",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(69), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("unavailable"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn lost_lock_exits_70_after_sigterm_to_command() {
+    let dir = scratch("lost");
+    let store = sqlite_store(&dir);
+    let marker = dir.join("terminated");
+    // The command breaks its own lock from another process, then waits to be
+    // told: omnilock notices at its next renewal and sends SIGTERM.
+    let script = format!(
+        "trap 'touch \"{}\"; exit 0' TERM; \"$OMNILOCK\" break --store \"$STORE\" job; \
+         for i in $(seq 300); do sleep 0.1; done",
+        marker.display()
+    );
+    let started = Instant::now();
+    let out = omnilock(&[
+        "run", "--store", &store, "--ttl", "1s", "job", "--", "sh", "-c", &script,
+    ])
+    .env("OMNILOCK", OMNILOCK)
+    .env("STORE", &store)
+    .output()
+    .expect("run");
+    assert_eq!(out.status.code(), Some(70), "{}", text(&out.stderr));
+    assert!(marker.exists(), "the command did not get SIGTERM");
+    assert!(started.elapsed() < Duration::from_secs(25));
+}
+
+#[test]
+fn signals_reach_the_command_and_the_lock_is_released() {
+    let dir = scratch("signals");
+    let store = sqlite_store(&dir);
+    let ready = dir.join("ready");
+    let script = format!(
+        "trap 'exit 42' TERM; touch \"{}\"; while :; do sleep 0.05; done",
+        ready.display()
+    );
+    let mut child = omnilock(&["run", "--store", &store, "job", "--", "sh", "-c", &script])
+        .spawn()
+        .expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ready.exists() {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // SAFETY: signalling a child we spawned and have not reaped.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let status = child.wait().expect("wait");
+    assert_eq!(
+        status.code(),
+        Some(42),
+        "omnilock exits with the command's status"
+    );
+    let out = run(&["run", "--store", &store, "--no-wait", "job", "--", "true"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "lock not released: {}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn demo_runs_on_the_embedded_default() {
+    let dir = scratch("demo");
+    let out = omnilock(&["demo", "--workers", "3", "--rounds", "2"])
+        .env("XDG_DATA_HOME", &dir)
+        .output()
+        .expect("demo");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        stdout.lines().filter(|l| l.starts_with("grant")).count(),
+        6,
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("fencing tokens strictly increasing"),
+        "{stdout}"
+    );
+    assert!(
+        dir.join("omnilock/locks.db").exists(),
+        "the default store file was not created"
+    );
+    let help = omnilock(&["--help"])
+        .env("XDG_DATA_HOME", &dir)
+        .output()
+        .expect("help");
+    assert!(text(&help.stdout).contains(&format!("{}/omnilock/locks.db", dir.display())));
+}
+
+/// The cross-process conformance scenarios, on every store that spans
+/// processes and has a test URL.
+mod cross_process {
+    use super::*;
+    use omnilock_testkit::{process, store_url};
+
+    fn each_store(test: &str, scenario: fn(&Path, &str, &Path)) {
+        // The embedded default (a private SQLite file) always runs.
+        let dir = scratch(test);
+        scenario(Path::new(OMNILOCK), &sqlite_store(&dir), &dir);
+        for store in ["SQLITE"] {
+            if let Some(url) = store_url(store) {
+                scenario(Path::new(OMNILOCK), &url, &dir);
+            }
+        }
+    }
+
+    #[test]
+    fn counter_across_processes() {
+        each_store("counter", process::counter_across_processes);
+    }
+
+    #[test]
+    fn killed_holder_frees_lock() {
+        each_store("killed", process::killed_holder_frees_lock);
+    }
+}
