@@ -77,21 +77,21 @@ async fn open(url: &mut StoreUrl) -> Result<Locks> {
     let scheme = url.scheme().to_string();
     match scheme.as_str() {
         mem::SCHEME => Ok(Locks::new(MemStore::from_url(url)?)),
-        "etcd" => not_built(url, "etcd"),
-        "zk" | "zookeeper" => not_built(url, "zookeeper"),
-        "redis" | "rediss" | "redlock" => not_built(url, "redis"),
+        "etcd" => not_built(url, "etcd", cfg!(feature = "etcd")),
+        "zk" | "zookeeper" => not_built(url, "zookeeper", cfg!(feature = "zookeeper")),
+        "redis" | "rediss" | "redlock" => not_built(url, "redis", cfg!(feature = "redis")),
         #[cfg(feature = "mysql")]
         "mysql" | "mariadb" => sql(url).await,
         #[cfg(not(feature = "mysql"))]
-        "mysql" | "mariadb" => not_built(url, "mysql"),
+        "mysql" | "mariadb" => not_built(url, "mysql", cfg!(feature = "mysql")),
         #[cfg(feature = "postgres")]
         "postgres" | "postgresql" => sql(url).await,
         #[cfg(not(feature = "postgres"))]
-        "postgres" | "postgresql" => not_built(url, "postgres"),
+        "postgres" | "postgresql" => not_built(url, "postgres", cfg!(feature = "postgres")),
         #[cfg(feature = "sqlite")]
         "sqlite" => sql(url).await,
         #[cfg(not(feature = "sqlite"))]
-        "sqlite" => not_built(url, "sqlite"),
+        "sqlite" => not_built(url, "sqlite", cfg!(feature = "sqlite")),
         other => Err(Error::config(format!(
             "unknown store scheme {other:?}; known: mem, etcd, zk, redis, rediss, redlock, mysql, postgres, sqlite"
         ))),
@@ -106,16 +106,7 @@ async fn sql(url: &StoreUrl) -> Result<Locks> {
 
 /// The answer for a scheme whose backend is not compiled in.
 #[allow(dead_code)]
-fn not_built(url: &StoreUrl, feature: &str) -> Result<Locks> {
-    let enabled = match feature {
-        "etcd" => cfg!(feature = "etcd"),
-        "zookeeper" => cfg!(feature = "zookeeper"),
-        "redis" => cfg!(feature = "redis"),
-        "mysql" => cfg!(feature = "mysql"),
-        "postgres" => cfg!(feature = "postgres"),
-        "sqlite" => cfg!(feature = "sqlite"),
-        _ => false,
-    };
+fn not_built(url: &StoreUrl, feature: &str, enabled: bool) -> Result<Locks> {
     if enabled {
         return Err(Error::new(
             ErrorKind::Unsupported,

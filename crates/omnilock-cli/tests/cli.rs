@@ -132,11 +132,9 @@ fn busy_lock_exits_75() {
     let dir = scratch("busy");
     let store = sqlite_store(&dir);
     // The outer run holds "job" while the inner ones try it from other processes.
-    let inner = format!(
-        "\"$OMNILOCK\" run --store \"$STORE\" --no-wait job -- true; echo no-wait=$?; \
-         \"$OMNILOCK\" run --store \"$STORE\" --wait 200ms job -- true; echo wait=$?"
-    );
-    let out = omnilock(&["run", "--store", &store, "job", "--", "sh", "-c", &inner])
+    let inner = "\"$OMNILOCK\" run --store \"$STORE\" --no-wait job -- true; echo no-wait=$?; \
+         \"$OMNILOCK\" run --store \"$STORE\" --wait 200ms job -- true; echo wait=$?";
+    let out = omnilock(&["run", "--store", &store, "job", "--", "sh", "-c", inner])
         .env("OMNILOCK", OMNILOCK)
         .env("STORE", &store)
         .output()

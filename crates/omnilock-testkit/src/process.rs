@@ -50,7 +50,7 @@ pub fn killed_holder_frees_lock(omnilock: &Path, url: &str, dir: &Path) {
     let _ = std::fs::remove_file(&marker);
     let mut holder = Command::new(omnilock)
         .args([
-            "run", "--store", url, "--ttl", "2s", "victim", "--", "sh", "-c",
+            "run", "--store", url, "--ttl", "2s", &name, "--", "sh", "-c",
         ])
         .arg(format!("touch '{}'; exec sleep 600", marker.display()))
         .stdin(Stdio::null())
@@ -78,9 +78,7 @@ pub fn killed_holder_frees_lock(omnilock: &Path, url: &str, dir: &Path) {
     let killed_at = Instant::now();
     holder.wait().expect("reap holder");
     let status = Command::new(omnilock)
-        .args([
-            "run", "--store", url, "--wait", "30s", "victim", "--", "true",
-        ])
+        .args(["run", "--store", url, "--wait", "30s", &name, "--", "true"])
         .status()
         .expect("run successor");
     let waited = killed_at.elapsed();
