@@ -19,12 +19,21 @@ ENV_FILE=$DIR/env
 PIDS=$DIR/pids
 
 # The stores the test suite needs today. Backend issues append to this list.
-STORES=(sqlite)
+STORES=(sqlite mariadb postgres)
 
 # Debian packages each store needs (installed with apt-get when run as root).
 declare -A PACKAGES=(
   [sqlite]=""
+  [mariadb]="mariadb-server mariadb-client"
+  [postgres]="postgresql postgresql-client"
 )
+
+# Private ports (override with OMNILOCK_<STORE>_PORT).
+MARIADB_PORT=${OMNILOCK_MARIADB_PORT:-33061}
+POSTGRES_PORT=${OMNILOCK_POSTGRES_PORT:-54329}
+# Test-only credentials for throw-away servers on 127.0.0.1.
+TEST_USER=omnilock
+TEST_PASSWORD=omnilock-test-pw
 
 log() { printf 'stores: %s\n' "$*" >&2; }
 
@@ -46,8 +55,9 @@ need_packages() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-# record PID NAME: remember a process we started.
-record() { echo "$1 $2" >>"$PIDS"; }
+# record PID NAME [SIGNAL]: remember a process we started, the program name
+# its command line must still show, and the signal that stops it cleanly.
+record() { echo "$1 $2 ${3:-TERM}" >>"$PIDS"; }
 
 # wait_for SECONDS DESCRIPTION COMMAND...: poll COMMAND until it succeeds.
 wait_for() {
@@ -72,6 +82,45 @@ start_sqlite() {
   mkdir -p "$DIR/sqlite"
   rm -f "$DIR/sqlite/test.db" "$DIR/sqlite/test.db-wal" "$DIR/sqlite/test.db-shm"
   export_url SQLITE "sqlite://$DIR/sqlite/test.db"
+}
+
+start_mariadb() {
+  local data=$DIR/mariadb/data sock=$DIR/mariadb/mysqld.sock
+  rm -rf "$DIR/mariadb"
+  mkdir -p "$data"
+  mariadb-install-db --no-defaults --datadir="$data" --user=root \
+    --auth-root-authentication-method=normal --skip-test-db >"$DIR/mariadb/install.log" 2>&1
+  mariadbd --no-defaults --datadir="$data" --socket="$sock" --port="$MARIADB_PORT" \
+    --bind-address=127.0.0.1 --user=root --skip-name-resolve --innodb-buffer-pool-size=64M \
+    --log-error="$DIR/mariadb/error.log" --pid-file="$DIR/mariadb/mariadbd.pid" &
+  record $! mariadbd
+  wait_for 60 mariadb mariadb-admin --no-defaults --socket="$sock" -uroot ping
+  mariadb --no-defaults --socket="$sock" -uroot <<SQL
+CREATE DATABASE omnilock;
+CREATE USER '$TEST_USER'@'127.0.0.1' IDENTIFIED BY '$TEST_PASSWORD';
+GRANT ALL ON omnilock.* TO '$TEST_USER'@'127.0.0.1';
+SQL
+  export_url MYSQL "mysql://$TEST_USER:$TEST_PASSWORD@127.0.0.1:$MARIADB_PORT/omnilock"
+  echo "export OMNILOCK_TEST_MARIADB_SOCKET='$sock'" >>"$ENV_FILE"
+}
+
+start_postgres() {
+  local bin data=$DIR/postgres/data sock=$DIR/postgres
+  bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
+  rm -rf "$DIR/postgres"
+  mkdir -p "$data"
+  # PostgreSQL refuses to run as root: its files belong to the postgres user.
+  chown -R postgres:postgres "$DIR/postgres"
+  runuser -u postgres -- "$bin/initdb" -D "$data" -U postgres --auth-local=trust \
+    --auth-host=scram-sha-256 >"$sock/initdb.log" 2>&1
+  runuser -u postgres -- "$bin/pg_ctl" -D "$data" -l "$sock/server.log" -w -t 60 \
+    -o "-c listen_addresses=127.0.0.1 -p $POSTGRES_PORT -k $sock -c fsync=off" start >/dev/null
+  record "$(head -n 1 "$data/postmaster.pid")" postgres INT
+  runuser -u postgres -- psql -q -h "$sock" -p "$POSTGRES_PORT" -U postgres -v ON_ERROR_STOP=1 <<SQL
+CREATE USER $TEST_USER PASSWORD '$TEST_PASSWORD';
+CREATE DATABASE omnilock OWNER $TEST_USER;
+SQL
+  export_url POSTGRES "postgres://$TEST_USER:$TEST_PASSWORD@127.0.0.1:$POSTGRES_PORT/omnilock"
 }
 
 # --- commands ---------------------------------------------------------------
@@ -99,12 +148,12 @@ up() {
 
 down() {
   [ -f "$PIDS" ] || return 0
-  local pid name
-  while read -r pid name; do
+  local pid name signal
+  while read -r pid name signal; do
     [ -n "$pid" ] || continue
     if [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "$name"; then
-      kill "$pid" 2>/dev/null || true
-      for _ in $(seq 50); do
+      kill "-${signal:-TERM}" "$pid" 2>/dev/null || true
+      for _ in $(seq 100); do
         [ -d "/proc/$pid" ] || break
         sleep 0.1
       done

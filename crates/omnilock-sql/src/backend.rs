@@ -14,7 +14,7 @@ use sqlx::{AnyPool, Executor, Row};
 use tokio::sync::Notify;
 
 use crate::config::{Dialect, SqlConfig};
-use crate::queries::Queries;
+use crate::queries::{Acquire, Queries};
 
 /// A lock store on a SQL database. Create it with [`SqlStore::connect`] or
 /// through `omnilock::connect("sqlite:///...")`.
@@ -52,12 +52,6 @@ impl SqlStore {
     pub async fn connect(config: SqlConfig) -> Result<Self> {
         let kind = config.dialect.kind();
         let context = |e: Error| e.with_backend(kind);
-        if config.dialect == Dialect::MySql {
-            return Err(context(Error::new(
-                ErrorKind::Unsupported,
-                "the MySQL/MariaDB dialect is not implemented yet (sqlite:// is)",
-            )));
-        }
         sqlx::any::install_default_drivers();
         let mut options = AnyPoolOptions::new()
             .max_connections(config.pool_size)
@@ -104,23 +98,62 @@ impl SqlStore {
         map_err(e, self.kind())
     }
 
+    /// The atomic statement(s) that take the lock: `Some(token)` if taken.
+    async fn take(&self, request: &AcquireRequest) -> Result<Option<u64>> {
+        let inner = &self.inner;
+        let ttl_ms = request.ttl.as_millis() as i64;
+        let (name, owner) = (request.name.as_str(), request.owner.as_str());
+        match &inner.queries.acquire {
+            Acquire::Upsert(sql) => {
+                let row: Option<AnyRow> = sqlx::query(sql)
+                    .bind(name)
+                    .bind(owner)
+                    .bind(ttl_ms)
+                    .bind(request.reentrant as i64)
+                    .fetch_optional(&inner.pool)
+                    .await
+                    .map_err(|e| self.err(e))?;
+                row.map(|row| row.try_get::<i64, _>(0).map(|t| t as u64))
+                    .transpose()
+                    .map_err(|e| self.err(e))
+            }
+            Acquire::UpdateThenInsert { update, insert } => {
+                let updated = sqlx::query(update)
+                    .bind(owner)
+                    .bind(owner)
+                    .bind(owner)
+                    .bind(ttl_ms)
+                    .bind(ttl_ms)
+                    .bind(owner)
+                    .bind(name)
+                    .bind(owner)
+                    .bind(request.reentrant as i64)
+                    .execute(&inner.pool)
+                    .await
+                    .map_err(|e| self.err(e))?;
+                if updated.rows_affected() == 1 {
+                    let token = updated.last_insert_id().ok_or_else(|| {
+                        Error::new(ErrorKind::Backend, "the database did not report the token")
+                    })?;
+                    return Ok(Some(token as u64));
+                }
+                let inserted = sqlx::query(insert)
+                    .bind(name)
+                    .bind(owner)
+                    .bind(ttl_ms)
+                    .execute(&inner.pool)
+                    .await
+                    .map_err(|e| self.err(e))?;
+                Ok((inserted.rows_affected() == 1).then_some(1))
+            }
+        }
+    }
+
     /// One atomic attempt to take the lock.
     async fn attempt(&self, request: &AcquireRequest) -> Result<Attempt> {
         let inner = &self.inner;
-        let ttl_ms = request.ttl.as_millis() as i64;
-        let row: Option<AnyRow> = sqlx::query(&inner.queries.acquire)
-            .bind(request.name.as_str())
-            .bind(request.owner.as_str())
-            .bind(ttl_ms)
-            .bind(request.reentrant as i64)
-            .fetch_optional(&inner.pool)
-            .await
-            .map_err(|e| self.err(e))?;
-        if let Some(row) = row {
-            let token: i64 = row.try_get(0).map_err(|e| self.err(e))?;
-            return Ok(Attempt::Taken {
-                token: token as u64,
-            });
+        if let Some(token) = self.take(request).await? {
+            return Ok(Attempt::Taken { token });
         }
         let row: Option<AnyRow> = sqlx::query(&inner.queries.probe)
             .bind(request.name.as_str())
@@ -291,10 +324,10 @@ impl Backend for SqlStore {
     async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
         let started = Instant::now();
         let done = sqlx::query(&self.inner.queries.renew)
+            .bind(request.ttl.as_millis() as i64)
             .bind(request.name.as_str())
             .bind(request.owner.as_str())
             .bind(grant.token as i64)
-            .bind(request.ttl.as_millis() as i64)
             .execute(&self.inner.pool)
             .await
             .map_err(|e| self.err(e))?;

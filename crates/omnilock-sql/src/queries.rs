@@ -9,23 +9,41 @@
 
 use crate::config::Dialect;
 
+/// How a dialect takes a lock atomically.
+#[derive(Debug, Clone)]
+pub(crate) enum Acquire {
+    /// SQLite and PostgreSQL: one `INSERT ... ON CONFLICT DO UPDATE ... WHERE
+    /// ... RETURNING token`. Binds: name, owner, ttl_ms, reentrant (0/1).
+    /// One row on success, none when busy.
+    Upsert(String),
+    /// MySQL/MariaDB (no conditional upsert, no RETURNING): a single-row
+    /// `UPDATE` that takes an existing row if free, expired or re-entered,
+    /// reporting the token through `LAST_INSERT_ID(expr)`; when no row
+    /// matched, `INSERT IGNORE` creates the row for a name never used.
+    UpdateThenInsert {
+        /// Binds: owner, owner, owner, ttl_ms, ttl_ms, owner, name, owner, reentrant.
+        update: String,
+        /// Binds: name, owner, ttl_ms. One row inserted = taken with token 1.
+        insert: String,
+    },
+}
+
 /// The statements one store uses.
 #[derive(Debug, Clone)]
 pub(crate) struct Queries {
     /// Creates the table if missing.
     pub create: Vec<String>,
     /// Takes the lock if free, expired, or held by the same owner and
-    /// reentrant. Binds: name, owner, ttl_ms, reentrant (0/1).
-    /// Returns one row `(token, holds)` on success, none when busy.
-    pub acquire: String,
+    /// reentrant.
+    pub acquire: Acquire,
     /// Reads who holds a lock. Binds: name. Returns `(owner, remaining_ms)`,
     /// both NULL when free.
     pub probe: String,
     /// Drops one hold, owner- and token-checked. Binds: name, owner, token.
     /// One row affected on success.
     pub release: String,
-    /// Extends a live lease, owner- and token-checked. Binds: name, owner,
-    /// token, ttl_ms. One row affected on success; never revives a lock.
+    /// Extends a live lease, owner- and token-checked. Binds: ttl_ms, name,
+    /// owner, token. One row affected on success; never revives a lock.
     pub renew: String,
     /// Frees a lock whatever its owner. Binds: name.
     pub break_lock: String,
@@ -79,6 +97,29 @@ impl Queries {
                 OR ({table}.owner = excluded.owner AND $4 = 1)
              RETURNING token, holds"
         );
+        let acquire = match dialect {
+            Dialect::MySql => Acquire::UpdateThenInsert {
+                // MySQL evaluates SET assignments left to right, each seeing
+                // the ones before: every condition reads `owner` and
+                // `expires_at`, so they are assigned last, in that order.
+                update: format!(
+                    "UPDATE {table} SET
+                        holds = IF(owner = ? AND expires_at > {now}, holds + 1, 1),
+                        token = LAST_INSERT_ID(IF(owner = ? AND expires_at > {now}, token, token + 1)),
+                        expires_at = IF(owner = ? AND expires_at > {now},
+                            GREATEST(expires_at, {now} + ?), {now} + ?),
+                        owner = ?,
+                        updated_at = {now}
+                     WHERE name = ?
+                       AND (owner IS NULL OR expires_at <= {now} OR (owner = ? AND ? = 1))"
+                ),
+                insert: format!(
+                    "INSERT IGNORE INTO {table} (name, owner, holds, token, expires_at, updated_at)
+                     VALUES (?, ?, 1, 1, {now} + ?, {now})"
+                ),
+            },
+            _ => Acquire::Upsert(acquire),
+        };
         let probe = format!(
             "SELECT CASE WHEN expires_at > {now} THEN owner END,
                     CASE WHEN expires_at > {now} THEN expires_at - {now} END
@@ -94,9 +135,9 @@ impl Queries {
         );
         let renew = format!(
             "UPDATE {table} SET
-                expires_at = {greatest}(expires_at, {now} + $4),
+                expires_at = {greatest}(expires_at, {now} + $1),
                 updated_at = {now}
-             WHERE name = $1 AND owner = $2 AND token = $3 AND expires_at > {now}"
+             WHERE name = $2 AND owner = $3 AND token = $4 AND expires_at > {now}"
         );
         let break_lock = format!(
             "UPDATE {table} SET owner = NULL, holds = 0, expires_at = NULL, updated_at = {now}
@@ -113,16 +154,26 @@ impl Queries {
         match dialect {
             // SQLite's numbered parameters are ?N.
             Dialect::Sqlite => queries.map(|sql| sql.replace('$', "?")),
-            // MySQL has neither `ON CONFLICT ... WHERE` nor `RETURNING`;
-            // `SqlStore::connect` refuses it until it has its own statements.
-            Dialect::MySql | Dialect::Postgres => queries,
+            // MySQL's parameters are positional `?`; each statement binds
+            // its values in order of appearance.
+            Dialect::MySql => queries.map(|sql| {
+                let mut out = sql;
+                for n in 1..=4 {
+                    out = out.replace(&format!("${n}"), "?");
+                }
+                out
+            }),
+            Dialect::Postgres => queries,
         }
     }
 
     fn map(self, f: impl Fn(String) -> String) -> Self {
         Queries {
             create: self.create.into_iter().map(&f).collect(),
-            acquire: f(self.acquire),
+            acquire: match self.acquire {
+                Acquire::Upsert(sql) => Acquire::Upsert(f(sql)),
+                other => other,
+            },
             probe: f(self.probe),
             release: f(self.release),
             renew: f(self.renew),
