@@ -381,6 +381,21 @@ fn map_err(err: sqlx::Error, kind: &'static str) -> Error {
                 ("postgres", "28P01" | "28000") | ("mysql", "28000") => {
                     Error::config("the database refused the credentials (user name or password)")
                 }
+                ("postgres", "3D000") => Error::config("the database does not exist"),
+                // MySQL answers "access denied" for a database the user may
+                // not see, whether or not it exists.
+                ("mysql", "42000")
+                    if db.message().contains("Unknown database")
+                        || db.message().contains("to database") =>
+                {
+                    Error::config("the database does not exist or this user may not use it")
+                }
+                ("postgres", "42P01") | ("mysql", "42S02") => Error::config(
+                    "the lock table does not exist (create it, or allow create_table)",
+                ),
+                ("sqlite", "1") if db.message().contains("no such table") => Error::config(
+                    "the lock table does not exist (create it, or allow create_table)",
+                ),
                 ("postgres", c) if c.starts_with("08") || c.starts_with("57P") => {
                     Error::unavailable("the database connection failed")
                 }

@@ -1,0 +1,204 @@
+//! What only the SQL stores have: their table, their clock, their credentials.
+
+use std::time::Duration;
+
+use omnilock_core::{ErrorKind, Locks, StoreUrl};
+use omnilock_sql::{SqlConfig, SqlStore};
+use omnilock_testkit::store_url;
+use sqlx::{AnyPool, Executor};
+
+async fn connect(url: &str) -> omnilock_core::Result<Locks> {
+    let config = SqlConfig::from_url(&StoreUrl::parse(url)?)?;
+    Ok(Locks::new(SqlStore::connect(config).await?))
+}
+
+async fn raw(url: &str) -> AnyPool {
+    sqlx::any::install_default_drivers();
+    // The sqlx URL: SQLite needs mode=rwc, the servers take ours as is.
+    let url = if url.starts_with("sqlite:") {
+        format!("{url}?mode=rwc")
+    } else {
+        url.to_string()
+    };
+    AnyPool::connect(&url).await.expect("raw connection")
+}
+
+fn stores() -> Vec<(&'static str, String)> {
+    let mut all = Vec::new();
+    for store in ["SQLITE", "MYSQL", "POSTGRES"] {
+        if let Some(url) = store_url(store) {
+            all.push((store, url));
+        }
+    }
+    all
+}
+
+fn with_option(url: &str, option: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}{option}")
+}
+
+fn now_ms(store: &str) -> &'static str {
+    match store {
+        "SQLITE" => "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
+        "MYSQL" => "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)",
+        _ => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+    }
+}
+
+/// A lock whose expiry has passed by the database's clock is taken over at
+/// once, with a higher token; the stale holder's release is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn expired_lock_is_taken_over_by_database_clock() {
+    for (store, url) in stores() {
+        let table = format!("expiry_{}", store.to_lowercase());
+        let url = with_option(&url, &format!("table={table}"));
+        let a = connect(&url).await.expect("connect");
+        let b = connect(&url).await.expect("connect");
+        let stale = a
+            .lock("expiring")
+            .ttl(Duration::from_secs(3600))
+            .acquire()
+            .await
+            .expect("acquire");
+        // Age the row by the database's own clock.
+        let pool = raw(store_url(store).unwrap().as_str()).await;
+        let aged = format!(
+            "UPDATE {table} SET expires_at = {} - 1 WHERE name = 'expiring'",
+            now_ms(store)
+        );
+        pool.execute(aged.as_str()).await.expect("age the row");
+        let fresh = tokio::time::timeout(Duration::from_secs(10), b.try_acquire("expiring"))
+            .await
+            .expect("in time")
+            .expect("try_acquire")
+            .unwrap_or_else(|| panic!("{store}: an expired lock was not taken over"));
+        assert!(
+            fresh.token() > stale.token(),
+            "{store}: token did not advance"
+        );
+        let err = stale.release().await.expect_err("stale release");
+        assert_eq!(err.kind(), ErrorKind::NotOwner, "{store}: {err}");
+        // The lease was set from the database clock: about TTL from its now.
+        let check = format!(
+            "SELECT CAST(expires_at - {} AS SIGNED) FROM {table} WHERE name = 'expiring'",
+            now_ms(store)
+        )
+        .replace(
+            "AS SIGNED",
+            if store == "MYSQL" {
+                "AS SIGNED"
+            } else {
+                "AS BIGINT"
+            },
+        );
+        let remaining: i64 = sqlx::query_scalar(&check)
+            .fetch_one(&pool)
+            .await
+            .expect("read expiry");
+        let ttl = b.default_ttl().as_millis() as i64;
+        assert!(
+            remaining > ttl - 10_000 && remaining <= ttl + 1_000,
+            "{store}: lease {remaining} ms by the database clock, TTL {ttl} ms"
+        );
+        fresh.release().await.expect("release");
+    }
+}
+
+/// A table a DBA created beforehand is used as is; a missing one with
+/// `create_table=false` is a clear configuration error.
+#[tokio::test(flavor = "multi_thread")]
+async fn table_created_by_a_dba_is_used_as_is() {
+    for (store, url) in stores() {
+        let table = format!("dba_{}", store.to_lowercase());
+        let pool = raw(&url).await;
+        let (text, int) = match store {
+            "SQLITE" => ("TEXT", "INTEGER"),
+            "MYSQL" => (
+                "VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
+                "BIGINT",
+            ),
+            _ => ("VARCHAR(256)", "BIGINT"),
+        };
+        pool.execute(format!("DROP TABLE IF EXISTS {table}").as_str())
+            .await
+            .expect("drop");
+        pool.execute(
+            format!(
+                "CREATE TABLE {table} (name {text} NOT NULL PRIMARY KEY, owner {text} NULL,
+                 holds {int} NOT NULL DEFAULT 0, token {int} NOT NULL DEFAULT 0,
+                 expires_at {int} NULL, updated_at {int} NOT NULL)"
+            )
+            .as_str(),
+        )
+        .await
+        .expect("create");
+        let locks = connect(&with_option(
+            &url,
+            &format!("table={table}&create_table=false"),
+        ))
+        .await
+        .expect("connect to the DBA's table");
+        let guard = locks.acquire("dba-made").await.expect("acquire");
+        let count: i64 = sqlx::query_scalar(&format!(
+            "SELECT COUNT(*) FROM {table} WHERE owner IS NOT NULL"
+        ))
+        .fetch_one(&pool)
+        .await
+        .expect("count");
+        assert_eq!(count, 1, "{store}: the lock row is not in the DBA's table");
+        guard.release().await.expect("release");
+
+        let missing = with_option(&url, "table=nobody_made_this&create_table=false");
+        let locks = connect(&missing).await.expect("connect");
+        let err = locks.try_acquire("x").await.expect_err("missing table");
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{store}: {err}");
+        assert!(err.to_string().contains("table"), "{store}: {err}");
+    }
+}
+
+/// A wrong password or a missing database is a clear error that names the
+/// problem and never shows the password.
+#[tokio::test(flavor = "multi_thread")]
+async fn wrong_password_and_missing_database() {
+    for (store, url) in stores() {
+        if store == "SQLITE" {
+            continue;
+        }
+        let parsed = StoreUrl::parse(&url).expect("url");
+        let password = parsed
+            .password()
+            .expect("test URLs have a password")
+            .expose()
+            .to_string();
+        let wrong = url.replacen(&password, "not-the-password", 1);
+        let err = connect(&wrong).await.expect_err("wrong password");
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{store}: {err}");
+        let shown = format!("{err} {err:?}");
+        assert!(shown.contains("credentials"), "{store}: {shown}");
+        assert!(!shown.contains("not-the-password"), "{store}: {shown}");
+        assert!(!shown.contains(&password), "{store}: {shown}");
+
+        let (base, _) = url.rsplit_once('/').expect("database in URL");
+        let err = connect(&format!("{base}/no_such_database"))
+            .await
+            .expect_err("missing database");
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{store}: {err}");
+        assert!(err.to_string().contains("does not exist"), "{store}: {err}");
+        assert!(!format!("{err:?}").contains(&password), "{store}: {err:?}");
+    }
+}
+
+/// Nothing listens there: Unavailable, quickly, without the password.
+#[tokio::test(flavor = "multi_thread")]
+async fn unreachable_server_is_unavailable() {
+    for url in [
+        "postgres://u:sekrit@127.0.0.1:1/db?connect_timeout=500ms",
+        "mysql://u:sekrit@127.0.0.1:1/db?connect_timeout=500ms",
+    ] {
+        let err = connect(url).await.expect_err("nothing listens on port 1");
+        assert_eq!(err.kind(), ErrorKind::Unavailable, "{url}: {err}");
+        assert!(err.is_retryable());
+        assert!(!format!("{err} {err:?}").contains("sekrit"));
+    }
+}
