@@ -262,11 +262,14 @@ mod cross_process {
     use super::*;
     use omnilock_testkit::{process, store_url};
 
-    fn each_store(test: &str, scenario: fn(&Path, &str, &Path)) {
+    /// Every store that spans processes and has a test URL.
+    const STORES: &[&str] = &["SQLITE", "MYSQL", "POSTGRES"];
+
+    fn each_store(test: &str, scenario: impl Fn(&Path, &str, &Path)) {
         // The embedded default (a private SQLite file) always runs.
         let dir = scratch(test);
         scenario(Path::new(OMNILOCK), &sqlite_store(&dir), &dir);
-        for store in ["SQLITE"] {
+        for store in STORES {
             if let Some(url) = store_url(store) {
                 scenario(Path::new(OMNILOCK), &url, &dir);
             }
@@ -275,7 +278,17 @@ mod cross_process {
 
     #[test]
     fn counter_across_processes() {
-        each_store("counter", process::counter_across_processes);
+        each_store("counter", |bin, url, dir| {
+            process::counter_across_processes(bin, url, dir, 4)
+        });
+    }
+
+    /// The embedded default under load: 8 processes hammering one SQLite file
+    /// keep exclusion and all make progress.
+    #[test]
+    fn eight_processes_on_one_sqlite_file() {
+        let dir = scratch("eight");
+        process::counter_across_processes(Path::new(OMNILOCK), &sqlite_store(&dir), &dir, 8);
     }
 
     #[test]

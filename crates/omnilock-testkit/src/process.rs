@@ -7,10 +7,10 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// 4 processes each run 20 critical sections through `omnilock run`, each
-/// incrementing a counter file with a read-then-write shell snippet: the file
-/// ends at exactly 80.
-pub fn counter_across_processes(omnilock: &Path, url: &str, dir: &Path) {
+/// `processes` processes (at least 4) each run 20 critical sections through
+/// `omnilock run`, each incrementing a counter file with a read-then-write
+/// shell snippet: the file ends at exactly 20 × `processes`.
+pub fn counter_across_processes(omnilock: &Path, url: &str, dir: &Path, processes: usize) {
     let counter = dir.join("counter");
     std::fs::write(&counter, "0\n").expect("counter file");
     let name = format!("processes/counter/{}", std::process::id());
@@ -20,7 +20,7 @@ pub fn counter_across_processes(omnilock: &Path, url: &str, dir: &Path) {
         c = counter.display()
     );
     let mut children = Vec::new();
-    for _ in 0..4 {
+    for _ in 0..processes {
         children.push(
             Command::new("sh")
                 .arg("-c")
@@ -38,7 +38,11 @@ pub fn counter_across_processes(omnilock: &Path, url: &str, dir: &Path) {
         assert!(status.success(), "a worker process failed: {status}");
     }
     let total = std::fs::read_to_string(&counter).expect("counter");
-    assert_eq!(total.trim(), "80", "increments were lost across processes");
+    assert_eq!(
+        total.trim(),
+        (20 * processes).to_string(),
+        "increments were lost across processes"
+    );
 }
 
 /// A holder process killed with SIGKILL: another process gets the lock within
