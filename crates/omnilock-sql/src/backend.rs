@@ -23,13 +23,33 @@ pub struct SqlStore {
     inner: Arc<Inner>,
 }
 
-struct Inner {
+pub(crate) struct Inner {
     config: SqlConfig,
     pool: AnyPool,
     queries: Queries,
-    /// Waiters in this process, per lock: a release here wakes one of them at
-    /// once instead of at its next poll.
+    /// Waiters in this process, per lock: a release here (or, on
+    /// PostgreSQL, a NOTIFY from any process) wakes one of them at once
+    /// instead of at its next poll.
     local_waiters: Mutex<HashMap<LockName, Weak<Notify>>>,
+    /// The PostgreSQL LISTEN task, stopped with the store.
+    listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(task) = self.listener.get_mut().ok().and_then(|t| t.take()) {
+            task.abort();
+        }
+    }
+}
+
+impl Inner {
+    pub(crate) fn wake_local(&self, name: &LockName) {
+        let waiters = self.local_waiters.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(notify) = waiters.get(name).and_then(Weak::upgrade) {
+            notify.notify_one();
+        }
+    }
 }
 
 enum Attempt {
@@ -80,14 +100,29 @@ impl SqlStore {
                     .map_err(|e| context(map_err(e, kind)))?;
             }
         }
-        Ok(SqlStore {
+        let store = SqlStore {
             inner: Arc::new(Inner {
                 config,
                 pool,
                 queries,
                 local_waiters: Mutex::new(HashMap::new()),
+                listener: Mutex::new(None),
             }),
-        })
+        };
+        #[cfg(feature = "postgres")]
+        if store.inner.config.dialect == Dialect::Postgres {
+            let task = tokio::spawn(crate::notify::listen(
+                Arc::downgrade(&store.inner),
+                store.inner.config.database_url.clone(),
+                store.inner.config.table.clone(),
+            ));
+            *store
+                .inner
+                .listener
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Some(task);
+        }
+        Ok(store)
     }
 
     fn kind(&self) -> &'static str {
@@ -206,14 +241,24 @@ impl SqlStore {
     }
 
     async fn release_row(&self, name: &LockName, owner: &Owner, token: u64) -> Result<bool> {
-        let done = sqlx::query(&self.inner.queries.release)
+        let query = sqlx::query(&self.inner.queries.release)
             .bind(name.as_str())
             .bind(owner.as_str())
-            .bind(token as i64)
-            .execute(&self.inner.pool)
-            .await
-            .map_err(|e| self.err(e))?;
-        if done.rows_affected() == 0 {
+            .bind(token as i64);
+        let released = if self.inner.queries.release_selects_count {
+            let row = query
+                .fetch_one(&self.inner.pool)
+                .await
+                .map_err(|e| self.err(e))?;
+            row.try_get::<i64, _>(0).map_err(|e| self.err(e))? as u64
+        } else {
+            query
+                .execute(&self.inner.pool)
+                .await
+                .map_err(|e| self.err(e))?
+                .rows_affected()
+        };
+        if released == 0 {
             return Ok(false);
         }
         self.wake_local(name);
@@ -238,14 +283,7 @@ impl SqlStore {
     }
 
     fn wake_local(&self, name: &LockName) {
-        let waiters = self
-            .inner
-            .local_waiters
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if let Some(notify) = waiters.get(name).and_then(Weak::upgrade) {
-            notify.notify_one();
-        }
+        self.inner.wake_local(name);
     }
 }
 
@@ -258,7 +296,7 @@ impl Backend for SqlStore {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             fair: false,
-            push_wakeups: false,
+            push_wakeups: self.inner.config.dialect == Dialect::Postgres,
             fencing: true,
             cross_process_reentrancy: true,
             lease_renewal: true,

@@ -24,6 +24,8 @@
 
 mod backend;
 mod config;
+#[cfg(feature = "postgres")]
+mod notify;
 mod queries;
 
 pub use backend::SqlStore;

@@ -40,8 +40,12 @@ pub(crate) struct Queries {
     /// both NULL when free.
     pub probe: String,
     /// Drops one hold, owner- and token-checked. Binds: name, owner, token.
-    /// One row affected on success.
+    /// One row affected on success (or, when `release_selects_count`, one
+    /// row whose first column is that count).
     pub release: String,
+    /// PostgreSQL's release is a `SELECT` over the `UPDATE` that also sends
+    /// `NOTIFY` when the lock became free, in the same round trip.
+    pub release_selects_count: bool,
     /// Extends a live lease, owner- and token-checked. Binds: ttl_ms, name,
     /// owner, token. One row affected on success; never revives a lock.
     pub renew: String,
@@ -133,6 +137,15 @@ impl Queries {
                 updated_at = {now}
              WHERE name = $1 AND owner = $2 AND token = $3 AND expires_at > {now}"
         );
+        let release = match dialect {
+            Dialect::Postgres => format!(
+                "WITH released AS ({release} RETURNING owner)
+                 SELECT COUNT(*),
+                        COUNT(pg_notify('{table}', $1)) FILTER (WHERE owner IS NULL)
+                 FROM released"
+            ),
+            _ => release,
+        };
         let renew = format!(
             "UPDATE {table} SET
                 expires_at = {greatest}(expires_at, {now} + $1),
@@ -148,6 +161,7 @@ impl Queries {
             acquire,
             probe,
             release,
+            release_selects_count: dialect == Dialect::Postgres,
             renew,
             break_lock,
         };
@@ -176,6 +190,7 @@ impl Queries {
             },
             probe: f(self.probe),
             release: f(self.release),
+            release_selects_count: self.release_selects_count,
             renew: f(self.renew),
             break_lock: f(self.break_lock),
         }

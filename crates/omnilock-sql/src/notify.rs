@@ -1,0 +1,54 @@
+//! PostgreSQL LISTEN/NOTIFY: a release that frees a lock sends `NOTIFY
+//! <table>, '<lock name>'` in the same statement; every store listening on
+//! that table wakes one local waiter for that lock at once. Polling stays as
+//! the safety net for notifications missed while the listener reconnects.
+
+use std::sync::Weak;
+use std::time::Duration;
+
+use omnilock_core::{Backoff, LockName, Secret};
+use sqlx::postgres::PgListener;
+
+use crate::backend::Inner;
+
+pub(crate) async fn listen(store: Weak<Inner>, url: Secret, channel: String) {
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
+    loop {
+        let mut listener = match PgListener::connect(url.expose()).await {
+            Ok(listener) => listener,
+            Err(err) => {
+                tracing::debug!(error = %err, "omnilock postgres listener cannot connect; polling");
+                tokio::time::sleep(backoff.next_delay()).await;
+                continue;
+            }
+        };
+        if let Err(err) = listener.listen(&channel).await {
+            tracing::debug!(error = %err, "omnilock postgres LISTEN failed; polling");
+            tokio::time::sleep(backoff.next_delay()).await;
+            continue;
+        }
+        backoff.reset();
+        loop {
+            match listener.try_recv().await {
+                Ok(Some(notification)) => {
+                    let Some(inner) = store.upgrade() else { return };
+                    if let Ok(name) = LockName::new(notification.payload()) {
+                        inner.wake_local(&name);
+                    }
+                }
+                // The connection dropped; the next call reconnects and
+                // re-listens. Waiters poll meanwhile.
+                Ok(None) => {
+                    if store.strong_count() == 0 {
+                        return;
+                    }
+                }
+                Err(err) => {
+                    tracing::debug!(error = %err, "omnilock postgres listener failed; reconnecting");
+                    tokio::time::sleep(backoff.next_delay()).await;
+                    break;
+                }
+            }
+        }
+    }
+}
