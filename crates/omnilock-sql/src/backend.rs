@@ -92,7 +92,7 @@ impl SqlStore {
             .connect(config.database_url.expose())
             .await
             .map_err(|e| context(map_err(e, kind)))?;
-        let queries = Queries::new(config.dialect, &config.table);
+        let queries = Queries::new(config.dialect, &config.table, config.notify);
         if config.create_table {
             for statement in &queries.create {
                 pool.execute(statement.as_str())
@@ -110,7 +110,7 @@ impl SqlStore {
             }),
         };
         #[cfg(feature = "postgres")]
-        if store.inner.config.dialect == Dialect::Postgres {
+        if store.inner.config.notify {
             let task = tokio::spawn(crate::notify::listen(
                 Arc::downgrade(&store.inner),
                 store.inner.config.database_url.clone(),
@@ -184,14 +184,21 @@ impl SqlStore {
         }
     }
 
-    /// One atomic attempt to take the lock.
-    async fn attempt(&self, request: &AcquireRequest) -> Result<Attempt> {
+    /// One atomic attempt to take the lock; `waiting` when it comes from a
+    /// waiting acquire (which then marks the row as waited for).
+    async fn attempt(&self, request: &AcquireRequest, waiting: bool) -> Result<Attempt> {
         let inner = &self.inner;
         if let Some(token) = self.take(request).await? {
             return Ok(Attempt::Taken { token });
         }
-        let row: Option<AnyRow> = sqlx::query(&inner.queries.probe)
-            .bind(request.name.as_str())
+        let probe = if waiting && inner.config.notify {
+            sqlx::query(&inner.queries.probe_waiting)
+                .bind(request.name.as_str())
+                .bind(inner.config.waiting_mark.as_millis() as i64)
+        } else {
+            sqlx::query(&inner.queries.probe).bind(request.name.as_str())
+        };
+        let row: Option<AnyRow> = probe
             .fetch_optional(&inner.pool)
             .await
             .map_err(|e| self.err(e))?;
@@ -216,7 +223,11 @@ impl SqlStore {
 
     /// An attempt that runs to completion even if the caller is cancelled;
     /// a lock it took for a caller that has gone is released at once.
-    async fn attempt_detached(&self, request: &AcquireRequest) -> Result<(Attempt, Instant)> {
+    async fn attempt_detached(
+        &self,
+        request: &AcquireRequest,
+        waiting: bool,
+    ) -> Result<(Attempt, Instant)> {
         let store = self.clone();
         let undo_store = self.clone();
         let call_request = request.clone();
@@ -225,7 +236,7 @@ impl SqlStore {
             async move {
                 let started = Instant::now();
                 store
-                    .attempt(&call_request)
+                    .attempt(&call_request, waiting)
                     .await
                     .map(|attempt| (attempt, started))
             },
@@ -296,7 +307,7 @@ impl Backend for SqlStore {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             fair: false,
-            push_wakeups: self.inner.config.dialect == Dialect::Postgres,
+            push_wakeups: self.inner.config.notify,
             fencing: true,
             cross_process_reentrancy: true,
             lease_renewal: true,
@@ -306,7 +317,7 @@ impl Backend for SqlStore {
     }
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
-        match self.attempt_detached(request).await? {
+        match self.attempt_detached(request, false).await? {
             (Attempt::Taken { token }, started) => {
                 Ok(Some(Grant::new(token, started + request.ttl)))
             }
@@ -322,7 +333,7 @@ impl Backend for SqlStore {
             let woken = notify.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
-            let delay = match self.attempt_detached(request).await {
+            let delay = match self.attempt_detached(request, true).await {
                 Ok((Attempt::Taken { token }, started)) => {
                     return Ok(Grant::new(token, started + request.ttl))
                 }

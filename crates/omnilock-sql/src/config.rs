@@ -52,6 +52,13 @@ pub struct SqlConfig {
     pub pool_size: u32,
     /// Whether to create the table if it is missing (`?create_table=`, default true).
     pub create_table: bool,
+    /// PostgreSQL only: wake waiters by LISTEN/NOTIFY (`?notify=`, default
+    /// true); with `false` they only poll.
+    pub notify: bool,
+    /// How long a waiter's poll marks a lock as waited for (PostgreSQL with
+    /// NOTIFY: a release notifies only while the mark is fresh). Outlives
+    /// the longest pause between two polls.
+    pub waiting_mark: Duration,
 }
 
 /// Characters escaped in a SQLite file path inside a sqlx URL.
@@ -88,6 +95,10 @@ impl SqlConfig {
             return Err(Error::config("option \"pool\" must be between 1 and 1000"));
         }
         let create_table = url.take_bool("create_table")?.unwrap_or(true);
+        let notify = match dialect {
+            Dialect::Postgres => url.take_bool("notify")?.unwrap_or(true),
+            _ => false,
+        };
         let database_url = match dialect {
             Dialect::Sqlite => sqlite_url(&url)?,
             Dialect::MySql | Dialect::Postgres => server_url(&url, dialect)?,
@@ -102,6 +113,8 @@ impl SqlConfig {
             connect_timeout,
             pool_size: pool_size as u32,
             create_table,
+            notify,
+            waiting_mark: (max_poll * 3).max(Duration::from_secs(2)),
         })
     }
 

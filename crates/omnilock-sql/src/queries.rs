@@ -39,6 +39,9 @@ pub(crate) struct Queries {
     /// Reads who holds a lock. Binds: name. Returns `(owner, remaining_ms)`,
     /// both NULL when free.
     pub probe: String,
+    /// The probe of a waiting acquire. On PostgreSQL with NOTIFY it also
+    /// marks the row as waited for. Binds: name, mark_ms (ignored elsewhere).
+    pub probe_waiting: String,
     /// Drops one hold, owner- and token-checked. Binds: name, owner, token.
     /// One row affected on success (or, when `release_selects_count`, one
     /// row whose first column is that count).
@@ -54,7 +57,7 @@ pub(crate) struct Queries {
 }
 
 impl Queries {
-    pub(crate) fn new(dialect: Dialect, table: &str) -> Self {
+    pub(crate) fn new(dialect: Dialect, table: &str, notify: bool) -> Self {
         let now = match dialect {
             Dialect::Sqlite => "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
             Dialect::Postgres => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
@@ -80,7 +83,8 @@ impl Queries {
                 holds {int} NOT NULL DEFAULT 0,
                 token {int} NOT NULL DEFAULT 0,
                 expires_at {int} NULL,
-                updated_at {int} NOT NULL
+                updated_at {int} NOT NULL,
+                waiting_until {int} NULL
             )"
         )];
         // "Live and mine": the row's owner is the caller and its lease runs.
@@ -129,6 +133,16 @@ impl Queries {
                     CASE WHEN expires_at > {now} THEN expires_at - {now} END
              FROM {table} WHERE name = $1"
         );
+        // A waiter's probe also records that someone waits, so that a
+        // release sends NOTIFY only when it can wake somebody.
+        let probe_waiting = match dialect {
+            Dialect::Postgres if notify => format!(
+                "UPDATE {table} SET waiting_until = {now} + $2 WHERE name = $1
+                 RETURNING CASE WHEN expires_at > {now} THEN owner END,
+                           CASE WHEN expires_at > {now} THEN expires_at - {now} END"
+            ),
+            _ => probe.clone(),
+        };
         let release = format!(
             "UPDATE {table} SET
                 holds = holds - 1,
@@ -138,10 +152,11 @@ impl Queries {
              WHERE name = $1 AND owner = $2 AND token = $3 AND expires_at > {now}"
         );
         let release = match dialect {
-            Dialect::Postgres => format!(
-                "WITH released AS ({release} RETURNING owner)
+            Dialect::Postgres if notify => format!(
+                "WITH released AS ({release} RETURNING owner, waiting_until)
                  SELECT COUNT(*),
-                        COUNT(pg_notify('{table}', $1)) FILTER (WHERE owner IS NULL)
+                        COUNT(pg_notify('{table}', $1))
+                            FILTER (WHERE owner IS NULL AND waiting_until > {now})
                  FROM released"
             ),
             _ => release,
@@ -160,8 +175,9 @@ impl Queries {
             create,
             acquire,
             probe,
+            probe_waiting,
             release,
-            release_selects_count: dialect == Dialect::Postgres,
+            release_selects_count: dialect == Dialect::Postgres && notify,
             renew,
             break_lock,
         };
@@ -189,6 +205,7 @@ impl Queries {
                 other => other,
             },
             probe: f(self.probe),
+            probe_waiting: f(self.probe_waiting),
             release: f(self.release),
             release_selects_count: self.release_selects_count,
             renew: f(self.renew),

@@ -127,7 +127,7 @@ async fn table_created_by_a_dba_is_used_as_is() {
             format!(
                 "CREATE TABLE {table} (name {text} NOT NULL PRIMARY KEY, owner {text} NULL,
                  holds {int} NOT NULL DEFAULT 0, token {int} NOT NULL DEFAULT 0,
-                 expires_at {int} NULL, updated_at {int} NOT NULL)"
+                 expires_at {int} NULL, updated_at {int} NOT NULL, waiting_until {int} NULL)"
             )
             .as_str(),
         )

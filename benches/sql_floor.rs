@@ -1,0 +1,228 @@
+//! SQL stores: omnilock's acquire + release against the raw floor its
+//! algorithm needs (one INSERT + one DELETE on a keyed table), measured in the
+//! same run over the same kind of connection pool; and the hand-off latency
+//! from a holder's release to a waiter's grant, polling vs PostgreSQL
+//! LISTEN/NOTIFY.
+//!
+//! Stores come from `OMNILOCK_TEST_{SQLITE,MYSQL,POSTGRES}_URL` (`scripts/stores.sh up`,
+//! then `source target/stores/env`):
+//!
+//! ```sh
+//! cargo bench --bench sql_floor --features sqlite,mysql,postgres
+//! ```
+//!
+//! Times drift on a shared machine; read the ratios, which compare numbers
+//! taken in interleaved batches of the same run.
+
+use std::time::{Duration, Instant};
+
+use sqlx::any::AnyPoolOptions;
+use sqlx::{AnyPool, Executor};
+
+const STORES: &[&str] = &["SQLITE", "MYSQL", "POSTGRES"];
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let iterations: usize = std::env::var("OMNILOCK_BENCH_ITERATIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
+    println!("| store | floor INSERT+DELETE p50 / p99 | omnilock same name p50 / p99 | ratio p50 | omnilock new names p50 / p99 | ratio p50 |");
+    println!("|---|---|---|---|---|---|");
+    let mut found = Vec::new();
+    for store in STORES {
+        let Ok(url) = std::env::var(format!("OMNILOCK_TEST_{store}_URL")) else {
+            eprintln!("{store}: OMNILOCK_TEST_{store}_URL not set; skipped");
+            continue;
+        };
+        uncontended(store, &url, iterations).await;
+        found.push((*store, url));
+    }
+    println!();
+    println!("| store | hand-off p50 | p99 | waiters woken by |");
+    println!("|---|---|---|---|");
+    for (store, url) in &found {
+        let how = if *store == "POSTGRES" {
+            "NOTIFY"
+        } else {
+            "polling"
+        };
+        handoff(store, url, how).await;
+        if *store == "POSTGRES" {
+            handoff(store, &with_option(url, "notify=false"), "polling").await;
+        }
+    }
+}
+
+fn with_option(url: &str, option: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}{option}")
+}
+
+async fn raw_pool(store: &str, url: &str) -> AnyPool {
+    sqlx::any::install_default_drivers();
+    let mut options = AnyPoolOptions::new().max_connections(if store == "SQLITE" { 4 } else { 8 });
+    let url = if store == "SQLITE" {
+        // The same settings omnilock's SQLite store uses.
+        options = options.after_connect(|conn, _| {
+            Box::pin(async move {
+                conn.execute("PRAGMA busy_timeout = 5000").await?;
+                conn.execute("PRAGMA journal_mode = WAL").await?;
+                conn.execute("PRAGMA synchronous = NORMAL").await?;
+                Ok(())
+            })
+        });
+        format!("{url}?mode=rwc")
+    } else {
+        url.to_string()
+    };
+    options.connect(&url).await.expect("raw pool")
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1000.0)
+}
+
+async fn uncontended(store: &str, url: &str, iterations: usize) {
+    let pool = raw_pool(store, url).await;
+    let (text, placeholder) = match store {
+        "SQLITE" => ("TEXT", ["?1", "?2"]),
+        "MYSQL" => ("VARCHAR(256)", ["?", "?"]),
+        _ => ("VARCHAR(256)", ["$1", "$2"]),
+    };
+    pool.execute("DROP TABLE IF EXISTS omnilock_floor")
+        .await
+        .expect("drop");
+    pool.execute(
+        format!(
+            "CREATE TABLE omnilock_floor (name {text} NOT NULL PRIMARY KEY, owner {text} NOT NULL)"
+        )
+        .as_str(),
+    )
+    .await
+    .expect("floor table");
+    let insert = format!(
+        "INSERT INTO omnilock_floor (name, owner) VALUES ({}, {})",
+        placeholder[0], placeholder[1]
+    );
+    let delete = format!(
+        "DELETE FROM omnilock_floor WHERE name = {} AND owner = {}",
+        placeholder[0], placeholder[1]
+    );
+    let locks = omnilock::connect(url).await.expect("omnilock");
+    let (mut floor, mut same, mut fresh) = (Vec::new(), Vec::new(), Vec::new());
+    let batches = 20;
+    let per_batch = (iterations / batches).max(1);
+    let run_id = std::process::id();
+    for batch in 0..=batches {
+        let warmup = batch == 0;
+        for _ in 0..per_batch {
+            let started = Instant::now();
+            sqlx::query(&insert)
+                .bind("bench")
+                .bind("me")
+                .execute(&pool)
+                .await
+                .expect("insert");
+            sqlx::query(&delete)
+                .bind("bench")
+                .bind("me")
+                .execute(&pool)
+                .await
+                .expect("delete");
+            if !warmup {
+                floor.push(started.elapsed());
+            }
+        }
+        for _ in 0..per_batch {
+            let started = Instant::now();
+            let guard = locks
+                .try_acquire("bench/same")
+                .await
+                .expect("acquire")
+                .expect("free");
+            guard.release().await.expect("release");
+            if !warmup {
+                same.push(started.elapsed());
+            }
+        }
+        for i in 0..per_batch {
+            let name = format!("bench/{run_id}/{batch}/{i}");
+            let started = Instant::now();
+            let guard = locks
+                .try_acquire(&name)
+                .await
+                .expect("acquire")
+                .expect("free");
+            guard.release().await.expect("release");
+            if !warmup {
+                fresh.push(started.elapsed());
+            }
+        }
+    }
+    for samples in [&mut floor, &mut same, &mut fresh] {
+        samples.sort();
+    }
+    let ratio =
+        |s: &[Duration]| percentile(s, 0.5).as_secs_f64() / percentile(&floor, 0.5).as_secs_f64();
+    println!(
+        "| {store} | {} / {} | {} / {} | {:.2}x | {} / {} | {:.2}x |",
+        ms(percentile(&floor, 0.5)),
+        ms(percentile(&floor, 0.99)),
+        ms(percentile(&same, 0.5)),
+        ms(percentile(&same, 0.99)),
+        ratio(&same),
+        ms(percentile(&fresh, 0.5)),
+        ms(percentile(&fresh, 0.99)),
+        ratio(&fresh),
+    );
+}
+
+/// From the holder's release call to the waiter's grant, the waiter being a
+/// separate client (its own pool, and on PostgreSQL its own listener).
+async fn handoff(store: &str, url: &str, how: &str) {
+    let holder = omnilock::connect(url).await.expect("holder");
+    let waiter = omnilock::connect(url).await.expect("waiter");
+    let mut samples = Vec::new();
+    for round in 0..120 {
+        let guard = holder
+            .acquire("bench/handoff")
+            .await
+            .expect("holder acquires");
+        let (queued_tx, queued_rx) = tokio::sync::oneshot::channel();
+        let waiter = waiter.clone();
+        let task = tokio::spawn(async move {
+            let guard = waiter
+                .lock("bench/handoff")
+                .on_wait(move || {
+                    let _ = queued_tx.send(());
+                })
+                .acquire()
+                .await
+                .expect("waiter acquires");
+            let granted = Instant::now();
+            guard.release().await.expect("release");
+            granted
+        });
+        queued_rx.await.expect("waiter waits");
+        // Release at a random point of the waiter's poll cycle.
+        tokio::time::sleep(Duration::from_millis(5 + (round * 7 % 50) as u64)).await;
+        let released = Instant::now();
+        guard.release().await.expect("holder releases");
+        let granted = task.await.expect("waiter task");
+        if round >= 20 {
+            samples.push(granted.saturating_duration_since(released));
+        }
+    }
+    samples.sort();
+    println!(
+        "| {store} | {} | {} | {how} |",
+        ms(percentile(&samples, 0.5)),
+        ms(percentile(&samples, 0.99))
+    );
+}
