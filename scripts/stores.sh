@@ -6,6 +6,8 @@
 #                            write target/stores/env (export OMNILOCK_TEST_<STORE>_URL=...)
 #   scripts/stores.sh down   stop exactly the processes `up` started
 #   scripts/stores.sh env    print the env file
+#   scripts/stores.sh restart mariadb
+#                            stop and start the test MariaDB on the same data
 #
 # Each backend adds a start_<store> function below and lists it in STORES.
 # A store's processes are recorded in target/stores/pids as "PID NAME"; `down`
@@ -84,17 +86,29 @@ start_sqlite() {
   export_url SQLITE "sqlite://$DIR/sqlite/test.db"
 }
 
+launch_mariadb() {
+  local data=$DIR/mariadb/data sock=$DIR/mariadb/mysqld.sock
+  mariadbd --no-defaults --datadir="$data" --socket="$sock" --port="$MARIADB_PORT" \
+    --bind-address=127.0.0.1 --user=root --skip-name-resolve --innodb-buffer-pool-size=64M \
+    --log-error="$DIR/mariadb/error.log" --pid-file="$DIR/mariadb/mariadbd.pid" &
+  record $! mariadbd
+  wait_for 60 mariadb mariadb-admin --no-defaults --socket="$sock" -uroot ping
+}
+
+# restart_mariadb: stop the server we started and start it again on the same
+# data, as a crash-free restart (used by the SQL backend's restart test).
+restart_mariadb() {
+  stop_recorded mariadbd
+  launch_mariadb
+}
+
 start_mariadb() {
   local data=$DIR/mariadb/data sock=$DIR/mariadb/mysqld.sock
   rm -rf "$DIR/mariadb"
   mkdir -p "$data"
   mariadb-install-db --no-defaults --datadir="$data" --user=root \
     --auth-root-authentication-method=normal --skip-test-db >"$DIR/mariadb/install.log" 2>&1
-  mariadbd --no-defaults --datadir="$data" --socket="$sock" --port="$MARIADB_PORT" \
-    --bind-address=127.0.0.1 --user=root --skip-name-resolve --innodb-buffer-pool-size=64M \
-    --log-error="$DIR/mariadb/error.log" --pid-file="$DIR/mariadb/mariadbd.pid" &
-  record $! mariadbd
-  wait_for 60 mariadb mariadb-admin --no-defaults --socket="$sock" -uroot ping
+  launch_mariadb
   mariadb --no-defaults --socket="$sock" -uroot <<SQL
 CREATE DATABASE omnilock;
 CREATE USER '$TEST_USER'@'127.0.0.1' IDENTIFIED BY '$TEST_PASSWORD';
@@ -146,19 +160,35 @@ up() {
   log "ready; environment in $ENV_FILE"
 }
 
+# stop PID NAME SIGNAL: stop one recorded process, if it is still ours.
+stop() {
+  local pid=$1 name=$2 signal=${3:-TERM}
+  if [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "$name"; then
+    kill "-$signal" "$pid" 2>/dev/null || true
+    for _ in $(seq 100); do
+      [ -d "/proc/$pid" ] || break
+      sleep 0.1
+    done
+    [ -d "/proc/$pid" ] && kill -9 "$pid" 2>/dev/null || true
+  fi
+}
+
+# stop_recorded NAME: stop the recorded processes called NAME and forget them.
+stop_recorded() {
+  local pid name signal
+  while read -r pid name signal; do
+    [ "$name" = "$1" ] && stop "$pid" "$name" "$signal"
+  done <"$PIDS"
+  grep -v " $1 " "$PIDS" >"$PIDS.new" || true
+  mv "$PIDS.new" "$PIDS"
+}
+
 down() {
   [ -f "$PIDS" ] || return 0
   local pid name signal
   while read -r pid name signal; do
     [ -n "$pid" ] || continue
-    if [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "$name"; then
-      kill "-${signal:-TERM}" "$pid" 2>/dev/null || true
-      for _ in $(seq 100); do
-        [ -d "/proc/$pid" ] || break
-        sleep 0.1
-      done
-      [ -d "/proc/$pid" ] && kill -9 "$pid" 2>/dev/null || true
-    fi
+    stop "$pid" "$name" "$signal"
   done <"$PIDS"
   rm -f "$PIDS"
   log "stopped"
@@ -168,6 +198,15 @@ case "${1:-}" in
   up) up ;;
   down) down ;;
   env) cat "$ENV_FILE" ;;
+  restart)
+    case "${2:-}" in
+      mariadb) restart_mariadb ;;
+      *)
+        echo "usage: $0 restart mariadb" >&2
+        exit 64
+        ;;
+    esac
+    ;;
   *)
     echo "usage: $0 up|down|env" >&2
     exit 64
