@@ -47,7 +47,28 @@ impl Inner {
     pub(crate) fn wake_local(&self, name: &LockName) {
         let waiters = self.local_waiters.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(notify) = waiters.get(name).and_then(Weak::upgrade) {
-            notify.notify_one();
+            if self.config.fair {
+                // Only the head of the line may take it; let each look.
+                notify.notify_waiters();
+            } else {
+                notify.notify_one();
+            }
+        }
+    }
+}
+
+/// A place in the fair waiting line; dropping it leaves the line.
+struct Ticket {
+    id: i64,
+    store: SqlStore,
+    refreshed: Instant,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let (store, id) = (self.store.clone(), self.id);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { store.dequeue(id).await });
         }
     }
 }
@@ -92,7 +113,7 @@ impl SqlStore {
             .connect(config.database_url.expose())
             .await
             .map_err(|e| context(map_err(e, kind)))?;
-        let queries = Queries::new(config.dialect, &config.table, config.notify);
+        let queries = Queries::new(config.dialect, &config.table, config.notify, config.fair);
         if config.create_table {
             for statement in &queries.create {
                 pool.execute(statement.as_str())
@@ -134,17 +155,24 @@ impl SqlStore {
     }
 
     /// The atomic statement(s) that take the lock: `Some(token)` if taken.
-    async fn take(&self, request: &AcquireRequest) -> Result<Option<u64>> {
+    async fn take(&self, request: &AcquireRequest, ticket: Option<i64>) -> Result<Option<u64>> {
         let inner = &self.inner;
         let ttl_ms = request.ttl.as_millis() as i64;
         let (name, owner) = (request.name.as_str(), request.owner.as_str());
+        let fair = inner.config.fair;
+        // Without a ticket (try-acquire, or a first look) any live ticket is ahead.
+        let ticket = ticket.unwrap_or(i64::MAX);
         match &inner.queries.acquire {
             Acquire::Upsert(sql) => {
-                let row: Option<AnyRow> = sqlx::query(sql)
+                let mut query = sqlx::query(sql)
                     .bind(name)
                     .bind(owner)
                     .bind(ttl_ms)
-                    .bind(request.reentrant as i64)
+                    .bind(request.reentrant as i64);
+                if fair {
+                    query = query.bind(ticket);
+                }
+                let row: Option<AnyRow> = query
                     .fetch_optional(&inner.pool)
                     .await
                     .map_err(|e| self.err(e))?;
@@ -153,14 +181,18 @@ impl SqlStore {
                     .map_err(|e| self.err(e))
             }
             Acquire::UpdateThenInsert { update, insert } => {
-                let updated = sqlx::query(update)
+                let mut query = sqlx::query(update)
                     .bind(owner)
                     .bind(owner)
                     .bind(owner)
                     .bind(ttl_ms)
                     .bind(ttl_ms)
                     .bind(owner)
-                    .bind(name)
+                    .bind(name);
+                if fair {
+                    query = query.bind(name).bind(ticket);
+                }
+                let updated = query
                     .bind(owner)
                     .bind(request.reentrant as i64)
                     .execute(&inner.pool)
@@ -186,9 +218,14 @@ impl SqlStore {
 
     /// One atomic attempt to take the lock; `waiting` when it comes from a
     /// waiting acquire (which then marks the row as waited for).
-    async fn attempt(&self, request: &AcquireRequest, waiting: bool) -> Result<Attempt> {
+    async fn attempt(
+        &self,
+        request: &AcquireRequest,
+        waiting: bool,
+        ticket: Option<i64>,
+    ) -> Result<Attempt> {
         let inner = &self.inner;
-        if let Some(token) = self.take(request).await? {
+        if let Some(token) = self.take(request, ticket).await? {
             return Ok(Attempt::Taken { token });
         }
         let probe = if waiting && inner.config.notify {
@@ -227,6 +264,7 @@ impl SqlStore {
         &self,
         request: &AcquireRequest,
         waiting: bool,
+        ticket: Option<i64>,
     ) -> Result<(Attempt, Instant)> {
         let store = self.clone();
         let undo_store = self.clone();
@@ -236,7 +274,7 @@ impl SqlStore {
             async move {
                 let started = Instant::now();
                 store
-                    .attempt(&call_request, waiting)
+                    .attempt(&call_request, waiting, ticket)
                     .await
                     .map(|attempt| (attempt, started))
             },
@@ -249,6 +287,78 @@ impl SqlStore {
             },
         )
         .await
+    }
+
+    /// Takes a ticket in the fair waiting line. A ticket whose insert
+    /// completes after the caller has gone is removed at once.
+    async fn enqueue(&self, request: &AcquireRequest) -> Result<Ticket> {
+        let tickets = self.inner.queries.tickets.clone().expect("fair mode");
+        let lease = self.inner.config.waiting_mark;
+        let (store, undo_store) = (self.clone(), self.clone());
+        let (name, owner) = (request.name.clone(), request.owner.clone());
+        let id = complete_or_undo(
+            async move {
+                let inner = &store.inner;
+                let _ = sqlx::query(&tickets.sweep)
+                    .bind(name.as_str())
+                    .execute(&inner.pool)
+                    .await;
+                let query = sqlx::query(&tickets.enqueue)
+                    .bind(name.as_str())
+                    .bind(owner.as_str())
+                    .bind(lease.as_millis() as i64);
+                if inner.config.dialect == Dialect::MySql {
+                    let done = query.execute(&inner.pool).await.map_err(|e| store.err(e))?;
+                    done.last_insert_id().ok_or_else(|| {
+                        Error::new(ErrorKind::Backend, "the database did not report the ticket")
+                    })
+                } else {
+                    let row = query
+                        .fetch_one(&inner.pool)
+                        .await
+                        .map_err(|e| store.err(e))?;
+                    row.try_get::<i64, _>(0).map_err(|e| store.err(e))
+                }
+            },
+            move |abandoned: Result<i64>| async move {
+                if let Ok(id) = abandoned {
+                    undo_store.dequeue(id).await;
+                }
+            },
+        )
+        .await?;
+        Ok(Ticket {
+            id,
+            store: self.clone(),
+            refreshed: Instant::now(),
+        })
+    }
+
+    /// Keeps a waiter's ticket alive while it polls.
+    async fn refresh(&self, ticket: &mut Ticket) {
+        let lease = self.inner.config.waiting_mark;
+        if ticket.refreshed.elapsed() < lease / 3 {
+            return;
+        }
+        let tickets = self.inner.queries.tickets.as_ref().expect("fair mode");
+        let started = Instant::now();
+        let refreshed = sqlx::query(&tickets.heartbeat)
+            .bind(lease.as_millis() as i64)
+            .bind(ticket.id)
+            .execute(&self.inner.pool)
+            .await;
+        if refreshed.is_ok() {
+            ticket.refreshed = started;
+        }
+    }
+
+    async fn dequeue(&self, id: i64) {
+        if let Some(tickets) = &self.inner.queries.tickets {
+            let _ = sqlx::query(&tickets.dequeue)
+                .bind(id)
+                .execute(&self.inner.pool)
+                .await;
+        }
     }
 
     async fn release_row(&self, name: &LockName, owner: &Owner, token: u64) -> Result<bool> {
@@ -306,7 +416,7 @@ impl Backend for SqlStore {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            fair: false,
+            fair: self.inner.config.fair,
             push_wakeups: self.inner.config.notify,
             fencing: true,
             cross_process_reentrancy: true,
@@ -317,7 +427,7 @@ impl Backend for SqlStore {
     }
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
-        match self.attempt_detached(request, false).await? {
+        match self.attempt_detached(request, false, None).await? {
             (Attempt::Taken { token }, started) => {
                 Ok(Some(Grant::new(token, started + request.ttl)))
             }
@@ -328,16 +438,29 @@ impl Backend for SqlStore {
     async fn acquire(&self, request: &AcquireRequest) -> Result<Grant> {
         let notify = self.local_notify(&request.name);
         let mut backoff = Backoff::new(Duration::from_millis(2), self.inner.config.max_poll);
+        // Fair mode: our place in line, given up (in the background) when
+        // this future ends, whether granted, failed or dropped.
+        let mut ticket: Option<Ticket> = None;
         loop {
             // Listen before looking, so a release between the two is not missed.
             let woken = notify.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
-            let delay = match self.attempt_detached(request, true).await {
+            let id = ticket.as_ref().map(|t| t.id);
+            let delay = match self.attempt_detached(request, true, id).await {
                 Ok((Attempt::Taken { token }, started)) => {
                     return Ok(Grant::new(token, started + request.ttl))
                 }
+                Ok((Attempt::Busy { .. }, _)) if self.inner.config.fair && ticket.is_none() => {
+                    ticket = Some(self.enqueue(request).await?);
+                    request.waiting.raise();
+                    // Look again at once: the lock may have freed meanwhile.
+                    continue;
+                }
                 Ok((Attempt::Busy { remaining }, _)) => {
+                    if let Some(ticket) = &mut ticket {
+                        self.refresh(ticket).await;
+                    }
                     request.waiting.raise();
                     let delay = backoff.next_delay();
                     // Wake when a crashed holder's lease runs out, not later.

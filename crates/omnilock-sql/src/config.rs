@@ -59,6 +59,9 @@ pub struct SqlConfig {
     /// NOTIFY: a release notifies only while the mark is fresh). Outlives
     /// the longest pause between two polls.
     pub waiting_mark: Duration,
+    /// Serve waiters in request order (`?fair=`, default false): waiters
+    /// take tickets in `<table>_queue`.
+    pub fair: bool,
 }
 
 /// Characters escaped in a SQLite file path inside a sqlx URL.
@@ -95,6 +98,7 @@ impl SqlConfig {
             return Err(Error::config("option \"pool\" must be between 1 and 1000"));
         }
         let create_table = url.take_bool("create_table")?.unwrap_or(true);
+        let fair = url.take_bool("fair")?.unwrap_or(false);
         let notify = match dialect {
             Dialect::Postgres => url.take_bool("notify")?.unwrap_or(true),
             _ => false,
@@ -115,6 +119,7 @@ impl SqlConfig {
             create_table,
             notify,
             waiting_mark: (max_poll * 3).max(Duration::from_secs(2)),
+            fair,
         })
     }
 
@@ -140,7 +145,7 @@ fn check_identifier(table: &str) -> Result<()> {
         .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
     if !first_ok || table.len() > 63 || !chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
         return Err(Error::config(format!(
-            "option \"table\": {table:?} is not a plain SQL identifier (letters, digits, _; at most 63)"
+            "option \"table\": {table:?} is not a plain SQL identifier (letters, digits, _; at most 57, so that <table>_queue fits)"
         )));
     }
     Ok(())

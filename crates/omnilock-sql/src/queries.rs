@@ -9,11 +9,27 @@
 
 use crate::config::Dialect;
 
+/// Fair mode: a waiter takes a ticket (an auto-increment id) and the lock
+/// goes to the oldest live ticket. Tickets carry a lease that the waiter
+/// refreshes as it polls, so a crashed waiter's ticket stops counting.
+#[derive(Debug, Clone)]
+pub(crate) struct Tickets {
+    /// Binds: name, owner, lease_ms. Returns the id (MySQL: last insert id).
+    pub enqueue: String,
+    /// Binds: lease_ms, id.
+    pub heartbeat: String,
+    /// Binds: id.
+    pub dequeue: String,
+    /// Removes tickets of this lock long expired. Binds: name.
+    pub sweep: String,
+}
+
 /// How a dialect takes a lock atomically.
 #[derive(Debug, Clone)]
 pub(crate) enum Acquire {
     /// SQLite and PostgreSQL: one `INSERT ... ON CONFLICT DO UPDATE ... WHERE
-    /// ... RETURNING token`. Binds: name, owner, ttl_ms, reentrant (0/1).
+    /// ... RETURNING token`. Binds: name, owner, ttl_ms, reentrant (0/1),
+    /// and in fair mode the caller's ticket.
     /// One row on success, none when busy.
     Upsert(String),
     /// MySQL/MariaDB (no conditional upsert, no RETURNING): a single-row
@@ -21,7 +37,8 @@ pub(crate) enum Acquire {
     /// reporting the token through `LAST_INSERT_ID(expr)`; when no row
     /// matched, `INSERT IGNORE` creates the row for a name never used.
     UpdateThenInsert {
-        /// Binds: owner, owner, owner, ttl_ms, ttl_ms, owner, name, owner, reentrant.
+        /// Binds: owner, owner, owner, ttl_ms, ttl_ms, owner, name, [fair:
+        /// name, ticket,] owner, reentrant.
         update: String,
         /// Binds: name, owner, ttl_ms. One row inserted = taken with token 1.
         insert: String,
@@ -42,6 +59,8 @@ pub(crate) struct Queries {
     /// The probe of a waiting acquire. On PostgreSQL with NOTIFY it also
     /// marks the row as waited for. Binds: name, mark_ms (ignored elsewhere).
     pub probe_waiting: String,
+    /// Fair mode's waiting line, when `?fair=true`.
+    pub tickets: Option<Tickets>,
     /// Drops one hold, owner- and token-checked. Binds: name, owner, token.
     /// One row affected on success (or, when `release_selects_count`, one
     /// row whose first column is that count).
@@ -57,7 +76,7 @@ pub(crate) struct Queries {
 }
 
 impl Queries {
-    pub(crate) fn new(dialect: Dialect, table: &str, notify: bool) -> Self {
+    pub(crate) fn new(dialect: Dialect, table: &str, notify: bool, fair: bool) -> Self {
         let now = match dialect {
             Dialect::Sqlite => "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
             Dialect::Postgres => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
@@ -76,7 +95,21 @@ impl Queries {
                 "BIGINT",
             ),
         };
-        let create = vec![format!(
+        let queue = format!("{table}_queue");
+        // Fair mode: a free lock goes only to the caller whose ticket is the
+        // oldest live one (no live ticket ahead of `$5`; try-acquire passes
+        // the largest id, so any live ticket stops it).
+        let queue_clause = |name: &str, ticket: &str| {
+            if fair {
+                format!(
+                    " AND NOT EXISTS (SELECT 1 FROM {queue} WHERE {queue}.name = {name}
+                        AND {queue}.id < {ticket} AND {queue}.expires_at > {now})"
+                )
+            } else {
+                String::new()
+            }
+        };
+        let mut create = vec![format!(
             "CREATE TABLE IF NOT EXISTS {table} (
                 name {text} NOT NULL PRIMARY KEY,
                 owner {text} NULL,
@@ -87,8 +120,34 @@ impl Queries {
                 waiting_until {int} NULL
             )"
         )];
+        if fair {
+            create.push(match dialect {
+                Dialect::Sqlite => format!(
+                    "CREATE TABLE IF NOT EXISTS {queue} (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        name {text} NOT NULL, owner {text} NOT NULL, expires_at {int} NOT NULL)"
+                ),
+                Dialect::Postgres => format!(
+                    "CREATE TABLE IF NOT EXISTS {queue} (
+                        id BIGSERIAL PRIMARY KEY,
+                        name {text} NOT NULL, owner {text} NOT NULL, expires_at {int} NOT NULL)"
+                ),
+                Dialect::MySql => format!(
+                    "CREATE TABLE IF NOT EXISTS {queue} (
+                        id BIGINT AUTO_INCREMENT PRIMARY KEY,
+                        name {text} NOT NULL, owner {text} NOT NULL, expires_at {int} NOT NULL,
+                        KEY {queue}_name (name, id))"
+                ),
+            });
+            if dialect != Dialect::MySql {
+                create.push(format!(
+                    "CREATE INDEX IF NOT EXISTS {queue}_name ON {queue} (name, id)"
+                ));
+            }
+        }
         // "Live and mine": the row's owner is the caller and its lease runs.
         let mine = format!("{table}.owner = excluded.owner AND {table}.expires_at > {now}");
+        let ahead = queue_clause("$1", "$5");
         let acquire = format!(
             "INSERT INTO {table} (name, owner, holds, token, expires_at, updated_at)
              VALUES ($1, $2, 1, 1, {now} + $3, {now})
@@ -100,8 +159,7 @@ impl Queries {
                     ELSE excluded.expires_at END,
                 owner = excluded.owner,
                 updated_at = {now}
-             WHERE {table}.owner IS NULL
-                OR {table}.expires_at <= {now}
+             WHERE (({table}.owner IS NULL OR {table}.expires_at <= {now}){ahead})
                 OR ({table}.owner = excluded.owner AND $4 = 1)
              RETURNING token, holds"
         );
@@ -119,7 +177,9 @@ impl Queries {
                         owner = ?,
                         updated_at = {now}
                      WHERE name = ?
-                       AND (owner IS NULL OR expires_at <= {now} OR (owner = ? AND ? = 1))"
+                       AND (((owner IS NULL OR expires_at <= {now}){mysql_ahead})
+                            OR (owner = ? AND ? = 1))",
+                    mysql_ahead = queue_clause("?", "?"),
                 ),
                 insert: format!(
                     "INSERT IGNORE INTO {table} (name, owner, holds, token, expires_at, updated_at)
@@ -171,11 +231,26 @@ impl Queries {
             "UPDATE {table} SET owner = NULL, holds = 0, expires_at = NULL, updated_at = {now}
              WHERE name = $1 AND owner IS NOT NULL AND expires_at > {now}"
         );
+        let tickets = fair.then(|| Tickets {
+            enqueue: match dialect {
+                Dialect::MySql => format!(
+                    "INSERT INTO {queue} (name, owner, expires_at) VALUES (?, ?, {now} + ?)"
+                ),
+                _ => format!(
+                    "INSERT INTO {queue} (name, owner, expires_at) VALUES ($1, $2, {now} + $3)
+                     RETURNING id"
+                ),
+            },
+            heartbeat: format!("UPDATE {queue} SET expires_at = {now} + $1 WHERE id = $2"),
+            dequeue: format!("DELETE FROM {queue} WHERE id = $1"),
+            sweep: format!("DELETE FROM {queue} WHERE name = $1 AND expires_at < {now} - 60000"),
+        });
         let queries = Queries {
             create,
             acquire,
             probe,
             probe_waiting,
+            tickets,
             release,
             release_selects_count: dialect == Dialect::Postgres && notify,
             renew,
@@ -206,6 +281,12 @@ impl Queries {
             },
             probe: f(self.probe),
             probe_waiting: f(self.probe_waiting),
+            tickets: self.tickets.map(|t| Tickets {
+                enqueue: f(t.enqueue),
+                heartbeat: f(t.heartbeat),
+                dequeue: f(t.dequeue),
+                sweep: f(t.sweep),
+            }),
             release: f(self.release),
             release_selects_count: self.release_selects_count,
             renew: f(self.renew),

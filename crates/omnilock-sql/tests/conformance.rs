@@ -7,7 +7,20 @@ use omnilock_testkit::{store_url, Subject};
 
 /// The store at `$OMNILOCK_TEST_<store>_URL`, as a conformance subject.
 pub fn subject(store: &str) -> Option<Subject> {
-    let url = store_url(store)?;
+    subject_with(store, "")
+}
+
+/// The same store in fair mode, on its own table.
+pub fn fair_subject(store: &str) -> Option<Subject> {
+    subject_with(store, "fair=true&table=omnilock_fair")
+}
+
+fn subject_with(store: &str, options: &str) -> Option<Subject> {
+    let mut url = store_url(store)?;
+    if !options.is_empty() {
+        url.push(if url.contains('?') { '&' } else { '?' });
+        url.push_str(options);
+    }
     let for_clients = url.clone();
     Some(
         Subject::new(store.to_lowercase(), move || {
@@ -34,4 +47,19 @@ mod mysql {
 #[cfg(feature = "postgres")]
 mod postgres {
     omnilock_testkit::conformance_tests!(super::subject("POSTGRES"));
+}
+
+#[cfg(feature = "sqlite")]
+mod sqlite_fair {
+    omnilock_testkit::conformance_tests!(super::fair_subject("SQLITE"));
+}
+
+#[cfg(feature = "mysql")]
+mod mysql_fair {
+    omnilock_testkit::conformance_tests!(super::fair_subject("MYSQL"));
+}
+
+#[cfg(feature = "postgres")]
+mod postgres_fair {
+    omnilock_testkit::conformance_tests!(super::fair_subject("POSTGRES"));
 }
