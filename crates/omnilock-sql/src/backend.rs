@@ -228,25 +228,32 @@ impl SqlStore {
         if let Some(token) = self.take(request, ticket).await? {
             return Ok(Attempt::Taken { token });
         }
-        let probe = if waiting && inner.config.notify {
-            sqlx::query(&inner.queries.probe_waiting)
-                .bind(request.name.as_str())
-                .bind(inner.config.waiting_mark.as_millis() as i64)
-        } else {
-            sqlx::query(&inner.queries.probe).bind(request.name.as_str())
-        };
-        let row: Option<AnyRow> = probe
+        let row: Option<AnyRow> = sqlx::query(&inner.queries.probe)
+            .bind(request.name.as_str())
             .fetch_optional(&inner.pool)
             .await
             .map_err(|e| self.err(e))?;
-        let (owner, remaining) = match row {
+        let (owner, remaining, marked) = match row {
             Some(row) => (
                 row.try_get::<Option<String>, _>(0)
                     .map_err(|e| self.err(e))?,
                 row.try_get::<Option<i64>, _>(1).map_err(|e| self.err(e))?,
+                row.try_get::<Option<i64>, _>(2).map_err(|e| self.err(e))?,
             ),
-            None => (None, None),
+            None => (None, None, None),
         };
+        // A waiter keeps the row marked as waited for (so releases send
+        // NOTIFY), writing only when the mark is half gone: most polls of a
+        // busy lock stay read-only.
+        let mark = inner.config.waiting_mark.as_millis() as i64;
+        if waiting && inner.config.notify && marked.is_none_or(|left| left < mark / 2) {
+            sqlx::query(&inner.queries.mark_waiting)
+                .bind(mark)
+                .bind(request.name.as_str())
+                .execute(&inner.pool)
+                .await
+                .map_err(|e| self.err(e))?;
+        }
         if owner.as_deref() == Some(request.owner.as_str()) && !request.reentrant {
             return Err(Error::new(
                 ErrorKind::WouldDeadlock,

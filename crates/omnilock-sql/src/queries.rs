@@ -53,12 +53,12 @@ pub(crate) struct Queries {
     /// Takes the lock if free, expired, or held by the same owner and
     /// reentrant.
     pub acquire: Acquire,
-    /// Reads who holds a lock. Binds: name. Returns `(owner, remaining_ms)`,
-    /// both NULL when free.
+    /// Reads who holds a lock. Binds: name. Returns `(owner, remaining_ms,
+    /// waiting_mark_ms)`, each NULL when not live.
     pub probe: String,
-    /// The probe of a waiting acquire. On PostgreSQL with NOTIFY it also
-    /// marks the row as waited for. Binds: name, mark_ms (ignored elsewhere).
-    pub probe_waiting: String,
+    /// Marks a lock as waited for (PostgreSQL with NOTIFY: releases notify
+    /// only while the mark is fresh). Binds: mark_ms, name.
+    pub mark_waiting: String,
     /// Fair mode's waiting line, when `?fair=true`.
     pub tickets: Option<Tickets>,
     /// Drops one hold, owner- and token-checked. Binds: name, owner, token.
@@ -190,19 +190,11 @@ impl Queries {
         };
         let probe = format!(
             "SELECT CASE WHEN expires_at > {now} THEN owner END,
-                    CASE WHEN expires_at > {now} THEN expires_at - {now} END
+                    CASE WHEN expires_at > {now} THEN expires_at - {now} END,
+                    CASE WHEN waiting_until > {now} THEN waiting_until - {now} END
              FROM {table} WHERE name = $1"
         );
-        // A waiter's probe also records that someone waits, so that a
-        // release sends NOTIFY only when it can wake somebody.
-        let probe_waiting = match dialect {
-            Dialect::Postgres if notify => format!(
-                "UPDATE {table} SET waiting_until = {now} + $2 WHERE name = $1
-                 RETURNING CASE WHEN expires_at > {now} THEN owner END,
-                           CASE WHEN expires_at > {now} THEN expires_at - {now} END"
-            ),
-            _ => probe.clone(),
-        };
+        let mark_waiting = format!("UPDATE {table} SET waiting_until = {now} + $1 WHERE name = $2");
         let release = format!(
             "UPDATE {table} SET
                 holds = holds - 1,
@@ -249,7 +241,7 @@ impl Queries {
             create,
             acquire,
             probe,
-            probe_waiting,
+            mark_waiting,
             tickets,
             release,
             release_selects_count: dialect == Dialect::Postgres && notify,
@@ -280,7 +272,7 @@ impl Queries {
                 other => other,
             },
             probe: f(self.probe),
-            probe_waiting: f(self.probe_waiting),
+            mark_waiting: f(self.mark_waiting),
             tickets: self.tickets.map(|t| Tickets {
                 enqueue: f(t.enqueue),
                 heartbeat: f(t.heartbeat),
