@@ -66,9 +66,9 @@ async fn raw_pool(store: &str, url: &str) -> AnyPool {
         // The same settings omnilock's SQLite store uses.
         options = options.after_connect(|conn, _| {
             Box::pin(async move {
-                conn.execute("PRAGMA busy_timeout = 5000").await?;
-                conn.execute("PRAGMA journal_mode = WAL").await?;
-                conn.execute("PRAGMA synchronous = NORMAL").await?;
+                for pragma in omnilock::sql::SQLITE_PRAGMAS {
+                    conn.execute(*pragma).await?;
+                }
                 Ok(())
             })
         });

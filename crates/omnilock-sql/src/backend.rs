@@ -16,6 +16,15 @@ use tokio::sync::Notify;
 use crate::config::{Dialect, SqlConfig};
 use crate::queries::{Acquire, Queries};
 
+/// Settings of every SQLite connection: WAL lets readers and one writer work
+/// at once; the busy timeout makes a writer wait for the file lock instead of
+/// failing; `NORMAL` sync is durable across process crashes in WAL mode.
+pub const SQLITE_PRAGMAS: &[&str] = &[
+    "PRAGMA busy_timeout = 5000",
+    "PRAGMA journal_mode = WAL",
+    "PRAGMA synchronous = NORMAL",
+];
+
 /// A lock store on a SQL database. Create it with [`SqlStore::connect`] or
 /// through `omnilock::connect("sqlite:///...")`.
 #[derive(Clone)]
@@ -98,13 +107,11 @@ impl SqlStore {
             .max_connections(config.pool_size)
             .acquire_timeout(config.connect_timeout);
         if config.dialect == Dialect::Sqlite {
-            // WAL lets readers and one writer work at once; the busy timeout
-            // makes a writer wait for the file lock instead of failing.
             options = options.after_connect(|conn, _meta| {
                 Box::pin(async move {
-                    conn.execute("PRAGMA busy_timeout = 5000").await?;
-                    conn.execute("PRAGMA journal_mode = WAL").await?;
-                    conn.execute("PRAGMA synchronous = NORMAL").await?;
+                    for pragma in SQLITE_PRAGMAS {
+                        conn.execute(*pragma).await?;
+                    }
                     Ok(())
                 })
             });

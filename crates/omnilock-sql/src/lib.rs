@@ -28,7 +28,7 @@ mod config;
 mod notify;
 mod queries;
 
-pub use backend::SqlStore;
+pub use backend::{SqlStore, SQLITE_PRAGMAS};
 pub use config::{Dialect, SqlConfig, DEFAULT_TABLE};
 
 /// URL schemes this crate serves.
