@@ -1,5 +1,6 @@
-//! PostgreSQL LISTEN/NOTIFY: a release that frees a lock sends `NOTIFY
-//! <table>, '<lock name>'` in the same statement; every store listening on
+//! PostgreSQL LISTEN/NOTIFY: a release that frees a lock sends a NOTIFY on
+//! the channel named after the table, with the lock name as payload, in the
+//! same statement; every store listening on
 //! that table wakes one local waiter for that lock at once. Polling stays as
 //! the safety net for notifications missed while the listener reconnects.
 
