@@ -21,18 +21,21 @@ ENV_FILE=$DIR/env
 PIDS=$DIR/pids
 
 # The stores the test suite needs today. Backend issues append to this list.
-STORES=(sqlite mariadb postgres)
+STORES=(sqlite mariadb postgres redis)
 
 # Debian packages each store needs (installed with apt-get when run as root).
 declare -A PACKAGES=(
   [sqlite]=""
   [mariadb]="mariadb-server mariadb-client"
   [postgres]="postgresql postgresql-client"
+  [redis]="redis-server"
 )
 
 # Private ports (override with OMNILOCK_<STORE>_PORT).
 MARIADB_PORT=${OMNILOCK_MARIADB_PORT:-33061}
 POSTGRES_PORT=${OMNILOCK_POSTGRES_PORT:-54329}
+# One instance on REDIS_PORT, five independent Redlock nodes on the next five.
+REDIS_PORT=${OMNILOCK_REDIS_PORT:-63790}
 # Test-only credentials for throw-away servers on 127.0.0.1.
 TEST_USER=omnilock
 TEST_PASSWORD=omnilock-test-pw
@@ -90,7 +93,8 @@ launch_mariadb() {
   local data=$DIR/mariadb/data sock=$DIR/mariadb/mysqld.sock
   mariadbd --no-defaults --datadir="$data" --socket="$sock" --port="$MARIADB_PORT" \
     --bind-address=127.0.0.1 --user=root --skip-name-resolve --innodb-buffer-pool-size=64M \
-    --log-error="$DIR/mariadb/error.log" --pid-file="$DIR/mariadb/mariadbd.pid" &
+    --log-error="$DIR/mariadb/error.log" --pid-file="$DIR/mariadb/mariadbd.pid" \
+    >"$DIR/mariadb/stdout.log" 2>&1 </dev/null &
   record $! mariadbd
   wait_for 60 mariadb mariadb-admin --no-defaults --socket="$sock" -uroot ping
 }
@@ -135,6 +139,34 @@ CREATE USER $TEST_USER PASSWORD '$TEST_PASSWORD';
 CREATE DATABASE omnilock OWNER $TEST_USER;
 SQL
   export_url POSTGRES "postgres://$TEST_USER:$TEST_PASSWORD@127.0.0.1:$POSTGRES_PORT/omnilock"
+}
+
+# launch_redis N PORT: one redis-server, no persistence (tests restart nothing).
+launch_redis() {
+  local dir=$DIR/redis/$1
+  mkdir -p "$dir"
+  redis-server --bind 127.0.0.1 --port "$2" --save "" --appendonly no --daemonize no \
+    --requirepass "$TEST_PASSWORD" --dir "$dir" --logfile "$dir/redis.log" \
+    >"$dir/stdout.log" 2>&1 </dev/null &
+  record $! redis-server
+}
+
+redis_ready() { redis-cli -p "$1" -a "$TEST_PASSWORD" --no-auth-warning ping | grep -q PONG; }
+
+start_redis() {
+  rm -rf "$DIR/redis"
+  local i port nodes=()
+  for i in 0 1 2 3 4 5; do
+    port=$((REDIS_PORT + i))
+    launch_redis "$i" "$port"
+    if [ "$i" -gt 0 ]; then nodes+=("127.0.0.1:$port"); fi
+  done
+  for i in 0 1 2 3 4 5; do
+    wait_for 30 "redis on $((REDIS_PORT + i))" redis_ready $((REDIS_PORT + i))
+  done
+  export_url REDIS "redis://:$TEST_PASSWORD@127.0.0.1:$REDIS_PORT"
+  export_url REDLOCK "redlock://:$TEST_PASSWORD@$(IFS=,; echo "${nodes[*]}")/"
+  echo "export OMNILOCK_TEST_REDLOCK_FIRST_PORT=$((REDIS_PORT + 1))" >>"$ENV_FILE"
 }
 
 # --- commands ---------------------------------------------------------------

@@ -48,6 +48,10 @@ pub use omnilock_core::{
 #[cfg(any(feature = "mysql", feature = "postgres", feature = "sqlite"))]
 pub use omnilock_sql as sql;
 
+/// The Redis backend (one instance and Redlock).
+#[cfg(feature = "redis")]
+pub use omnilock_redis as redis;
+
 /// Connects to the store named by `url` and returns a handle whose type is
 /// the same whatever the store.
 ///
@@ -79,6 +83,11 @@ async fn open(url: &mut StoreUrl) -> Result<Locks> {
         mem::SCHEME => Ok(Locks::new(MemStore::from_url(url)?)),
         "etcd" => not_built(url, "etcd", cfg!(feature = "etcd")),
         "zk" | "zookeeper" => not_built(url, "zookeeper", cfg!(feature = "zookeeper")),
+        #[cfg(feature = "redis")]
+        "redis" | "rediss" | "redlock" => {
+            omnilock_redis::connect(omnilock_redis::RedisConfig::from_url(url)?).await
+        }
+        #[cfg(not(feature = "redis"))]
         "redis" | "rediss" | "redlock" => not_built(url, "redis", cfg!(feature = "redis")),
         #[cfg(feature = "mysql")]
         "mysql" | "mariadb" => sql(url).await,

@@ -263,7 +263,7 @@ mod cross_process {
     use omnilock_testkit::{process, store_url};
 
     /// Every store that spans processes and has a test URL.
-    const STORES: &[&str] = &["SQLITE", "MYSQL", "POSTGRES"];
+    const STORES: &[&str] = &["SQLITE", "MYSQL", "POSTGRES", "REDIS", "REDLOCK"];
 
     fn each_store(test: &str, scenario: impl Fn(&Path, &str, &Path)) {
         // The embedded default (a private SQLite file) always runs.

@@ -1,0 +1,152 @@
+//! Redis store URLs → settings.
+//!
+//! `redis://[user:pw@]host:port[/db]` (one instance) and
+//! `redlock://[user:pw@]h1:p1,h2:p2,...,hN:pN[/db]` (N independent nodes).
+
+use std::time::Duration;
+
+use omnilock_core::{Error, ErrorKind, HostPort, Result, Secret, StoreUrl};
+
+/// Settings for one Redis store.
+#[derive(Debug, Clone)]
+pub struct RedisConfig {
+    /// The nodes: one for `redis://`, N for `redlock://`.
+    pub nodes: Vec<HostPort>,
+    /// Redlock over the nodes, rather than one instance.
+    pub redlock: bool,
+    /// ACL user, if any.
+    pub username: Option<String>,
+    /// Password, if any.
+    pub password: Option<Secret>,
+    /// Database number (`/db`).
+    pub db: i64,
+    /// Key prefix (`?prefix=`, default `omnilock`): keys are `{prefix:name}...`.
+    pub prefix: String,
+    /// How long a waiter's place in the queue lasts without a refresh
+    /// (`?waiter_lease=`, default 3s). Waiters re-check every third of it,
+    /// which also covers a lost wake-up message.
+    pub waiter_lease: Duration,
+    /// Connect timeout per node (`?connect_timeout=`, default 2s).
+    pub connect_timeout: Duration,
+    /// Reply timeout per command (`?timeout=`, default 2s; Redlock 250ms per
+    /// node, which must stay far below the TTL).
+    pub response_timeout: Duration,
+    /// Where the store is, for messages (password redacted).
+    pub shown: String,
+}
+
+impl RedisConfig {
+    /// Reads a `redis://` or `redlock://` URL. Unknown options are an error.
+    pub fn from_url(url: &StoreUrl) -> Result<Self> {
+        let mut url = url.clone();
+        let redlock = match url.scheme() {
+            "redis" => false,
+            "redlock" => true,
+            "rediss" => {
+                return Err(Error::new(
+                    ErrorKind::Unsupported,
+                    "rediss:// (TLS) is not built into this version of omnilock yet",
+                ))
+            }
+            other => return Err(Error::config(format!("not a Redis scheme: {other}"))),
+        };
+        let nodes = url.hosts().to_vec();
+        if nodes.is_empty() {
+            return Err(Error::config("the URL names no Redis host"));
+        }
+        if !redlock && nodes.len() > 1 {
+            return Err(Error::config(
+                "redis:// names one instance; use redlock://h1,h2,h3/ for several independent nodes",
+            ));
+        }
+        if redlock && nodes.len() < 3 {
+            return Err(Error::config(
+                "redlock:// needs at least 3 independent nodes (5 is usual)",
+            ));
+        }
+        let db = match url.path() {
+            "" => 0,
+            db => db
+                .parse()
+                .ok()
+                .filter(|d| *d >= 0)
+                .ok_or_else(|| Error::config(format!("invalid database number {db:?}")))?,
+        };
+        let prefix = url.take("prefix").unwrap_or_else(|| "omnilock".into());
+        if prefix.is_empty() || prefix.contains(['{', '}']) || prefix.chars().any(char::is_control)
+        {
+            return Err(Error::config(
+                "option \"prefix\" must be non-empty, without braces or control characters",
+            ));
+        }
+        let waiter_lease = url
+            .take_duration("waiter_lease")?
+            .unwrap_or(Duration::from_secs(3));
+        if waiter_lease < Duration::from_millis(100) {
+            return Err(Error::config(
+                "option \"waiter_lease\" must be at least 100ms",
+            ));
+        }
+        let connect_timeout = url
+            .take_duration("connect_timeout")?
+            .unwrap_or(Duration::from_secs(2));
+        let default_timeout = if redlock {
+            Duration::from_millis(250)
+        } else {
+            Duration::from_secs(2)
+        };
+        let response_timeout = url.take_duration("timeout")?.unwrap_or(default_timeout);
+        url.finish()?;
+        Ok(RedisConfig {
+            nodes,
+            redlock,
+            username: url.username().map(str::to_string),
+            password: url.password().cloned(),
+            db,
+            prefix,
+            waiter_lease,
+            connect_timeout,
+            response_timeout,
+            shown: url.to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(url: &str) -> Result<RedisConfig> {
+        RedisConfig::from_url(&StoreUrl::parse(url)?)
+    }
+
+    #[test]
+    fn shapes() {
+        let c = parse("redis://:pw@127.0.0.1:6379/2?prefix=app").unwrap();
+        assert_eq!(c.db, 2);
+        assert_eq!(c.prefix, "app");
+        assert_eq!(c.password.unwrap().expose(), "pw");
+        assert!(!c.shown.contains("pw"));
+        let c = parse("redlock://a:1,b:2,c:3,d:4,e:5/").unwrap();
+        assert!(c.redlock);
+        assert_eq!(c.nodes.len(), 5);
+        for bad in [
+            "redis://a:1,b:2",
+            "redlock://a:1,b:2",
+            "redis://h/x",
+            "redis://h?prefix={x}",
+            "redis://h?waiter_lease=1ms",
+            "redis://h?colour=red",
+        ] {
+            assert_eq!(
+                parse(bad).unwrap_err().kind(),
+                ErrorKind::InvalidConfig,
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            parse("rediss://h").unwrap_err().kind(),
+            ErrorKind::Unsupported
+        );
+    }
+}

@@ -1,0 +1,118 @@
+//! One Redis server: its connection, its keys, its errors.
+
+use std::time::Duration;
+
+use omnilock_core::{Error, ErrorKind, HostPort, Result};
+use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{ConnectionAddr, ConnectionInfo, RedisConnectionInfo, RedisError};
+
+use crate::config::RedisConfig;
+
+/// Braces would change the hash tag and `%` is the escape itself; everything
+/// else in a lock name is kept as is.
+const KEY: &AsciiSet = &CONTROLS.add(b'{').add(b'}').add(b'%');
+
+/// The keys of one lock, all in the hash slot of `{prefix:name}`.
+pub(crate) struct Keys {
+    pub lock: String,
+    pub fence: String,
+    pub queue: String,
+    pub timeouts: String,
+}
+
+impl Keys {
+    pub(crate) fn new(prefix: &str, name: &str) -> Self {
+        let base = format!("{{{prefix}:{}}}", utf8_percent_encode(name, KEY));
+        Keys {
+            fence: format!("{base}:fence"),
+            queue: format!("{base}:queue"),
+            timeouts: format!("{base}:timeouts"),
+            lock: base,
+        }
+    }
+}
+
+/// A connection (auto-reconnecting) to one node.
+#[derive(Clone)]
+pub(crate) struct Node {
+    pub conn: ConnectionManager,
+    pub client: redis::Client,
+    pub address: String,
+}
+
+impl Node {
+    pub(crate) async fn connect(config: &RedisConfig, node: &HostPort) -> Result<Self> {
+        let address = node.to_string();
+        let info = ConnectionInfo {
+            addr: ConnectionAddr::Tcp(node.host.clone(), node.port.unwrap_or(6379)),
+            redis: RedisConnectionInfo {
+                db: config.db,
+                username: config.username.clone(),
+                password: config.password.as_ref().map(|p| p.expose().to_string()),
+                ..Default::default()
+            },
+        };
+        let client = redis::Client::open(info).map_err(|e| map_err(e, &address))?;
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(config.connect_timeout)
+            .set_response_timeout(config.response_timeout)
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_secs(1).as_millis() as u64);
+        let mut conn = ConnectionManager::new_with_config(client.clone(), manager_config)
+            .await
+            .map_err(|e| map_err(e, &address))?;
+        let _: String = redis::cmd("PING")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| map_err(e, &address))?;
+        Ok(Node {
+            conn,
+            client,
+            address,
+        })
+    }
+
+    pub(crate) fn err(&self, e: RedisError) -> Error {
+        map_err(e, &self.address)
+    }
+}
+
+/// Classifies a Redis error; messages name the node, never the password.
+pub(crate) fn map_err(e: RedisError, address: &str) -> Error {
+    let code = e.code().unwrap_or("");
+    let error = if e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(code, "WRONGPASS" | "NOAUTH" | "NOPERM")
+    {
+        Error::config(format!(
+            "Redis at {address} refused the credentials (user name or password)"
+        ))
+    } else if e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_refusal()
+        || e.is_connection_dropped()
+        || matches!(code, "LOADING" | "BUSY" | "TRYAGAIN" | "MASTERDOWN")
+    {
+        Error::unavailable(format!("cannot reach Redis at {address}"))
+    } else {
+        Error::new(
+            ErrorKind::Backend,
+            format!("Redis at {address} answered with an error"),
+        )
+    };
+    error.with_cause(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_cannot_leave_their_hash_tag() {
+        let keys = Keys::new("omnilock", "a}b{c%d");
+        assert_eq!(keys.lock, "{omnilock:a%7Db%7Bc%25d}");
+        assert_eq!(keys.queue, "{omnilock:a%7Db%7Bc%25d}:queue");
+        // Distinct names stay distinct keys.
+        assert_ne!(Keys::new("p", "a%7D").lock, Keys::new("p", "a}").lock);
+    }
+}

@@ -1,0 +1,378 @@
+//! Redlock over N independent Redis nodes: a lock is held when a majority
+//! granted it in parallel within its validity time.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use omnilock_core::{
+    async_trait, complete_or_undo, AcquireRequest, Backend, Capabilities, Error, ErrorKind, Grant,
+    LockName, Result,
+};
+use rand::Rng;
+use tokio::sync::Notify;
+
+use crate::config::RedisConfig;
+use crate::node::{Keys, Node};
+use crate::scripts::Scripts;
+
+/// The clock drift factor of the Redlock algorithm.
+const DRIFT_FACTOR: f64 = 0.01;
+
+/// A Redlock store. Create it with [`RedlockStore::connect`] or
+/// `omnilock::connect("redlock://h1:p1,h2:p2,h3:p3/")`.
+#[derive(Clone)]
+pub struct RedlockStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: RedisConfig,
+    nodes: Vec<Node>,
+    scripts: Scripts,
+    /// In-process waiters per lock: a release here wakes one at once.
+    local_waiters: Mutex<HashMap<LockName, Weak<Notify>>>,
+}
+
+impl std::fmt::Debug for RedlockStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedlockStore")
+            .field("store", &self.inner.config.shown)
+            .finish()
+    }
+}
+
+/// Per node, the token that node issued (None: not granted there).
+type NodeTokens = Vec<Option<u64>>;
+
+enum Outcome {
+    Held {
+        tokens: NodeTokens,
+        valid_until: Instant,
+    },
+    Busy,
+}
+
+impl RedlockStore {
+    /// Connects to every node. Nodes that cannot be reached are tolerated as
+    /// long as a majority answers; wrong credentials anywhere are an error.
+    pub async fn connect(config: RedisConfig) -> Result<Self> {
+        let attempts = join_all(config.nodes.iter().map(|n| Node::connect(&config, n))).await;
+        let mut nodes = Vec::new();
+        let mut failures = Vec::new();
+        for attempt in attempts {
+            match attempt {
+                Ok(node) => nodes.push(node),
+                Err(e) if e.kind() == ErrorKind::InvalidConfig => return Err(e),
+                Err(e) => failures.push(e.message().to_string()),
+            }
+        }
+        let quorum = config.nodes.len() / 2 + 1;
+        if nodes.len() < quorum {
+            return Err(Error::unavailable(format!(
+                "only {} of {} Redlock nodes answered (a majority of {quorum} is needed): {}",
+                nodes.len(),
+                config.nodes.len(),
+                failures.join("; ")
+            )));
+        }
+        if nodes.len() < config.nodes.len() {
+            // The others may come back; ConnectionManager cannot be created
+            // for a node that never answered, so those stay out until the
+            // client reconnects. Documented in docs/backends/redis.md.
+            tracing::warn!(missing = %failures.join("; "), "omnilock redlock: some nodes are down");
+        }
+        Ok(RedlockStore {
+            inner: Arc::new(Inner {
+                config,
+                nodes,
+                scripts: Scripts::new(),
+                local_waiters: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    fn quorum(&self) -> usize {
+        self.inner.config.nodes.len() / 2 + 1
+    }
+
+    fn drift(ttl: Duration) -> Duration {
+        ttl.mul_f64(DRIFT_FACTOR) + Duration::from_millis(2)
+    }
+
+    /// One parallel round on every node.
+    async fn round(&self, request: &AcquireRequest) -> Result<Outcome> {
+        let inner = &self.inner;
+        let keys = Keys::new(&inner.config.prefix, request.name.as_str());
+        let started = Instant::now();
+        let calls = inner.nodes.iter().map(|node| {
+            let mut conn = node.conn.clone();
+            let keys = &keys;
+            let timeout = inner.config.response_timeout;
+            async move {
+                let mut script = inner.scripts.acquire.key(&keys.lock);
+                script
+                    .key(&keys.fence)
+                    .key(&keys.queue)
+                    .key(&keys.timeouts)
+                    .arg(request.owner.as_str())
+                    .arg(request.ttl.as_millis() as u64)
+                    .arg(if request.reentrant { 1 } else { 0 })
+                    .arg("")
+                    .arg(inner.config.waiter_lease.as_millis() as u64)
+                    .arg("");
+                let call = script.invoke_async::<(i64, i64)>(&mut conn);
+                match tokio::time::timeout(timeout, call).await {
+                    Ok(result) => result.map_err(|e| node.err(e)),
+                    Err(_) => Err(Error::unavailable(format!(
+                        "Redis at {} did not answer within {timeout:?}",
+                        node.address
+                    ))),
+                }
+            }
+        });
+        let results = join_all(calls).await;
+        let elapsed = started.elapsed();
+        let mut tokens: NodeTokens = vec![None; inner.nodes.len()];
+        let (mut granted, mut deadlock, mut failures) = (0, false, Vec::new());
+        for (i, result) in results.into_iter().enumerate() {
+            match result {
+                Ok((1, token)) => {
+                    tokens[i] = Some(token as u64);
+                    granted += 1;
+                }
+                Ok((-1, _)) => deadlock = true,
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::InvalidConfig => return Err(e),
+                Err(e) => failures.push(e.message().to_string()),
+            }
+        }
+        let validity = request
+            .ttl
+            .checked_sub(elapsed + Self::drift(request.ttl))
+            .unwrap_or_default();
+        if granted >= self.quorum() && !validity.is_zero() {
+            return Ok(Outcome::Held {
+                valid_until: started + request.ttl - Self::drift(request.ttl),
+                tokens,
+            });
+        }
+        // Not held: undo the partial grant everywhere at once.
+        self.release_tokens(request, &tokens).await;
+        if deadlock {
+            return Err(Error::new(
+                ErrorKind::WouldDeadlock,
+                "this owner already holds the lock and the acquisition is not reentrant",
+            ));
+        }
+        let answered = inner.nodes.len() - failures.len();
+        if answered < self.quorum() {
+            return Err(Error::unavailable(format!(
+                "only {answered} of {} Redlock nodes answered: {}",
+                inner.config.nodes.len(),
+                failures.join("; ")
+            )));
+        }
+        Ok(Outcome::Busy)
+    }
+
+    async fn round_detached(&self, request: &AcquireRequest) -> Result<Outcome> {
+        let (store, undo) = (self.clone(), self.clone());
+        let (call_request, undo_request) = (request.clone(), request.clone());
+        complete_or_undo(
+            async move { store.round(&call_request).await },
+            move |abandoned| async move {
+                if let Ok(Outcome::Held { tokens, .. }) = abandoned {
+                    undo.release_tokens(&undo_request, &tokens).await;
+                }
+            },
+        )
+        .await
+    }
+
+    /// Releases on every node that granted; returns how many nodes released.
+    async fn release_tokens(&self, request: &AcquireRequest, tokens: &NodeTokens) -> usize {
+        let inner = &self.inner;
+        let keys = Keys::new(&inner.config.prefix, request.name.as_str());
+        let calls = inner.nodes.iter().zip(tokens).filter_map(|(node, token)| {
+            let token = (*token)?;
+            let mut conn = node.conn.clone();
+            let keys = &keys;
+            Some(async move {
+                let mut script = inner.scripts.release.key(&keys.lock);
+                script
+                    .key(&keys.queue)
+                    .key(&keys.timeouts)
+                    .arg(request.owner.as_str())
+                    .arg(token)
+                    .arg("");
+                script.invoke_async::<i64>(&mut conn).await
+            })
+        });
+        let released = join_all(calls)
+            .await
+            .into_iter()
+            .filter(|r| matches!(r, Ok(n) if *n >= 0))
+            .count();
+        if released > 0 {
+            self.wake_local(&request.name);
+        }
+        released
+    }
+
+    fn local_notify(&self, name: &LockName) -> Arc<Notify> {
+        let mut waiters = self
+            .inner
+            .local_waiters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(notify) = waiters.get(name).and_then(Weak::upgrade) {
+            return notify;
+        }
+        if waiters.len() >= 1024 {
+            waiters.retain(|_, w| w.strong_count() > 0);
+        }
+        let notify = Arc::new(Notify::new());
+        waiters.insert(name.clone(), Arc::downgrade(&notify));
+        notify
+    }
+
+    fn wake_local(&self, name: &LockName) {
+        let waiters = self
+            .inner
+            .local_waiters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(notify) = waiters.get(name).and_then(Weak::upgrade) {
+            notify.notify_one();
+        }
+    }
+
+    fn grant(tokens: NodeTokens, valid_until: Instant) -> Grant {
+        // Not a fencing token (capabilities say so): the largest of the
+        // per-node counters, for logs only.
+        let token = tokens.iter().flatten().copied().max().unwrap_or(0);
+        Grant::new(token, valid_until).with_state(tokens)
+    }
+}
+
+#[async_trait]
+impl Backend for RedlockStore {
+    fn kind(&self) -> &'static str {
+        "redlock"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            fair: false,
+            push_wakeups: false,
+            fencing: false,
+            cross_process_reentrancy: true,
+            lease_renewal: true,
+            cross_process: true,
+            break_lock: true,
+        }
+    }
+
+    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
+        match self.round_detached(request).await? {
+            Outcome::Held {
+                tokens,
+                valid_until,
+            } => Ok(Some(Self::grant(tokens, valid_until))),
+            Outcome::Busy => Ok(None),
+        }
+    }
+
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Grant> {
+        let notify = self.local_notify(&request.name);
+        loop {
+            let woken = notify.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            match self.round_detached(request).await {
+                Ok(Outcome::Held {
+                    tokens,
+                    valid_until,
+                }) => return Ok(Self::grant(tokens, valid_until)),
+                Ok(Outcome::Busy) => request.waiting.raise(),
+                Err(e) if e.is_retryable() => {
+                    tracing::debug!(error = %e, "omnilock redlock round failed; retrying")
+                }
+                Err(e) => return Err(e),
+            }
+            // A random delay, so that contenders do not split the votes again.
+            let delay = Duration::from_millis(rand::thread_rng().gen_range(5..50));
+            tokio::select! {
+                _ = &mut woken => {}
+                _ = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+
+    async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
+        let tokens = grant.state::<NodeTokens>().cloned().unwrap_or_default();
+        if self.release_tokens(request, &tokens).await == 0 {
+            return Err(Error::new(
+                ErrorKind::NotOwner,
+                "the lock is not held by this owner on any node (expired or taken over)",
+            ));
+        }
+        Ok(())
+    }
+
+    async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
+        let inner = &self.inner;
+        let tokens = grant.state::<NodeTokens>().cloned().unwrap_or_default();
+        let keys = Keys::new(&inner.config.prefix, request.name.as_str());
+        let started = Instant::now();
+        let calls = inner.nodes.iter().zip(&tokens).filter_map(|(node, token)| {
+            let token = (*token)?;
+            let mut conn = node.conn.clone();
+            let keys = &keys;
+            let timeout = inner.config.response_timeout;
+            Some(async move {
+                let mut script = inner.scripts.renew.key(&keys.lock);
+                script
+                    .arg(request.owner.as_str())
+                    .arg(token)
+                    .arg(request.ttl.as_millis() as u64);
+                tokio::time::timeout(timeout, script.invoke_async::<i64>(&mut conn)).await
+            })
+        });
+        let results = join_all(calls).await;
+        let extended = results.iter().filter(|r| matches!(r, Ok(Ok(1)))).count();
+        let refused = results.iter().filter(|r| matches!(r, Ok(Ok(0)))).count();
+        let elapsed = started.elapsed();
+        if extended >= self.quorum() && elapsed + Self::drift(request.ttl) < request.ttl {
+            return Ok(started + request.ttl - Self::drift(request.ttl));
+        }
+        if refused > inner.config.nodes.len() - self.quorum() {
+            return Err(Error::new(
+                ErrorKind::LockLost,
+                "a majority of nodes no longer holds the lock for this owner",
+            ));
+        }
+        Err(Error::unavailable(format!(
+            "only {extended} Redlock nodes extended the lease"
+        )))
+    }
+
+    async fn break_lock(&self, name: &LockName) -> Result<bool> {
+        let inner = &self.inner;
+        let keys = Keys::new(&inner.config.prefix, name.as_str());
+        let calls = inner.nodes.iter().map(|node| {
+            let mut conn = node.conn.clone();
+            let keys = &keys;
+            async move {
+                let mut script = inner.scripts.break_lock.key(&keys.lock);
+                script.key(&keys.queue).key(&keys.timeouts).arg("");
+                script.invoke_async::<i64>(&mut conn).await
+            }
+        });
+        let results = join_all(calls).await;
+        self.wake_local(name);
+        Ok(results.iter().any(|r| matches!(r, Ok(1))))
+    }
+}

@@ -1,0 +1,151 @@
+//! The Lua scripts. Each runs atomically on the server; together they are
+//! the whole lock protocol. Times come from the server (`TIME`), never the
+//! client. All keys of one lock share the hash tag `{prefix:name}`.
+//!
+//! Keys of a lock: `lock` (hash: owner, holds, token; PEXPIRE = the lease),
+//! `fence` (the fencing counter, never expires), `queue` (list of waiter
+//! entries, FIFO) and `timeouts` (zset entry → expiry of that waiter's place).
+//! A waiter entry is `<client id>:<waiter id>`; a release PUBLISHes the head
+//! entry on `<channel prefix><client id>`, the one channel each client
+//! subscribes to, so exactly one waiter is woken.
+
+use redis::Script;
+
+/// Shared Lua: the server's clock, dropping dead waiters from the head of the
+/// queue, and waking the live head.
+const COMMON: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function live_head(queue, timeouts)
+  while true do
+    local head = redis.call('LINDEX', queue, 0)
+    if not head then return false end
+    local expiry = redis.call('ZSCORE', timeouts, head)
+    if expiry and tonumber(expiry) > now then return head end
+    redis.call('LPOP', queue)
+    redis.call('ZREM', timeouts, head)
+  end
+end
+local function wake(queue, timeouts, channel_prefix)
+  local head = live_head(queue, timeouts)
+  if head then
+    local client = string.match(head, '^([^:]+):')
+    redis.call('PUBLISH', channel_prefix .. client, head)
+  end
+end
+"#;
+
+/// KEYS: lock, fence, queue, timeouts.
+/// ARGV: owner, ttl_ms, reentrant (1/0), entry ('' for try-acquire),
+/// entry_lease_ms, channel_prefix.
+/// Returns {1, token} taken; {0, pttl} busy (queued when an entry is given);
+/// {-1, 0} held by this owner and not reentrant.
+const ACQUIRE: &str = r#"
+local function leave()
+  if ARGV[4] ~= '' and redis.call('ZREM', KEYS[4], ARGV[4]) == 1 then
+    redis.call('LREM', KEYS[3], 1, ARGV[4])
+  end
+end
+local ttl = tonumber(ARGV[2])
+local owner = redis.call('HGET', KEYS[1], 'owner')
+if owner == ARGV[1] then
+  if ARGV[3] ~= '1' then return {-1, 0} end
+  redis.call('HINCRBY', KEYS[1], 'holds', 1)
+  if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+  leave()
+  return {1, tonumber(redis.call('HGET', KEYS[1], 'token'))}
+end
+local head = live_head(KEYS[3], KEYS[4])
+if not owner and (not head or head == ARGV[4]) then
+  leave()
+  local token = redis.call('INCR', KEYS[2])
+  redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'holds', 1, 'token', token)
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  return {1, token}
+end
+if not owner and head then
+  -- Free, but someone else is first in line: nudge them in case their
+  -- wake-up was lost.
+  wake(KEYS[3], KEYS[4], ARGV[6])
+end
+if ARGV[4] ~= '' then
+  local lease = tonumber(ARGV[5])
+  if not redis.call('ZSCORE', KEYS[4], ARGV[4]) then
+    redis.call('RPUSH', KEYS[3], ARGV[4])
+  end
+  redis.call('ZADD', KEYS[4], now + lease, ARGV[4])
+  redis.call('PEXPIRE', KEYS[3], lease * 2)
+  redis.call('PEXPIRE', KEYS[4], lease * 2)
+end
+return {0, redis.call('PTTL', KEYS[1])}
+"#;
+
+/// KEYS: lock, queue, timeouts. ARGV: owner, token, channel_prefix.
+/// Returns -1 not the owner (nothing changed); holds left otherwise (0 =
+/// freed, and the next waiter woken).
+const RELEASE: &str = r#"
+if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1]
+  or redis.call('HGET', KEYS[1], 'token') ~= ARGV[2] then
+  return -1
+end
+local holds = redis.call('HINCRBY', KEYS[1], 'holds', -1)
+if holds > 0 then return holds end
+redis.call('DEL', KEYS[1])
+wake(KEYS[2], KEYS[3], ARGV[3])
+return 0
+"#;
+
+/// KEYS: lock. ARGV: owner, token, ttl_ms. Returns 1 extended, 0 not held.
+/// Never re-creates a lock that is gone.
+const RENEW: &str = r#"
+if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1]
+  or redis.call('HGET', KEYS[1], 'token') ~= ARGV[2] then
+  return 0
+end
+local ttl = tonumber(ARGV[3])
+if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+return 1
+"#;
+
+/// KEYS: lock, queue, timeouts. ARGV: entry, channel_prefix.
+/// A waiter leaves the queue; if the lock is free, the new head is woken.
+const CANCEL: &str = r#"
+if redis.call('ZREM', KEYS[3], ARGV[1]) == 1 then
+  redis.call('LREM', KEYS[2], 1, ARGV[1])
+end
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  wake(KEYS[2], KEYS[3], ARGV[2])
+end
+return 1
+"#;
+
+/// KEYS: lock, queue, timeouts. ARGV: channel_prefix. Returns 1 if a lock
+/// was removed.
+const BREAK: &str = r#"
+local existed = redis.call('DEL', KEYS[1])
+wake(KEYS[2], KEYS[3], ARGV[1])
+return existed
+"#;
+
+/// The loaded scripts (EVALSHA, falling back to EVAL once after a restart
+/// or `SCRIPT FLUSH`).
+pub(crate) struct Scripts {
+    pub acquire: Script,
+    pub release: Script,
+    pub renew: Script,
+    pub cancel: Script,
+    pub break_lock: Script,
+}
+
+impl Scripts {
+    pub(crate) fn new() -> Self {
+        let with_common = |body: &str| Script::new(&format!("{COMMON}\n{body}"));
+        Scripts {
+            acquire: with_common(ACQUIRE),
+            release: with_common(RELEASE),
+            renew: Script::new(RENEW),
+            cancel: with_common(CANCEL),
+            break_lock: with_common(BREAK),
+        }
+    }
+}

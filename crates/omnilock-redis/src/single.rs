@@ -1,0 +1,375 @@
+//! One Redis instance: a fair, herd-free, reentrant lock with fencing.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use omnilock_core::{
+    async_trait, complete_or_undo, AcquireRequest, Backend, Backoff, Capabilities, Error,
+    ErrorKind, Grant, LockName, Result,
+};
+use rand::Rng;
+use tokio::sync::Notify;
+
+use crate::config::RedisConfig;
+use crate::node::{Keys, Node};
+use crate::scripts::Scripts;
+
+/// A lock store on one Redis instance. Create it with
+/// [`RedisStore::connect`] or `omnilock::connect("redis://...")`.
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: RedisConfig,
+    node: Node,
+    scripts: Scripts,
+    /// This client's id: waiter entries are `<client id>:<waiter id>` and
+    /// wake-ups for them arrive on `<channel prefix><client id>`.
+    client_id: String,
+    channel_prefix: String,
+    next_waiter: AtomicU64,
+    waiters: Mutex<HashMap<String, Arc<Notify>>>,
+    wakeups: AtomicU64,
+    listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(task) = self.listener.get_mut().ok().and_then(|t| t.take()) {
+            task.abort();
+        }
+    }
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("store", &self.inner.config.shown)
+            .finish()
+    }
+}
+
+enum Attempt {
+    Taken(u64),
+    Busy(Option<Duration>),
+}
+
+impl RedisStore {
+    /// Connects (checking the server answers and accepts the credentials)
+    /// and subscribes to this client's wake-up channel.
+    pub async fn connect(config: RedisConfig) -> Result<Self> {
+        let node = Node::connect(&config, &config.nodes[0]).await?;
+        let client_id = format!("{:016x}", rand::random::<u64>());
+        let channel_prefix = format!("{}:wake:", config.prefix);
+        let mut pubsub = node
+            .client
+            .get_async_pubsub()
+            .await
+            .map_err(|e| node.err(e))?;
+        pubsub
+            .subscribe(format!("{channel_prefix}{client_id}"))
+            .await
+            .map_err(|e| node.err(e))?;
+        let store = RedisStore {
+            inner: Arc::new(Inner {
+                config,
+                node,
+                scripts: Scripts::new(),
+                client_id,
+                channel_prefix,
+                next_waiter: AtomicU64::new(0),
+                waiters: Mutex::new(HashMap::new()),
+                wakeups: AtomicU64::new(0),
+                listener: Mutex::new(None),
+            }),
+        };
+        let task = tokio::spawn(listen(Arc::downgrade(&store.inner), pubsub));
+        *store
+            .inner
+            .listener
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(task);
+        Ok(store)
+    }
+
+    /// Wake-up messages this client has received (each wakes one waiter).
+    pub fn wakeups(&self) -> u64 {
+        self.inner.wakeups.load(Ordering::Relaxed)
+    }
+
+    fn keys(&self, name: &LockName) -> Keys {
+        Keys::new(&self.inner.config.prefix, name.as_str())
+    }
+
+    async fn attempt(&self, request: &AcquireRequest, entry: &str) -> Result<Attempt> {
+        let inner = &self.inner;
+        let keys = self.keys(&request.name);
+        let mut conn = inner.node.conn.clone();
+        let (status, value): (i64, i64) = inner
+            .scripts
+            .acquire
+            .key(&keys.lock)
+            .key(&keys.fence)
+            .key(&keys.queue)
+            .key(&keys.timeouts)
+            .arg(request.owner.as_str())
+            .arg(request.ttl.as_millis() as u64)
+            .arg(if request.reentrant { 1 } else { 0 })
+            .arg(entry)
+            .arg(inner.config.waiter_lease.as_millis() as u64)
+            .arg(&inner.channel_prefix)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| inner.node.err(e))?;
+        match status {
+            1 => Ok(Attempt::Taken(value as u64)),
+            -1 => Err(Error::new(
+                ErrorKind::WouldDeadlock,
+                "this owner already holds the lock and the acquisition is not reentrant",
+            )),
+            _ => Ok(Attempt::Busy(
+                (value > 0).then(|| Duration::from_millis(value as u64)),
+            )),
+        }
+    }
+
+    /// An attempt that completes even if the caller goes away; a lock it
+    /// took for nobody is released at once.
+    async fn attempt_detached(
+        &self,
+        request: &AcquireRequest,
+        entry: &str,
+    ) -> Result<(Attempt, Instant)> {
+        let (store, undo) = (self.clone(), self.clone());
+        let (call_request, undo_request) = (request.clone(), request.clone());
+        let entry = entry.to_string();
+        complete_or_undo(
+            async move {
+                let started = Instant::now();
+                store
+                    .attempt(&call_request, &entry)
+                    .await
+                    .map(|a| (a, started))
+            },
+            move |abandoned| async move {
+                if let Ok((Attempt::Taken(token), _)) = abandoned {
+                    let _ = undo.release_token(&undo_request, token).await;
+                }
+            },
+        )
+        .await
+    }
+
+    async fn release_token(&self, request: &AcquireRequest, token: u64) -> Result<i64> {
+        let inner = &self.inner;
+        let keys = self.keys(&request.name);
+        let mut conn = inner.node.conn.clone();
+        inner
+            .scripts
+            .release
+            .key(&keys.lock)
+            .key(&keys.queue)
+            .key(&keys.timeouts)
+            .arg(request.owner.as_str())
+            .arg(token)
+            .arg(&inner.channel_prefix)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| inner.node.err(e))
+    }
+}
+
+/// Delivers wake-up messages to this client's waiters.
+async fn listen(store: std::sync::Weak<Inner>, pubsub: redis::aio::PubSub) {
+    let mut messages = pubsub.into_on_message();
+    while let Some(message) = messages.next().await {
+        let Some(inner) = store.upgrade() else { return };
+        let Ok(entry) = message.get_payload::<String>() else {
+            continue;
+        };
+        inner.wakeups.fetch_add(1, Ordering::Relaxed);
+        let waiters = inner.waiters.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(notify) = waiters.get(&entry) {
+            notify.notify_one();
+        }
+    }
+    // The subscription is gone (connection lost): waiters fall back to their
+    // periodic re-check. TODO(next engineer): resubscribe with backoff.
+    tracing::warn!("omnilock redis: wake-up subscription lost; waiters poll until restart");
+}
+
+/// A waiter's place in the queue, left (in the background) if the acquire
+/// ends without the lock.
+struct Place {
+    store: RedisStore,
+    request: AcquireRequest,
+    entry: String,
+    granted: bool,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let inner = &self.store.inner;
+        inner
+            .waiters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.entry);
+        if self.granted {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (store, name, entry) = (
+            self.store.clone(),
+            self.request.name.clone(),
+            self.entry.clone(),
+        );
+        runtime.spawn(async move {
+            let inner = &store.inner;
+            let keys = store.keys(&name);
+            let mut conn = inner.node.conn.clone();
+            let _: redis::RedisResult<i64> = inner
+                .scripts
+                .cancel
+                .key(&keys.lock)
+                .key(&keys.queue)
+                .key(&keys.timeouts)
+                .arg(&entry)
+                .arg(&inner.channel_prefix)
+                .invoke_async(&mut conn)
+                .await;
+        });
+    }
+}
+
+#[async_trait]
+impl Backend for RedisStore {
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            fair: true,
+            push_wakeups: true,
+            fencing: true,
+            cross_process_reentrancy: true,
+            lease_renewal: true,
+            cross_process: true,
+            break_lock: true,
+        }
+    }
+
+    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
+        match self.attempt_detached(request, "").await? {
+            (Attempt::Taken(token), started) => Ok(Some(Grant::new(token, started + request.ttl))),
+            (Attempt::Busy(_), _) => Ok(None),
+        }
+    }
+
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Grant> {
+        let inner = &self.inner;
+        let waiter = inner.next_waiter.fetch_add(1, Ordering::Relaxed);
+        let entry = format!("{}:{waiter}", inner.client_id);
+        let notify = Arc::new(Notify::new());
+        inner
+            .waiters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(entry.clone(), notify.clone());
+        let mut place = Place {
+            store: self.clone(),
+            request: request.clone(),
+            entry: entry.clone(),
+            granted: false,
+        };
+        let recheck = inner.config.waiter_lease / 3;
+        let mut backoff = Backoff::new(Duration::from_millis(10), recheck);
+        loop {
+            let woken = notify.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            let delay = match self.attempt_detached(request, &entry).await {
+                Ok((Attempt::Taken(token), started)) => {
+                    place.granted = true;
+                    return Ok(Grant::new(token, started + request.ttl));
+                }
+                Ok((Attempt::Busy(remaining), _)) => {
+                    request.waiting.raise();
+                    backoff.reset();
+                    // Re-check in case a wake-up is lost, jittered so that
+                    // waiters do not poll together; and at the holder's
+                    // expiry, if it dies without releasing.
+                    let jitter = rand::thread_rng().gen_range(0.8..1.0);
+                    let delay = recheck.mul_f64(jitter);
+                    remaining.map_or(delay, |r| delay.min(r + Duration::from_millis(1)))
+                }
+                Err(err) if err.is_retryable() => backoff.next_delay(),
+                Err(err) => return Err(err),
+            };
+            tokio::select! {
+                _ = &mut woken => {}
+                _ = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+
+    async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
+        if self.release_token(request, grant.token).await? < 0 {
+            return Err(Error::new(
+                ErrorKind::NotOwner,
+                "the lock is not held by this owner (its lease expired or it was taken over)",
+            ));
+        }
+        Ok(())
+    }
+
+    async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
+        let inner = &self.inner;
+        let keys = self.keys(&request.name);
+        let mut conn = inner.node.conn.clone();
+        let started = Instant::now();
+        let renewed: i64 = inner
+            .scripts
+            .renew
+            .key(&keys.lock)
+            .arg(request.owner.as_str())
+            .arg(grant.token)
+            .arg(request.ttl.as_millis() as u64)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| inner.node.err(e))?;
+        if renewed == 1 {
+            Ok(started + request.ttl)
+        } else {
+            Err(Error::new(
+                ErrorKind::LockLost,
+                "the lock is no longer held by this owner",
+            ))
+        }
+    }
+
+    async fn break_lock(&self, name: &LockName) -> Result<bool> {
+        let inner = &self.inner;
+        let keys = self.keys(name);
+        let mut conn = inner.node.conn.clone();
+        let existed: i64 = inner
+            .scripts
+            .break_lock
+            .key(&keys.lock)
+            .key(&keys.queue)
+            .key(&keys.timeouts)
+            .arg(&inner.channel_prefix)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| inner.node.err(e))?;
+        Ok(existed == 1)
+    }
+}
