@@ -56,7 +56,9 @@ impl Node {
         let client = redis::Client::open(info).map_err(|e| map_err(e, &address))?;
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(config.connect_timeout)
-            .set_response_timeout(config.response_timeout)
+            // Redlock's short per-node bound is applied per round by the
+            // caller; connecting and one-off commands get the longer one.
+            .set_response_timeout(config.response_timeout.max(config.connect_timeout))
             .set_number_of_retries(1)
             .set_max_delay(Duration::from_secs(1).as_millis() as u64);
         let mut conn = ConnectionManager::new_with_config(client.clone(), manager_config)
