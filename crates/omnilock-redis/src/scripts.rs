@@ -63,11 +63,6 @@ if not owner and (not head or head == ARGV[4]) then
   redis.call('PEXPIRE', KEYS[1], ttl)
   return {1, token}
 end
-if not owner and head then
-  -- Free, but someone else is first in line: nudge them in case their
-  -- wake-up was lost.
-  wake(KEYS[3], KEYS[4], ARGV[6])
-end
 if ARGV[4] ~= '' then
   local lease = tonumber(ARGV[5])
   if not redis.call('ZSCORE', KEYS[4], ARGV[4]) then

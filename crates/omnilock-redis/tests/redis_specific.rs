@@ -1,0 +1,208 @@
+//! One Redis instance: one wake-up per release, lost wake-ups, cancelled
+//! waiters, credentials. (`OMNILOCK_TEST_REDIS_URL`)
+
+use std::time::Duration;
+
+use omnilock_core::{ErrorKind, Locks, StoreUrl};
+use omnilock_redis::{RedisConfig, RedisStore};
+use omnilock_testkit::store_url;
+
+async fn store(options: &str) -> Option<(RedisStore, String)> {
+    let mut url = store_url("REDIS")?;
+    if !options.is_empty() {
+        url = format!("{url}?{options}");
+    }
+    let config = RedisConfig::from_url(&StoreUrl::parse(&url).unwrap()).unwrap();
+    Some((RedisStore::connect(config).await.expect("connect"), url))
+}
+
+async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
+    let parsed = StoreUrl::parse(url).unwrap();
+    let host = &parsed.hosts()[0];
+    let password = parsed.password().unwrap().expose().to_string();
+    let client = redis::Client::open(format!(
+        "redis://:{password}@{}:{}/",
+        host.host,
+        host.port.unwrap()
+    ))
+    .unwrap();
+    client.get_multiplexed_async_connection().await.unwrap()
+}
+
+/// Queues `n` waiters for `name` behind a holder; each takes the lock and
+/// passes it on. Returns the wake-up messages this client received.
+async fn pass_along(n: usize) -> u64 {
+    let Some((store, _)) = store("").await else {
+        return 0;
+    };
+    let locks = Locks::new(store.clone());
+    let name = format!("wakeups/{n}/{}", std::process::id());
+    let holder = locks.acquire(&name).await.expect("holder");
+    let mut tasks = Vec::new();
+    for _ in 0..n {
+        let (queued_tx, queued_rx) = tokio::sync::oneshot::channel();
+        let (locks, name) = (locks.clone(), name.clone());
+        tasks.push(tokio::spawn(async move {
+            let guard = locks
+                .lock(&name)
+                .on_wait(move || {
+                    let _ = queued_tx.send(());
+                })
+                .acquire()
+                .await
+                .expect("waiter");
+            guard.release().await.expect("release");
+        }));
+        queued_rx.await.expect("queued");
+    }
+    let before = store.wakeups();
+    holder.release().await.expect("release");
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(30), task)
+            .await
+            .expect("all waiters served")
+            .expect("task");
+    }
+    store.wakeups() - before
+}
+
+/// Each release wakes exactly one waiter, with 2 waiters and with 64: the
+/// number of wake-up messages equals the number of hand-offs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_wakeup_per_release() {
+    for n in [2, 64] {
+        let wakeups = pass_along(n).await;
+        if store_url("REDIS").is_some() {
+            assert_eq!(wakeups, n as u64, "{n} waiters: {wakeups} wake-ups");
+        }
+    }
+}
+
+/// A waiter whose wake-up message is lost still gets the lock, through its
+/// periodic re-check.
+#[tokio::test(flavor = "multi_thread")]
+async fn lost_wakeup_is_covered_by_recheck() {
+    let Some((store, url)) = store("waiter_lease=600ms").await else {
+        return;
+    };
+    let locks = Locks::new(store);
+    let name = format!("lost-wakeup/{}", std::process::id());
+    let holder = locks.acquire(&name).await.expect("holder");
+    let (queued_tx, queued_rx) = tokio::sync::oneshot::channel();
+    let waiter = {
+        let (locks, name) = (locks.clone(), name.clone());
+        tokio::spawn(async move {
+            locks
+                .lock(&name)
+                .on_wait(move || {
+                    let _ = queued_tx.send(());
+                })
+                .acquire()
+                .await
+        })
+    };
+    queued_rx.await.expect("queued");
+    // Free the lock behind omnilock's back: no release script, no message.
+    let mut conn = raw(&url).await;
+    let key = format!("{{omnilock:{name}}}");
+    let deleted: i64 = redis::cmd("DEL")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(deleted, 1);
+    let guard = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter re-checked and took the lock")
+        .expect("task")
+        .expect("acquire");
+    guard.release().await.expect("release");
+    let _ = holder.release().await;
+}
+
+/// 500 waits that time out leave no queue entries behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cancelled_waits_leave_no_queue_entries() {
+    let Some((store, url)) = store("").await else {
+        return;
+    };
+    let locks = Locks::new(store);
+    let name = format!("cancelled/{}", std::process::id());
+    let holder = locks.acquire(&name).await.expect("holder");
+    for _ in 0..5 {
+        let waits = (0..100).map(|_| {
+            let (locks, name) = (locks.clone(), name.clone());
+            tokio::spawn(async move {
+                locks
+                    .lock(&name)
+                    .timeout(Duration::from_millis(50))
+                    .acquire()
+                    .await
+            })
+        });
+        for wait in futures_util::future::join_all(waits).await {
+            assert_eq!(wait.unwrap().unwrap_err().kind(), ErrorKind::Timeout);
+        }
+    }
+    let mut conn = raw(&url).await;
+    let queue = format!("{{omnilock:{name}}}:queue");
+    let timeouts = format!("{{omnilock:{name}}}:timeouts");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let queued: i64 = redis::cmd("LLEN")
+            .arg(&queue)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let leases: i64 = redis::cmd("ZCARD")
+            .arg(&timeouts)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if queued == 0 && leases == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{queued} queue entries and {leases} leases left behind"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    holder.release().await.expect("release");
+}
+
+/// A wrong password is a clear error without the password; an unreachable
+/// node is Unavailable and named.
+#[tokio::test(flavor = "multi_thread")]
+async fn credentials_and_unreachable_nodes() {
+    let Some(url) = store_url("REDIS") else {
+        return;
+    };
+    let password = StoreUrl::parse(&url)
+        .unwrap()
+        .password()
+        .unwrap()
+        .expose()
+        .to_string();
+    let wrong = url.replacen(&password, "not-the-password", 1);
+    let err =
+        omnilock_redis::connect(RedisConfig::from_url(&StoreUrl::parse(&wrong).unwrap()).unwrap())
+            .await
+            .expect_err("wrong password");
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    let shown = format!("{err} {err:?}");
+    assert!(shown.contains("credentials"), "{shown}");
+    assert!(
+        !shown.contains("not-the-password") && !shown.contains(&password),
+        "{shown}"
+    );
+
+    let url = "redis://:sekrit@127.0.0.1:1?connect_timeout=500ms";
+    let err =
+        omnilock_redis::connect(RedisConfig::from_url(&StoreUrl::parse(url).unwrap()).unwrap())
+            .await
+            .expect_err("nothing listens on port 1");
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(err.to_string().contains("127.0.0.1:1"), "{err}");
+    assert!(!format!("{err} {err:?}").contains("sekrit"));
+}
