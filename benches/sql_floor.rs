@@ -16,6 +16,10 @@
 
 use std::time::{Duration, Instant};
 
+#[path = "common/mod.rs"]
+mod common;
+
+use common::{iterations, ms, percentile};
 use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyPool, Executor};
 
@@ -23,10 +27,7 @@ const STORES: &[&str] = &["SQLITE", "MYSQL", "POSTGRES"];
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let iterations: usize = std::env::var("OMNILOCK_BENCH_ITERATIONS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2000);
+    let iterations = iterations(2000);
     println!("| store | floor INSERT+DELETE p50 / p99 | omnilock same name p50 / p99 | ratio p50 | omnilock new names p50 / p99 | ratio p50 |");
     println!("|---|---|---|---|---|---|");
     let mut found = Vec::new();
@@ -77,15 +78,6 @@ async fn raw_pool(store: &str, url: &str) -> AnyPool {
         url.to_string()
     };
     options.connect(&url).await.expect("raw pool")
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.3} ms", d.as_secs_f64() * 1000.0)
 }
 
 async fn uncontended(store: &str, url: &str, iterations: usize) {

@@ -2,18 +2,23 @@
 //!
 //! A future dropped while its request is on the wire cannot know whether the
 //! store applied it. For a call that may grant a lock, that uncertainty would
-//! leave an orphaned lock behind. [`complete_or_undo`] runs such a call as its
-//! own task, so it always finishes; if the caller has gone by then, the result
-//! is handed to an undo step (releasing the lock it may have taken).
+//! leave an orphaned lock behind. [`complete_or_undo`] makes such a call
+//! always finish: inline while its caller waits, in the background once the
+//! caller has gone, and then its result is handed to an undo step (releasing
+//! the lock it may have taken).
 
 use std::future::Future;
-
-use tokio::sync::oneshot;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 /// Runs `call` to completion even if the returned future is dropped; when it
 /// is, the call's output goes to `undo` instead of the caller.
 ///
-/// Must be called within a tokio runtime.
+/// The call runs inline (no task, no thread hop) as long as the caller polls
+/// it; only if the caller drops it unfinished is the rest of the call moved
+/// to a background task on the current runtime, followed by `undo`. Dropped
+/// outside any runtime, the call is abandoned: the lease then frees whatever
+/// it may have taken.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -22,25 +27,57 @@ use tokio::sync::oneshot;
 /// assert_eq!(granted, 42);
 /// # }
 /// ```
-pub async fn complete_or_undo<T, C, U, UF>(call: C, undo: U) -> T
+pub fn complete_or_undo<T, C, U, UF>(call: C, undo: U) -> CompleteOrUndo<T>
 where
     T: Send + 'static,
     C: Future<Output = T> + Send + 'static,
     U: FnOnce(T) -> UF + Send + 'static,
     UF: Future<Output = ()> + Send + 'static,
 {
-    let (tx, rx) = oneshot::channel();
-    tokio::spawn(async move {
-        let output = call.await;
-        if let Err(abandoned) = tx.send(output) {
-            undo(abandoned).await;
+    CompleteOrUndo {
+        call: Some(Box::pin(call)),
+        abandon: Some(Box::new(move |rest: Call<T>| {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async move { undo(rest.await).await });
+            }
+        })),
+    }
+}
+
+type Call<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// The future [`complete_or_undo`] returns.
+#[must_use = "futures do nothing unless awaited"]
+pub struct CompleteOrUndo<T> {
+    call: Option<Call<T>>,
+    /// Moves an unfinished call and its undo step to a background task.
+    abandon: Option<Box<dyn FnOnce(Call<T>) + Send>>,
+}
+
+impl<T> Future for CompleteOrUndo<T> {
+    type Output = T;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let call = self
+            .call
+            .as_mut()
+            .expect("CompleteOrUndo polled after completion");
+        match call.as_mut().poll(cx) {
+            Poll::Ready(output) => {
+                self.call = None;
+                self.abandon = None;
+                Poll::Ready(output)
+            }
+            Poll::Pending => Poll::Pending,
         }
-    });
-    match rx.await {
-        Ok(output) => output,
-        // The task only ends without sending if it panicked (or the runtime is
-        // shutting down); surface that as the panic it was.
-        Err(_) => panic!("omnilock: a detached store call did not complete"),
+    }
+}
+
+impl<T> Drop for CompleteOrUndo<T> {
+    fn drop(&mut self) {
+        if let (Some(call), Some(abandon)) = (self.call.take(), self.abandon.take()) {
+            abandon(call);
+        }
     }
 }
 
@@ -50,6 +87,7 @@ mod tests {
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::sync::Arc;
     use std::time::Duration;
+    use tokio::sync::oneshot;
 
     #[tokio::test]
     async fn abandoned_results_are_undone() {

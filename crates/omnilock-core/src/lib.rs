@@ -43,7 +43,7 @@ mod url;
 
 pub use backend::{AcquireRequest, Backend, Capabilities, Grant};
 pub use client::{LockRequest, Locks, DEFAULT_TTL, MAX_TTL, MIN_TTL};
-pub use detach::complete_or_undo;
+pub use detach::{complete_or_undo, CompleteOrUndo};
 pub use error::{Error, ErrorKind, Operation, Result};
 pub use guard::LockGuard;
 pub use mem::MemStore;

@@ -14,14 +14,22 @@ use redis::Script;
 /// Shared Lua: the server's clock, dropping dead waiters from the head of the
 /// queue, and waking the live head.
 const COMMON: &str = r#"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- The clock is read only when a queue needs it: the uncontended path
+-- stays as short as SET NX.
+local now = nil
+local function clock()
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return now
+end
 local function live_head(queue, timeouts)
   while true do
     local head = redis.call('LINDEX', queue, 0)
     if not head then return false end
     local expiry = redis.call('ZSCORE', timeouts, head)
-    if expiry and tonumber(expiry) > now then return head end
+    if expiry and tonumber(expiry) > clock() then return head end
     redis.call('LPOP', queue)
     redis.call('ZREM', timeouts, head)
   end
@@ -68,7 +76,7 @@ if ARGV[4] ~= '' then
   if not redis.call('ZSCORE', KEYS[4], ARGV[4]) then
     redis.call('RPUSH', KEYS[3], ARGV[4])
   end
-  redis.call('ZADD', KEYS[4], now + lease, ARGV[4])
+  redis.call('ZADD', KEYS[4], clock() + lease, ARGV[4])
   redis.call('PEXPIRE', KEYS[3], lease * 2)
   redis.call('PEXPIRE', KEYS[4], lease * 2)
 end
