@@ -164,7 +164,12 @@ start_redis() {
   for i in 0 1 2 3 4 5; do
     wait_for 30 "redis on $((REDIS_PORT + i))" redis_ready $((REDIS_PORT + i))
   done
+  # An ACL user with just the rights the lock protocol needs.
+  redis-cli -p "$REDIS_PORT" -a "$TEST_PASSWORD" --no-auth-warning ACL SETUSER locker on \
+    ">$TEST_PASSWORD" "~omnilock*" "~{omnilock*" "&omnilock*" +@read +@write +@scripting \
+    +@pubsub +ping +time >/dev/null
   export_url REDIS "redis://:$TEST_PASSWORD@127.0.0.1:$REDIS_PORT"
+  export_url REDIS_ACL "redis://locker:$TEST_PASSWORD@127.0.0.1:$REDIS_PORT"
   export_url REDLOCK "redlock://:$TEST_PASSWORD@$(IFS=,; echo "${nodes[*]}")/"
   echo "export OMNILOCK_TEST_REDLOCK_FIRST_PORT=$((REDIS_PORT + 1))" >>"$ENV_FILE"
 }

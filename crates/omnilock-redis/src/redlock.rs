@@ -46,6 +46,15 @@ impl std::fmt::Debug for RedlockStore {
 /// Per node, the token that node issued (None: not granted there).
 type NodeTokens = Vec<Option<u64>>;
 
+/// What one node said in a round.
+#[derive(Clone, Copy)]
+enum Vote {
+    Granted(u64),
+    Refused,
+    /// No reply in time: the script may still run on that node later.
+    Unknown,
+}
+
 enum Outcome {
     Held {
         tokens: NodeTokens,
@@ -134,20 +143,30 @@ impl RedlockStore {
         });
         let results = join_all(calls).await;
         let elapsed = started.elapsed();
-        let mut tokens: NodeTokens = vec![None; inner.nodes.len()];
+        let mut votes = vec![Vote::Refused; inner.nodes.len()];
         let (mut granted, mut deadlock, mut failures) = (0, false, Vec::new());
         for (i, result) in results.into_iter().enumerate() {
             match result {
                 Ok((1, token)) => {
-                    tokens[i] = Some(token as u64);
+                    votes[i] = Vote::Granted(token as u64);
                     granted += 1;
                 }
                 Ok((-1, _)) => deadlock = true,
                 Ok(_) => {}
                 Err(e) if e.kind() == ErrorKind::InvalidConfig => return Err(e),
-                Err(e) => failures.push(e.message().to_string()),
+                Err(e) => {
+                    votes[i] = Vote::Unknown;
+                    failures.push(e.message().to_string());
+                }
             }
         }
+        let tokens: NodeTokens = votes
+            .iter()
+            .map(|v| match v {
+                Vote::Granted(token) => Some(*token),
+                _ => None,
+            })
+            .collect();
         let validity = request
             .ttl
             .checked_sub(elapsed + Self::drift(request.ttl))
@@ -158,8 +177,12 @@ impl RedlockStore {
                 tokens,
             });
         }
-        // Not held: undo the partial grant everywhere at once.
-        self.release_tokens(request, &tokens).await;
+        // Not held: undo the partial grant everywhere at once, including on
+        // nodes that did not answer in time (their grant may still come). In
+        // the background: a stalled node must not hold up the caller, and
+        // each undo follows its grant on that node's connection anyway.
+        let (store, undo_request) = (self.clone(), request.clone());
+        tokio::spawn(async move { store.undo_votes(&undo_request, &votes).await });
         if deadlock {
             return Err(Error::new(
                 ErrorKind::WouldDeadlock,
@@ -191,14 +214,35 @@ impl RedlockStore {
         .await
     }
 
+    /// Undoes a failed round: granted nodes by token, silent nodes by owner
+    /// (the release follows the late acquire on the same connection).
+    async fn undo_votes(&self, request: &AcquireRequest, votes: &[Vote]) {
+        let tokens: Vec<Option<String>> = votes
+            .iter()
+            .map(|v| match v {
+                Vote::Granted(token) => Some(token.to_string()),
+                Vote::Unknown => Some(String::new()),
+                Vote::Refused => None,
+            })
+            .collect();
+        self.release_on(request, &tokens).await;
+    }
+
     /// Releases on every node that granted; returns how many nodes released.
     async fn release_tokens(&self, request: &AcquireRequest, tokens: &NodeTokens) -> usize {
+        let tokens: Vec<Option<String>> = tokens.iter().map(|t| t.map(|t| t.to_string())).collect();
+        self.release_on(request, &tokens).await
+    }
+
+    /// Runs the release script on each node with `Some(token)` ('' = any).
+    async fn release_on(&self, request: &AcquireRequest, tokens: &[Option<String>]) -> usize {
         let inner = &self.inner;
         let keys = Keys::new(&inner.config.prefix, request.name.as_str());
         let calls = inner.nodes.iter().zip(tokens).filter_map(|(node, token)| {
-            let token = (*token)?;
+            let token = token.as_deref()?;
             let mut conn = node.conn.clone();
             let keys = &keys;
+            let timeout = inner.config.response_timeout;
             Some(async move {
                 let mut script = inner.scripts.release.key(&keys.lock);
                 script
@@ -207,13 +251,15 @@ impl RedlockStore {
                     .arg(request.owner.as_str())
                     .arg(token)
                     .arg("");
-                script.invoke_async::<i64>(&mut conn).await
+                // Once sent, the release runs on the node even if we stop
+                // waiting for its reply.
+                tokio::time::timeout(timeout, script.invoke_async::<i64>(&mut conn)).await
             })
         });
         let released = join_all(calls)
             .await
             .into_iter()
-            .filter(|r| matches!(r, Ok(n) if *n >= 0))
+            .filter(|r| matches!(r, Ok(Ok(n)) if *n >= 0))
             .count();
         if released > 0 {
             self.wake_local(&request.name);

@@ -83,12 +83,14 @@ end
 return {0, redis.call('PTTL', KEYS[1])}
 "#;
 
-/// KEYS: lock, queue, timeouts. ARGV: owner, token, channel_prefix.
+/// KEYS: lock, queue, timeouts. ARGV: owner, token ('' = any: Redlock's
+/// undo of a grant whose reply never came, sent on the same connection so it
+/// runs right after that grant), channel_prefix.
 /// Returns -1 not the owner (nothing changed); holds left otherwise (0 =
 /// freed, and the next waiter woken).
 const RELEASE: &str = r#"
 if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1]
-  or redis.call('HGET', KEYS[1], 'token') ~= ARGV[2] then
+  or (ARGV[2] ~= '' and redis.call('HGET', KEYS[1], 'token') ~= ARGV[2]) then
   return -1
 end
 local holds = redis.call('HINCRBY', KEYS[1], 'holds', -1)

@@ -206,3 +206,26 @@ async fn credentials_and_unreachable_nodes() {
     assert!(err.to_string().contains("127.0.0.1:1"), "{err}");
     assert!(!format!("{err} {err:?}").contains("sekrit"));
 }
+
+/// An ACL user (user name + password) with only the rights the protocol
+/// needs can lock; the same user with a wrong password cannot connect.
+#[tokio::test(flavor = "multi_thread")]
+async fn acl_user() {
+    let Some(url) = store_url("REDIS_ACL") else {
+        return;
+    };
+    let locks =
+        omnilock_redis::connect(RedisConfig::from_url(&StoreUrl::parse(&url).unwrap()).unwrap())
+            .await
+            .expect("the ACL user connects");
+    let name = format!("acl/{}", std::process::id());
+    let guard = locks.acquire(&name).await.expect("acquire as the ACL user");
+    assert!(locks.try_acquire(&name).await.expect("probe").is_none());
+    guard.release().await.expect("release");
+    let wrong = url.replacen("locker:", "locker:x", 1);
+    let err =
+        omnilock_redis::connect(RedisConfig::from_url(&StoreUrl::parse(&wrong).unwrap()).unwrap())
+            .await
+            .expect_err("wrong password");
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+}

@@ -66,6 +66,8 @@ async fn majority_rules() {
     let name = format!("faults/three/{pid}");
     let err = a.try_acquire(&name).await.expect_err("no majority");
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    // Default 15 s TTL: grants that paused nodes apply late must be undone,
+    // not left to expire, or the healed cluster below stays locked.
     let err = a
         .lock(&name)
         .timeout(Duration::from_secs(1))
