@@ -123,7 +123,7 @@ impl SqlStore {
         let queries = Queries::new(config.dialect, &config.table, config.notify, config.fair);
         if config.create_table {
             for statement in &queries.create {
-                pool.execute(statement.as_str())
+                create(&pool, statement)
                     .await
                     .map_err(|e| context(map_err(e, kind)))?;
             }
@@ -540,6 +540,26 @@ impl Backend for SqlStore {
 
     async fn close(&self) {
         self.inner.pool.close().await;
+    }
+}
+
+/// Runs one `CREATE ... IF NOT EXISTS`. On PostgreSQL two sessions creating
+/// the same table at once can both pass the "not exists" check and one then
+/// fails on the catalog's unique index; by then the table exists, so the
+/// statement is simply run again.
+async fn create(pool: &AnyPool, statement: &str) -> Result<(), sqlx::Error> {
+    let mut attempts = 0;
+    loop {
+        match pool.execute(statement).await {
+            Ok(_) => return Ok(()),
+            Err(sqlx::Error::Database(db))
+                if attempts < 5 && matches!(db.code().as_deref(), Some("23505" | "42P07")) =>
+            {
+                attempts += 1;
+                tokio::time::sleep(Duration::from_millis(20 * attempts)).await;
+            }
+            Err(e) => return Err(e),
+        }
     }
 }
 

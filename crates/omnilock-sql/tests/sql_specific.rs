@@ -202,3 +202,31 @@ async fn unreachable_server_is_unavailable() {
         assert!(!format!("{err} {err:?}").contains("sekrit"));
     }
 }
+
+/// Many clients using a store for the first time at once all connect: the
+/// table is created once, and a creator that loses the race is not an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_first_use_creates_the_table_once() {
+    for (store, url) in stores() {
+        let table = format!("race_{}_{}", store.to_lowercase(), std::process::id());
+        let url = with_option(&url, &format!("table={table}&fair=true"));
+        let connects = (0..8).map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { connect(&url).await })
+        });
+        for result in futures_util::future::join_all(connects).await {
+            let locks = result
+                .expect("task")
+                .unwrap_or_else(|e| panic!("{store}: {e}"));
+            let guard = locks.try_acquire("race").await.expect("try_acquire");
+            drop(guard);
+        }
+        let pool = raw(&url.split('?').next().unwrap().replace("?", "")).await;
+        let _ = pool
+            .execute(format!("DROP TABLE IF EXISTS {table}_queue").as_str())
+            .await;
+        let _ = pool
+            .execute(format!("DROP TABLE IF EXISTS {table}").as_str())
+            .await;
+    }
+}
