@@ -28,7 +28,7 @@ declare -A PACKAGES=(
   [sqlite]=""
   [mariadb]="mariadb-server mariadb-client"
   [postgres]="postgresql postgresql-client"
-  [redis]="redis-server"
+  [redis]="redis-server openssl"
 )
 
 # Private ports (override with OMNILOCK_<STORE>_PORT).
@@ -153,6 +153,27 @@ launch_redis() {
 
 redis_ready() { redis-cli -p "$1" -a "$TEST_PASSWORD" --no-auth-warning ping | grep -q PONG; }
 
+# start_redis_tls: one more instance that speaks only TLS, with a private CA.
+start_redis_tls() {
+  local tls=$DIR/redis/tls port=$((REDIS_PORT + 6))
+  mkdir -p "$tls"
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$tls/ca.key" -out "$tls/ca.crt" \
+    -days 30 -subj "/CN=omnilock-test-ca" >/dev/null 2>&1
+  openssl req -newkey rsa:2048 -nodes -keyout "$tls/server.key" -out "$tls/server.csr" \
+    -subj "/CN=127.0.0.1" >/dev/null 2>&1
+  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >"$tls/ext.cnf"
+  openssl x509 -req -in "$tls/server.csr" -CA "$tls/ca.crt" -CAkey "$tls/ca.key" \
+    -CAcreateserial -out "$tls/server.crt" -days 30 -extfile "$tls/ext.cnf" >/dev/null 2>&1
+  redis-server --bind 127.0.0.1 --port 0 --tls-port "$port" --tls-cert-file "$tls/server.crt" \
+    --tls-key-file "$tls/server.key" --tls-ca-cert-file "$tls/ca.crt" --tls-auth-clients no \
+    --save "" --appendonly no --requirepass "$TEST_PASSWORD" --dir "$tls" \
+    --logfile "$tls/redis.log" >"$tls/stdout.log" 2>&1 </dev/null &
+  record $! redis-server
+  wait_for 30 "redis TLS on $port" sh -c \
+    "redis-cli --tls --cacert '$tls/ca.crt' -p $port -a '$TEST_PASSWORD' --no-auth-warning ping | grep -q PONG"
+  export_url REDIS_TLS "rediss://:$TEST_PASSWORD@127.0.0.1:$port?tls_ca=$tls/ca.crt"
+}
+
 start_redis() {
   rm -rf "$DIR/redis"
   local i port nodes=()
@@ -168,6 +189,7 @@ start_redis() {
   redis-cli -p "$REDIS_PORT" -a "$TEST_PASSWORD" --no-auth-warning ACL SETUSER locker on \
     ">$TEST_PASSWORD" "~omnilock*" "~{omnilock*" "&omnilock*" +@read +@write +@scripting \
     +@pubsub +ping +time >/dev/null
+  start_redis_tls
   export_url REDIS "redis://:$TEST_PASSWORD@127.0.0.1:$REDIS_PORT"
   export_url REDIS_ACL "redis://locker:$TEST_PASSWORD@127.0.0.1:$REDIS_PORT"
   export_url REDLOCK "redlock://:$TEST_PASSWORD@$(IFS=,; echo "${nodes[*]}")/"

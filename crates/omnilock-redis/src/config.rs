@@ -3,9 +3,10 @@
 //! `redis://[user:pw@]host:port[/db]` (one instance) and
 //! `redlock://[user:pw@]h1:p1,h2:p2,...,hN:pN[/db]` (N independent nodes).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
-use omnilock_core::{Error, ErrorKind, HostPort, Result, Secret, StoreUrl};
+use omnilock_core::{Error, HostPort, Result, Secret, StoreUrl};
 
 /// Settings for one Redis store.
 #[derive(Debug, Clone)]
@@ -31,6 +32,11 @@ pub struct RedisConfig {
     /// Reply timeout per command (`?timeout=`, default 2s; Redlock 250ms per
     /// node, which must stay far below the TTL).
     pub response_timeout: Duration,
+    /// Speak TLS to every node (`rediss://`, or `?tls=true`).
+    pub tls: bool,
+    /// A PEM file of CA certificates to trust instead of the system's
+    /// (`?tls_ca=/abs/ca.pem`).
+    pub tls_ca: Option<PathBuf>,
     /// Where the store is, for messages (password redacted).
     pub shown: String,
 }
@@ -42,12 +48,7 @@ impl RedisConfig {
         let redlock = match url.scheme() {
             "redis" => false,
             "redlock" => true,
-            "rediss" => {
-                return Err(Error::new(
-                    ErrorKind::Unsupported,
-                    "rediss:// (TLS) is not built into this version of omnilock yet",
-                ))
-            }
+            "rediss" => false,
             other => return Err(Error::config(format!("not a Redis scheme: {other}"))),
         };
         let nodes = url.hosts().to_vec();
@@ -96,6 +97,18 @@ impl RedisConfig {
             Duration::from_secs(2)
         };
         let response_timeout = url.take_duration("timeout")?.unwrap_or(default_timeout);
+        let tls = url.scheme() == "rediss" || url.take_bool("tls")?.unwrap_or(false);
+        let tls_ca = url.take("tls_ca").map(PathBuf::from);
+        if let Some(ca) = &tls_ca {
+            if !tls {
+                return Err(Error::config(
+                    "option \"tls_ca\" needs rediss:// or tls=true",
+                ));
+            }
+            if !ca.is_absolute() {
+                return Err(Error::config("option \"tls_ca\" must be an absolute path"));
+            }
+        }
         url.finish()?;
         Ok(RedisConfig {
             nodes,
@@ -107,6 +120,8 @@ impl RedisConfig {
             waiter_lease,
             connect_timeout,
             response_timeout,
+            tls,
+            tls_ca,
             shown: url.to_string(),
         })
     }
@@ -115,6 +130,7 @@ impl RedisConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use omnilock_core::ErrorKind;
 
     fn parse(url: &str) -> Result<RedisConfig> {
         RedisConfig::from_url(&StoreUrl::parse(url)?)
@@ -144,9 +160,9 @@ mod tests {
                 "{bad}"
             );
         }
-        assert_eq!(
-            parse("rediss://h").unwrap_err().kind(),
-            ErrorKind::Unsupported
-        );
+        let c = parse("rediss://h:1?tls_ca=/etc/ca.pem").unwrap();
+        assert!(c.tls);
+        assert!(parse("redis://h?tls_ca=/etc/ca.pem").is_err());
+        assert!(parse("rediss://h?tls_ca=ca.pem").is_err());
     }
 }

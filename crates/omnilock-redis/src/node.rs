@@ -44,8 +44,19 @@ pub(crate) struct Node {
 impl Node {
     pub(crate) async fn connect(config: &RedisConfig, node: &HostPort) -> Result<Self> {
         let address = node.to_string();
+        let (host, port) = (node.host.clone(), node.port.unwrap_or(6379));
+        let addr = if config.tls {
+            ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure: false,
+                tls_params: None,
+            }
+        } else {
+            ConnectionAddr::Tcp(host, port)
+        };
         let info = ConnectionInfo {
-            addr: ConnectionAddr::Tcp(node.host.clone(), node.port.unwrap_or(6379)),
+            addr,
             redis: RedisConnectionInfo {
                 db: config.db,
                 username: config.username.clone(),
@@ -53,7 +64,20 @@ impl Node {
                 ..Default::default()
             },
         };
-        let client = redis::Client::open(info).map_err(|e| map_err(e, &address))?;
+        let client = match &config.tls_ca {
+            Some(path) => {
+                let pem = std::fs::read(path).map_err(|e| {
+                    Error::config(format!("cannot read tls_ca {}: {e}", path.display()))
+                })?;
+                let certificates = redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem),
+                };
+                redis::Client::build_with_tls(info, certificates)
+            }
+            None => redis::Client::open(info),
+        }
+        .map_err(|e| map_err(e, &address))?;
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(config.connect_timeout)
             // Redlock's short per-node bound is applied per round by the

@@ -24,3 +24,7 @@ mod redis {
 mod redlock {
     omnilock_testkit::conformance_tests!(super::subject("REDLOCK"));
 }
+
+mod redis_tls {
+    omnilock_testkit::conformance_tests!(super::subject("REDIS_TLS"));
+}

@@ -229,3 +229,26 @@ async fn acl_user() {
             .expect_err("wrong password");
     assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
 }
+
+/// TLS: a client that does not trust the server's certificate cannot connect
+/// (Unavailable, no panic); the one given the CA can (the conformance suite
+/// runs over TLS too).
+#[tokio::test(flavor = "multi_thread")]
+async fn tls_needs_a_trusted_certificate() {
+    let Some(url) = store_url("REDIS_TLS") else {
+        return;
+    };
+    let untrusting = url.split("?tls_ca=").next().unwrap().to_string();
+    let err = omnilock_redis::connect(
+        RedisConfig::from_url(&StoreUrl::parse(&untrusting).unwrap()).unwrap(),
+    )
+    .await
+    .expect_err("the test CA is not in the system store");
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    let locks =
+        omnilock_redis::connect(RedisConfig::from_url(&StoreUrl::parse(&url).unwrap()).unwrap())
+            .await
+            .expect("TLS with the test CA");
+    let guard = locks.acquire("tls").await.expect("acquire over TLS");
+    guard.release().await.expect("release");
+}
