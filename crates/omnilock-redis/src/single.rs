@@ -66,15 +66,11 @@ impl RedisStore {
         let node = Node::connect(&config, &config.nodes[0]).await?;
         let client_id = format!("{:016x}", rand::random::<u64>());
         let channel_prefix = format!("{}:wake:", config.prefix);
-        let mut pubsub = node
-            .client
-            .get_async_pubsub()
+        let channel = format!("{channel_prefix}{client_id}");
+        let pubsub = subscribe(&node.client, &channel)
             .await
             .map_err(|e| node.err(e))?;
-        pubsub
-            .subscribe(format!("{channel_prefix}{client_id}"))
-            .await
-            .map_err(|e| node.err(e))?;
+        let listener_client = node.client.clone();
         let store = RedisStore {
             inner: Arc::new(Inner {
                 config,
@@ -88,13 +84,23 @@ impl RedisStore {
                 listener: Mutex::new(None),
             }),
         };
-        let task = tokio::spawn(listen(Arc::downgrade(&store.inner), pubsub));
+        let task = tokio::spawn(listen(
+            Arc::downgrade(&store.inner),
+            Some(pubsub),
+            listener_client,
+            store.wake_channel(),
+        ));
         *store
             .inner
             .listener
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some(task);
         Ok(store)
+    }
+
+    /// The channel this client's wake-ups arrive on.
+    pub fn wake_channel(&self) -> String {
+        format!("{}{}", self.inner.channel_prefix, self.inner.client_id)
     }
 
     /// Wake-up messages this client has received (each wakes one waiter).
@@ -184,23 +190,63 @@ impl RedisStore {
     }
 }
 
-/// Delivers wake-up messages to this client's waiters.
-async fn listen(store: std::sync::Weak<Inner>, pubsub: redis::aio::PubSub) {
-    let mut messages = pubsub.into_on_message();
-    while let Some(message) = messages.next().await {
-        let Some(inner) = store.upgrade() else { return };
-        let Ok(entry) = message.get_payload::<String>() else {
-            continue;
+/// Delivers wake-up messages to this client's waiters, and re-subscribes
+/// (with backoff) when the subscription's connection is lost. After a loss
+/// every local waiter re-checks at once, since a release may have been missed.
+async fn listen(
+    store: std::sync::Weak<Inner>,
+    mut pubsub: Option<redis::aio::PubSub>,
+    client: redis::Client,
+    channel: String,
+) {
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
+    loop {
+        let subscribed = match pubsub.take() {
+            Some(subscribed) => subscribed,
+            None => match subscribe(&client, &channel).await {
+                Ok(subscribed) => subscribed,
+                Err(err) => {
+                    tracing::debug!(error = %err, "omnilock redis: cannot re-subscribe yet");
+                    tokio::time::sleep(backoff.next_delay()).await;
+                    continue;
+                }
+            },
         };
-        inner.wakeups.fetch_add(1, Ordering::Relaxed);
-        let waiters = inner.waiters.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(notify) = waiters.get(&entry) {
+        backoff.reset();
+        let mut messages = subscribed.into_on_message();
+        while let Some(message) = messages.next().await {
+            let Some(inner) = store.upgrade() else { return };
+            let Ok(entry) = message.get_payload::<String>() else {
+                continue;
+            };
+            inner.wakeups.fetch_add(1, Ordering::Relaxed);
+            let waiters = inner.waiters.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(notify) = waiters.get(&entry) {
+                notify.notify_one();
+            }
+        }
+        let Some(inner) = store.upgrade() else { return };
+        tracing::warn!("omnilock redis: wake-up subscription lost; re-subscribing");
+        for notify in inner
+            .waiters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+        {
             notify.notify_one();
         }
+        drop(inner);
+        tokio::time::sleep(backoff.next_delay()).await;
     }
-    // The subscription is gone (connection lost): waiters fall back to their
-    // periodic re-check. TODO(next engineer): resubscribe with backoff.
-    tracing::warn!("omnilock redis: wake-up subscription lost; waiters poll until restart");
+}
+
+async fn subscribe(
+    client: &redis::Client,
+    channel: &str,
+) -> redis::RedisResult<redis::aio::PubSub> {
+    let mut pubsub = client.get_async_pubsub().await?;
+    pubsub.subscribe(channel).await?;
+    Ok(pubsub)
 }
 
 /// A waiter's place in the queue, left (in the background) if the acquire

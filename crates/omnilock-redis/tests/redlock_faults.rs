@@ -88,3 +88,79 @@ async fn majority_rules() {
         .expect("grants once the nodes answer");
     guard.release().await.expect("release");
 }
+
+/// One instance: when the wake-up subscription's connection is killed, the
+/// client re-subscribes and releases wake its waiters by message again.
+#[tokio::test(flavor = "multi_thread")]
+async fn wakeups_survive_a_lost_subscription() {
+    let Some(url) = store_url("REDIS") else {
+        return;
+    };
+    let config = RedisConfig::from_url(&StoreUrl::parse(&url).unwrap()).unwrap();
+    let store = omnilock_redis::RedisStore::connect(config)
+        .await
+        .expect("connect");
+    let parsed = StoreUrl::parse(&url).unwrap();
+    let host = &parsed.hosts()[0];
+    let admin = redis::Client::open(format!(
+        "redis://:{}@{}:{}/",
+        parsed.password().unwrap().expose(),
+        host.host,
+        host.port.unwrap()
+    ))
+    .unwrap();
+    let mut admin = admin.get_multiplexed_async_connection().await.unwrap();
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(killed >= 1, "no subscription to kill");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, subscribers): (String, i64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(store.wake_channel())
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        if subscribers == 1 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never re-subscribed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let locks = omnilock_core::Locks::new(store.clone());
+    let name = format!("resubscribed/{}", std::process::id());
+    let holder = locks.acquire(&name).await.expect("holder");
+    let (queued_tx, queued_rx) = tokio::sync::oneshot::channel();
+    let waiter = {
+        let (locks, name) = (locks.clone(), name.clone());
+        tokio::spawn(async move {
+            locks
+                .lock(&name)
+                .on_wait(move || {
+                    let _ = queued_tx.send(());
+                })
+                .acquire()
+                .await
+        })
+    };
+    queued_rx.await.expect("queued");
+    let before = store.wakeups();
+    holder.release().await.expect("release");
+    let guard = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("served")
+        .expect("task")
+        .expect("acquire");
+    assert_eq!(
+        store.wakeups() - before,
+        1,
+        "the release's message did not arrive"
+    );
+    guard.release().await.expect("release");
+}
