@@ -1,14 +1,13 @@
 //! Redlock over N independent Redis nodes: a lock is held when a majority
 //! granted it in parallel within its validity time.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use omnilock_core::{
     async_trait, complete_or_undo, AcquireRequest, Backend, Capabilities, Error, ErrorKind, Grant,
-    LockName, Result,
+    LocalWaiters, LockName, Result,
 };
 use rand::Rng;
 use tokio::sync::Notify;
@@ -32,7 +31,7 @@ struct Inner {
     nodes: Vec<Node>,
     scripts: Scripts,
     /// In-process waiters per lock: a release here wakes one at once.
-    local_waiters: Mutex<HashMap<LockName, Weak<Notify>>>,
+    local_waiters: LocalWaiters,
 }
 
 impl std::fmt::Debug for RedlockStore {
@@ -97,7 +96,7 @@ impl RedlockStore {
                 config,
                 nodes,
                 scripts: Scripts::new(),
-                local_waiters: Mutex::new(HashMap::new()),
+                local_waiters: LocalWaiters::default(),
             }),
         })
     }
@@ -268,31 +267,11 @@ impl RedlockStore {
     }
 
     fn local_notify(&self, name: &LockName) -> Arc<Notify> {
-        let mut waiters = self
-            .inner
-            .local_waiters
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if let Some(notify) = waiters.get(name).and_then(Weak::upgrade) {
-            return notify;
-        }
-        if waiters.len() >= 1024 {
-            waiters.retain(|_, w| w.strong_count() > 0);
-        }
-        let notify = Arc::new(Notify::new());
-        waiters.insert(name.clone(), Arc::downgrade(&notify));
-        notify
+        self.inner.local_waiters.register(name)
     }
 
     fn wake_local(&self, name: &LockName) {
-        let waiters = self
-            .inner
-            .local_waiters
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if let Some(notify) = waiters.get(name).and_then(Weak::upgrade) {
-            notify.notify_one();
-        }
+        self.inner.local_waiters.wake_one(name);
     }
 
     fn grant(tokens: NodeTokens, valid_until: Instant) -> Grant {

@@ -1,13 +1,12 @@
 //! The SQL lock store: one row per lock, taken and released by single
 //! atomic statements, waited for by polling with backoff and jitter.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use omnilock_core::{
     async_trait, complete_or_undo, AcquireRequest, Backend, Backoff, Capabilities, Error,
-    ErrorKind, Grant, LockName, Owner, Result,
+    ErrorKind, Grant, LocalWaiters, LockName, Owner, Result,
 };
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Executor, Row};
@@ -39,7 +38,7 @@ pub(crate) struct Inner {
     /// Waiters in this process, per lock: a release here (or, on
     /// PostgreSQL, a NOTIFY from any process) wakes one of them at once
     /// instead of at its next poll.
-    local_waiters: Mutex<HashMap<LockName, Weak<Notify>>>,
+    local_waiters: LocalWaiters,
     /// The PostgreSQL LISTEN task, stopped with the store.
     listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
@@ -54,14 +53,11 @@ impl Drop for Inner {
 
 impl Inner {
     pub(crate) fn wake_local(&self, name: &LockName) {
-        let waiters = self.local_waiters.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(notify) = waiters.get(name).and_then(Weak::upgrade) {
-            if self.config.fair {
-                // Only the head of the line may take it; let each look.
-                notify.notify_waiters();
-            } else {
-                notify.notify_one();
-            }
+        if self.config.fair {
+            // Only the head of the line may take it; let each look.
+            self.local_waiters.wake_all(name);
+        } else {
+            self.local_waiters.wake_one(name);
         }
     }
 }
@@ -133,7 +129,7 @@ impl SqlStore {
                 config,
                 pool,
                 queries,
-                local_waiters: Mutex::new(HashMap::new()),
+                local_waiters: LocalWaiters::default(),
                 listener: Mutex::new(None),
             }),
         };
@@ -401,20 +397,7 @@ impl SqlStore {
     }
 
     fn local_notify(&self, name: &LockName) -> Arc<Notify> {
-        let mut waiters = self
-            .inner
-            .local_waiters
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if let Some(notify) = waiters.get(name).and_then(Weak::upgrade) {
-            return notify;
-        }
-        if waiters.len() >= 1024 {
-            waiters.retain(|_, w| w.strong_count() > 0);
-        }
-        let notify = Arc::new(Notify::new());
-        waiters.insert(name.clone(), Arc::downgrade(&notify));
-        notify
+        self.inner.local_waiters.register(name)
     }
 
     fn wake_local(&self, name: &LockName) {
