@@ -1,6 +1,7 @@
 //! The SQL lock store: one row per lock, taken and released by single
 //! atomic statements, waited for by polling with backoff and jitter.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -39,6 +40,11 @@ pub(crate) struct Inner {
     /// PostgreSQL, a NOTIFY from any process) wakes one of them at once
     /// instead of at its next poll.
     local_waiters: LocalWaiters,
+    /// Fair mode: tickets of abandoned waits still being deleted. An
+    /// attempt from this client waits for them first, so that its own
+    /// cancelled waits never stand in its way (see `settle_tickets`).
+    leaving: AtomicUsize,
+    left: Notify,
     /// The PostgreSQL LISTEN task, stopped with the store.
     listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
@@ -73,7 +79,13 @@ impl Drop for Ticket {
     fn drop(&mut self) {
         let (store, id) = (self.store.clone(), self.id);
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move { store.dequeue(id).await });
+            self.store.inner.leaving.fetch_add(1, Ordering::SeqCst);
+            runtime.spawn(async move {
+                store.dequeue(id).await;
+                if store.inner.leaving.fetch_sub(1, Ordering::SeqCst) == 1 {
+                    store.inner.left.notify_waiters();
+                }
+            });
         }
     }
 }
@@ -130,6 +142,8 @@ impl SqlStore {
                 pool,
                 queries,
                 local_waiters: LocalWaiters::default(),
+                leaving: AtomicUsize::new(0),
+                left: Notify::new(),
                 listener: Mutex::new(None),
             }),
         };
@@ -229,6 +243,11 @@ impl SqlStore {
     ) -> Result<Attempt> {
         let inner = &self.inner;
         if let Some(token) = self.take(request, ticket).await? {
+            // Leave the line in the same (cancellation-proof) call that took
+            // the lock, so no one behind ever sees a granted waiter's ticket.
+            if let Some(id) = ticket {
+                self.dequeue(id).await;
+            }
             return Ok(Attempt::Taken { token });
         }
         let row: Option<AnyRow> = sqlx::query(&inner.queries.probe)
@@ -270,12 +289,32 @@ impl SqlStore {
 
     /// An attempt that runs to completion even if the caller is cancelled;
     /// a lock it took for a caller that has gone is released at once.
+    /// Waits (briefly) until this client's abandoned tickets are deleted.
+    async fn settle_tickets(&self) {
+        let inner = &self.inner;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while inner.leaving.load(Ordering::SeqCst) > 0 {
+            let left = inner.left.notified();
+            tokio::pin!(left);
+            left.as_mut().enable();
+            if inner.leaving.load(Ordering::SeqCst) == 0 {
+                break;
+            }
+            if tokio::time::timeout_at(deadline, left).await.is_err() {
+                break;
+            }
+        }
+    }
+
     async fn attempt_detached(
         &self,
         request: &AcquireRequest,
         waiting: bool,
         ticket: Option<i64>,
     ) -> Result<(Attempt, Instant)> {
+        if self.inner.config.fair {
+            self.settle_tickets().await;
+        }
         let store = self.clone();
         let undo_store = self.clone();
         let call_request = request.clone();
