@@ -145,6 +145,23 @@ impl Error {
         Error::new(ErrorKind::Unavailable, message)
     }
 
+    /// The `NotOwner` answer to a release by someone who no longer holds the
+    /// lock; every backend uses it so users see one message.
+    pub fn not_owner() -> Self {
+        Error::new(
+            ErrorKind::NotOwner,
+            "the lock is not held by this owner (its lease expired or it was taken over)",
+        )
+    }
+
+    /// The `WouldDeadlock` answer to a non-reentrant re-acquire by the holder.
+    pub fn would_deadlock() -> Self {
+        Error::new(
+            ErrorKind::WouldDeadlock,
+            "this owner already holds the lock and the acquisition is not reentrant",
+        )
+    }
+
     /// Names the backend (`"mem"`, `"redis"`, ...), unless one is already set.
     pub fn with_backend(mut self, backend: &'static str) -> Self {
         self.backend.get_or_insert(backend);

@@ -174,10 +174,7 @@ impl State {
         match &mut slot.holder {
             Some(holder) if holder.owner == request.owner => {
                 if !request.reentrant {
-                    return Err(Error::new(
-                        ErrorKind::WouldDeadlock,
-                        "this owner already holds the lock and the acquisition is not reentrant",
-                    ));
+                    return Err(Error::would_deadlock());
                 }
                 holder.holds += 1;
                 holder.expires = holder.expires.max(now + request.ttl);
@@ -395,10 +392,10 @@ impl Backend for MemStore {
                         slot.release_one(now, last_token);
                         Ok(())
                     }
-                    _ => Err(not_owner()),
+                    _ => Err(Error::not_owner()),
                 }
             }
-            None => Err(not_owner()),
+            None => Err(Error::not_owner()),
         };
         state.tidy(&request.name);
         result
@@ -441,13 +438,6 @@ impl Backend for MemStore {
         state.tidy(name);
         Ok(broken.is_some())
     }
-}
-
-fn not_owner() -> Error {
-    Error::new(
-        ErrorKind::NotOwner,
-        "the lock is not held by this owner (its lease expired or it was taken over)",
-    )
 }
 
 async fn sleep_until_opt(at: Option<tokio::time::Instant>) {

@@ -183,10 +183,7 @@ impl RedlockStore {
         let (store, undo_request) = (self.clone(), request.clone());
         tokio::spawn(async move { store.undo_votes(&undo_request, &votes).await });
         if deadlock {
-            return Err(Error::new(
-                ErrorKind::WouldDeadlock,
-                "this owner already holds the lock and the acquisition is not reentrant",
-            ));
+            return Err(Error::would_deadlock());
         }
         let answered = inner.nodes.len() - failures.len();
         if answered < self.quorum() {

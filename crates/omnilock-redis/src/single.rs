@@ -134,10 +134,7 @@ impl RedisStore {
             .map_err(|e| inner.node.err(e))?;
         match status {
             1 => Ok(Attempt::Taken(value as u64)),
-            -1 => Err(Error::new(
-                ErrorKind::WouldDeadlock,
-                "this owner already holds the lock and the acquisition is not reentrant",
-            )),
+            -1 => Err(Error::would_deadlock()),
             _ => Ok(Attempt::Busy(
                 (value > 0).then(|| Duration::from_millis(value as u64)),
             )),
@@ -369,10 +366,7 @@ impl Backend for RedisStore {
 
     async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
         if self.release_token(request, grant.token).await? < 0 {
-            return Err(Error::new(
-                ErrorKind::NotOwner,
-                "the lock is not held by this owner (its lease expired or it was taken over)",
-            ));
+            return Err(Error::not_owner());
         }
         Ok(())
     }

@@ -277,10 +277,7 @@ impl SqlStore {
                 .map_err(|e| self.err(e))?;
         }
         if owner.as_deref() == Some(request.owner.as_str()) && !request.reentrant {
-            return Err(Error::new(
-                ErrorKind::WouldDeadlock,
-                "this owner already holds the lock and the acquisition is not reentrant",
-            ));
+            return Err(Error::would_deadlock());
         }
         Ok(Attempt::Busy {
             remaining: remaining.map(|ms| Duration::from_millis(ms.max(0) as u64)),
@@ -522,10 +519,7 @@ impl Backend for SqlStore {
         {
             Ok(())
         } else {
-            Err(Error::new(
-                ErrorKind::NotOwner,
-                "the lock is not held by this owner (its lease expired or it was taken over)",
-            ))
+            Err(Error::not_owner())
         }
     }
 
