@@ -21,7 +21,7 @@ ENV_FILE=$DIR/env
 PIDS=$DIR/pids
 
 # The stores the test suite needs today. Backend issues append to this list.
-STORES=(sqlite mariadb postgres redis)
+STORES=(sqlite mariadb postgres redis etcd)
 
 # Debian packages each store needs (installed with apt-get when run as root).
 declare -A PACKAGES=(
@@ -29,13 +29,22 @@ declare -A PACKAGES=(
   [mariadb]="mariadb-server mariadb-client"
   [postgres]="postgresql postgresql-client"
   [redis]="redis-server openssl"
+  [etcd]="etcd-server etcd-client"
 )
+
+# Debian packages the build itself needs (etcd-client compiles etcd's
+# protobuf definitions with protoc). `scripts/stores.sh deps` installs them;
+# .ci/run calls it before the first cargo command.
+BUILD_PACKAGES=(protobuf-compiler libprotobuf-dev)
 
 # Private ports (override with OMNILOCK_<STORE>_PORT).
 MARIADB_PORT=${OMNILOCK_MARIADB_PORT:-33061}
 POSTGRES_PORT=${OMNILOCK_POSTGRES_PORT:-54329}
 # One instance on REDIS_PORT, five independent Redlock nodes on the next five.
 REDIS_PORT=${OMNILOCK_REDIS_PORT:-63790}
+# A 3-member etcd cluster: client ports ETCD_PORT+1..3, peer ports +11..13;
+# one more member with authentication enabled on ETCD_PORT+4 (peer +14).
+ETCD_PORT=${OMNILOCK_ETCD_PORT:-23790}
 # Test-only credentials for throw-away servers on 127.0.0.1.
 TEST_USER=omnilock
 TEST_PASSWORD=omnilock-test-pw
@@ -196,7 +205,66 @@ start_redis() {
   echo "export OMNILOCK_TEST_REDLOCK_FIRST_PORT=$((REDIS_PORT + 1))" >>"$ENV_FILE"
 }
 
+# launch_etcd NAME CLIENT_PORT PEER_PORT CLUSTER STATE: one etcd member.
+launch_etcd() {
+  local dir=$DIR/etcd/$1
+  mkdir -p "$dir"
+  etcd --name "$1" --data-dir "$dir/data" \
+    --listen-client-urls "http://127.0.0.1:$2" --advertise-client-urls "http://127.0.0.1:$2" \
+    --listen-peer-urls "http://127.0.0.1:$3" --initial-advertise-peer-urls "http://127.0.0.1:$3" \
+    --initial-cluster "$4" --initial-cluster-state "$5" --initial-cluster-token "omnilock-${1%%[0-9]*}" \
+    --heartbeat-interval 100 --election-timeout 1000 --snapshot-count 100000 \
+    --logger zap --log-outputs "$dir/etcd.log" >"$dir/stdout.log" 2>&1 </dev/null &
+  record $! etcd
+}
+
+# restart_etcd N: start member N (1..3) of the cluster again on its data, after
+# a test killed it.
+restart_etcd() {
+  local n=$1 cluster
+  cluster=$(etcd_cluster)
+  launch_etcd "e$n" $((ETCD_PORT + n)) $((ETCD_PORT + 10 + n)) "$cluster" existing
+}
+
+etcd_cluster() {
+  local i members=()
+  for i in 1 2 3; do members+=("e$i=http://127.0.0.1:$((ETCD_PORT + 10 + i))"); done
+  (IFS=,; echo "${members[*]}")
+}
+
+start_etcd() {
+  rm -rf "$DIR/etcd"
+  local i cluster endpoints=()
+  cluster=$(etcd_cluster)
+  for i in 1 2 3; do
+    launch_etcd "e$i" $((ETCD_PORT + i)) $((ETCD_PORT + 10 + i)) "$cluster" new
+    endpoints+=("127.0.0.1:$((ETCD_PORT + i))")
+  done
+  local auth_port=$((ETCD_PORT + 4))
+  launch_etcd auth "$auth_port" $((ETCD_PORT + 14)) "auth=http://127.0.0.1:$((ETCD_PORT + 14))" new
+  local all
+  all=$(IFS=,; echo "${endpoints[*]}")
+  wait_for 60 "etcd cluster" etcdctl --endpoints "$all" endpoint health
+  wait_for 60 "etcd auth member" etcdctl --endpoints "127.0.0.1:$auth_port" endpoint health
+  local ctl=(etcdctl --endpoints "127.0.0.1:$auth_port")
+  "${ctl[@]}" user add "root:$TEST_PASSWORD" >/dev/null
+  "${ctl[@]}" user grant-role root root >/dev/null
+  "${ctl[@]}" user add "$TEST_USER:$TEST_PASSWORD" >/dev/null
+  "${ctl[@]}" role add locker >/dev/null
+  "${ctl[@]}" role grant-permission locker --prefix=true readwrite omnilock/ >/dev/null
+  "${ctl[@]}" user grant-role "$TEST_USER" locker >/dev/null
+  "${ctl[@]}" auth enable >/dev/null
+  export_url ETCD "etcd://$all/omnilock"
+  export_url ETCD_LOCKAPI "etcd://$all/omnilock?mode=lockapi"
+  export_url ETCD_AUTH "etcd://$TEST_USER:$TEST_PASSWORD@127.0.0.1:$auth_port/omnilock"
+  echo "export OMNILOCK_TEST_ETCD_FIRST_PORT=$((ETCD_PORT + 1))" >>"$ENV_FILE"
+}
+
 # --- commands ---------------------------------------------------------------
+
+deps() {
+  need_packages "${BUILD_PACKAGES[@]}"
+}
 
 up() {
   mkdir -p "$DIR"
@@ -211,7 +279,8 @@ up() {
     # shellcheck disable=SC2206
     pkgs+=(${PACKAGES[$store]})
   done
-  [ ${#pkgs[@]} -eq 0 ] || need_packages "${pkgs[@]}"
+  pkgs+=("${BUILD_PACKAGES[@]}")
+  need_packages "${pkgs[@]}"
   for store in "${STORES[@]}"; do
     log "starting $store"
     "start_$store"
@@ -257,17 +326,22 @@ case "${1:-}" in
   up) up ;;
   down) down ;;
   env) cat "$ENV_FILE" ;;
+  deps)
+    mkdir -p "$DIR"
+    deps
+    ;;
   restart)
     case "${2:-}" in
       mariadb) restart_mariadb ;;
+      etcd) restart_etcd "${3:?member number 1..3}" ;;
       *)
-        echo "usage: $0 restart mariadb" >&2
+        echo "usage: $0 restart mariadb | restart etcd N" >&2
         exit 64
         ;;
     esac
     ;;
   *)
-    echo "usage: $0 up|down|env" >&2
+    echo "usage: $0 up|down|env|deps|restart" >&2
     exit 64
     ;;
 esac

@@ -48,6 +48,10 @@ pub use omnilock_core::{
 #[cfg(any(feature = "mysql", feature = "postgres", feature = "sqlite"))]
 pub use omnilock_sql as sql;
 
+/// The etcd backend (lease + revision queue, or etcd's Lock RPC).
+#[cfg(feature = "etcd")]
+pub use omnilock_etcd as etcd;
+
 /// The Redis backend (one instance and Redlock).
 #[cfg(feature = "redis")]
 pub use omnilock_redis as redis;
@@ -81,7 +85,10 @@ async fn open(url: &mut StoreUrl) -> Result<Locks> {
     let scheme = url.scheme().to_string();
     match scheme.as_str() {
         mem::SCHEME => Ok(Locks::new(MemStore::from_url(url)?)),
-        "etcd" => not_built(url, "etcd", cfg!(feature = "etcd")),
+        #[cfg(feature = "etcd")]
+        "etcd" | "etcds" => omnilock_etcd::connect(omnilock_etcd::EtcdConfig::from_url(url)?).await,
+        #[cfg(not(feature = "etcd"))]
+        "etcd" | "etcds" => not_built(url, "etcd", cfg!(feature = "etcd")),
         "zk" | "zookeeper" => not_built(url, "zookeeper", cfg!(feature = "zookeeper")),
         #[cfg(feature = "redis")]
         "redis" | "rediss" | "redlock" => {
@@ -102,7 +109,7 @@ async fn open(url: &mut StoreUrl) -> Result<Locks> {
         #[cfg(not(feature = "sqlite"))]
         "sqlite" => not_built(url, "sqlite", cfg!(feature = "sqlite")),
         other => Err(Error::config(format!(
-            "unknown store scheme {other:?}; known: mem, etcd, zk, redis, rediss, redlock, mysql, postgres, sqlite"
+            "unknown store scheme {other:?}; known: mem, etcd, etcds, zk, redis, rediss, redlock, mysql, postgres, sqlite"
         ))),
     }
 }

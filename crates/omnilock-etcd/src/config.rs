@@ -1,0 +1,199 @@
+//! etcd store URLs → settings.
+//!
+//! `etcd://[user:pw@]h1:p1,h2:p2,h3:p3[/prefix][?mode=recipe|lockapi&tls=true&...]`
+//! (`etcds://` is `etcd://` with `tls=true`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use omnilock_core::{Error, Result, Secret, StoreUrl};
+
+/// How locks are taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// omnilock's own recipe: one shared lease per TTL, a key per owner in a
+    /// create-revision queue, a watch on the predecessor only (the default).
+    Recipe,
+    /// etcd's built-in Lock RPC (what `etcdctl lock` uses), one lease per
+    /// acquisition.
+    LockApi,
+}
+
+/// Settings for one etcd cluster.
+#[derive(Debug, Clone)]
+pub struct EtcdConfig {
+    /// Client endpoints, as `http(s)://host:port`.
+    pub endpoints: Vec<String>,
+    /// Key prefix (the URL path, default `omnilock`): a lock's keys live
+    /// under `<prefix>/<encoded name>/`.
+    pub prefix: String,
+    /// Recipe or Lock RPC (`?mode=`).
+    pub mode: Mode,
+    /// User name for etcd's authentication, if any.
+    pub username: Option<String>,
+    /// Password, if any.
+    pub password: Option<Secret>,
+    /// Speak TLS (`etcds://` or `?tls=true`).
+    pub tls: bool,
+    /// PEM file of CA certificates to trust (`?tls_ca=/abs/ca.pem`).
+    pub tls_ca: Option<PathBuf>,
+    /// Client certificate and key for mutual TLS (`?tls_cert=&tls_key=`).
+    pub tls_identity: Option<(PathBuf, PathBuf)>,
+    /// How long connecting may take before the store counts as unreachable
+    /// (`?connect_timeout=`, default 3s).
+    pub connect_timeout: Duration,
+    /// Deadline of one request (`?timeout=`, default 5s). Waiting for a lock
+    /// is not one request: it has no deadline but the caller's.
+    pub request_timeout: Duration,
+    /// Where the store is, for messages (password redacted).
+    pub shown: String,
+}
+
+impl EtcdConfig {
+    /// Reads an `etcd://` or `etcds://` URL. Unknown options are an error.
+    ///
+    /// ```
+    /// use omnilock_core::StoreUrl;
+    /// use omnilock_etcd::{EtcdConfig, Mode};
+    /// let url = StoreUrl::parse("etcd://a:2379,b:2379,c:2379/app?mode=lockapi").unwrap();
+    /// let config = EtcdConfig::from_url(&url).unwrap();
+    /// assert_eq!(config.endpoints, ["http://a:2379", "http://b:2379", "http://c:2379"]);
+    /// assert_eq!((config.prefix.as_str(), config.mode), ("app", Mode::LockApi));
+    /// ```
+    pub fn from_url(url: &StoreUrl) -> Result<Self> {
+        let mut url = url.clone();
+        let secure_scheme = match url.scheme() {
+            "etcd" => false,
+            "etcds" => true,
+            other => return Err(Error::config(format!("not an etcd scheme: {other}"))),
+        };
+        if url.hosts().is_empty() {
+            return Err(Error::config("the URL names no etcd endpoint"));
+        }
+        let prefix = match url.path().trim_matches('/') {
+            "" => "omnilock".to_string(),
+            p => p.to_string(),
+        };
+        if prefix.chars().any(char::is_control) || prefix.split('/').any(str::is_empty) {
+            return Err(Error::config(format!(
+                "invalid key prefix {prefix:?}: no control characters or empty segments"
+            )));
+        }
+        let mode = match url.take("mode").as_deref() {
+            None | Some("recipe") => Mode::Recipe,
+            Some("lockapi") => Mode::LockApi,
+            Some(other) => {
+                return Err(Error::config(format!(
+                    "option \"mode\" must be \"recipe\" or \"lockapi\", not {other:?}"
+                )))
+            }
+        };
+        let tls = secure_scheme || url.take_bool("tls")?.unwrap_or(false);
+        let absolute = |key: &str, path: Option<String>| -> Result<Option<PathBuf>> {
+            match path.map(PathBuf::from) {
+                Some(p) if !tls => Err(Error::config(format!(
+                    "option \"{key}\" needs etcds:// or tls=true ({})",
+                    p.display()
+                ))),
+                Some(p) if !p.is_absolute() => Err(Error::config(format!(
+                    "option \"{key}\" must be an absolute path"
+                ))),
+                other => Ok(other),
+            }
+        };
+        let tls_ca = absolute("tls_ca", url.take("tls_ca"))?;
+        let cert = absolute("tls_cert", url.take("tls_cert"))?;
+        let key = absolute("tls_key", url.take("tls_key"))?;
+        let tls_identity = match (cert, key) {
+            (Some(c), Some(k)) => Some((c, k)),
+            (None, None) => None,
+            _ => {
+                return Err(Error::config(
+                    "options \"tls_cert\" and \"tls_key\" go together",
+                ))
+            }
+        };
+        let connect_timeout = url
+            .take_duration("connect_timeout")?
+            .unwrap_or(Duration::from_secs(3));
+        let request_timeout = url
+            .take_duration("timeout")?
+            .unwrap_or(Duration::from_secs(5));
+        url.finish()?;
+        if url.password().is_some() && url.username().unwrap_or("").is_empty() {
+            return Err(Error::config(
+                "a password needs a user name (etcd://user:pw@...)",
+            ));
+        }
+        let scheme = if tls { "https" } else { "http" };
+        let endpoints = url
+            .hosts()
+            .iter()
+            .map(|h| {
+                let mut h = h.clone();
+                h.port.get_or_insert(2379);
+                format!("{scheme}://{h}")
+            })
+            .collect();
+        Ok(EtcdConfig {
+            endpoints,
+            prefix,
+            mode,
+            username: url.username().filter(|u| !u.is_empty()).map(str::to_string),
+            password: url.password().cloned(),
+            tls,
+            tls_ca,
+            tls_identity,
+            connect_timeout,
+            request_timeout,
+            shown: url.to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use omnilock_core::ErrorKind;
+
+    fn parse(url: &str) -> Result<EtcdConfig> {
+        EtcdConfig::from_url(&StoreUrl::parse(url)?)
+    }
+
+    #[test]
+    fn shapes() {
+        let c = parse("etcd://root:pw@127.0.0.1:1,127.0.0.1:2/app/locks?timeout=1s").unwrap();
+        assert_eq!(c.endpoints, ["http://127.0.0.1:1", "http://127.0.0.1:2"]);
+        assert_eq!(c.prefix, "app/locks");
+        assert_eq!(c.mode, Mode::Recipe);
+        assert_eq!(c.username.as_deref(), Some("root"));
+        assert_eq!(c.password.unwrap().expose(), "pw");
+        assert!(!c.shown.contains("pw"), "{}", c.shown);
+        assert_eq!(c.request_timeout, Duration::from_secs(1));
+        let c = parse("etcds://h?tls_ca=/ca.pem&tls_cert=/c.pem&tls_key=/k.pem").unwrap();
+        assert_eq!(c.endpoints, ["https://h:2379"]);
+        assert!(c.tls_identity.is_some());
+        assert_eq!(parse("etcd://h/").unwrap().prefix, "omnilock");
+    }
+
+    #[test]
+    fn bad_urls_are_config_errors() {
+        for bad in [
+            "etcd:///x",
+            "etcd://h?mode=fast",
+            "etcd://h?tls_ca=/ca.pem",
+            "etcds://h?tls_ca=ca.pem",
+            "etcds://h?tls_cert=/c.pem",
+            "etcd://h?colour=red",
+            "etcd://h/a//b",
+            "etcd://:pw@h",
+            "etcd://h?timeout=soon",
+        ] {
+            assert_eq!(
+                parse(bad).unwrap_err().kind(),
+                ErrorKind::InvalidConfig,
+                "{bad}"
+            );
+        }
+    }
+}

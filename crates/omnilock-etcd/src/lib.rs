@@ -1,0 +1,24 @@
+//! etcd as a lock store: a lease per client session, a queue of keys ordered
+//! by create revision, a watch on the predecessor only, owner-fenced release,
+//! the create revision as fencing token. Or, with `?mode=lockapi`, etcd's own
+//! Lock RPC. See `docs/backends/etcd.md` for the protocol and what breaks it.
+
+mod config;
+mod conn;
+mod queue;
+mod session;
+mod store;
+
+pub use config::{EtcdConfig, Mode};
+pub use store::EtcdStore;
+
+use omnilock_core::{Locks, Result};
+
+/// Opens the store an `etcd://` URL names.
+pub async fn connect(config: EtcdConfig) -> Result<Locks> {
+    Ok(Locks::new(
+        EtcdStore::connect(config)
+            .await
+            .map_err(|e| e.with_backend("etcd"))?,
+    ))
+}

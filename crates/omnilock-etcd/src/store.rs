@@ -1,0 +1,644 @@
+//! [`EtcdStore`]: the [`Backend`] over one etcd cluster, in either mode.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use etcd_client::{Compare, CompareOp, KeyValue, LockOptions, PutOptions, Txn, TxnOp};
+use omnilock_core::{
+    async_trait, complete_or_undo, retry, AcquireRequest, Backend, Backoff, Capabilities, Error,
+    ErrorKind, Grant, LockName, Result,
+};
+
+use crate::config::{EtcdConfig, Mode};
+use crate::conn::Etcd;
+use crate::queue::{abandon, first_created, gets, hold_count, revision, Enqueued, Turn};
+use crate::session::{revoke_in_background, Session};
+
+/// Locks in an etcd cluster (v3 API). See `docs/backends/etcd.md`.
+///
+/// ```no_run
+/// # async fn demo() -> omnilock_core::Result<()> {
+/// use omnilock_core::{Locks, StoreUrl};
+/// use omnilock_etcd::{EtcdConfig, EtcdStore};
+/// let url = StoreUrl::parse("etcd://127.0.0.1:2379,127.0.0.1:22379/app")?;
+/// let locks = Locks::new(EtcdStore::connect(EtcdConfig::from_url(&url)?).await?);
+/// let guard = locks.acquire("reports/nightly").await?;
+/// println!("fencing token {}", guard.token());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+pub struct EtcdStore {
+    etcd: Etcd,
+    mode: Mode,
+    /// Recipe mode: one shared lease per TTL asked for.
+    sessions: tokio::sync::Mutex<HashMap<Duration, Arc<Session>>>,
+    /// Lock-RPC mode: one lease per acquisition, remembered to close them.
+    own_sessions: Mutex<Vec<std::sync::Weak<Session>>>,
+}
+
+/// What a grant carries to release and renew it.
+struct Held {
+    key: String,
+    rev: i64,
+    session: Arc<Session>,
+    ticket: u64,
+    /// Set when the key lives on another client's lease: the same owner
+    /// re-entered a lock it holds in another process.
+    foreign_lease: Option<i64>,
+}
+
+/// A queue key that is deleted if the acquire is dropped or fails.
+struct Entry {
+    etcd: Etcd,
+    key: String,
+    rev: i64,
+    armed: bool,
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        if self.armed {
+            abandon(&self.etcd, std::mem::take(&mut self.key), self.rev);
+        }
+    }
+}
+
+impl std::fmt::Debug for EtcdStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdStore")
+            .field("endpoints", &self.etcd.shown)
+            .field("mode", &self.mode)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EtcdStore {
+    /// Connects; fails with `Unavailable` if no endpoint answers within the
+    /// connect timeout and with `InvalidConfig` on refused credentials.
+    pub async fn connect(config: EtcdConfig) -> Result<Self> {
+        Ok(EtcdStore {
+            etcd: Etcd::connect(&config).await?,
+            mode: config.mode,
+            sessions: tokio::sync::Mutex::new(HashMap::new()),
+            own_sessions: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The shared session for `ttl`, granting a new lease if there is none
+    /// or the last one died.
+    async fn shared_session(&self, ttl: Duration) -> Result<Arc<Session>> {
+        let mut sessions = self.sessions.lock().await;
+        if let Some(session) = sessions.get(&ttl) {
+            if session.death().is_none() {
+                return Ok(session.clone());
+            }
+        }
+        let session = Session::grant(&self.etcd, ttl).await?;
+        sessions.insert(ttl, session.clone());
+        Ok(session)
+    }
+
+    /// A session for one Lock-RPC acquisition.
+    async fn own_session(&self, ttl: Duration) -> Result<Arc<Session>> {
+        let session = Session::grant(&self.etcd, ttl).await?;
+        let mut own = lock(&self.own_sessions);
+        own.retain(|s| s.strong_count() > 0);
+        own.push(Arc::downgrade(&session));
+        Ok(session)
+    }
+
+    fn grant(
+        &self,
+        request: &AcquireRequest,
+        key: String,
+        rev: i64,
+        session: Arc<Session>,
+        foreign: Option<(i64, Instant)>,
+    ) -> Grant {
+        let ticket = session.register(&request.lost);
+        let valid_until = match foreign {
+            Some((_, until)) => until.min(session.safe_until()),
+            None => session.safe_until(),
+        };
+        Grant::new(rev as u64, valid_until).with_state(Held {
+            key,
+            rev,
+            session,
+            ticket,
+            foreign_lease: foreign.map(|(lease, _)| lease),
+        })
+    }
+
+    /// Until when a key on another client's lease is known to stay.
+    async fn foreign_valid_until(&self, lease: i64, ttl: Duration) -> Result<Instant> {
+        let sent = Instant::now();
+        let resp = self
+            .etcd
+            .call(|mut c| async move { c.lease_time_to_live(lease, None).await })
+            .await?;
+        if resp.ttl() <= 0 {
+            return Err(Error::new(
+                ErrorKind::LockLost,
+                "the holder's lease expired",
+            ));
+        }
+        Ok(sent + ttl.min(Duration::from_secs(resp.ttl() as u64)))
+    }
+
+    /// Adds one hold to a key our owner holds on another client's lease.
+    async fn reenter(&self, request: &AcquireRequest, kv: KeyValue) -> Result<Grant> {
+        let key = String::from_utf8_lossy(kv.key()).into_owned();
+        let (rev, lease) = (kv.create_revision(), kv.lease());
+        let mut kv = kv;
+        loop {
+            let txn = Txn::new()
+                .when([Compare::mod_revision(
+                    key.as_str(),
+                    CompareOp::Equal,
+                    kv.mod_revision(),
+                )])
+                .and_then([TxnOp::put(
+                    key.as_str(),
+                    (hold_count(&kv) + 1).to_string(),
+                    Some(PutOptions::new().with_ignore_lease()),
+                )])
+                .or_else([TxnOp::get(key.as_str(), None)]);
+            let resp = self.etcd.txn(txn).await?;
+            if resp.succeeded() {
+                break;
+            }
+            match gets(&resp).next().and_then(|kvs| kvs.into_iter().next()) {
+                Some(now) if now.create_revision() == rev => kv = now,
+                _ => {
+                    return Err(Error::new(
+                        ErrorKind::LockLost,
+                        "the owner's hold vanished while re-entering",
+                    )
+                    .with_retryable(true))
+                }
+            }
+        }
+        let until = self.foreign_valid_until(lease, request.ttl).await?;
+        let session = self.shared_session(request.ttl).await?;
+        Ok(self.grant(request, key, rev, session, Some((lease, until))))
+    }
+
+    async fn acquire_recipe(&self, request: &AcquireRequest, wait: bool) -> Result<Option<Grant>> {
+        let session = self.shared_session(request.ttl).await?;
+        let lock_prefix = self.etcd.lock_prefix(request.name.as_str());
+        let key = Etcd::owner_key(&lock_prefix, request.owner.as_str());
+        let enqueued = if wait {
+            self.enqueue_safely(&lock_prefix, &key, session.id).await?
+        } else {
+            match self.try_put(&lock_prefix, &key, session.id).await? {
+                Some(enqueued) => enqueued,
+                None => return Ok(None),
+            }
+        };
+        match enqueued {
+            Enqueued::Mine { rev, turn } => {
+                let mut entry = Entry {
+                    etcd: self.etcd.clone(),
+                    key: key.clone(),
+                    rev,
+                    armed: true,
+                };
+                if let Turn::After { .. } = turn {
+                    if !wait {
+                        return Ok(None); // the entry deletes the key
+                    }
+                    request.waiting.raise();
+                }
+                self.etcd
+                    .wait_turn(&session, &lock_prefix, &key, rev, turn)
+                    .await?;
+                entry.armed = false;
+                Ok(Some(self.grant(request, key, rev, session, None)))
+            }
+            Enqueued::Elsewhere { kv, first } => {
+                if !request.reentrant {
+                    return Err(Error::would_deadlock());
+                }
+                if !first {
+                    if !wait {
+                        return Ok(None);
+                    }
+                    // Our owner waits in another process: wait behind the
+                    // same key (it is not ours to delete), then re-enter.
+                    request.waiting.raise();
+                    let rev = kv.create_revision();
+                    let turn = self.etcd.recheck(&lock_prefix, &key, rev).await?;
+                    self.etcd
+                        .wait_turn(&session, &lock_prefix, &key, rev, turn)
+                        .await?;
+                }
+                let current = self
+                    .etcd
+                    .call(|mut c| {
+                        let key = key.clone();
+                        async move { c.get(key, None).await }
+                    })
+                    .await?
+                    .take_kvs()
+                    .into_iter()
+                    .next()
+                    .filter(|now| now.create_revision() == kv.create_revision())
+                    .ok_or_else(|| {
+                        Error::new(ErrorKind::LockLost, "the owner's hold vanished")
+                            .with_retryable(true)
+                    })?;
+                self.reenter(request, current).await.map(Some)
+            }
+        }
+    }
+
+    /// The enqueue, retried over transient errors and finished in the
+    /// background if the caller goes away (then its key is deleted).
+    async fn enqueue_safely(&self, lock_prefix: &str, key: &str, lease: i64) -> Result<Enqueued> {
+        let store = self.etcd.clone();
+        let this = EnqueueCall {
+            store: self.clone_handle(),
+            lock_prefix: lock_prefix.to_string(),
+            key: key.to_string(),
+            lease,
+        };
+        let undo_key = key.to_string();
+        complete_or_undo(this.run(), move |result: Result<Enqueued>| async move {
+            if let Ok(Enqueued::Mine { rev, .. }) = result {
+                abandon(&store, undo_key, rev);
+            }
+        })
+        .await
+    }
+
+    /// A try-acquire's single transaction: put our key only if the lock's
+    /// range is empty (nobody holds or waits). `None` when it is not and our
+    /// owner is not the holder.
+    async fn try_put(&self, lock_prefix: &str, key: &str, lease: i64) -> Result<Option<Enqueued>> {
+        let txn = Txn::new()
+            .when([Compare::create_revision(lock_prefix, CompareOp::Equal, 0).with_prefix()])
+            .and_then([TxnOp::put(
+                key,
+                "1",
+                Some(PutOptions::new().with_lease(lease)),
+            )])
+            .or_else([
+                TxnOp::get(key, None),
+                TxnOp::get(lock_prefix, Some(first_created())),
+            ]);
+        let etcd = self.etcd.clone();
+        let undo_etcd = self.etcd.clone();
+        let (undo_key, call_key) = (key.to_string(), key.to_string());
+        let resp = complete_or_undo(
+            async move {
+                let deadline = tokio::time::Instant::now() + etcd.request_timeout;
+                retry(backoff(), deadline, || etcd.txn(txn.clone())).await
+            },
+            move |result: Result<etcd_client::TxnResponse>| async move {
+                if let Ok(resp) = result {
+                    if resp.succeeded() {
+                        abandon(&undo_etcd, undo_key, revision(&resp));
+                    }
+                }
+            },
+        )
+        .await?;
+        if resp.succeeded() {
+            return Ok(Some(Enqueued::Mine {
+                rev: revision(&resp),
+                turn: Turn::Held,
+            }));
+        }
+        let mut gets = gets(&resp);
+        let mine = gets.next().and_then(|kvs| kvs.into_iter().next());
+        let first = gets.next().and_then(|kvs| kvs.into_iter().next());
+        let Some(mine) = mine else { return Ok(None) };
+        let is_first = first.is_some_and(|f| f.create_revision() == mine.create_revision());
+        if mine.lease() == lease {
+            // Left by a retried attempt of ours: keep it if it holds.
+            let rev = mine.create_revision();
+            if is_first {
+                return Ok(Some(Enqueued::Mine {
+                    rev,
+                    turn: Turn::Held,
+                }));
+            }
+            abandon(&self.etcd, call_key, rev);
+            return Ok(None);
+        }
+        Ok(Some(Enqueued::Elsewhere {
+            kv: mine,
+            first: is_first,
+        }))
+    }
+
+    /// A cheap copy sharing the connection, for background work.
+    fn clone_handle(&self) -> Etcd {
+        self.etcd.clone()
+    }
+
+    async fn acquire_lockapi(&self, request: &AcquireRequest, wait: bool) -> Result<Option<Grant>> {
+        let session = self.own_session(request.ttl).await?;
+        // Revoking the lease deletes whatever key it got, at any stage.
+        let mut revoke = Revoke {
+            etcd: self.etcd.clone(),
+            lease: session.id,
+            armed: true,
+        };
+        let lock_prefix = self.etcd.lock_prefix(request.name.as_str());
+        let key = format!("{lock_prefix}{:x}", session.id);
+        if !wait {
+            return match self.try_put(&lock_prefix, &key, session.id).await? {
+                Some(Enqueued::Mine { rev, .. }) => {
+                    revoke.armed = false;
+                    Ok(Some(self.grant(request, key, rev, session, None)))
+                }
+                _ => Ok(None),
+            };
+        }
+        let name = lock_prefix.trim_end_matches('/').to_string();
+        let lease = session.id;
+        let locking = self.etcd.client.clone();
+        let lock_call = async move {
+            let mut client = locking;
+            client
+                .lock(name, Some(LockOptions::new().with_lease(lease)))
+                .await
+        };
+        let queued = self.raise_when_queued(request, &key);
+        tokio::pin!(lock_call, queued);
+        let locked = loop {
+            tokio::select! {
+                locked = &mut lock_call => break locked,
+                () = &mut queued => {}
+                cause = session.died() => return Err(cause),
+            }
+        };
+        let locked = locked.map_err(|e| crate::conn::classify(e, &self.etcd.shown))?;
+        let key = String::from_utf8_lossy(locked.key()).into_owned();
+        let kv = self.etcd.holder(&lock_prefix).await?;
+        let rev = match kv {
+            Some(kv) if kv.key() == key.as_bytes() && kv.lease() == lease => kv.create_revision(),
+            _ => {
+                return Err(Error::new(
+                    ErrorKind::LockLost,
+                    "etcd's Lock RPC answered but this client's key does not hold the lock",
+                )
+                .with_retryable(true))
+            }
+        };
+        revoke.armed = false;
+        Ok(Some(self.grant(request, key, rev, session, None)))
+    }
+
+    /// Raises the waiting notice once our Lock-RPC key exists (the RPC does
+    /// not say when it has queued), by watching for its creation.
+    async fn raise_when_queued(&self, request: &AcquireRequest, key: &str) {
+        let options =
+            etcd_client::WatchOptions::new().with_filters([etcd_client::WatchFilterType::NoDelete]);
+        let key = key.to_string();
+        let probe = key.clone();
+        let watch = self
+            .etcd
+            .call(|mut c| async move { c.watch(key, Some(options)).await })
+            .await;
+        // Created before the watch started?
+        if let Ok(resp) = self
+            .etcd
+            .call(|mut c| async move { c.get(probe, None).await })
+            .await
+        {
+            if !resp.kvs().is_empty() {
+                request.waiting.raise();
+                return std::future::pending().await;
+            }
+        }
+        if let Ok(mut stream) = watch {
+            while let Ok(Some(resp)) = stream.message().await {
+                if !resp.events().is_empty() {
+                    request.waiting.raise();
+                    break;
+                }
+            }
+        }
+        std::future::pending().await
+    }
+
+    fn held<'g>(&self, grant: &'g Grant) -> Result<&'g Held> {
+        grant
+            .state::<Held>()
+            .ok_or_else(|| Error::new(ErrorKind::Backend, "grant from another backend"))
+    }
+}
+
+/// Revokes a per-acquisition lease when an acquire fails or is dropped.
+struct Revoke {
+    etcd: Etcd,
+    lease: i64,
+    armed: bool,
+}
+
+impl Drop for Revoke {
+    fn drop(&mut self) {
+        if self.armed {
+            revoke_in_background(&self.etcd, self.lease);
+        }
+    }
+}
+
+/// The enqueue as an owned future (it may outlive the caller).
+struct EnqueueCall {
+    store: Etcd,
+    lock_prefix: String,
+    key: String,
+    lease: i64,
+}
+
+impl EnqueueCall {
+    async fn run(self) -> Result<Enqueued> {
+        let deadline = tokio::time::Instant::now() + self.store.request_timeout * 2;
+        let result = retry(backoff(), deadline, || {
+            self.store.enqueue(&self.lock_prefix, &self.key, self.lease)
+        })
+        .await;
+        if result.is_err() {
+            // An attempt may have been applied without us hearing back: a
+            // key on our lease would otherwise sit in the queue for as long
+            // as the lease lives.
+            let txn = Txn::new()
+                .when([Compare::lease(
+                    self.key.as_str(),
+                    CompareOp::Equal,
+                    self.lease,
+                )])
+                .and_then([TxnOp::delete(self.key.as_str(), None)]);
+            if let Err(e) = self.store.txn(txn).await {
+                tracing::warn!(error = %e, "omnilock etcd could not clean up after a failed enqueue");
+            }
+        }
+        result
+    }
+}
+
+fn backoff() -> Backoff {
+    Backoff::new(Duration::from_millis(20), Duration::from_millis(500))
+}
+
+#[async_trait]
+impl Backend for EtcdStore {
+    fn kind(&self) -> &'static str {
+        "etcd"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            fair: true,
+            push_wakeups: true,
+            fencing: true,
+            cross_process_reentrancy: self.mode == Mode::Recipe,
+            lease_renewal: true,
+            cross_process: true,
+            break_lock: true,
+        }
+    }
+
+    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
+        match self.mode {
+            Mode::Recipe => self.acquire_recipe(request, false).await,
+            Mode::LockApi => self.acquire_lockapi(request, false).await,
+        }
+    }
+
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Grant> {
+        let granted = match self.mode {
+            Mode::Recipe => self.acquire_recipe(request, true).await?,
+            Mode::LockApi => self.acquire_lockapi(request, true).await?,
+        };
+        granted.ok_or_else(|| Error::new(ErrorKind::Backend, "a waiting acquire returned nothing"))
+    }
+
+    async fn release(&self, _request: &AcquireRequest, grant: &Grant) -> Result<()> {
+        let held = self.held(grant)?;
+        held.session.unregister(held.ticket);
+        let key = held.key.as_str();
+        let mut uncertain = false;
+        let mut backoff = backoff();
+        let deadline = tokio::time::Instant::now() + self.etcd.request_timeout * 2;
+        loop {
+            // The common case in one round trip: the last hold goes.
+            let txn = Txn::new()
+                .when([
+                    Compare::create_revision(key, CompareOp::Equal, held.rev),
+                    Compare::value(key, CompareOp::Equal, "1"),
+                ])
+                .and_then([TxnOp::delete(key, None)])
+                .or_else([TxnOp::get(key, None)]);
+            let resp = match self.etcd.txn(txn).await {
+                Ok(resp) => resp,
+                Err(e) if e.is_retryable() && tokio::time::Instant::now() < deadline => {
+                    uncertain = true;
+                    tokio::time::sleep(backoff.next_delay()).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            if resp.succeeded() {
+                break;
+            }
+            let kv = gets(&resp)
+                .next()
+                .and_then(|kvs| kvs.into_iter().next())
+                .filter(|kv| kv.create_revision() == held.rev);
+            let Some(kv) = kv else {
+                // Gone: taken over, expired or broken, unless it was our own
+                // earlier attempt that deleted it.
+                if uncertain {
+                    break;
+                }
+                return Err(Error::not_owner());
+            };
+            let count = hold_count(&kv);
+            if count <= 1 {
+                // A Lock-RPC key (empty value) or a count changed under us.
+                if self.etcd.delete_if_created(key, held.rev).await? {
+                    break;
+                }
+                continue;
+            }
+            let txn = Txn::new()
+                .when([Compare::mod_revision(
+                    key,
+                    CompareOp::Equal,
+                    kv.mod_revision(),
+                )])
+                .and_then([TxnOp::put(
+                    key,
+                    (count - 1).to_string(),
+                    Some(PutOptions::new().with_ignore_lease()),
+                )]);
+            if self.etcd.txn(txn).await?.succeeded() {
+                break;
+            }
+        }
+        if self.mode == Mode::LockApi {
+            revoke_in_background(&self.etcd, held.session.id);
+        }
+        Ok(())
+    }
+
+    async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
+        let held = self.held(grant)?;
+        if let Some(cause) = held.session.death() {
+            return Err(cause.with_retryable(false));
+        }
+        let key = held.key.clone();
+        let resp = self
+            .etcd
+            .call(|mut c| async move { c.get(key, None).await })
+            .await?;
+        let present = resp
+            .kvs()
+            .first()
+            .is_some_and(|kv| kv.create_revision() == held.rev);
+        if !present {
+            return Err(Error::new(
+                ErrorKind::LockLost,
+                "the lock's key is gone from etcd (lease expired or lock broken)",
+            ));
+        }
+        match held.foreign_lease {
+            Some(lease) => Ok(self
+                .foreign_valid_until(lease, request.ttl)
+                .await?
+                .min(held.session.safe_until())),
+            None => Ok(held.session.safe_until()),
+        }
+    }
+
+    async fn break_lock(&self, name: &LockName) -> Result<bool> {
+        let lock_prefix = self.etcd.lock_prefix(name.as_str());
+        let Some(holder) = self.etcd.holder(&lock_prefix).await? else {
+            return Ok(false);
+        };
+        let key = String::from_utf8_lossy(holder.key()).into_owned();
+        self.etcd
+            .delete_if_created(&key, holder.create_revision())
+            .await
+    }
+
+    async fn close(&self) {
+        let shared: Vec<_> = self.sessions.lock().await.drain().map(|(_, s)| s).collect();
+        let own: Vec<_> = lock(&self.own_sessions)
+            .drain(..)
+            .filter_map(|s| s.upgrade())
+            .collect();
+        for session in shared.into_iter().chain(own) {
+            session.close(&self.etcd).await;
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
