@@ -263,7 +263,15 @@ mod cross_process {
     use omnilock_testkit::{process, store_url};
 
     /// Every store that spans processes and has a test URL.
-    const STORES: &[&str] = &["SQLITE", "MYSQL", "POSTGRES", "REDIS", "REDLOCK"];
+    const STORES: &[&str] = &[
+        "SQLITE",
+        "MYSQL",
+        "POSTGRES",
+        "REDIS",
+        "REDLOCK",
+        "ETCD",
+        "ETCD_LOCKAPI",
+    ];
 
     fn each_store(test: &str, scenario: impl Fn(&Path, &str, &Path)) {
         // The embedded default (a private SQLite file) always runs.
@@ -294,5 +302,10 @@ mod cross_process {
     #[test]
     fn killed_holder_frees_lock() {
         each_store("killed", process::killed_holder_frees_lock);
+    }
+
+    #[test]
+    fn paused_holder_loses_lock() {
+        each_store("paused", process::paused_holder_loses_lock);
     }
 }

@@ -92,3 +92,105 @@ pub fn killed_holder_frees_lock(omnilock: &Path, url: &str, dir: &Path) {
         "the lock freed {waited:?} after the holder was killed (TTL {ttl:?})"
     );
 }
+
+/// A holder process paused with SIGSTOP past its TTL: another process gets
+/// the lock within TTL + 1 s of the pause; when the holder resumes it reports
+/// the loss (exit 70, its release answered "not the owner") and the new
+/// holder's lock is untouched.
+pub fn paused_holder_loses_lock(omnilock: &Path, url: &str, dir: &Path) {
+    let ttl = Duration::from_secs(2);
+    let name = format!("processes/paused/{}", std::process::id());
+    let held = dir.join("paused-holding");
+    let next = dir.join("successor-holding");
+    let _ = std::fs::remove_file(&held);
+    let _ = std::fs::remove_file(&next);
+    let hold = |marker: &Path| {
+        Command::new(omnilock)
+            .args(["run", "--store", url, "--ttl", "2s", "--wait", "60s", &name])
+            .args(["--", "sh", "-c"])
+            .arg(format!("touch '{}'; exec sleep 600", marker.display()))
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .expect("spawn holder")
+    };
+    let mut holder = hold(&held);
+    wait_for_file(&held, &mut holder, "the first holder");
+    signal(&holder, "-STOP", false);
+    let paused_at = Instant::now();
+    let mut successor = hold(&next);
+    wait_for_file(&next, &mut successor, "the successor");
+    let waited = paused_at.elapsed();
+    signal(&holder, "-CONT", false);
+    let status = wait_with_deadline(&mut holder, Duration::from_secs(30));
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut holder.stderr.take().expect("stderr"), &mut stderr)
+        .expect("holder stderr");
+    let probe = Command::new(omnilock)
+        .args(["run", "--store", url, "--no-wait", &name, "--", "true"])
+        .status()
+        .expect("probe");
+    signal(&successor, "-KILL", true);
+    let _ = successor.wait();
+    assert!(
+        waited <= ttl + Duration::from_secs(1),
+        "the successor got the lock {waited:?} after the holder paused (TTL {ttl:?})"
+    );
+    assert_eq!(
+        status.code(),
+        Some(70),
+        "the resumed holder must exit 70 (lock lost); stderr: {stderr}"
+    );
+    assert!(
+        stderr.contains("lock lost") && stderr.contains("not the owner"),
+        "the resumed holder must report the loss and a NotOwner release; stderr: {stderr}"
+    );
+    assert_eq!(
+        probe.code(),
+        Some(75),
+        "the successor's lock must survive the stale holder's release"
+    );
+}
+
+fn wait_for_file(marker: &Path, child: &mut std::process::Child, who: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !marker.exists() {
+        assert!(Instant::now() < deadline, "{who} never got the lock");
+        if let Some(status) = child.try_wait().expect("child status") {
+            panic!("{who} exited early: {status}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Sends `sig` to the child (or, with `group`, to its whole process group).
+fn signal(child: &std::process::Child, sig: &str, group: bool) {
+    let target = if group {
+        format!("-{}", child.id())
+    } else {
+        child.id().to_string()
+    };
+    let sent = Command::new("kill")
+        .args([sig, "--", &target])
+        .status()
+        .expect("kill");
+    assert!(sent.success(), "kill {sig} {target} failed");
+}
+
+fn wait_with_deadline(
+    child: &mut std::process::Child,
+    limit: Duration,
+) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("child status") {
+            return status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("the process did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
