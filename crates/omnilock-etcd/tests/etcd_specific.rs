@@ -1,0 +1,287 @@
+//! etcd-only behaviour: connection errors, credentials, the session lease,
+//! cross-process reentrancy, the key layout, and interoperation with
+//! `etcdctl lock`.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use omnilock_core::{ErrorKind, Locks, Owner, StoreUrl};
+use omnilock_etcd::EtcdConfig;
+use omnilock_testkit::store_url;
+
+const PATIENCE: Duration = Duration::from_secs(20);
+
+async fn connect(url: &str) -> omnilock_core::Result<Locks> {
+    omnilock_etcd::connect(EtcdConfig::from_url(&StoreUrl::parse(url)?)?).await
+}
+
+fn cluster_url() -> String {
+    store_url("ETCD").expect("OMNILOCK_TEST_ETCD_URL")
+}
+
+/// A raw client on the test cluster, to look at keys behind omnilock's back.
+async fn raw() -> etcd_client::Client {
+    let port: u16 = std::env::var("OMNILOCK_TEST_ETCD_FIRST_PORT")
+        .expect("OMNILOCK_TEST_ETCD_FIRST_PORT")
+        .parse()
+        .unwrap();
+    etcd_client::Client::connect([format!("http://127.0.0.1:{port}")], None)
+        .await
+        .expect("raw client")
+}
+
+async fn keys_under(client: &mut etcd_client::Client, prefix: &str) -> Vec<(String, String)> {
+    let resp = client
+        .get(prefix, Some(etcd_client::GetOptions::new().with_prefix()))
+        .await
+        .expect("get");
+    resp.kvs()
+        .iter()
+        .map(|kv| {
+            (
+                String::from_utf8_lossy(kv.key()).into_owned(),
+                String::from_utf8_lossy(kv.value()).into_owned(),
+            )
+        })
+        .collect()
+}
+
+fn unique(what: &str) -> String {
+    format!("{what}/{}/{}", std::process::id(), rand_suffix())
+}
+
+fn rand_suffix() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+#[tokio::test]
+async fn unreachable_endpoints_are_unavailable_within_the_connect_timeout() {
+    let started = Instant::now();
+    let err = connect("etcd://locker:s3cret-pw@127.0.0.1:1,127.0.0.1:9/x?connect_timeout=1s")
+        .await
+        .expect_err("nothing listens there");
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        started.elapsed()
+    );
+    let text = format!("{err} {err:?}");
+    assert!(text.contains("127.0.0.1:1"), "names the endpoints: {text}");
+    assert!(!text.contains("s3cret-pw"), "leaks the password: {text}");
+}
+
+#[tokio::test]
+async fn wrong_credentials_are_a_clear_config_error() {
+    let url = store_url("ETCD_AUTH").expect("OMNILOCK_TEST_ETCD_AUTH_URL");
+    let wrong = url.replace("omnilock-test-pw", "not-the-pw");
+    assert_ne!(url, wrong);
+    let err = connect(&wrong).await.expect_err("wrong password");
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    let text = format!("{err} {err:?}");
+    assert!(text.contains("credentials"), "{text}");
+    assert!(!text.contains("not-the-pw"), "leaks the password: {text}");
+    // And with no credentials at all, the first lock operation says so.
+    let anonymous = url.replace("omnilock:omnilock-test-pw@", "");
+    let outcome = match connect(&anonymous).await {
+        Ok(locks) => locks.try_acquire("anonymous").await.map(|_| ()),
+        Err(err) => Err(err),
+    };
+    let err = outcome.expect_err("auth is enabled on that member");
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+}
+
+#[tokio::test]
+async fn lease_loss_fires_every_guard_and_a_new_lease_serves_later_acquisitions() {
+    let locks = connect(&cluster_url()).await.expect("connect");
+    let names: Vec<_> = (0..3).map(|i| unique(&format!("lease-{i}"))).collect();
+    let mut guards = Vec::new();
+    for name in &names {
+        guards.push(
+            locks
+                .lock(name)
+                .ttl(Duration::from_secs(5))
+                .acquire()
+                .await
+                .expect("acquire"),
+        );
+    }
+    // Revoke the session's lease behind omnilock's back.
+    let mut client = raw().await;
+    let prefix = format!("omnilock/{}", names[0].replace('/', "%2F"));
+    let resp = client
+        .get(prefix, Some(etcd_client::GetOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    let lease = resp.kvs().first().expect("the holder's key").lease();
+    assert_ne!(lease, 0, "keys live on a lease");
+    client.lease_revoke(lease).await.expect("revoke");
+    for guard in &guards {
+        let loss = tokio::time::timeout(PATIENCE, guard.lost())
+            .await
+            .expect("every guard on the lease is told");
+        assert_eq!(loss.kind(), ErrorKind::LockLost);
+        assert!(!guard.is_held());
+    }
+    for guard in guards {
+        let err = guard.release().await.expect_err("released after loss");
+        assert_eq!(err.kind(), ErrorKind::NotOwner, "{err}");
+    }
+    let again = tokio::time::timeout(
+        PATIENCE,
+        locks.lock(&names[0]).ttl(Duration::from_secs(5)).acquire(),
+    )
+    .await
+    .expect("in time")
+    .expect("a new lease serves later acquisitions");
+    let resp = client
+        .get(
+            format!("omnilock/{}", names[0].replace('/', "%2F")),
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+    assert_ne!(resp.kvs()[0].lease(), lease, "a fresh lease");
+    again.release().await.expect("release");
+}
+
+#[tokio::test]
+async fn the_same_owner_reenters_across_processes_and_the_count_lives_in_etcd() {
+    let url = cluster_url();
+    let (a, b, other) = (
+        connect(&url).await.unwrap(),
+        connect(&url).await.unwrap(),
+        connect(&url).await.unwrap(),
+    );
+    assert!(a.capabilities().cross_process_reentrancy);
+    let name = unique("xreentry");
+    let me = Owner::new("deploy-bot").unwrap();
+    let first = a
+        .lock(&name)
+        .owner(&me)
+        .acquire()
+        .await
+        .expect("first hold");
+    let second = tokio::time::timeout(PATIENCE, b.lock(&name).owner(&me).acquire())
+        .await
+        .expect("re-entry does not wait")
+        .expect("second hold, from another client");
+    assert_eq!(first.token(), second.token());
+    let mut client = raw().await;
+    let prefix = format!("omnilock/{}/", name.replace('/', "%2F"));
+    let keys = keys_under(&mut client, &prefix).await;
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    assert!(keys[0].0.ends_with("/o:deploy-bot"), "{keys:?}");
+    assert_eq!(keys[0].1, "2", "the hold count is the key's value");
+    let err = b
+        .lock(&name)
+        .owner(&me)
+        .reentrant(false)
+        .try_acquire()
+        .await
+        .err();
+    assert_eq!(err.map(|e| e.kind()), Some(ErrorKind::WouldDeadlock));
+    first.release().await.expect("release one hold");
+    assert!(
+        other.try_acquire(&name).await.unwrap().is_none(),
+        "still held"
+    );
+    assert_eq!(keys_under(&mut client, &prefix).await[0].1, "1");
+    second.release().await.expect("release the last hold");
+    assert!(keys_under(&mut client, &prefix).await.is_empty());
+    let g = other.try_acquire(&name).await.unwrap().expect("free now");
+    g.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn cancelled_waiters_leave_no_keys() {
+    let locks = connect(&cluster_url()).await.expect("connect");
+    let name = unique("cancelled");
+    let holder = locks.acquire(&name).await.expect("holder");
+    let mut waits = Vec::new();
+    for _ in 0..50 {
+        let locks = locks.clone();
+        let name = name.clone();
+        waits.push(tokio::spawn(async move {
+            locks
+                .lock(&name)
+                .timeout(Duration::from_millis(300))
+                .acquire()
+                .await
+                .map(|_| ())
+        }));
+    }
+    for wait in waits {
+        let err = wait.await.unwrap().expect_err("the lock is held");
+        assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    }
+    let mut client = raw().await;
+    let prefix = format!("omnilock/{}/", name.replace('/', "%2F"));
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let keys = keys_under(&mut client, &prefix).await;
+        if keys.len() == 1 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "keys left behind: {}",
+            keys.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    holder.release().await.expect("release");
+    assert!(keys_under(&mut client, &prefix).await.is_empty());
+}
+
+/// The recipe uses the same key range and order as etcd's Lock RPC, so
+/// `etcdctl lock <prefix>/<name>` and omnilock exclude one another.
+#[tokio::test]
+async fn etcdctl_lock_and_omnilock_exclude_each_other() {
+    let locks = connect(&cluster_url()).await.expect("connect");
+    let name = format!("interop-{}", rand_suffix());
+    let port: u16 = std::env::var("OMNILOCK_TEST_ETCD_FIRST_PORT")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut etcdctl = Command::new("etcdctl")
+        .args([
+            "--endpoints",
+            &format!("127.0.0.1:{port}"),
+            "lock",
+            "--ttl",
+            "5",
+            &format!("omnilock/{name}"),
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("etcdctl");
+    // etcdctl prints the key it holds, then holds it until interrupted.
+    let mut stdout = std::io::BufReader::new(etcdctl.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line).expect("etcdctl output");
+    assert!(line.starts_with(&format!("omnilock/{name}/")), "{line}");
+    assert!(
+        locks.try_acquire(&name).await.unwrap().is_none(),
+        "omnilock must see etcdctl's hold"
+    );
+    let waiter = {
+        let locks = locks.clone();
+        let name = name.clone();
+        tokio::spawn(async move { locks.lock(&name).timeout(PATIENCE).acquire().await })
+    };
+    // SIGINT: etcdctl unlocks and revokes its session on the way out.
+    let interrupted = Command::new("kill")
+        .args(["-INT", &etcdctl.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(interrupted.success());
+    let _ = etcdctl.wait();
+    let guard = waiter.await.unwrap().expect("granted once etcdctl lets go");
+    guard.release().await.unwrap();
+}
