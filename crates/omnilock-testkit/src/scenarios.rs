@@ -557,3 +557,87 @@ pub async fn errors_name_backend_and_lock(subject: &Subject) {
     assert_eq!(err.kind(), ErrorKind::InvalidConfig);
     held.release().await.expect("release");
 }
+
+/// No herd: a release wakes one waiter, so the store requests a hand-off
+/// costs do not grow with the number of waiters. Measured on a chain of
+/// hand-offs (each waiter releases as soon as it is granted) with 2 and with
+/// 32 waiters, from the store's own request counters. Needs push wake-ups
+/// and a request counter; runs alone (see [`crate::herd_tests!`]).
+pub async fn handoff_cost_is_flat(subject: &Subject) {
+    if !caps(subject).await.push_wakeups {
+        return skip(subject, "handoff_cost_is_flat", "no push wake-ups");
+    }
+    if subject.requests_served().await.is_none() {
+        return skip(subject, "handoff_cost_is_flat", "no request counter");
+    }
+    let few = handoff_cost(subject, 2).await;
+    let many = handoff_cost(subject, 32).await;
+    eprintln!(
+        "{}: store requests per hand-off: {few:.2} with 2 waiters, {many:.2} with 32",
+        subject.label()
+    );
+    assert!(
+        many <= few * 1.5 + 1.0,
+        "a hand-off costs {many:.2} requests with 32 waiters but {few:.2} with 2: \
+         releases wake more than one waiter"
+    );
+}
+
+/// Requests per hand-off along a chain of `waiters` queued acquisitions.
+async fn handoff_cost(subject: &Subject, waiters: usize) -> f64 {
+    let name = unique("herd");
+    let clients = clients(subject, 4).await;
+    let ttl = Duration::from_secs(60);
+    let holder = clients[0]
+        .lock(&name)
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect("holder");
+    let mut chain = Vec::new();
+    for i in 0..waiters {
+        let (queued_tx, queued_rx) = oneshot::channel();
+        let locks = clients[i % clients.len()].clone();
+        let name = name.clone();
+        chain.push(tokio::spawn(async move {
+            let guard = locks
+                .lock(&name)
+                .ttl(ttl)
+                .on_wait(move || {
+                    let _ = queued_tx.send(());
+                })
+                .acquire()
+                .await
+                .expect("waiter");
+            guard.release().await.expect("release");
+        }));
+        within("a waiter reports that it waits", queued_rx)
+            .await
+            .expect("queued");
+    }
+    // Waiters finish setting up (watches, subscriptions) after they report
+    // waiting: start counting once the store is quiet.
+    let start = quiet_count(subject).await;
+    holder.release().await.expect("release");
+    for task in chain {
+        within("the chain of hand-offs", task)
+            .await
+            .expect("waiter task");
+    }
+    let end = subject.requests_served().await.expect("counter");
+    (end - start) as f64 / waiters as f64
+}
+
+/// The request count once two reads 100 ms apart agree.
+async fn quiet_count(subject: &Subject) -> u64 {
+    let mut last = subject.requests_served().await.expect("counter");
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = subject.requests_served().await.expect("counter");
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+    last
+}
