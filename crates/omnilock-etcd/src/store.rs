@@ -35,6 +35,10 @@ pub struct EtcdStore {
     sessions: tokio::sync::Mutex<HashMap<Duration, Arc<Session>>>,
     /// Lock-RPC mode: one lease per acquisition, remembered to close them.
     own_sessions: Mutex<Vec<std::sync::Weak<Session>>>,
+    /// Lock-RPC mode: leases whose acquisition was released, kept alive for
+    /// the next acquisition with the same TTL (a grant, a keep-alive stream
+    /// and a revoke fewer per acquisition).
+    idle: Mutex<HashMap<Duration, Vec<Arc<Session>>>>,
 }
 
 /// What a grant carries to release and renew it.
@@ -82,6 +86,7 @@ impl EtcdStore {
             mode: config.mode,
             sessions: tokio::sync::Mutex::new(HashMap::new()),
             own_sessions: Mutex::new(Vec::new()),
+            idle: Mutex::new(HashMap::new()),
         })
     }
 
@@ -101,6 +106,13 @@ impl EtcdStore {
 
     /// A session for one Lock-RPC acquisition.
     async fn own_session(&self, ttl: Duration) -> Result<Arc<Session>> {
+        let reused = lock(&self.idle).get_mut(&ttl).and_then(|idle| {
+            idle.retain(|s| s.death().is_none());
+            idle.pop()
+        });
+        if let Some(session) = reused {
+            return Ok(session);
+        }
         let session = Session::grant(&self.etcd, ttl).await?;
         let mut own = lock(&self.own_sessions);
         own.retain(|s| s.strong_count() > 0);
@@ -377,16 +389,28 @@ impl EtcdStore {
         };
         let locked = locked.map_err(|e| crate::conn::classify(e, &self.etcd.shown))?;
         let key = String::from_utf8_lossy(locked.key()).into_owned();
-        let kv = self.etcd.holder(&lock_prefix).await?;
-        let rev = match kv {
-            Some(kv) if kv.key() == key.as_bytes() && kv.lease() == lease => kv.create_revision(),
-            _ => {
-                return Err(Error::new(
-                    ErrorKind::LockLost,
-                    "etcd's Lock RPC answered but this client's key does not hold the lock",
-                )
-                .with_retryable(true))
+        // The fencing token is our key's create revision. A local
+        // (serializable) read is enough when it already shows the key; a
+        // lagging member falls back to a linearizable read.
+        let mut rev = None;
+        for serializable in [true, false] {
+            let probe = key.clone();
+            let options = serializable.then(|| etcd_client::GetOptions::new().with_serializable());
+            let resp = self
+                .etcd
+                .call(|mut c| async move { c.get(probe, options).await })
+                .await?;
+            if let Some(kv) = resp.kvs().first().filter(|kv| kv.lease() == lease) {
+                rev = Some(kv.create_revision());
+                break;
             }
+        }
+        let Some(rev) = rev else {
+            return Err(Error::new(
+                ErrorKind::LockLost,
+                "etcd's Lock RPC answered but this client's key is gone",
+            )
+            .with_retryable(true));
         };
         revoke.armed = false;
         Ok(Some(self.grant(request, key, rev, session, None)))
@@ -395,6 +419,8 @@ impl EtcdStore {
     /// Raises the waiting notice once our Lock-RPC key exists (the RPC does
     /// not say when it has queued), by watching for its creation.
     async fn raise_when_queued(&self, request: &AcquireRequest, key: &str) {
+        // Most acquisitions are granted at once: watch only if this one is not.
+        tokio::time::sleep(Duration::from_millis(5)).await;
         let options =
             etcd_client::WatchOptions::new().with_filters([etcd_client::WatchFilterType::NoDelete]);
         let key = key.to_string();
@@ -481,6 +507,9 @@ impl EnqueueCall {
     }
 }
 
+/// How many released Lock-RPC leases to keep per TTL.
+const IDLE_LEASES: usize = 16;
+
 fn backoff() -> Backoff {
     Backoff::new(Duration::from_millis(20), Duration::from_millis(500))
 }
@@ -518,7 +547,7 @@ impl Backend for EtcdStore {
         granted.ok_or_else(|| Error::new(ErrorKind::Backend, "a waiting acquire returned nothing"))
     }
 
-    async fn release(&self, _request: &AcquireRequest, grant: &Grant) -> Result<()> {
+    async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
         let held = self.held(grant)?;
         held.session.unregister(held.ticket);
         let key = held.key.as_str();
@@ -582,7 +611,15 @@ impl Backend for EtcdStore {
             }
         }
         if self.mode == Mode::LockApi {
-            revoke_in_background(&self.etcd, held.session.id);
+            // Our key is gone, so the lease holds nothing: keep it for the
+            // next acquisition, up to a few per TTL.
+            let mut idle = lock(&self.idle);
+            let pool = idle.entry(request.ttl).or_default();
+            if pool.len() < IDLE_LEASES && held.session.death().is_none() {
+                pool.push(held.session.clone());
+            } else {
+                revoke_in_background(&self.etcd, held.session.id);
+            }
         }
         Ok(())
     }
@@ -629,6 +666,7 @@ impl Backend for EtcdStore {
 
     async fn close(&self) {
         let shared: Vec<_> = self.sessions.lock().await.drain().map(|(_, s)| s).collect();
+        lock(&self.idle).clear();
         let own: Vec<_> = lock(&self.own_sessions)
             .drain(..)
             .filter_map(|s| s.upgrade())
