@@ -21,7 +21,10 @@ ENV_FILE=$DIR/env
 PIDS=$DIR/pids
 
 # The stores the test suite needs today. Backend issues append to this list.
-STORES=(sqlite mariadb postgres redis etcd)
+# OMNILOCK_STORES="etcd zookeeper" starts only those (with OMNILOCK_STORES_DIR,
+# beside a full set).
+# shellcheck disable=SC2206
+STORES=(${OMNILOCK_STORES:-sqlite mariadb postgres redis etcd zookeeper})
 
 # Debian packages each store needs (installed with apt-get when run as root).
 declare -A PACKAGES=(
@@ -30,6 +33,7 @@ declare -A PACKAGES=(
   [postgres]="postgresql postgresql-client"
   [redis]="redis-server openssl"
   [etcd]="etcd-server etcd-client"
+  [zookeeper]="zookeeper netcat-openbsd"
 )
 
 # Debian packages the build itself needs (etcd-client compiles etcd's
@@ -45,6 +49,9 @@ REDIS_PORT=${OMNILOCK_REDIS_PORT:-63790}
 # A 3-member etcd cluster: client ports ETCD_PORT+1..3, peer ports +11..13;
 # one more member with authentication enabled on ETCD_PORT+4 (peer +14).
 ETCD_PORT=${OMNILOCK_ETCD_PORT:-23790}
+# A 3-node ZooKeeper ensemble on ZK_PORT+1..3 (quorum ports +1001..3, election
+# +2001..3) and a standalone node on ZK_PORT+4.
+ZK_PORT=${OMNILOCK_ZK_PORT:-21810}
 # Test-only credentials for throw-away servers on 127.0.0.1.
 TEST_USER=omnilock
 TEST_PASSWORD=omnilock-test-pw
@@ -260,6 +267,70 @@ start_etcd() {
   echo "export OMNILOCK_TEST_ETCD_FIRST_PORT=$((ETCD_PORT + 1))" >>"$ENV_FILE"
 }
 
+# launch_zk N: start ZooKeeper node N (its zoo.cfg is already written).
+launch_zk() {
+  local dir=$DIR/zk/$1
+  # Empty lock containers are removed after 1 s instead of 60 s (tests check it).
+  java -Xmx256m -XX:+UseSerialGC -Dznode.container.checkIntervalMs=1000 \
+    -Dzookeeper.log.dir="$dir" \
+    -cp /usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar \
+    org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg" \
+    >"$dir/server.log" 2>&1 </dev/null &
+  record $! "zk/$1/zoo.cfg"
+}
+
+zk_ready() { echo srvr | nc -w 2 127.0.0.1 "$1" 2>/dev/null | grep -q '^Mode: '; }
+
+# write_zk_config N PORT [SERVERS...]: a node's zoo.cfg and data dir.
+write_zk_config() {
+  local n=$1 port=$2 dir=$DIR/zk/$1
+  shift 2
+  mkdir -p "$dir/data"
+  echo "$n" >"$dir/data/myid"
+  {
+    echo "tickTime=500"
+    echo "initLimit=20"
+    echo "syncLimit=10"
+    echo "dataDir=$dir/data"
+    echo "clientPort=$port"
+    echo "clientPortAddress=127.0.0.1"
+    echo "admin.enableServer=false"
+    echo "4lw.commands.whitelist=*"
+    echo "minSessionTimeout=1000"
+    echo "maxSessionTimeout=120000"
+    echo "forceSync=no"
+    printf '%s\n' "$@"
+  } >"$dir/zoo.cfg"
+}
+
+# restart_zk N: start node N (1..3) of the ensemble again, after a test killed it.
+restart_zk() {
+  launch_zk "$1"
+  wait_for 60 "zookeeper node $1" zk_ready $((ZK_PORT + $1))
+}
+
+start_zookeeper() {
+  rm -rf "$DIR/zk"
+  local i servers=() hosts=()
+  for i in 1 2 3; do
+    servers+=("server.$i=127.0.0.1:$((ZK_PORT + 1000 + i)):$((ZK_PORT + 2000 + i))")
+    hosts+=("127.0.0.1:$((ZK_PORT + i))")
+  done
+  for i in 1 2 3; do
+    write_zk_config "$i" $((ZK_PORT + i)) "${servers[@]}"
+    launch_zk "$i"
+  done
+  write_zk_config 4 $((ZK_PORT + 4))
+  launch_zk 4
+  for i in 1 2 3 4; do
+    wait_for 90 "zookeeper node $i" zk_ready $((ZK_PORT + i))
+  done
+  export_url ZK "zk://$(IFS=,; echo "${hosts[*]}")/omnilock"
+  export_url ZK_STANDALONE "zk://127.0.0.1:$((ZK_PORT + 4))/omnilock"
+  export_url ZK_DIGEST "zk://$TEST_USER:$TEST_PASSWORD@$(IFS=,; echo "${hosts[*]}")/omnilock-acl"
+  echo "export OMNILOCK_TEST_ZK_FIRST_PORT=$((ZK_PORT + 1))" >>"$ENV_FILE"
+}
+
 # --- commands ---------------------------------------------------------------
 
 deps() {
@@ -334,8 +405,9 @@ case "${1:-}" in
     case "${2:-}" in
       mariadb) restart_mariadb ;;
       etcd) restart_etcd "${3:?member number 1..3}" ;;
+      zookeeper) restart_zk "${3:?node number 1..3}" ;;
       *)
-        echo "usage: $0 restart mariadb | restart etcd N" >&2
+        echo "usage: $0 restart mariadb | restart etcd N | restart zookeeper N" >&2
         exit 64
         ;;
     esac

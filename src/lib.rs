@@ -52,6 +52,10 @@ pub use omnilock_sql as sql;
 #[cfg(feature = "etcd")]
 pub use omnilock_etcd as etcd;
 
+/// The ZooKeeper backend (ephemeral-sequential nodes).
+#[cfg(feature = "zookeeper")]
+pub use omnilock_zookeeper as zookeeper;
+
 /// The Redis backend (one instance and Redlock).
 #[cfg(feature = "redis")]
 pub use omnilock_redis as redis;
@@ -88,26 +92,31 @@ async fn open(url: &mut StoreUrl) -> Result<Locks> {
         #[cfg(feature = "etcd")]
         "etcd" | "etcds" => omnilock_etcd::connect(omnilock_etcd::EtcdConfig::from_url(url)?).await,
         #[cfg(not(feature = "etcd"))]
-        "etcd" | "etcds" => not_built(url, "etcd", cfg!(feature = "etcd")),
-        "zk" | "zookeeper" => not_built(url, "zookeeper", cfg!(feature = "zookeeper")),
+        "etcd" | "etcds" => not_built(url, "etcd"),
+        #[cfg(feature = "zookeeper")]
+        "zk" | "zookeeper" => {
+            omnilock_zookeeper::connect(omnilock_zookeeper::ZkConfig::from_url(url)?).await
+        }
+        #[cfg(not(feature = "zookeeper"))]
+        "zk" | "zookeeper" => not_built(url, "zookeeper"),
         #[cfg(feature = "redis")]
         "redis" | "rediss" | "redlock" => {
             omnilock_redis::connect(omnilock_redis::RedisConfig::from_url(url)?).await
         }
         #[cfg(not(feature = "redis"))]
-        "redis" | "rediss" | "redlock" => not_built(url, "redis", cfg!(feature = "redis")),
+        "redis" | "rediss" | "redlock" => not_built(url, "redis"),
         #[cfg(feature = "mysql")]
         "mysql" | "mariadb" => sql(url).await,
         #[cfg(not(feature = "mysql"))]
-        "mysql" | "mariadb" => not_built(url, "mysql", cfg!(feature = "mysql")),
+        "mysql" | "mariadb" => not_built(url, "mysql"),
         #[cfg(feature = "postgres")]
         "postgres" | "postgresql" => sql(url).await,
         #[cfg(not(feature = "postgres"))]
-        "postgres" | "postgresql" => not_built(url, "postgres", cfg!(feature = "postgres")),
+        "postgres" | "postgresql" => not_built(url, "postgres"),
         #[cfg(feature = "sqlite")]
         "sqlite" => sql(url).await,
         #[cfg(not(feature = "sqlite"))]
-        "sqlite" => not_built(url, "sqlite", cfg!(feature = "sqlite")),
+        "sqlite" => not_built(url, "sqlite"),
         other => Err(Error::config(format!(
             "unknown store scheme {other:?}; known: mem, etcd, etcds, zk, redis, rediss, redlock, mysql, postgres, sqlite"
         ))),
@@ -121,17 +130,8 @@ async fn sql(url: &StoreUrl) -> Result<Locks> {
 }
 
 /// The answer for a scheme whose backend is not compiled in.
-#[allow(dead_code)]
-fn not_built(url: &StoreUrl, feature: &str, enabled: bool) -> Result<Locks> {
-    if enabled {
-        return Err(Error::new(
-            ErrorKind::Unsupported,
-            format!(
-                "the {}:// backend is not implemented in this version of omnilock yet",
-                url.scheme()
-            ),
-        ));
-    }
+#[allow(dead_code)] // unused when every feature is on
+fn not_built(url: &StoreUrl, feature: &str) -> Result<Locks> {
     Err(Error::config(format!(
         "{}:// needs the cargo feature `{feature}` of omnilock (or `full`)",
         url.scheme()

@@ -271,6 +271,7 @@ mod cross_process {
         "REDLOCK",
         "ETCD",
         "ETCD_LOCKAPI",
+        "ZK",
     ];
 
     fn each_store(test: &str, scenario: impl Fn(&Path, &str, &Path)) {

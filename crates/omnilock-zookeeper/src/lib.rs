@@ -1,0 +1,28 @@
+//! ZooKeeper as a lock store: ephemeral-sequential nodes under a container
+//! node per lock, a watch on the predecessor only, the node's czxid as
+//! fencing token, the session timeout as lease. See
+//! `docs/backends/zookeeper.md`.
+
+mod config;
+mod session;
+mod store;
+
+pub use config::ZkConfig;
+pub use store::ZkStore;
+
+use omnilock_core::{Locks, Result};
+
+/// Opens the store a `zk://` URL names. `?session_timeout=` sets the default
+/// TTL (the URL's `ttl`, read by the facade, takes precedence).
+pub async fn connect(config: ZkConfig) -> Result<Locks> {
+    let default_ttl = config.session_timeout;
+    let locks = Locks::new(
+        ZkStore::connect(config)
+            .await
+            .map_err(|e| e.with_backend("zookeeper"))?,
+    );
+    match default_ttl {
+        Some(ttl) => locks.with_ttl(ttl),
+        None => Ok(locks),
+    }
+}

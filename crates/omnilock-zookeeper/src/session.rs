@@ -1,0 +1,175 @@
+//! One ZooKeeper session: a connected client whose session timeout is the
+//! lease of every lock node it creates (ephemeral nodes die with it), plus
+//! the guards that depend on it.
+//!
+//! Session states and what guards see:
+//! - `SyncConnected`: nodes exist; each guard's safe deadline moves on with
+//!   every check that reaches the server (send time + session timeout).
+//! - `Disconnected`: the session may still be alive on the server (a client
+//!   reconnects within the timeout and keeps its nodes) or may be expiring.
+//!   Guards keep reporting held until their safe deadline (last server
+//!   contact + session timeout), then fire lost: past that moment the server
+//!   may have expired the session and given the lock to someone else.
+//! - `Expired` / `Closed` / `AuthFailed` (terminal): every guard fires lost at
+//!   once and the next acquisition opens a new session.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use omnilock_core::{Error, ErrorKind, LostNotifier, Result};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use zookeeper_client::{Client, SessionState};
+
+use crate::config::ZkConfig;
+use crate::store::classify;
+
+pub(crate) struct Session {
+    pub client: Client,
+    /// The timeout the server granted (it bounds what clients ask for).
+    pub timeout: Duration,
+    guards: Mutex<HashMap<u64, LostNotifier>>,
+    next_guard: AtomicU64,
+    dead: watch::Sender<Option<Error>>,
+    watcher: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Session {
+    /// Connects a new session asking for `timeout`.
+    pub(crate) async fn open(config: &ZkConfig, timeout: Duration) -> Result<Arc<Session>> {
+        let connector = Client::connector();
+        let connector = connector
+            .with_session_timeout(timeout)
+            .with_connection_timeout((timeout / 3).max(Duration::from_millis(300)));
+        let connector = match &config.digest {
+            Some((user, pw)) => {
+                connector.with_auth("digest", format!("{user}:{}", pw.expose()).as_bytes())
+            }
+            None => connector,
+        };
+        let connecting = connector.connect(&config.hosts);
+        let client = match tokio::time::timeout(config.connect_timeout, connecting).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => return Err(classify(e, &config.shown)),
+            Err(_) => {
+                return Err(Error::unavailable(format!(
+                    "no ZooKeeper server of {} answered within {:?}",
+                    config.shown, config.connect_timeout
+                )))
+            }
+        };
+        let session = Arc::new(Session {
+            timeout: client.session_timeout(),
+            client,
+            guards: Mutex::new(HashMap::new()),
+            next_guard: AtomicU64::new(1),
+            dead: watch::channel(None).0,
+            watcher: Mutex::new(None),
+        });
+        let task = tokio::spawn(watch_states(Arc::downgrade(&session)));
+        *lock(&session.watcher) = Some(task);
+        Ok(session)
+    }
+
+    /// Why the session is over, if it is.
+    pub(crate) fn death(&self) -> Option<Error> {
+        self.dead.borrow().clone()
+    }
+
+    /// Completes with the cause once the session is over.
+    pub(crate) async fn died(&self) -> Error {
+        let mut rx = self.dead.subscribe();
+        let cause = match rx.wait_for(Option::is_some).await {
+            Ok(cause) => cause.clone().expect("waited for Some"),
+            Err(_) => Error::new(ErrorKind::LockLost, "the ZooKeeper session was closed"),
+        };
+        cause
+    }
+
+    pub(crate) fn register(&self, lost: &LostNotifier) -> u64 {
+        let ticket = self.next_guard.fetch_add(1, Ordering::Relaxed);
+        lock(&self.guards).insert(ticket, lost.clone());
+        if let Some(cause) = self.death() {
+            lost.fire(cause);
+        }
+        ticket
+    }
+
+    pub(crate) fn unregister(&self, ticket: u64) {
+        lock(&self.guards).remove(&ticket);
+    }
+
+    fn kill(&self, cause: Error) {
+        let fresh = self.dead.send_if_modified(|dead| {
+            if dead.is_some() {
+                return false;
+            }
+            *dead = Some(cause.clone());
+            true
+        });
+        if fresh {
+            tracing::warn!(error = %cause, "omnilock ZooKeeper session lost");
+            let guards: Vec<_> = lock(&self.guards).drain().map(|(_, g)| g).collect();
+            for lost in guards {
+                lost.fire(cause.clone());
+            }
+        }
+    }
+
+    /// Marks the session over; the connection (and with it every ephemeral
+    /// node) closes when the last handle to it is dropped.
+    pub(crate) fn close(&self) {
+        if let Some(task) = lock(&self.watcher).take() {
+            task.abort();
+        }
+        self.kill(Error::new(
+            ErrorKind::LockLost,
+            "the ZooKeeper store was closed",
+        ));
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Some(task) = lock(&self.watcher).take() {
+            task.abort();
+        }
+    }
+}
+
+/// Follows the session's state; a terminal state kills it.
+async fn watch_states(session: std::sync::Weak<Session>) {
+    let mut states = match session.upgrade() {
+        Some(s) => s.client.state_watcher(),
+        None => return,
+    };
+    loop {
+        let state = states.changed().await;
+        let Some(s) = session.upgrade() else { return };
+        match state {
+            SessionState::Expired => {
+                s.kill(lost("the ZooKeeper session expired"));
+                return;
+            }
+            SessionState::AuthFailed => {
+                s.kill(lost("ZooKeeper refused the session's credentials"));
+                return;
+            }
+            SessionState::Closed => {
+                s.kill(lost("the ZooKeeper session was closed"));
+                return;
+            }
+            other => tracing::debug!(state = %other, "omnilock ZooKeeper session state"),
+        }
+    }
+}
+
+fn lost(why: &str) -> Error {
+    Error::new(ErrorKind::LockLost, why).with_retryable(true)
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

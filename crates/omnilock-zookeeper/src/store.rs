@@ -1,0 +1,535 @@
+//! [`ZkStore`]: the [`Backend`] over one ZooKeeper ensemble.
+//!
+//! Lock N is the container node `<prefix>/<encoded N>`; each contender
+//! creates one EPHEMERAL_SEQUENTIAL child `<guid>-lock-<seq>` there. The
+//! lowest sequence holds the lock; a waiter watches only the child just
+//! below its own and looks again when that one is deleted.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use omnilock_core::{
+    async_trait, complete_or_undo, AcquireRequest, Backend, Backoff, Capabilities, Error,
+    ErrorKind, Grant, LockName, Result,
+};
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use zookeeper_client::{Acls, Client, CreateMode};
+
+use crate::config::ZkConfig;
+use crate::session::Session;
+
+/// Everything but letters, digits and `-_.~` is percent-encoded, so a name is
+/// always one valid node name (no `/`, no characters ZooKeeper refuses).
+const NODE: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
+/// Locks in a ZooKeeper ensemble. See `docs/backends/zookeeper.md`.
+///
+/// ```no_run
+/// # async fn demo() -> omnilock_core::Result<()> {
+/// use omnilock_core::{Locks, StoreUrl};
+/// use omnilock_zookeeper::{ZkConfig, ZkStore};
+/// let url = StoreUrl::parse("zk://127.0.0.1:2181/app")?;
+/// let locks = Locks::new(ZkStore::connect(ZkConfig::from_url(&url)?).await?);
+/// let guard = locks.acquire("reports/nightly").await?;
+/// println!("fencing token {}", guard.token());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+pub struct ZkStore {
+    config: ZkConfig,
+    /// One session per TTL asked for: the session timeout is the lease.
+    sessions: tokio::sync::Mutex<HashMap<Duration, Arc<Session>>>,
+}
+
+/// What a grant carries.
+struct Held {
+    path: String,
+    czxid: i64,
+    session: Arc<Session>,
+    ticket: u64,
+}
+
+/// A lock node that is deleted if the acquire is dropped or fails.
+struct Entry {
+    client: Client,
+    path: String,
+    armed: bool,
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        if self.armed {
+            abandon(&self.client, std::mem::take(&mut self.path));
+        }
+    }
+}
+
+impl std::fmt::Debug for ZkStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZkStore")
+            .field("ensemble", &self.config.shown)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ZkStore {
+    /// Connects (one session, for the default TTL, is opened to prove the
+    /// ensemble answers and accepts the credentials).
+    pub async fn connect(config: ZkConfig) -> Result<Self> {
+        let ttl = config.session_timeout.unwrap_or(omnilock_core::DEFAULT_TTL);
+        let store = ZkStore {
+            config,
+            sessions: tokio::sync::Mutex::new(HashMap::new()),
+        };
+        let session = store.session(ttl).await?;
+        // Credentials are checked on first use: create the prefix now.
+        call(&store.config, mkdir_prefix(&store.config, &session)).await?;
+        Ok(store)
+    }
+
+    async fn session(&self, ttl: Duration) -> Result<Arc<Session>> {
+        let mut sessions = self.sessions.lock().await;
+        if let Some(session) = sessions.get(&ttl) {
+            if session.death().is_none() {
+                return Ok(session.clone());
+            }
+        }
+        let session = Session::open(&self.config, ttl).await?;
+        sessions.insert(ttl, session.clone());
+        Ok(session)
+    }
+
+    fn lock_path(&self, name: &str) -> String {
+        let encoded = match name {
+            "." => "%2E".to_string(),
+            ".." => "%2E%2E".to_string(),
+            other => utf8_percent_encode(other, NODE).to_string(),
+        };
+        format!("{}/{encoded}", self.config.prefix)
+    }
+
+    /// Where our node stands: `Ok(None)` when it is first (the lock is
+    /// ours), `Ok(Some(predecessor))` otherwise; `LockLost` if it is gone.
+    async fn position(
+        &self,
+        session: &Session,
+        lock_path: &str,
+        path: &str,
+    ) -> Result<Option<String>> {
+        let mut children = call(&self.config, session.client.list_children(lock_path)).await?;
+        children.sort_by_key(|c| sequence(c));
+        let mine = path.rsplit('/').next().unwrap_or_default();
+        let Some(at) = children.iter().position(|c| c == mine) else {
+            return Err(Error::new(
+                ErrorKind::LockLost,
+                "this client's lock node is gone (session expired or lock broken)",
+            )
+            .with_retryable(true));
+        };
+        Ok(at
+            .checked_sub(1)
+            .map(|before| format!("{lock_path}/{}", children[before])))
+    }
+
+    /// Waits until our node is first: watch the predecessor only.
+    async fn wait_turn(
+        &self,
+        session: &Session,
+        lock_path: &str,
+        path: &str,
+        mut predecessor: String,
+    ) -> Result<()> {
+        let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(1));
+        loop {
+            match session.client.check_and_watch_stat(&predecessor).await {
+                Ok((Some(_), watcher)) => {
+                    tokio::select! {
+                        _ = watcher.changed() => {}
+                        cause = session.died() => return Err(cause),
+                    }
+                }
+                Ok((None, _)) => {}
+                Err(e) => {
+                    let err = classify(e, &self.config.shown);
+                    if !err.is_retryable() {
+                        return Err(session.death().unwrap_or(err));
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff.next_delay()) => {}
+                        cause = session.died() => return Err(cause),
+                    }
+                }
+            }
+            let next = loop {
+                match self.position(session, lock_path, path).await {
+                    Ok(next) => break next,
+                    Err(err) if err.kind() == ErrorKind::Unavailable => {
+                        if let Some(cause) = session.death() {
+                            return Err(cause);
+                        }
+                        tokio::time::sleep(backoff.next_delay()).await;
+                    }
+                    Err(err) => return Err(session.death().unwrap_or(err)),
+                }
+            };
+            match next {
+                None => return Ok(()),
+                Some(p) => predecessor = p,
+            }
+        }
+    }
+
+    async fn take(&self, request: &AcquireRequest, wait: bool) -> Result<Option<Grant>> {
+        let session = self.session(request.ttl).await?;
+        let lock_path = self.lock_path(request.name.as_str());
+        let started = Instant::now();
+        let (path, czxid) = {
+            let config = self.config.clone();
+            let (s, l, o) = (
+                session.clone(),
+                lock_path.clone(),
+                request.owner.as_str().to_string(),
+            );
+            let client = session.client.clone();
+            complete_or_undo(
+                async move { create_node(&config, &s, &l, &o).await },
+                move |created: Result<(String, i64)>| async move {
+                    if let Ok((path, _)) = created {
+                        abandon(&client, path);
+                    }
+                },
+            )
+            .await?
+        };
+        let mut entry = Entry {
+            client: session.client.clone(),
+            path: path.clone(),
+            armed: true,
+        };
+        let mut checked = started;
+        if let Some(predecessor) = self.position(&session, &lock_path, &path).await? {
+            if !wait {
+                return Ok(None);
+            }
+            self.refuse_own_holder(&session, &lock_path, &path, request)
+                .await?;
+            request.waiting.raise();
+            self.wait_turn(&session, &lock_path, &path, predecessor)
+                .await?;
+            checked = Instant::now();
+        }
+        entry.armed = false;
+        let ticket = session.register(&request.lost);
+        let valid_until = checked + request.ttl.min(session.timeout);
+        Ok(Some(Grant::new(czxid as u64, valid_until).with_state(
+            Held {
+                path,
+                czxid,
+                session,
+                ticket,
+            },
+        )))
+    }
+
+    /// An owner cannot share a hold across ZooKeeper sessions (nodes are
+    /// ephemeral per session): if the holder is our own owner elsewhere,
+    /// waiting would deadlock, so say so.
+    async fn refuse_own_holder(
+        &self,
+        session: &Session,
+        lock_path: &str,
+        mine: &str,
+        request: &AcquireRequest,
+    ) -> Result<()> {
+        let mut children = call(&self.config, session.client.list_children(lock_path)).await?;
+        children.sort_by_key(|c| sequence(c));
+        if let Some(first) = children.first() {
+            let path = format!("{lock_path}/{first}");
+            if path == mine {
+                return Ok(()); // the holder left meanwhile: we are first
+            }
+            if let Ok((data, _)) = session.client.get_data(&path).await {
+                if data == request.owner.as_str().as_bytes() {
+                    return Err(Error::new(
+                        ErrorKind::WouldDeadlock,
+                        "this owner holds the lock through another ZooKeeper session; \
+                         holds cannot be shared across sessions",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn held<'g>(&self, grant: &'g Grant) -> Result<&'g Held> {
+        grant
+            .state::<Held>()
+            .ok_or_else(|| Error::new(ErrorKind::Backend, "grant from another backend"))
+    }
+}
+
+/// Creates our ephemeral-sequential node (and the parents it needs),
+/// finding it by its guid if the connection dropped mid-create.
+async fn create_node(
+    config: &ZkConfig,
+    session: &Session,
+    lock_path: &str,
+    owner: &str,
+) -> Result<(String, i64)> {
+    let guid = format!("{:032x}", rand::random::<u128>());
+    let node_prefix = format!("{lock_path}/{guid}-lock-");
+    let acls = acls(config);
+    let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
+    let deadline = Instant::now() + config.request_timeout * 2;
+    loop {
+        let options = CreateMode::EphemeralSequential.with_acls(acls);
+        let created = session
+            .client
+            .create(&node_prefix, owner.as_bytes(), &options)
+            .await;
+        match created {
+            Ok((stat, sequence)) => return Ok((format!("{node_prefix}{sequence}"), stat.czxid)),
+            Err(zookeeper_client::Error::NoNode) => {
+                // The lock's container does not exist (first use, or the
+                // server removed it when it was last empty): make it.
+                let container = CreateMode::Container.with_acls(acls);
+                match session.client.create(lock_path, &[], &container).await {
+                    Ok(_) | Err(zookeeper_client::Error::NodeExists) => {}
+                    Err(zookeeper_client::Error::NoNode) => {
+                        call(config, mkdir_prefix(config, session)).await?;
+                    }
+                    Err(e) => return Err(classify(e, &config.shown)),
+                }
+            }
+            Err(
+                e @ (zookeeper_client::Error::ConnectionLoss | zookeeper_client::Error::Timeout),
+            ) => {
+                // The create may have happened: look for our guid first.
+                if let Ok(children) = session.client.list_children(lock_path).await {
+                    if let Some(child) = children.iter().find(|c| c.starts_with(&guid)) {
+                        let path = format!("{lock_path}/{child}");
+                        if let Ok(Some(stat)) = session.client.check_stat(&path).await {
+                            return Ok((path, stat.czxid));
+                        }
+                    }
+                }
+                if Instant::now() >= deadline {
+                    return Err(classify(e, &config.shown));
+                }
+                tokio::time::sleep(backoff.next_delay()).await;
+            }
+            Err(e) => return Err(classify(e, &config.shown)),
+        }
+    }
+}
+
+/// The sequence number at the end of a child's name (`<guid>-lock-<seq>`).
+fn sequence(child: &str) -> i64 {
+    child
+        .rsplit('-')
+        .next()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(i64::MAX)
+}
+
+/// With digest credentials, nodes are `creator_all`: only clients with the
+/// same credentials can read, delete or add to them.
+fn acls(config: &ZkConfig) -> Acls<'static> {
+    if config.digest.is_some() {
+        Acls::creator_all()
+    } else {
+        Acls::anyone_all()
+    }
+}
+
+async fn mkdir_prefix(
+    config: &ZkConfig,
+    session: &Session,
+) -> std::result::Result<(), zookeeper_client::Error> {
+    session
+        .client
+        .mkdir(
+            &config.prefix,
+            &CreateMode::Persistent.with_acls(acls(config)),
+        )
+        .await
+}
+
+async fn call<T>(
+    config: &ZkConfig,
+    request: impl std::future::Future<Output = std::result::Result<T, zookeeper_client::Error>>,
+) -> Result<T> {
+    call_raw(config, request)
+        .await?
+        .map_err(|e| classify(e, &config.shown))
+}
+
+/// One request under the request deadline; only the deadline is mapped, so
+/// callers can match the client's own errors (`NoNode`...).
+async fn call_raw<T>(
+    config: &ZkConfig,
+    request: impl std::future::Future<Output = std::result::Result<T, zookeeper_client::Error>>,
+) -> Result<std::result::Result<T, zookeeper_client::Error>> {
+    tokio::time::timeout(config.request_timeout, request)
+        .await
+        .map_err(|_| {
+            Error::unavailable(format!(
+                "ZooKeeper at {} did not answer within {:?}",
+                config.shown, config.request_timeout
+            ))
+        })
+}
+
+/// Deletes a node nobody will use, in the background.
+fn abandon(client: &Client, path: String) {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        let client = client.clone();
+        runtime.spawn(async move {
+            let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(1));
+            for _ in 0..10 {
+                match client.delete(&path, None).await {
+                    Err(zookeeper_client::Error::ConnectionLoss)
+                    | Err(zookeeper_client::Error::Timeout) => {
+                        tokio::time::sleep(backoff.next_delay()).await
+                    }
+                    _ => return,
+                }
+            }
+        });
+    }
+}
+
+/// Maps a ZooKeeper client error to a portable one; messages name the
+/// servers, never the password.
+pub(crate) fn classify(e: zookeeper_client::Error, shown: &str) -> Error {
+    use zookeeper_client::Error as E;
+    let kind = match &e {
+        E::ConnectionLoss | E::Timeout | E::NoHosts | E::Throttled | E::SessionMoved => {
+            ErrorKind::Unavailable
+        }
+        E::AuthFailed => {
+            return Error::config(format!(
+                "ZooKeeper at {shown} refused the credentials (user name or password)"
+            ))
+        }
+        E::NoAuth => {
+            return Error::config(format!(
+                "ZooKeeper at {shown} denied access to the lock nodes (their ACL requires other credentials)"
+            ))
+        }
+        E::SessionExpired | E::ClientClosed => {
+            return Error::new(ErrorKind::LockLost, format!("ZooKeeper session ended: {e}"))
+                .with_retryable(true)
+        }
+        _ => ErrorKind::Backend,
+    };
+    Error::new(kind, format!("ZooKeeper at {shown}: {e}")).with_cause(e)
+}
+
+#[async_trait]
+impl Backend for ZkStore {
+    fn kind(&self) -> &'static str {
+        "zookeeper"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            fair: true,
+            push_wakeups: true,
+            fencing: true,
+            cross_process_reentrancy: false,
+            lease_renewal: true,
+            cross_process: true,
+            break_lock: true,
+        }
+    }
+
+    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
+        self.take(request, false).await
+    }
+
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Grant> {
+        self.take(request, true)
+            .await?
+            .ok_or_else(|| Error::new(ErrorKind::Backend, "a waiting acquire returned nothing"))
+    }
+
+    async fn release(&self, _request: &AcquireRequest, grant: &Grant) -> Result<()> {
+        let held = self.held(grant)?;
+        held.session.unregister(held.ticket);
+        let client = &held.session.client;
+        let mut uncertain = false;
+        let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
+        let deadline = Instant::now() + self.config.request_timeout * 2;
+        loop {
+            // The node's path is unique to this acquisition (guid + sequence),
+            // so deleting it can never touch another owner's hold.
+            let deleted = call_raw(&self.config, client.delete(&held.path, None)).await;
+            let retry = match deleted {
+                Ok(Ok(())) => return Ok(()),
+                // Expired, broken, or deleted by our own earlier attempt.
+                Ok(Err(zookeeper_client::Error::NoNode)) if uncertain => return Ok(()),
+                Ok(Err(zookeeper_client::Error::NoNode))
+                | Ok(Err(zookeeper_client::Error::SessionExpired))
+                | Ok(Err(zookeeper_client::Error::ClientClosed)) => return Err(Error::not_owner()),
+                Ok(Err(e)) => classify(e, &self.config.shown),
+                Err(timeout) => timeout,
+            };
+            if !retry.is_retryable() || Instant::now() >= deadline {
+                return Err(retry);
+            }
+            uncertain = true;
+            tokio::time::sleep(backoff.next_delay()).await;
+        }
+    }
+
+    async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
+        let held = self.held(grant)?;
+        if let Some(cause) = held.session.death() {
+            return Err(cause.with_retryable(false));
+        }
+        let sent = Instant::now();
+        let stat = call(&self.config, held.session.client.check_stat(&held.path)).await?;
+        match stat {
+            Some(stat) if stat.czxid == held.czxid => {
+                Ok(sent + request.ttl.min(held.session.timeout))
+            }
+            _ => Err(Error::new(
+                ErrorKind::LockLost,
+                "the lock node is gone from ZooKeeper (session expired or lock broken)",
+            )),
+        }
+    }
+
+    async fn break_lock(&self, name: &LockName) -> Result<bool> {
+        let session = self.session(omnilock_core::DEFAULT_TTL).await?;
+        let lock_path = self.lock_path(name.as_str());
+        let mut children =
+            match call_raw(&self.config, session.client.list_children(&lock_path)).await? {
+                Ok(children) => children,
+                Err(zookeeper_client::Error::NoNode) => return Ok(false),
+                Err(e) => return Err(classify(e, &self.config.shown)),
+            };
+        children.sort_by_key(|c| sequence(c));
+        let Some(first) = children.first() else {
+            return Ok(false);
+        };
+        let path = format!("{lock_path}/{first}");
+        match call_raw(&self.config, session.client.delete(&path, None)).await? {
+            Ok(()) => Ok(true),
+            Err(zookeeper_client::Error::NoNode) => Ok(false),
+            Err(e) => Err(classify(e, &self.config.shown)),
+        }
+    }
+
+    async fn close(&self) {
+        for (_, session) in self.sessions.lock().await.drain() {
+            session.close();
+        }
+    }
+}

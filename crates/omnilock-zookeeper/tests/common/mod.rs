@@ -1,0 +1,20 @@
+//! The subject every ZooKeeper test binary builds its scenarios on.
+
+use omnilock_core::StoreUrl;
+use omnilock_testkit::{store_url, Subject};
+use omnilock_zookeeper::ZkConfig;
+
+/// The store in `OMNILOCK_TEST_<store>_URL`, opened through `ZkConfig`.
+pub fn subject(store: &str) -> Option<Subject> {
+    let url = store_url(store)?;
+    let for_clients = url.clone();
+    Some(
+        Subject::new(store.to_lowercase(), move || {
+            let url = for_clients.clone();
+            async move {
+                omnilock_zookeeper::connect(ZkConfig::from_url(&StoreUrl::parse(&url)?)?).await
+            }
+        })
+        .with_url(url),
+    )
+}
