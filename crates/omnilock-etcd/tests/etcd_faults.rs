@@ -7,12 +7,11 @@
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use omnilock_core::{Locks, StoreUrl};
+use omnilock_core::StoreUrl;
 use omnilock_etcd::EtcdConfig;
+use omnilock_testkit::faults::Contention;
 use omnilock_testkit::store_url;
 
 const CLIENTS: usize = 8;
@@ -100,99 +99,21 @@ fn restart(n: u16) {
     assert!(status.success(), "restarting member e{n} failed");
 }
 
-/// What the contending clients saw.
-#[derive(Default)]
-struct Record {
-    grants: AtomicU64,
-    errors: AtomicU64,
-    inside: AtomicBool,
-    /// (token, grant number) in the order clients entered.
-    last_token: Mutex<u64>,
-    violations: Mutex<Vec<String>>,
-}
-
-async fn contend(locks: Locks, name: String, record: Arc<Record>, stop: Arc<AtomicBool>) {
-    while !stop.load(Ordering::SeqCst) {
-        let guard = match locks
-            .lock(&name)
-            .ttl(Duration::from_secs(3))
-            .timeout(Duration::from_secs(30))
-            .acquire()
-            .await
-        {
-            Ok(guard) => guard,
-            Err(err) => {
-                assert!(err.is_retryable(), "a non-retryable error: {err}");
-                record.errors.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        if record.inside.swap(true, Ordering::SeqCst) {
-            record
-                .violations
-                .lock()
-                .unwrap()
-                .push("two clients inside at once".into());
-        }
-        {
-            let mut last = record.last_token.lock().unwrap();
-            if guard.token() <= *last {
-                record.violations.lock().unwrap().push(format!(
-                    "token {} granted after token {}",
-                    guard.token(),
-                    *last
-                ));
-            }
-            *last = guard.token();
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-        let still_held = guard.is_held();
-        record.inside.store(false, Ordering::SeqCst);
-        record.grants.fetch_add(1, Ordering::SeqCst);
-        if let Err(err) = guard.release().await {
-            // A release can fail only if the lock was lost while held; then
-            // the guard must have said so.
-            if still_held {
-                record.errors.fetch_add(1, Ordering::SeqCst);
-            }
-            assert!(err.is_retryable() || !still_held, "release: {err}");
-        }
-    }
-}
-
-async fn wait_for_grants(record: &Record, more_than: u64, within: Duration, what: &str) {
-    let deadline = Instant::now() + within;
-    while record.grants.load(Ordering::SeqCst) <= more_than {
-        assert!(
-            Instant::now() < deadline,
-            "no grant within {within:?} {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn member_loss_keeps_exclusion_and_progress() {
     let url = store_url("ETCD").expect("OMNILOCK_TEST_ETCD_URL");
     // A short request deadline, so that calls stuck on a dead member give up fast.
     let url = format!("{url}?timeout=2s");
     let name = format!("faults/members/{}", std::process::id());
-    let record = Arc::new(Record::default());
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut tasks = Vec::new();
+    let mut clients = Vec::new();
     for _ in 0..CLIENTS {
         let config = EtcdConfig::from_url(&StoreUrl::parse(&url).unwrap()).unwrap();
-        let locks = omnilock_etcd::connect(config).await.expect("connect");
-        tasks.push(tokio::spawn(contend(
-            locks,
-            name.clone(),
-            record.clone(),
-            stop.clone(),
-        )));
+        clients.push(omnilock_etcd::connect(config).await.expect("connect"));
     }
-    wait_for_grants(&record, 20, Duration::from_secs(30), "before any fault").await;
-
+    let contention = Contention::start(clients, &name);
+    contention
+        .wait_for_grants(20, Duration::from_secs(30), "before any fault")
+        .await;
     for victim in ["follower", "leader"] {
         let leader = leader().await;
         let n = if victim == "leader" {
@@ -200,42 +121,28 @@ async fn member_loss_keeps_exclusion_and_progress() {
         } else {
             (1..=3).find(|n| *n != leader).unwrap()
         };
-        let before = record.grants.load(Ordering::SeqCst);
         kill(n);
-        let killed_at = Instant::now();
-        wait_for_grants(
-            &record,
-            before + 20,
-            Duration::from_secs(30),
-            &format!("after killing the {victim} (e{n})"),
-        )
-        .await;
-        eprintln!(
-            "{victim} e{n} killed: 20 more grants within {:?}",
-            killed_at.elapsed()
-        );
+        let took = contention
+            .wait_for_grants(
+                20,
+                Duration::from_secs(30),
+                &format!("after killing the {victim} (e{n})"),
+            )
+            .await;
+        eprintln!("{victim} e{n} killed: 20 more grants within {took:?}");
         restart(n);
-        let before = record.grants.load(Ordering::SeqCst);
-        wait_for_grants(
-            &record,
-            before + 20,
-            Duration::from_secs(30),
-            &format!("after restarting e{n}"),
-        )
-        .await;
+        contention
+            .wait_for_grants(
+                20,
+                Duration::from_secs(30),
+                &format!("after restarting e{n}"),
+            )
+            .await;
     }
-    stop.store(true, Ordering::SeqCst);
-    for task in tasks {
-        tokio::time::timeout(Duration::from_secs(60), task)
-            .await
-            .expect("clients stop")
-            .expect("client task");
-    }
-    let violations = record.violations.lock().unwrap();
-    assert!(violations.is_empty(), "safety violations: {violations:?}");
-    eprintln!(
-        "{} grants, {} retried errors, 0 violations",
-        record.grants.load(Ordering::SeqCst),
-        record.errors.load(Ordering::SeqCst)
+    let report = contention.stop().await;
+    assert!(
+        report.violations.is_empty(),
+        "safety violations: {report:?}"
     );
+    eprintln!("{report:?}");
 }

@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use omnilock_core::{Locks, Result};
 
+pub mod faults;
 pub mod process;
 pub mod scenarios;
 

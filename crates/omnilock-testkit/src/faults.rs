@@ -1,0 +1,155 @@
+//! Clients that keep contending for one lock while a test breaks the store
+//! (kills a member, partitions a node), recording what a safety checker
+//! needs: how many grants, whether two clients were ever inside at once, and
+//! whether fencing tokens rose in grant order.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use omnilock_core::Locks;
+use tokio::task::JoinHandle;
+
+/// A running contention; see [`Contention::start`].
+pub struct Contention {
+    record: Arc<Record>,
+    stop: Arc<AtomicBool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct Record {
+    grants: AtomicU64,
+    errors: AtomicU64,
+    inside: AtomicBool,
+    last_token: Mutex<u64>,
+    violations: Mutex<Vec<String>>,
+}
+
+/// What the clients saw, once stopped.
+#[derive(Debug)]
+pub struct Report {
+    /// Critical sections completed.
+    pub grants: u64,
+    /// Retryable errors the clients rode out (acquires that failed while the
+    /// store was broken).
+    pub errors: u64,
+    /// Safety violations: overlapping holds, tokens out of order.
+    pub violations: Vec<String>,
+}
+
+impl Contention {
+    /// Starts one task per client, each looping acquire (TTL 3 s) → check
+    /// nobody else is inside and the token rose → 2 ms inside → release.
+    /// Retryable errors are counted and retried; any other error fails the
+    /// test.
+    pub fn start(clients: Vec<Locks>, name: &str) -> Contention {
+        let record = Arc::new(Record::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let tasks = clients
+            .into_iter()
+            .map(|locks| {
+                tokio::spawn(contend(
+                    locks,
+                    name.to_string(),
+                    record.clone(),
+                    stop.clone(),
+                ))
+            })
+            .collect();
+        Contention {
+            record,
+            stop,
+            tasks,
+        }
+    }
+
+    /// Grants so far.
+    pub fn grants(&self) -> u64 {
+        self.record.grants.load(Ordering::SeqCst)
+    }
+
+    /// Waits until `more` grants happened after this call; panics with
+    /// `what` if that takes longer than `within`. Returns how long it took.
+    pub async fn wait_for_grants(&self, more: u64, within: Duration, what: &str) -> Duration {
+        let started = Instant::now();
+        let target = self.grants() + more;
+        while self.grants() < target {
+            assert!(
+                started.elapsed() < within,
+                "fewer than {more} grants within {within:?} {what}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        started.elapsed()
+    }
+
+    /// Stops the clients and returns what they saw.
+    pub async fn stop(self) -> Report {
+        self.stop.store(true, Ordering::SeqCst);
+        for task in self.tasks {
+            tokio::time::timeout(Duration::from_secs(60), task)
+                .await
+                .expect("clients stop within a minute")
+                .expect("client task");
+        }
+        Report {
+            grants: self.record.grants.load(Ordering::SeqCst),
+            errors: self.record.errors.load(Ordering::SeqCst),
+            violations: self.record.violations.lock().unwrap().clone(),
+        }
+    }
+}
+
+async fn contend(locks: Locks, name: String, record: Arc<Record>, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::SeqCst) {
+        let guard = match locks
+            .lock(&name)
+            .ttl(Duration::from_secs(3))
+            .timeout(Duration::from_secs(30))
+            .acquire()
+            .await
+        {
+            Ok(guard) => guard,
+            Err(err) => {
+                assert!(err.is_retryable(), "a non-retryable error: {err}");
+                record.errors.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        if record.inside.swap(true, Ordering::SeqCst) {
+            record
+                .violations
+                .lock()
+                .unwrap()
+                .push("two clients inside at once".into());
+        }
+        {
+            let mut last = record.last_token.lock().unwrap();
+            if guard.token() <= *last {
+                record.violations.lock().unwrap().push(format!(
+                    "token {} granted after token {}",
+                    guard.token(),
+                    *last
+                ));
+            }
+            *last = guard.token();
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let still_held = guard.is_held();
+        record.inside.store(false, Ordering::SeqCst);
+        record.grants.fetch_add(1, Ordering::SeqCst);
+        if let Err(err) = guard.release().await {
+            // A release fails only when the lock was lost or the store was
+            // unreachable; either way the lease frees it.
+            record.errors.fetch_add(1, Ordering::SeqCst);
+            assert!(
+                err.is_retryable()
+                    || !still_held
+                    || err.kind() == omnilock_core::ErrorKind::NotOwner,
+                "release: {err}"
+            );
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! ZooKeeper-only behaviour: connection errors, ACLs from digest
+//! credentials, node names, no nodes left behind, empty lock parents removed.
+
+use std::time::{Duration, Instant};
+
+use omnilock_core::{ErrorKind, Locks, StoreUrl};
+use omnilock_testkit::store_url;
+use omnilock_zookeeper::ZkConfig;
+
+const PATIENCE: Duration = Duration::from_secs(20);
+
+async fn connect(url: &str) -> omnilock_core::Result<Locks> {
+    omnilock_zookeeper::connect(ZkConfig::from_url(&StoreUrl::parse(url)?)?).await
+}
+
+fn ensemble_url() -> String {
+    store_url("ZK").expect("OMNILOCK_TEST_ZK_URL")
+}
+
+fn hosts(url: &str) -> String {
+    url.trim_start_matches("zk://")
+        .rsplit('@')
+        .next()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// A raw client, without credentials, to look behind omnilock's back.
+async fn raw() -> zookeeper_client::Client {
+    zookeeper_client::Client::connect(&hosts(&ensemble_url()))
+        .await
+        .expect("raw client")
+}
+
+fn unique(what: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{what}-{}-{nanos}", std::process::id())
+}
+
+#[tokio::test]
+async fn unreachable_ensemble_is_unavailable_within_the_connect_timeout() {
+    let started = Instant::now();
+    let err = connect("zk://app:s3cret-pw@127.0.0.1:1,127.0.0.1:9/x?connect_timeout=1s")
+        .await
+        .expect_err("nothing listens there");
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        started.elapsed()
+    );
+    let text = format!("{err} {err:?}");
+    assert!(text.contains("127.0.0.1:1"), "names the servers: {text}");
+    assert!(!text.contains("s3cret-pw"), "leaks the password: {text}");
+}
+
+/// With digest credentials, lock nodes carry `creator_all`: a client
+/// without them can neither delete a held lock's node nor break it, and
+/// wrong credentials are a clear error, not a silent second lock.
+#[tokio::test]
+async fn lock_nodes_carry_the_acl_of_the_credentials() {
+    let url = store_url("ZK_DIGEST").expect("OMNILOCK_TEST_ZK_DIGEST_URL");
+    let locks = connect(&url).await.expect("connect with credentials");
+    let name = unique("acl");
+    let guard = locks.acquire(&name).await.expect("acquire");
+
+    let anonymous = raw().await;
+    let parent = format!("/omnilock-acl/{name}");
+    let err = anonymous
+        .list_children(&parent)
+        .await
+        .expect_err("no read access without credentials");
+    assert!(matches!(err, zookeeper_client::Error::NoAuth), "{err:?}");
+
+    // The same prefix through omnilock without credentials, and with wrong ones.
+    let no_creds = url.replace("omnilock:omnilock-test-pw@", "");
+    let wrong = url.replace("omnilock-test-pw", "not-the-pw");
+    for other in [no_creds, wrong] {
+        let outcome = match connect(&other).await {
+            Ok(intruder) => intruder.break_lock(&name).await.map(|_| ()),
+            Err(err) => Err(err),
+        };
+        let err = outcome.expect_err("breaking needs the credentials");
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+        let text = format!("{err} {err:?}");
+        assert!(!text.contains("not-the-pw"), "leaks the password: {text}");
+    }
+    assert!(guard.is_held());
+    let probe = locks.try_acquire(&name).await.expect("probe");
+    assert!(probe.is_none(), "the lock survived the intruders");
+    guard.release().await.expect("release");
+}
+
+#[tokio::test]
+async fn path_like_names_map_to_single_safe_nodes() {
+    let locks = connect(&ensemble_url()).await.expect("connect");
+    let tag = unique("names");
+    let names = [
+        format!("{tag}/a/b"),
+        format!("{tag}%2Fa%2Fb"),
+        ".".to_string(),
+        "..".to_string(),
+        "zookeeper".to_string(),
+        format!("{tag} \u{e000} private use"),
+        format!("{tag}-ünïcödé"),
+    ];
+    let mut guards = Vec::new();
+    for name in &names {
+        guards.push(
+            locks
+                .try_acquire(name)
+                .await
+                .unwrap_or_else(|e| panic!("{name:?}: {e}"))
+                .unwrap_or_else(|| panic!("{name:?} is free")),
+        );
+    }
+    let children = raw().await.list_children("/omnilock").await.expect("list");
+    assert!(
+        children.iter().all(|c| !c.contains('/')),
+        "node names never contain a separator"
+    );
+    for guard in guards {
+        guard.release().await.expect("release");
+    }
+}
+
+/// 500 acquires cancelled by their timeout leave no node behind, and once
+/// the lock is released its empty parent is removed by the server (a
+/// container node), without racing the next contender.
+#[tokio::test]
+async fn cancelled_acquires_leave_no_nodes_and_empty_parents_go() {
+    let locks = connect(&ensemble_url()).await.expect("connect");
+    let name = unique("cancelled");
+    let parent = format!("/omnilock/{name}");
+    let holder = locks.acquire(&name).await.expect("holder");
+    for _ in 0..10 {
+        let mut batch = Vec::new();
+        for _ in 0..50 {
+            let locks = locks.clone();
+            let name = name.clone();
+            batch.push(tokio::spawn(async move {
+                locks
+                    .lock(&name)
+                    .timeout(Duration::from_millis(200))
+                    .acquire()
+                    .await
+                    .map(|_| ())
+            }));
+        }
+        for task in batch {
+            let err = task.await.unwrap().expect_err("the lock is held");
+            assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+        }
+    }
+    let zk = raw().await;
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let children = zk.list_children(&parent).await.expect("list");
+        if children.len() == 1 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nodes left behind: {}",
+            children.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    holder.release().await.expect("release");
+    // The test ensemble checks containers every second.
+    let deadline = Instant::now() + PATIENCE;
+    while zk.check_stat(&parent).await.expect("stat").is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "the empty lock parent was never removed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // And the lock works again: the parent is re-created on demand.
+    let again = tokio::time::timeout(PATIENCE, locks.acquire(&name))
+        .await
+        .expect("in time")
+        .expect("acquire after the parent went");
+    again.release().await.expect("release");
+}
