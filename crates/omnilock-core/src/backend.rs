@@ -98,6 +98,15 @@ impl fmt::Debug for Grant {
     }
 }
 
+/// Who holds a lock, as the store sees it (see [`Backend::holder`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// The holder's owner.
+    pub owner: Owner,
+    /// The holder's fencing token.
+    pub token: u64,
+}
+
 /// A store that can hold locks.
 ///
 /// # Contract
@@ -144,6 +153,16 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         Err(Error::new(
             ErrorKind::Unsupported,
             "this backend cannot break locks",
+        ))
+    }
+
+    /// Who holds the lock now (not who waits), read from the store. Elections
+    /// use it to tell who leads: the leader's value travels in its owner.
+    async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
+        let _ = name;
+        Err(Error::new(
+            ErrorKind::Unsupported,
+            "this backend cannot say who holds a lock",
         ))
     }
 

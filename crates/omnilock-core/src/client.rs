@@ -202,6 +202,15 @@ impl Locks {
         backend.break_lock(&name).await.map_err(context)
     }
 
+    /// Who holds `name` now (owner and fencing token), read from the store;
+    /// `Unsupported` on stores that cannot say (see [`Backend::holder`]).
+    pub async fn holder(&self, name: &str) -> Result<Option<crate::Holder>> {
+        let backend = &self.shared.backend;
+        let context = |e: Error| e.with_backend(backend.kind()).with_lock(name);
+        let name = LockName::new(name).map_err(context)?;
+        backend.holder(&name).await.map_err(context)
+    }
+
     /// Closes the store's connections; guards still alive lose their locks.
     pub async fn close(&self) {
         self.shared.backend.close().await;

@@ -32,6 +32,7 @@
 mod backend;
 mod client;
 mod detach;
+mod election;
 mod error;
 mod guard;
 mod hold;
@@ -42,9 +43,10 @@ mod retry;
 mod signal;
 mod url;
 
-pub use backend::{AcquireRequest, Backend, Capabilities, Grant};
+pub use backend::{AcquireRequest, Backend, Capabilities, Grant, Holder};
 pub use client::{LockRequest, Locks, DEFAULT_TTL, MAX_TTL, MIN_TTL};
 pub use detach::{complete_or_undo, CompleteOrUndo};
+pub use election::{Candidate, Election, Leader, Leadership, Observer};
 pub use error::{Error, ErrorKind, Operation, Result};
 pub use guard::LockGuard;
 pub use local::LocalWaiters;

@@ -438,6 +438,22 @@ impl Backend for MemStore {
         state.tidy(name);
         Ok(broken.is_some())
     }
+
+    async fn holder(&self, name: &LockName) -> Result<Option<crate::Holder>> {
+        let mut state = self.state();
+        let now = Instant::now();
+        let State {
+            locks, last_token, ..
+        } = &mut *state;
+        let Some(slot) = locks.get_mut(name) else {
+            return Ok(None);
+        };
+        slot.expire(now, last_token);
+        Ok(slot.holder.as_ref().map(|h| crate::Holder {
+            owner: h.owner.clone(),
+            token: h.token,
+        }))
+    }
 }
 
 async fn sleep_until_opt(at: Option<tokio::time::Instant>) {

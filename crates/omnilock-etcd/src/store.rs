@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use etcd_client::{Compare, CompareOp, KeyValue, LockOptions, PutOptions, Txn, TxnOp};
 use omnilock_core::{
     async_trait, complete_or_undo, retry, AcquireRequest, Backend, Backoff, Capabilities, Error,
-    ErrorKind, Grant, LockName, Result,
+    ErrorKind, Grant, Holder, LockName, Owner, Result,
 };
 
 use crate::config::{EtcdConfig, Mode};
@@ -662,6 +662,39 @@ impl Backend for EtcdStore {
         self.etcd
             .delete_if_created(&key, holder.create_revision())
             .await
+    }
+
+    async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
+        if self.mode == Mode::LockApi {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                "etcd's Lock RPC does not record owners (use the default mode)",
+            ));
+        }
+        let lock_prefix = self.etcd.lock_prefix(name.as_str());
+        let Some(kv) = self.etcd.holder(&lock_prefix).await? else {
+            return Ok(None);
+        };
+        let key = String::from_utf8_lossy(kv.key()).into_owned();
+        let owner = match key
+            .strip_prefix(&lock_prefix)
+            .and_then(|k| k.strip_prefix("o:"))
+        {
+            Some(encoded) => percent_encoding::percent_decode_str(encoded)
+                .decode_utf8()
+                .ok()
+                .and_then(|o| Owner::new(&o).ok()),
+            None => None,
+        };
+        // A key from `etcdctl lock` (a lease ID) names no owner we know.
+        let owner = match owner {
+            Some(owner) => owner,
+            None => Owner::new(&format!("lease:{}", key.rsplit('/').next().unwrap_or("?")))?,
+        };
+        Ok(Some(Holder {
+            owner,
+            token: kv.create_revision() as u64,
+        }))
     }
 
     async fn close(&self) {

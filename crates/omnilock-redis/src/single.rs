@@ -396,6 +396,25 @@ impl Backend for RedisStore {
         }
     }
 
+    async fn holder(&self, name: &LockName) -> Result<Option<omnilock_core::Holder>> {
+        let keys = self.keys(name);
+        let mut conn = self.inner.node.conn.clone();
+        let (owner, token): (Option<String>, Option<u64>) = redis::cmd("HMGET")
+            .arg(&keys.lock)
+            .arg("owner")
+            .arg("token")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.inner.node.err(e))?;
+        match (owner, token) {
+            (Some(owner), Some(token)) => Ok(Some(omnilock_core::Holder {
+                owner: omnilock_core::Owner::new(&owner)?,
+                token,
+            })),
+            _ => Ok(None),
+        }
+    }
+
     async fn break_lock(&self, name: &LockName) -> Result<bool> {
         let inner = &self.inner;
         let keys = self.keys(name);

@@ -554,6 +554,21 @@ impl Backend for SqlStore {
         Ok(done.rows_affected() > 0)
     }
 
+    async fn holder(&self, name: &LockName) -> Result<Option<omnilock_core::Holder>> {
+        let row: Option<(String, i64)> = sqlx::query_as(&self.inner.queries.holder)
+            .bind(name.as_str())
+            .fetch_optional(&self.inner.pool)
+            .await
+            .map_err(|e| self.err(e))?;
+        row.map(|(owner, token)| {
+            Ok(omnilock_core::Holder {
+                owner: omnilock_core::Owner::new(&owner)?,
+                token: token as u64,
+            })
+        })
+        .transpose()
+    }
+
     async fn close(&self) {
         self.inner.pool.close().await;
     }

@@ -73,6 +73,8 @@ pub(crate) struct Queries {
     pub renew: String,
     /// Frees a lock whatever its owner. Binds: name.
     pub break_lock: String,
+    /// The live holder's owner and token. Binds: name.
+    pub holder: String,
 }
 
 impl Queries {
@@ -223,6 +225,10 @@ impl Queries {
             "UPDATE {table} SET owner = NULL, holds = 0, expires_at = NULL, updated_at = {now}
              WHERE name = $1 AND owner IS NOT NULL AND expires_at > {now}"
         );
+        let holder = format!(
+            "SELECT owner, token FROM {table}
+             WHERE name = $1 AND owner IS NOT NULL AND expires_at > {now}"
+        );
         let tickets = fair.then(|| Tickets {
             enqueue: match dialect {
                 Dialect::MySql => format!(
@@ -247,6 +253,7 @@ impl Queries {
             release_selects_count: dialect == Dialect::Postgres && notify,
             renew,
             break_lock,
+            holder,
         };
         match dialect {
             // SQLite's numbered parameters are ?N.
@@ -283,6 +290,7 @@ impl Queries {
             release_selects_count: self.release_selects_count,
             renew: f(self.renew),
             break_lock: f(self.break_lock),
+            holder: f(self.holder),
         }
     }
 }

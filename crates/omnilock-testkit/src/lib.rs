@@ -171,6 +171,9 @@ macro_rules! conformance_tests {
             drop_releases_in_background,
             drop_outside_runtime,
             errors_name_backend_and_lock,
+            election_one_leader_at_a_time,
+            election_successor_takes_over_when_leader_dies,
+            election_observers_see_every_change,
         );
     };
     (@each $subject:expr; $($scenario:ident),* $(,)?) => {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use omnilock_core::{
     async_trait, complete_or_undo, AcquireRequest, Backend, Backoff, Capabilities, Error,
-    ErrorKind, Grant, LockName, Result,
+    ErrorKind, Grant, Holder, LockName, Owner, Result,
 };
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use zookeeper_client::{Acls, Client, CreateMode};
@@ -524,6 +524,36 @@ impl Backend for ZkStore {
             Ok(()) => Ok(true),
             Err(zookeeper_client::Error::NoNode) => Ok(false),
             Err(e) => Err(classify(e, &self.config.shown)),
+        }
+    }
+
+    async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
+        let session = self.session(omnilock_core::DEFAULT_TTL).await?;
+        let lock_path = self.lock_path(name.as_str());
+        loop {
+            let mut children =
+                match call_raw(&self.config, session.client.list_children(&lock_path)).await? {
+                    Ok(children) => children,
+                    Err(zookeeper_client::Error::NoNode) => return Ok(None),
+                    Err(e) => return Err(classify(e, &self.config.shown)),
+                };
+            children.sort_by_key(|c| sequence(c));
+            let Some(first) = children.first() else {
+                return Ok(None);
+            };
+            let path = format!("{lock_path}/{first}");
+            match call_raw(&self.config, session.client.get_data(&path)).await? {
+                Ok((data, stat)) => {
+                    let owner = Owner::new(&String::from_utf8_lossy(&data))?;
+                    return Ok(Some(Holder {
+                        owner,
+                        token: stat.czxid as u64,
+                    }));
+                }
+                // Released between the two reads: look again.
+                Err(zookeeper_client::Error::NoNode) => continue,
+                Err(e) => return Err(classify(e, &self.config.shown)),
+            }
         }
     }
 

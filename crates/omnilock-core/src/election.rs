@@ -1,0 +1,270 @@
+//! Leader election on any fair store: the same recipe as the lock.
+//!
+//! Candidates queue for the lock `election/<name>` (FIFO on fair stores, so
+//! the next in line takes over); the holder leads. A candidate's value (an
+//! address, an ID) travels in its owner, `leader:<nonce>:<value>`, so anyone
+//! can read who leads from the store ([`Backend::holder`](crate::Backend::holder))
+//! without a second key to keep in step. The leader's term is its fencing
+//! token: it rises with every new leader, so followers and resources can
+//! refuse a deposed leader's writes.
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::client::Locks;
+use crate::error::{Error, ErrorKind, Result};
+use crate::guard::LockGuard;
+use crate::name::{LockName, Owner, MAX_NAME_BYTES};
+
+const OWNER_TAG: &str = "leader:";
+
+/// An election, as seen from one client. See [`Locks::election`].
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> omnilock_core::Result<()> {
+/// use omnilock_core::{Locks, MemStore};
+/// let locks = Locks::new(MemStore::new());
+/// let election = locks.election("scheduler")?;
+/// let leadership = election.campaign("10.0.0.7:8080").await?;
+/// let leader = election.leader().await?.expect("someone leads");
+/// assert_eq!(leader.value, "10.0.0.7:8080");
+/// assert_eq!(leader.term, leadership.term());
+/// leadership.resign().await?;
+/// assert!(election.leader().await?.is_none());
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Election {
+    locks: Locks,
+    lock: String,
+    poll: Duration,
+}
+
+/// Who leads: the value it campaigned with and its term (its fencing token).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leader {
+    /// The value the leader campaigned with.
+    pub value: String,
+    /// Rises with every new leader.
+    pub term: u64,
+}
+
+/// This client's leadership, won by [`Election::campaign`]. Leadership ends
+/// with [`resign`](Leadership::resign), on drop (resigning in the
+/// background), or when the store says it is lost ([`lost`](Leadership::lost)).
+#[derive(Debug)]
+pub struct Leadership {
+    guard: LockGuard,
+    value: String,
+}
+
+impl Leadership {
+    /// The value this leader campaigned with.
+    pub fn value(&self) -> &str {
+        &self.value
+    }
+
+    /// The term: the fencing token of the leadership.
+    pub fn term(&self) -> u64 {
+        self.guard.token()
+    }
+
+    /// Whether this client still surely leads (see [`LockGuard::is_held`]).
+    pub fn is_leader(&self) -> bool {
+        self.guard.is_held()
+    }
+
+    /// Completes when leadership is lost without resigning (lease expired,
+    /// session lost): stop acting as leader then.
+    pub fn lost(&self) -> impl std::future::Future<Output = Error> + Send + 'static {
+        self.guard.lost()
+    }
+
+    /// Steps down; the next candidate in line becomes leader.
+    pub async fn resign(self) -> Result<()> {
+        self.guard.release().await
+    }
+}
+
+/// How one candidate campaigns; see [`Election::candidate`].
+pub struct Candidate<'a> {
+    election: &'a Election,
+    value: String,
+    ttl: Option<Duration>,
+    on_wait: Option<Box<dyn FnOnce() + Send + 'static>>,
+}
+
+impl std::fmt::Debug for Candidate<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Candidate")
+            .field("value", &self.value)
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Candidate<'_> {
+    /// The leadership lease: a dead leader is replaced this long after it
+    /// stopped renewing (default: the handle's TTL).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// Runs `callback` once the candidate is queued behind a leader.
+    pub fn on_wait(mut self, callback: impl FnOnce() + Send + 'static) -> Self {
+        self.on_wait = Some(Box::new(callback));
+        self
+    }
+
+    /// Waits until this candidate leads. Dropping the future withdraws the
+    /// candidacy (nothing stays queued).
+    pub async fn campaign(self) -> Result<Leadership> {
+        let owner = owner_for(&self.value)?;
+        let mut request = self
+            .election
+            .locks
+            .lock(&self.election.lock)
+            .owner(&owner)
+            .reentrant(false);
+        if let Some(ttl) = self.ttl {
+            request = request.ttl(ttl);
+        }
+        if let Some(callback) = self.on_wait {
+            request = request.on_wait(callback);
+        }
+        let guard = request.acquire().await?;
+        Ok(Leadership {
+            guard,
+            value: self.value,
+        })
+    }
+}
+
+impl Election {
+    pub(crate) fn new(locks: Locks, name: &str) -> Result<Self> {
+        let lock = format!("election/{name}");
+        LockName::new(&lock)?;
+        Ok(Election {
+            locks,
+            lock,
+            poll: Duration::from_millis(100),
+        })
+    }
+
+    /// How often [`observe`](Election::observe) reads the leader (default
+    /// 100 ms).
+    pub fn with_poll_interval(mut self, poll: Duration) -> Self {
+        self.poll = poll.max(Duration::from_millis(10));
+        self
+    }
+
+    /// Waits to become leader, announcing `value` (at most 200 bytes, no
+    /// control characters).
+    pub async fn campaign(&self, value: &str) -> Result<Leadership> {
+        self.candidate(value).campaign().await
+    }
+
+    /// A candidacy with options (TTL, a "now waiting" callback).
+    pub fn candidate(&self, value: &str) -> Candidate<'_> {
+        Candidate {
+            election: self,
+            value: value.to_string(),
+            ttl: None,
+            on_wait: None,
+        }
+    }
+
+    /// Who leads now, read from the store.
+    pub async fn leader(&self) -> Result<Option<Leader>> {
+        let holder = self.locks.holder(&self.lock).await?;
+        Ok(holder.map(|h| Leader {
+            value: value_of(&h.owner),
+            term: h.token,
+        }))
+    }
+
+    /// Follows the leader: a receiver whose value changes each time another
+    /// leader (or none) is seen. It reads the store every poll interval, so
+    /// it sees every leadership that lasts longer than that; a jump in
+    /// [`Leader::term`] of more than one new leader means a shorter one was
+    /// missed. Dropping the [`Observer`] stops it.
+    pub fn observe(&self) -> Observer {
+        let (tx, rx) = watch::channel(None);
+        let election = self.clone();
+        let task = tokio::spawn(async move {
+            let mut last: Option<Option<u64>> = None;
+            loop {
+                if let Ok(leader) = election.leader().await {
+                    let term = leader.as_ref().map(|l| l.term);
+                    if last != Some(term) {
+                        last = Some(term);
+                        if tx.send(Some(leader)).is_err() {
+                            return;
+                        }
+                    }
+                }
+                tokio::time::sleep(election.poll).await;
+            }
+        });
+        Observer { rx, task }
+    }
+}
+
+/// A running observation of an election; see [`Election::observe`].
+#[derive(Debug)]
+pub struct Observer {
+    rx: watch::Receiver<Option<Option<Leader>>>,
+    task: JoinHandle<()>,
+}
+
+impl Observer {
+    /// The next change: `Some(leader)` or `None` when nobody leads. The first
+    /// call returns the state at the start.
+    pub async fn changed(&mut self) -> Result<Option<Leader>> {
+        self.rx
+            .changed()
+            .await
+            .map_err(|_| Error::new(ErrorKind::Unavailable, "the observer stopped"))?;
+        Ok(self.rx.borrow_and_update().clone().flatten())
+    }
+}
+
+impl Drop for Observer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Locks {
+    /// An election named `name` on this store. Elections need a fair store
+    /// for "the next in line takes over" and one that can say who holds a
+    /// lock ([`Backend::holder`](crate::Backend::holder)); on others,
+    /// `leader()` answers `Unsupported`.
+    pub fn election(&self, name: &str) -> Result<Election> {
+        Election::new(self.clone(), name)
+    }
+}
+
+fn owner_for(value: &str) -> Result<Owner> {
+    if value.len() > MAX_NAME_BYTES - 64 {
+        return Err(Error::config("an election value is at most 200 bytes"));
+    }
+    let nonce: u64 = rand::random();
+    Owner::new(&format!("{OWNER_TAG}{nonce:016x}:{value}"))
+        .map_err(|e| Error::config(format!("invalid election value: {e}")))
+}
+
+/// The campaign value inside an owner; a holder that is not a candidate (a
+/// plain lock on the same name) shows as its owner.
+fn value_of(owner: &Owner) -> String {
+    owner
+        .as_str()
+        .strip_prefix(OWNER_TAG)
+        .and_then(|rest| rest.split_once(':'))
+        .map(|(_, value)| value.to_string())
+        .unwrap_or_else(|| owner.as_str().to_string())
+}
