@@ -37,7 +37,10 @@ async fn main() {
         .expect("raw client");
     // A run killed half-way may have left its floor key behind.
     let _ = raw
-        .delete("bench/floor/", Some(etcd_client::DeleteOptions::new().with_prefix()))
+        .delete(
+            "bench/floor/",
+            Some(etcd_client::DeleteOptions::new().with_prefix()),
+        )
         .await;
     let lease = raw.lease_grant(15, None).await.expect("lease").id();
     let (mut keeper, mut stream) = raw.lease_keep_alive(lease).await.expect("keep-alive");

@@ -32,7 +32,7 @@ declare -A PACKAGES=(
   [mariadb]="mariadb-server mariadb-client"
   [postgres]="postgresql postgresql-client"
   [redis]="redis-server openssl"
-  [etcd]="etcd-server etcd-client"
+  [etcd]="etcd-server etcd-client openssl"
   [zookeeper]="zookeeper netcat-openbsd"
 )
 
@@ -233,6 +233,35 @@ restart_etcd() {
   launch_etcd "e$n" $((ETCD_PORT + n)) $((ETCD_PORT + 10 + n)) "$cluster" existing
 }
 
+# start_etcd_tls: one more member that speaks TLS to clients and requires a
+# client certificate signed by a private CA (client port ETCD_PORT+5).
+start_etcd_tls() {
+  local tls=$DIR/etcd/tls port=$((ETCD_PORT + 5)) peer=$((ETCD_PORT + 15))
+  mkdir -p "$tls"
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$tls/ca.key" -out "$tls/ca.crt" \
+    -days 30 -subj "/CN=omnilock-etcd-test-ca" >/dev/null 2>&1
+  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >"$tls/ext.cnf"
+  local who
+  for who in server client; do
+    openssl req -newkey rsa:2048 -nodes -keyout "$tls/$who.key" -out "$tls/$who.csr" \
+      -subj "/CN=omnilock-$who" >/dev/null 2>&1
+    openssl x509 -req -in "$tls/$who.csr" -CA "$tls/ca.crt" -CAkey "$tls/ca.key" \
+      -CAcreateserial -out "$tls/$who.crt" -days 30 -extfile "$tls/ext.cnf" >/dev/null 2>&1
+  done
+  etcd --name tls --data-dir "$tls/data" \
+    --listen-client-urls "https://127.0.0.1:$port" --advertise-client-urls "https://127.0.0.1:$port" \
+    --cert-file "$tls/server.crt" --key-file "$tls/server.key" \
+    --trusted-ca-file "$tls/ca.crt" --client-cert-auth \
+    --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
+    --initial-cluster "tls=http://127.0.0.1:$peer" --initial-cluster-state new \
+    --initial-cluster-token omnilock-tls --logger zap --log-outputs "$tls/etcd.log" \
+    >"$tls/stdout.log" 2>&1 </dev/null &
+  record $! etcd
+  wait_for 60 "etcd TLS member" etcdctl --endpoints "https://127.0.0.1:$port" \
+    --cacert "$tls/ca.crt" --cert "$tls/client.crt" --key "$tls/client.key" endpoint health
+  export_url ETCD_TLS "etcds://127.0.0.1:$port/omnilock?tls_ca=$tls/ca.crt&tls_cert=$tls/client.crt&tls_key=$tls/client.key"
+}
+
 etcd_cluster() {
   local i members=()
   for i in 1 2 3; do members+=("e$i=http://127.0.0.1:$((ETCD_PORT + 10 + i))"); done
@@ -261,6 +290,7 @@ start_etcd() {
   "${ctl[@]}" role grant-permission locker --prefix=true readwrite omnilock/ >/dev/null
   "${ctl[@]}" user grant-role "$TEST_USER" locker >/dev/null
   "${ctl[@]}" auth enable >/dev/null
+  start_etcd_tls
   export_url ETCD "etcd://$all/omnilock"
   export_url ETCD_LOCKAPI "etcd://$all/omnilock?mode=lockapi"
   export_url ETCD_AUTH "etcd://$TEST_USER:$TEST_PASSWORD@127.0.0.1:$auth_port/omnilock"

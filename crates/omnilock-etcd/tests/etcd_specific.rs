@@ -285,3 +285,44 @@ async fn etcdctl_lock_and_omnilock_exclude_each_other() {
     let guard = waiter.await.unwrap().expect("granted once etcdctl lets go");
     guard.release().await.unwrap();
 }
+
+/// TLS with a private CA and a client certificate: works with them, and is
+/// a clear error without the client certificate or with the wrong CA.
+#[tokio::test]
+async fn tls_with_a_client_certificate() {
+    let url = store_url("ETCD_TLS").expect("OMNILOCK_TEST_ETCD_TLS_URL");
+    let locks = connect(&url).await.expect("connect over TLS");
+    let name = unique("tls");
+    let guard = locks.acquire(&name).await.expect("acquire over TLS");
+    assert!(guard.token() > 0);
+    guard.release().await.expect("release over TLS");
+
+    let base = url.split('?').next().unwrap().to_string();
+    let query = url.split('?').nth(1).unwrap();
+    let ca = query
+        .split('&')
+        .find(|kv| kv.starts_with("tls_ca="))
+        .unwrap()
+        .to_string();
+    for (what, bad) in [
+        (
+            "no client certificate",
+            format!("{base}?{ca}&connect_timeout=2s"),
+        ),
+        (
+            "the system's CAs only",
+            format!("{base}?connect_timeout=2s"),
+        ),
+    ] {
+        let started = Instant::now();
+        let err = connect(&bad).await.expect_err(what);
+        assert!(
+            matches!(
+                err.kind(),
+                ErrorKind::Unavailable | ErrorKind::InvalidConfig
+            ),
+            "{what}: {err}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(5), "{what}: slow");
+    }
+}

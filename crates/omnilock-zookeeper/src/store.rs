@@ -303,12 +303,13 @@ async fn create_node(
                     Err(zookeeper_client::Error::NoNode) => {
                         call(config, mkdir_prefix(config, session)).await?;
                     }
+                    Err(e) if connection_trouble(&e) && Instant::now() < deadline => {
+                        tokio::time::sleep(backoff.next_delay()).await;
+                    }
                     Err(e) => return Err(classify(e, &config.shown)),
                 }
             }
-            Err(
-                e @ (zookeeper_client::Error::ConnectionLoss | zookeeper_client::Error::Timeout),
-            ) => {
+            Err(e) if connection_trouble(&e) => {
                 // The create may have happened: look for our guid first.
                 if let Ok(children) = session.client.list_children(lock_path).await {
                     if let Some(child) = children.iter().find(|c| c.starts_with(&guid)) {
@@ -393,8 +394,7 @@ fn abandon(client: &Client, path: String) {
             let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(1));
             for _ in 0..10 {
                 match client.delete(&path, None).await {
-                    Err(zookeeper_client::Error::ConnectionLoss)
-                    | Err(zookeeper_client::Error::Timeout) => {
+                    Err(e) if connection_trouble(&e) => {
                         tokio::time::sleep(backoff.next_delay()).await
                     }
                     _ => return,
@@ -404,14 +404,20 @@ fn abandon(client: &Client, path: String) {
     }
 }
 
+/// Whether the request may or may not have reached the server: the
+/// connection broke (the client reports socket errors as `Custom`).
+fn connection_trouble(e: &zookeeper_client::Error) -> bool {
+    use zookeeper_client::Error as E;
+    matches!(e, E::ConnectionLoss | E::Timeout | E::Custom(_))
+}
+
 /// Maps a ZooKeeper client error to a portable one; messages name the
 /// servers, never the password.
 pub(crate) fn classify(e: zookeeper_client::Error, shown: &str) -> Error {
     use zookeeper_client::Error as E;
     let kind = match &e {
-        E::ConnectionLoss | E::Timeout | E::NoHosts | E::Throttled | E::SessionMoved => {
-            ErrorKind::Unavailable
-        }
+        _ if connection_trouble(&e) => ErrorKind::Unavailable,
+        E::NoHosts | E::Throttled | E::SessionMoved => ErrorKind::Unavailable,
         E::AuthFailed => {
             return Error::config(format!(
                 "ZooKeeper at {shown} refused the credentials (user name or password)"
