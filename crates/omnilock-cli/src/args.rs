@@ -84,9 +84,10 @@ command ran (the command gets SIGTERM first).";
 #[derive(Parser, Debug)]
 #[command(name = "omnilock", version, after_help = after_help())]
 pub struct Cli {
-    /// Store URL [default: $OMNILOCK_STORE, else the embedded SQLite file]
-    #[arg(long, global = true, value_name = "URL")]
-    pub store: Option<String>,
+    /// Store URL [default: $OMNILOCK_STORE, else the embedded SQLite file];
+    /// `bench` takes it several times
+    #[arg(long, global = true, value_name = "URL", action = clap::ArgAction::Append)]
+    pub store: Vec<String>,
 
     #[command(subcommand)]
     pub command: Command,
@@ -105,6 +106,9 @@ pub enum Command {
     /// Remove lock NAME whatever its owner (administrative; the holder is
     /// told its lock was lost).
     Break(BreakArgs),
+    /// Run the same workloads on every --store given and compare them: a
+    /// table on stdout, results.json in --out.
+    Bench(BenchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -156,6 +160,31 @@ pub struct DemoArgs {
     /// The lock's name
     #[arg(long, default_value = "omnilock-demo")]
     pub name: String,
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Workloads to run: uncontended, contended, handoff (repeat the flag or
+    /// separate with commas) [default: all]
+    #[arg(long, value_name = "NAME")]
+    pub workload: Vec<String>,
+
+    /// Client counts for the contended workload
+    #[arg(long, value_name = "N,...", value_delimiter = ',', default_values_t = vec![1, 4, 16],
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub clients: Vec<u32>,
+
+    /// Waiters in the handoff workload
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(2..=1024))]
+    pub waiters: u32,
+
+    /// How long each workload runs on each store
+    #[arg(long, value_name = "DUR", default_value = "5s", value_parser = parse_duration)]
+    pub duration: Duration,
+
+    /// Directory for results.json (created if missing)
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<std::path::PathBuf>,
 }
 
 #[derive(Args, Debug)]

@@ -6,6 +6,7 @@
 //! is unreachable; 70 when the lock was lost while the command ran.
 
 mod args;
+mod bench;
 mod demo;
 mod exit;
 mod run;
@@ -46,12 +47,26 @@ fn main() -> ExitCode {
         }
     };
     let code = runtime.block_on(async move {
-        let store = cli.store.clone().unwrap_or_else(args::default_store);
-        args::prepare_default(&store);
+        let mut stores = cli.store.clone();
+        if stores.is_empty() {
+            stores.push(args::default_store());
+        }
+        for store in &stores {
+            args::prepare_default(store);
+        }
+        if let args::Command::Bench(bench) = cli.command {
+            return bench::bench(&stores, bench).await;
+        }
+        if stores.len() > 1 {
+            eprintln!("omnilock: only `bench` takes --store more than once");
+            return exit::USAGE;
+        }
+        let store = &stores[0];
         match cli.command {
-            args::Command::Run(run) => run::run(&store, run).await,
-            args::Command::Demo(demo) => demo::demo(&store, demo).await,
-            args::Command::Break(b) => run::break_lock(&store, &b.name).await,
+            args::Command::Run(run) => run::run(store, run).await,
+            args::Command::Demo(demo) => demo::demo(store, demo).await,
+            args::Command::Break(b) => run::break_lock(store, &b.name).await,
+            args::Command::Bench(_) => unreachable!("handled above"),
         }
     });
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));

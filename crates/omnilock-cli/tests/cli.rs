@@ -256,6 +256,94 @@ fn demo_runs_on_the_embedded_default() {
     assert!(text(&help.stdout).contains(&format!("{}/omnilock/locks.db", dir.display())));
 }
 
+/// `omnilock bench` runs every workload on every store given, prints one
+/// table row per run and writes the same rows to results.json.
+#[test]
+fn bench_compares_stores_and_writes_json() {
+    let dir = scratch("bench");
+    let sqlite = sqlite_store(&dir);
+    let out_dir = dir.join("out");
+    let out = run(&[
+        "bench",
+        "--store",
+        "mem://",
+        "--store",
+        &sqlite,
+        "--duration",
+        "200ms",
+        "--clients",
+        "1,3",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    // 2 stores x (uncontended + contended x 2 + handoff).
+    assert_eq!(
+        table.lines().filter(|l| l.starts_with("| mem://")).count(),
+        4,
+        "{table}"
+    );
+    assert_eq!(
+        table
+            .lines()
+            .filter(|l| l.starts_with("| sqlite://"))
+            .count(),
+        4,
+        "{table}"
+    );
+    let json = std::fs::read_to_string(out_dir.join("results.json")).expect("results.json");
+    assert_eq!(json.matches("\"workload\"").count(), 8, "{json}");
+    for workload in ["uncontended", "contended", "handoff"] {
+        assert!(
+            json.contains(&format!("\"workload\": \"{workload}\"")),
+            "{json}"
+        );
+    }
+    assert!(!json.contains("\"ops\": 0,"), "every run did work: {json}");
+}
+
+/// Bad input is refused before any run starts: nothing measured, nothing written.
+#[test]
+fn bench_refuses_bad_input_before_running() {
+    let dir = scratch("bench-bad");
+    let out_dir = dir.join("out");
+    let out_arg = out_dir.to_str().unwrap();
+    for (args, code) in [
+        (vec!["--store", "mem://", "--workload", "nope"], 64),
+        (
+            vec!["--store", "mem://", "--store", "etcd://h?colour=red"],
+            64,
+        ),
+        (
+            vec![
+                "--store",
+                "mem://",
+                "--store",
+                "redis://:pw@127.0.0.1:1?connect_timeout=500ms",
+            ],
+            69,
+        ),
+        (vec!["--store", "mem://", "--duration", "soon"], 64),
+        (vec!["--store", "mem://", "--clients", "0"], 64),
+    ] {
+        let mut all = vec!["bench", "--out", out_arg];
+        all.extend(args.iter().copied());
+        let out = run(&all);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
+        assert!(
+            !stderr.contains("[1/"),
+            "{args:?} started running: {stderr}"
+        );
+        assert!(!stderr.contains(":pw@"), "leaks the password: {stderr}");
+        assert!(
+            !out_dir.join("results.json").exists(),
+            "{args:?} wrote results"
+        );
+    }
+}
+
 /// The cross-process conformance scenarios, on every store that spans
 /// processes and has a test URL.
 mod cross_process {

@@ -1,0 +1,335 @@
+//! `omnilock bench`: the same workloads on every store given, through the
+//! same `connect(url)` path applications use; a table on stdout and
+//! `results.json` in `--out`.
+//!
+//! Every input is checked, and every store connected, before the first run:
+//! a typo never costs a half-finished benchmark.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use omnilock::Locks;
+
+use crate::args::BenchArgs;
+use crate::exit::{self, fail};
+
+/// The workloads, in the order they run.
+pub const WORKLOADS: &[&str] = &["uncontended", "contended", "handoff"];
+
+/// One result row.
+struct Row {
+    store: String,
+    workload: &'static str,
+    clients: usize,
+    ops: usize,
+    per_second: f64,
+    /// Latency (uncontended: acquire + release; contended: wait for the
+    /// grant; handoff: release → next grant).
+    p50: Duration,
+    p99: Duration,
+    p999: Duration,
+    /// Jain's fairness index over the clients' grant counts (contended).
+    fairness: Option<f64>,
+}
+
+pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
+    let workloads: Vec<&'static str> = if args.workload.is_empty() {
+        WORKLOADS.to_vec()
+    } else {
+        let mut chosen = Vec::new();
+        for name in args.workload.iter().flat_map(|w| w.split(',')) {
+            match WORKLOADS.iter().find(|w| **w == name) {
+                Some(w) => chosen.push(*w),
+                None => {
+                    eprintln!(
+                        "omnilock: unknown workload {name:?}; known: {}",
+                        WORKLOADS.join(", ")
+                    );
+                    return exit::USAGE;
+                }
+            }
+        }
+        chosen
+    };
+    // Connect to every store before running anything.
+    let mut connected = Vec::new();
+    for url in stores {
+        match omnilock::connect(url).await {
+            Ok(locks) => connected.push((exit::shown(url), locks)),
+            Err(err) => return fail(&err),
+        }
+    }
+    if let Some(out) = &args.out {
+        if let Err(err) = std::fs::create_dir_all(out) {
+            eprintln!("omnilock: cannot create {}: {err}", out.display());
+            return exit::USAGE;
+        }
+    }
+    let runs: usize = workloads
+        .iter()
+        .map(|w| match *w {
+            "contended" => args.clients.len(),
+            _ => 1,
+        })
+        .sum::<usize>()
+        * connected.len();
+    let mut done = 0;
+    let mut rows = Vec::new();
+    let tag = std::process::id();
+    for (shown, locks) in &connected {
+        for workload in &workloads {
+            let client_counts: Vec<usize> = match *workload {
+                "contended" => args.clients.iter().map(|n| *n as usize).collect(),
+                "handoff" => vec![args.waiters as usize],
+                _ => vec![1],
+            };
+            for clients in client_counts {
+                done += 1;
+                eprintln!(
+                    "[{done}/{runs}] {shown}: {workload}, {clients} client(s), {:?}",
+                    args.duration
+                );
+                let name = format!("omnilock-bench/{tag}/{workload}/{clients}");
+                let result = match *workload {
+                    "uncontended" => uncontended(locks, &name, args.duration).await,
+                    "contended" => contended(locks, &name, clients, args.duration).await,
+                    _ => handoff(locks, &name, clients, args.duration).await,
+                };
+                match result {
+                    Ok(mut row) => {
+                        row.store = shown.clone();
+                        rows.push(row);
+                    }
+                    Err(err) => return fail(&err),
+                }
+            }
+        }
+    }
+    print_table(&rows);
+    if let Some(out) = &args.out {
+        let path = out.join("results.json");
+        if let Err(err) = std::fs::write(&path, json(&rows)) {
+            eprintln!("omnilock: cannot write {}: {err}", path.display());
+            return exit::SOFTWARE;
+        }
+        eprintln!("omnilock: wrote {}", path.display());
+    }
+    0
+}
+
+/// One client, acquire + release on a fresh name each time.
+async fn uncontended(locks: &Locks, name: &str, duration: Duration) -> omnilock::Result<Row> {
+    let started = Instant::now();
+    let mut samples = Vec::new();
+    while started.elapsed() < duration {
+        let at = Instant::now();
+        let guard = locks.acquire(&format!("{name}/{}", samples.len())).await?;
+        guard.release().await?;
+        samples.push(at.elapsed());
+    }
+    Ok(row("uncontended", 1, samples, started.elapsed(), None))
+}
+
+/// `clients` tasks (sharing the handle's connection, each acquisition its own
+/// owner) take one lock in turn with an empty critical section; latency is
+/// the wait for each grant.
+async fn contended(
+    locks: &Locks,
+    name: &str,
+    clients: usize,
+    duration: Duration,
+) -> omnilock::Result<Row> {
+    let waits = Arc::new(Mutex::new(Vec::new()));
+    let counts = Arc::new(Mutex::new(vec![0u64; clients]));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for client in 0..clients {
+        let (locks, name) = (locks.clone(), name.to_string());
+        let (waits, counts) = (waits.clone(), counts.clone());
+        tasks.push(tokio::spawn(async move {
+            while started.elapsed() < duration {
+                let at = Instant::now();
+                let guard = locks.acquire(&name).await?;
+                waits.lock().unwrap().push(at.elapsed());
+                counts.lock().unwrap()[client] += 1;
+                guard.release().await?;
+            }
+            Ok::<_, omnilock::Error>(())
+        }));
+    }
+    for task in tasks {
+        task.await
+            .map_err(|e| omnilock::Error::new(omnilock::ErrorKind::Backend, e.to_string()))??;
+    }
+    let elapsed = started.elapsed();
+    let counts = counts.lock().unwrap().clone();
+    let samples = std::mem::take(&mut *waits.lock().unwrap());
+    Ok(row(
+        "contended",
+        clients,
+        samples,
+        elapsed,
+        Some(jain(&counts)),
+    ))
+}
+
+/// `waiters` tasks queue for one lock; each holds it for a moment and
+/// releases. Latency is from one holder's release call to the next grant.
+async fn handoff(
+    locks: &Locks,
+    name: &str,
+    waiters: usize,
+    duration: Duration,
+) -> omnilock::Result<Row> {
+    let last_release: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+    let samples = Arc::new(Mutex::new(Vec::new()));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..waiters {
+        let (locks, name) = (locks.clone(), name.to_string());
+        let (last_release, samples) = (last_release.clone(), samples.clone());
+        tasks.push(tokio::spawn(async move {
+            while started.elapsed() < duration {
+                let guard = locks.acquire(&name).await?;
+                let granted = Instant::now();
+                if let Some(released) = last_release.lock().unwrap().take() {
+                    samples.lock().unwrap().push(granted - released);
+                }
+                // Long enough for every other waiter to be queued again.
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                *last_release.lock().unwrap() = Some(Instant::now());
+                guard.release().await?;
+            }
+            Ok::<_, omnilock::Error>(())
+        }));
+    }
+    for task in tasks {
+        task.await
+            .map_err(|e| omnilock::Error::new(omnilock::ErrorKind::Backend, e.to_string()))??;
+    }
+    let elapsed = started.elapsed();
+    let samples = std::mem::take(&mut *samples.lock().unwrap());
+    Ok(row("handoff", waiters, samples, elapsed, None))
+}
+
+fn row(
+    workload: &'static str,
+    clients: usize,
+    mut samples: Vec<Duration>,
+    elapsed: Duration,
+    fairness: Option<f64>,
+) -> Row {
+    samples.sort();
+    Row {
+        store: String::new(),
+        workload,
+        clients,
+        ops: samples.len(),
+        per_second: samples.len() as f64 / elapsed.as_secs_f64().max(1e-9),
+        p50: percentile(&samples, 0.5),
+        p99: percentile(&samples, 0.99),
+        p999: percentile(&samples, 0.999),
+        fairness,
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let at = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[at.min(sorted.len() - 1)]
+}
+
+/// Jain's fairness index: 1 when every client got the same share, 1/n when
+/// one got everything.
+fn jain(counts: &[u64]) -> f64 {
+    let sum: f64 = counts.iter().map(|c| *c as f64).sum();
+    let squares: f64 = counts.iter().map(|c| (*c as f64).powi(2)).sum();
+    if squares == 0.0 {
+        return 1.0;
+    }
+    sum * sum / (counts.len() as f64 * squares)
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3}", d.as_secs_f64() * 1000.0)
+}
+
+fn print_table(rows: &[Row]) {
+    println!(
+        "| store | workload | clients | ops | ops/s | p50 ms | p99 ms | p99.9 ms | fairness |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for r in rows {
+        println!(
+            "| {} | {} | {} | {} | {:.0} | {} | {} | {} | {} |",
+            r.store,
+            r.workload,
+            r.clients,
+            r.ops,
+            r.per_second,
+            ms(r.p50),
+            ms(r.p99),
+            ms(r.p999),
+            r.fairness
+                .map(|f| format!("{f:.3}"))
+                .unwrap_or_else(|| "-".into())
+        );
+    }
+}
+
+fn json(rows: &[Row]) -> String {
+    let items: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            format!(
+                "  {{\"store\": {}, \"workload\": \"{}\", \"clients\": {}, \"ops\": {}, \
+                 \"ops_per_second\": {:.3}, \"p50_ms\": {}, \"p99_ms\": {}, \"p999_ms\": {}, \
+                 \"fairness\": {}}}",
+                json_string(&r.store),
+                r.workload,
+                r.clients,
+                r.ops,
+                r.per_second,
+                ms(r.p50),
+                ms(r.p99),
+                ms(r.p999),
+                r.fairness
+                    .map(|f| format!("{f:.4}"))
+                    .unwrap_or_else(|| "null".into())
+            )
+        })
+        .collect();
+    format!("[\n{}\n]\n", items.join(",\n"))
+}
+
+fn json_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fairness_index() {
+        assert!((jain(&[5, 5, 5, 5]) - 1.0).abs() < 1e-9);
+        assert!((jain(&[20, 0, 0, 0]) - 0.25).abs() < 1e-9);
+    }
+
+    #[test]
+    fn json_escapes() {
+        assert_eq!(json_string("a\"b\\c\n"), "\"a\\\"b\\\\c\\u000a\"");
+    }
+}
