@@ -40,8 +40,9 @@
 //! Every URL accepts `?ttl=DUR` (the default lease, 15 s unless set).
 
 pub use omnilock_core::{
-    mem, parse_duration, Backend, Capabilities, Error, ErrorKind, LockGuard, LockName, LockRequest,
-    Locks, MemStore, Operation, Owner, Result, StoreUrl, DEFAULT_TTL,
+    mem, parse_duration, Backend, Candidate, Capabilities, Election, Error, ErrorKind, Holder,
+    Leader, Leadership, LockGuard, LockName, LockRequest, Locks, Measure, MemStore, Observer,
+    Operation, Owner, Result, StoreUrl, DEFAULT_TTL,
 };
 
 /// The SQL backend (MySQL/MariaDB, PostgreSQL, SQLite).

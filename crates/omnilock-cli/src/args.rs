@@ -164,8 +164,8 @@ pub struct DemoArgs {
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Workloads to run: uncontended, contended, handoff (repeat the flag or
-    /// separate with commas) [default: all]
+    /// Workloads to run: floor, uncontended, contended, many-locks, handoff,
+    /// herd (repeat the flag or separate with commas) [default: all]
     #[arg(long, value_name = "NAME")]
     pub workload: Vec<String>,
 
@@ -177,6 +177,11 @@ pub struct BenchArgs {
     /// Waiters in the handoff workload
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(2..=1024))]
     pub waiters: u32,
+
+    /// Waiter counts for the herd workload (store requests per hand-off)
+    #[arg(long, value_name = "N,...", value_delimiter = ',', default_values_t = vec![2, 16, 64],
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub herd_waiters: Vec<u32>,
 
     /// How long each workload runs on each store
     #[arg(long, value_name = "DUR", default_value = "5s", value_parser = parse_duration)]

@@ -14,7 +14,18 @@ use crate::args::BenchArgs;
 use crate::exit::{self, fail};
 
 /// The workloads, in the order they run.
-pub const WORKLOADS: &[&str] = &["uncontended", "contended", "handoff"];
+pub const WORKLOADS: &[&str] = &[
+    "floor",
+    "uncontended",
+    "contended",
+    "many-locks",
+    "handoff",
+    "herd",
+];
+
+/// Clients of the many-locks workload, and the names they spread over.
+const MANY_CLIENTS: usize = 64;
+const MANY_NAMES: usize = 10_000;
 
 /// One result row.
 struct Row {
@@ -30,6 +41,12 @@ struct Row {
     p999: Duration,
     /// Jain's fairness index over the clients' grant counts (contended).
     fairness: Option<f64>,
+    /// p50 over the same store's floor p50 (uncontended).
+    ratio: Option<f64>,
+    /// Store requests per hand-off, from the store's counters (herd).
+    requests: Option<f64>,
+    /// What a floor round does, or why a run was skipped.
+    note: String,
 }
 
 pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
@@ -69,6 +86,7 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
         .iter()
         .map(|w| match *w {
             "contended" => args.clients.len(),
+            "herd" => args.herd_waiters.len(),
             _ => 1,
         })
         .sum::<usize>()
@@ -81,6 +99,8 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
             let client_counts: Vec<usize> = match *workload {
                 "contended" => args.clients.iter().map(|n| *n as usize).collect(),
                 "handoff" => vec![args.waiters as usize],
+                "herd" => args.herd_waiters.iter().map(|n| *n as usize).collect(),
+                "many-locks" => vec![MANY_CLIENTS],
                 _ => vec![1],
             };
             for clients in client_counts {
@@ -91,9 +111,12 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
                 );
                 let name = format!("omnilock-bench/{tag}/{workload}/{clients}");
                 let result = match *workload {
+                    "floor" => floor(locks, args.duration).await,
                     "uncontended" => uncontended(locks, &name, args.duration).await,
                     "contended" => contended(locks, &name, clients, args.duration).await,
-                    _ => handoff(locks, &name, clients, args.duration).await,
+                    "many-locks" => many_locks(locks, &name, args.duration).await,
+                    "handoff" => handoff(locks, &name, clients, args.duration).await,
+                    _ => herd(locks, &name, clients).await,
                 };
                 match result {
                     Ok(mut row) => {
@@ -103,6 +126,17 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
                     Err(err) => return fail(&err),
                 }
             }
+        }
+    }
+    // Each store's uncontended p50 as a ratio of its own floor.
+    let floors: Vec<(String, Duration)> = rows
+        .iter()
+        .filter(|r| r.workload == "floor" && r.ops > 0)
+        .map(|r| (r.store.clone(), r.p50))
+        .collect();
+    for r in rows.iter_mut().filter(|r| r.workload == "uncontended") {
+        if let Some((_, floor)) = floors.iter().find(|(s, _)| *s == r.store) {
+            r.ratio = Some(r.p50.as_secs_f64() / floor.as_secs_f64().max(1e-9));
         }
     }
     print_table(&rows);
@@ -115,6 +149,126 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
         eprintln!("omnilock: wrote {}", path.display());
     }
     0
+}
+
+/// The raw store operations the backend's algorithm needs, made with the
+/// same client library and connection ([`omnilock::Measure`]).
+async fn floor(locks: &Locks, duration: Duration) -> omnilock::Result<Row> {
+    let Some(measure) = locks.measure() else {
+        return Ok(skipped("floor", 1, "no floor hook for this store"));
+    };
+    let started = Instant::now();
+    let mut samples = Vec::new();
+    while started.elapsed() < duration {
+        let at = Instant::now();
+        measure.floor_round().await?;
+        samples.push(at.elapsed());
+    }
+    let mut row = row("floor", 1, samples, started.elapsed(), None);
+    row.note = measure.floor_ops().to_string();
+    Ok(row)
+}
+
+/// 64 clients over 10,000 names: grants per second when locks rarely collide.
+async fn many_locks(locks: &Locks, name: &str, duration: Duration) -> omnilock::Result<Row> {
+    let samples = Arc::new(Mutex::new(Vec::new()));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for client in 0..MANY_CLIENTS {
+        let (locks, name, samples) = (locks.clone(), name.to_string(), samples.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut i = client * 7919;
+            while started.elapsed() < duration {
+                i = (i + 104_729) % MANY_NAMES;
+                let at = Instant::now();
+                let guard = locks.acquire(&format!("{name}/{i}")).await?;
+                samples.lock().unwrap().push(at.elapsed());
+                guard.release().await?;
+            }
+            Ok::<_, omnilock::Error>(())
+        }));
+    }
+    join(tasks).await?;
+    let elapsed = started.elapsed();
+    let samples = std::mem::take(&mut *samples.lock().unwrap());
+    Ok(row("many-locks", MANY_CLIENTS, samples, elapsed, None))
+}
+
+/// Store requests per hand-off along a chain of `waiters` queued
+/// acquisitions, from the store's own counters: flat in the number of
+/// waiters means no herd.
+async fn herd(locks: &Locks, name: &str, waiters: usize) -> omnilock::Result<Row> {
+    let Some(measure) = locks.measure() else {
+        return Ok(skipped(
+            "herd",
+            waiters,
+            "no request counter for this store",
+        ));
+    };
+    if let Err(err) = measure.requests_served().await {
+        if err.kind() == omnilock::ErrorKind::Unsupported {
+            return Ok(skipped(
+                "herd",
+                waiters,
+                "no request counter for this store",
+            ));
+        }
+        return Err(err);
+    }
+    let ttl = Duration::from_secs(60);
+    let holder = locks.lock(name).ttl(ttl).acquire().await?;
+    let mut chain = Vec::new();
+    for _ in 0..waiters {
+        let (queued_tx, queued_rx) = tokio::sync::oneshot::channel();
+        let (locks, name) = (locks.clone(), name.to_string());
+        chain.push(tokio::spawn(async move {
+            let guard = locks
+                .lock(&name)
+                .ttl(ttl)
+                .on_wait(move || {
+                    let _ = queued_tx.send(());
+                })
+                .acquire()
+                .await?;
+            guard.release().await
+        }));
+        let _ = queued_rx.await;
+    }
+    // Count from the moment the store is quiet (waiters finish setting up
+    // their watches after they report waiting).
+    let mut start = measure.requests_served().await?;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = measure.requests_served().await?;
+        if now == start {
+            break;
+        }
+        start = now;
+    }
+    let started = Instant::now();
+    holder.release().await?;
+    join(chain).await?;
+    let elapsed = started.elapsed();
+    let end = measure.requests_served().await?;
+    let mut row = row("herd", waiters, Vec::new(), elapsed, None);
+    row.ops = waiters;
+    row.per_second = waiters as f64 / elapsed.as_secs_f64().max(1e-9);
+    row.requests = Some(end.saturating_sub(start) as f64 / waiters as f64);
+    Ok(row)
+}
+
+fn skipped(workload: &'static str, clients: usize, why: &str) -> Row {
+    let mut row = row(workload, clients, Vec::new(), Duration::from_secs(1), None);
+    row.note = why.to_string();
+    row
+}
+
+async fn join(tasks: Vec<tokio::task::JoinHandle<omnilock::Result<()>>>) -> omnilock::Result<()> {
+    for task in tasks {
+        task.await
+            .map_err(|e| omnilock::Error::new(omnilock::ErrorKind::Backend, e.to_string()))??;
+    }
+    Ok(())
 }
 
 /// One client, acquire + release on a fresh name each time.
@@ -157,10 +311,7 @@ async fn contended(
             Ok::<_, omnilock::Error>(())
         }));
     }
-    for task in tasks {
-        task.await
-            .map_err(|e| omnilock::Error::new(omnilock::ErrorKind::Backend, e.to_string()))??;
-    }
+    join(tasks).await?;
     let elapsed = started.elapsed();
     let counts = counts.lock().unwrap().clone();
     let samples = std::mem::take(&mut *waits.lock().unwrap());
@@ -203,10 +354,7 @@ async fn handoff(
             Ok::<_, omnilock::Error>(())
         }));
     }
-    for task in tasks {
-        task.await
-            .map_err(|e| omnilock::Error::new(omnilock::ErrorKind::Backend, e.to_string()))??;
-    }
+    join(tasks).await?;
     let elapsed = started.elapsed();
     let samples = std::mem::take(&mut *samples.lock().unwrap());
     Ok(row("handoff", waiters, samples, elapsed, None))
@@ -230,6 +378,9 @@ fn row(
         p99: percentile(&samples, 0.99),
         p999: percentile(&samples, 0.999),
         fairness,
+        ratio: None,
+        requests: None,
+        note: String::new(),
     }
 }
 
@@ -258,12 +409,17 @@ fn ms(d: Duration) -> String {
 
 fn print_table(rows: &[Row]) {
     println!(
-        "| store | workload | clients | ops | ops/s | p50 ms | p99 ms | p99.9 ms | fairness |"
+        "| store | workload | clients | ops | ops/s | p50 ms | p99 ms | p99.9 ms \
+         | p50/floor | fairness | requests/hand-off | note |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let opt = |v: Option<f64>, digits: usize| {
+        v.map(|v| format!("{v:.digits$}"))
+            .unwrap_or_else(|| "-".into())
+    };
     for r in rows {
         println!(
-            "| {} | {} | {} | {} | {:.0} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} |",
             r.store,
             r.workload,
             r.clients,
@@ -272,9 +428,10 @@ fn print_table(rows: &[Row]) {
             ms(r.p50),
             ms(r.p99),
             ms(r.p999),
-            r.fairness
-                .map(|f| format!("{f:.3}"))
-                .unwrap_or_else(|| "-".into())
+            opt(r.ratio, 2),
+            opt(r.fairness, 3),
+            opt(r.requests, 2),
+            r.note
         );
     }
 }
@@ -286,7 +443,7 @@ fn json(rows: &[Row]) -> String {
             format!(
                 "  {{\"store\": {}, \"workload\": \"{}\", \"clients\": {}, \"ops\": {}, \
                  \"ops_per_second\": {:.3}, \"p50_ms\": {}, \"p99_ms\": {}, \"p999_ms\": {}, \
-                 \"fairness\": {}}}",
+                 \"fairness\": {}, \"ratio_to_floor\": {}, \"requests_per_handoff\": {}, \"note\": {}}}",
                 json_string(&r.store),
                 r.workload,
                 r.clients,
@@ -297,7 +454,14 @@ fn json(rows: &[Row]) -> String {
                 ms(r.p999),
                 r.fairness
                     .map(|f| format!("{f:.4}"))
-                    .unwrap_or_else(|| "null".into())
+                    .unwrap_or_else(|| "null".into()),
+                r.ratio
+                    .map(|f| format!("{f:.4}"))
+                    .unwrap_or_else(|| "null".into()),
+                r.requests
+                    .map(|f| format!("{f:.3}"))
+                    .unwrap_or_else(|| "null".into()),
+                json_string(&r.note)
             )
         })
         .collect();

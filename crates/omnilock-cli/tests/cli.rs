@@ -257,7 +257,8 @@ fn demo_runs_on_the_embedded_default() {
 }
 
 /// `omnilock bench` runs every workload on every store given, prints one
-/// table row per run and writes the same rows to results.json.
+/// table row per run and writes the same rows to results.json, with the
+/// uncontended p50 as a ratio of the store's own floor.
 #[test]
 fn bench_compares_stores_and_writes_json() {
     let dir = scratch("bench");
@@ -269,19 +270,25 @@ fn bench_compares_stores_and_writes_json() {
         "mem://",
         "--store",
         &sqlite,
+        "--workload",
+        "floor,uncontended,contended",
+        "--workload",
+        "many-locks,handoff,herd",
         "--duration",
         "200ms",
         "--clients",
         "1,3",
+        "--herd-waiters",
+        "2",
         "--out",
         out_dir.to_str().unwrap(),
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let table = text(&out.stdout);
-    // 2 stores x (uncontended + contended x 2 + handoff).
+    // Per store: floor, uncontended, contended x 2, many-locks, handoff, herd.
     assert_eq!(
         table.lines().filter(|l| l.starts_with("| mem://")).count(),
-        4,
+        7,
         "{table}"
     );
     assert_eq!(
@@ -289,18 +296,34 @@ fn bench_compares_stores_and_writes_json() {
             .lines()
             .filter(|l| l.starts_with("| sqlite://"))
             .count(),
-        4,
+        7,
         "{table}"
     );
     let json = std::fs::read_to_string(out_dir.join("results.json")).expect("results.json");
-    assert_eq!(json.matches("\"workload\"").count(), 8, "{json}");
-    for workload in ["uncontended", "contended", "handoff"] {
-        assert!(
-            json.contains(&format!("\"workload\": \"{workload}\"")),
-            "{json}"
-        );
+    assert_eq!(json.matches("\"workload\"").count(), 14, "{json}");
+    let rows: Vec<&str> = json
+        .lines()
+        .filter(|l| l.contains("\"workload\""))
+        .collect();
+    for row in &rows {
+        let measured = ["uncontended", "contended", "many-locks", "handoff"]
+            .iter()
+            .any(|w| row.contains(&format!("\"workload\": \"{w}\"")));
+        if measured {
+            assert!(!row.contains("\"ops\": 0,"), "a run did no work: {row}");
+        }
     }
-    assert!(!json.contains("\"ops\": 0,"), "every run did work: {json}");
+    // SQLite has a floor hook, so its uncontended row carries a ratio.
+    let sqlite_uncontended = rows
+        .iter()
+        .find(|r| r.contains("sqlite://") && r.contains("\"workload\": \"uncontended\""))
+        .expect("sqlite uncontended row");
+    assert!(
+        !sqlite_uncontended.contains("\"ratio_to_floor\": null"),
+        "{sqlite_uncontended}"
+    );
+    // The in-memory store has neither hook: said, not faked.
+    assert!(json.contains("no floor hook for this store"), "{json}");
 }
 
 /// Bad input is refused before any run starts: nothing measured, nothing written.

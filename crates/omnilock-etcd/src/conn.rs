@@ -22,6 +22,9 @@ pub(crate) struct Etcd {
     pub request_timeout: Duration,
     /// The endpoints, for messages.
     pub shown: String,
+    /// `host:port` of each endpoint whose metrics can be read over plain
+    /// HTTP (none with TLS).
+    pub metrics: Vec<String>,
 }
 
 impl Etcd {
@@ -57,11 +60,21 @@ impl Etcd {
                 )))
             }
         };
+        let metrics = if config.tls {
+            Vec::new()
+        } else {
+            config
+                .endpoints
+                .iter()
+                .map(|e| e.trim_start_matches("http://").to_string())
+                .collect()
+        };
         Ok(Etcd {
             client,
             prefix: config.prefix.clone(),
             request_timeout: config.request_timeout,
             shown,
+            metrics,
         })
     }
 

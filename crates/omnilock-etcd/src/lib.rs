@@ -5,6 +5,7 @@
 
 mod config;
 mod conn;
+mod measure;
 mod queue;
 mod session;
 mod store;

@@ -3,6 +3,7 @@
 //! See `docs/backends/redis.md` for the protocol and what breaks it.
 
 mod config;
+mod measure;
 mod node;
 mod redlock;
 mod scripts;

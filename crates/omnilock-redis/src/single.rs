@@ -60,6 +60,14 @@ enum Attempt {
 }
 
 impl RedisStore {
+    pub(crate) fn node(&self) -> &Node {
+        &self.inner.node
+    }
+
+    pub(crate) fn prefix(&self) -> &str {
+        &self.inner.config.prefix
+    }
+
     /// Connects (checking the server answers and accepts the credentials)
     /// and subscribes to this client's wake-up channel.
     pub async fn connect(config: RedisConfig) -> Result<Self> {
@@ -394,6 +402,10 @@ impl Backend for RedisStore {
                 "the lock is no longer held by this owner",
             ))
         }
+    }
+
+    fn measure(&self) -> Option<&dyn omnilock_core::Measure> {
+        Some(self)
     }
 
     async fn holder(&self, name: &LockName) -> Result<Option<omnilock_core::Holder>> {

@@ -167,8 +167,16 @@ impl SqlStore {
         self.inner.config.dialect.kind()
     }
 
-    fn err(&self, e: sqlx::Error) -> Error {
+    pub(crate) fn err(&self, e: sqlx::Error) -> Error {
         map_err(e, self.kind())
+    }
+
+    pub(crate) fn config(&self) -> &SqlConfig {
+        &self.inner.config
+    }
+
+    pub(crate) fn pool(&self) -> &AnyPool {
+        &self.inner.pool
     }
 
     /// The atomic statement(s) that take the lock: `Some(token)` if taken.
@@ -552,6 +560,10 @@ impl Backend for SqlStore {
             self.wake_local(name);
         }
         Ok(done.rows_affected() > 0)
+    }
+
+    fn measure(&self) -> Option<&dyn omnilock_core::Measure> {
+        Some(self)
     }
 
     async fn holder(&self, name: &LockName) -> Result<Option<omnilock_core::Holder>> {

@@ -24,6 +24,7 @@
 
 mod backend;
 mod config;
+mod measure;
 #[cfg(feature = "postgres")]
 mod notify;
 mod queries;

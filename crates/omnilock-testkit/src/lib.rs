@@ -174,6 +174,7 @@ macro_rules! conformance_tests {
             election_one_leader_at_a_time,
             election_successor_takes_over_when_leader_dies,
             election_observers_see_every_change,
+            measure_hooks_work,
         );
     };
     (@each $subject:expr; $($scenario:ident),* $(,)?) => {

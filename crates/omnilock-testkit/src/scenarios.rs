@@ -852,3 +852,32 @@ pub async fn election_observers_see_every_change(subject: &Subject) {
         None
     );
 }
+
+/// The benchmark hooks, where a backend has them, work: a floor round runs
+/// and leaves the lock space as it was, and the request counter (if any)
+/// counts it.
+pub async fn measure_hooks_work(subject: &Subject) {
+    let locks = subject.client().await;
+    let Some(measure) = locks.measure() else {
+        return skip(subject, "measure_hooks_work", "no benchmark hooks");
+    };
+    assert!(!measure.floor_ops().is_empty());
+    let before = match measure.requests_served().await {
+        Ok(count) => Some(count),
+        Err(err) if err.kind() == ErrorKind::Unsupported => None,
+        Err(err) => panic!("request counter: {err}"),
+    };
+    for _ in 0..3 {
+        within("a floor round", measure.floor_round())
+            .await
+            .expect("floor round");
+    }
+    if let Some(before) = before {
+        let after = measure.requests_served().await.expect("request counter");
+        assert!(
+            after >= before + 3,
+            "3 floor rounds counted as {} requests",
+            after - before
+        );
+    }
+}

@@ -4,6 +4,7 @@
 //! `docs/backends/zookeeper.md`.
 
 mod config;
+mod measure;
 mod session;
 mod store;
 

@@ -92,6 +92,33 @@ impl ZkStore {
         Ok(store)
     }
 
+    pub(crate) fn config(&self) -> &ZkConfig {
+        &self.config
+    }
+
+    pub(crate) fn node_acls(&self) -> Acls<'static> {
+        acls(&self.config)
+    }
+
+    /// One request under the request deadline.
+    pub(crate) async fn run<T>(
+        &self,
+        request: impl std::future::Future<Output = std::result::Result<T, zookeeper_client::Error>>,
+    ) -> Result<T> {
+        call(&self.config, request).await
+    }
+
+    /// The default session and the parent floor rounds create nodes in.
+    pub(crate) async fn floor_parent(&self) -> Result<(Arc<Session>, String)> {
+        let session = self.session(omnilock_core::DEFAULT_TTL).await?;
+        let parent = format!("{}/.floor", self.config.prefix);
+        let options = CreateMode::Persistent.with_acls(acls(&self.config));
+        match call_raw(&self.config, session.client.create(&parent, &[], &options)).await? {
+            Ok(_) | Err(zookeeper_client::Error::NodeExists) => Ok((session, parent)),
+            Err(e) => Err(classify(e, &self.config.shown)),
+        }
+    }
+
     async fn session(&self, ttl: Duration) -> Result<Arc<Session>> {
         let mut sessions = self.sessions.lock().await;
         if let Some(session) = sessions.get(&ttl) {
@@ -561,6 +588,10 @@ impl Backend for ZkStore {
                 Err(e) => return Err(classify(e, &self.config.shown)),
             }
         }
+    }
+
+    fn measure(&self) -> Option<&dyn omnilock_core::Measure> {
+        Some(self)
     }
 
     async fn close(&self) {
