@@ -26,6 +26,8 @@ pub const WORKLOADS: &[&str] = &[
 /// Clients of the many-locks workload, and the names they spread over.
 const MANY_CLIENTS: usize = 64;
 const MANY_NAMES: usize = 10_000;
+/// How long a herd chain may take before the run reports it stuck.
+const HERD_LIMIT: Duration = Duration::from_secs(60);
 
 /// One result row.
 struct Row {
@@ -181,7 +183,11 @@ async fn many_locks(locks: &Locks, name: &str, duration: Duration) -> omnilock::
             while started.elapsed() < duration {
                 i = (i + 104_729) % MANY_NAMES;
                 let at = Instant::now();
-                let guard = locks.acquire(&format!("{name}/{i}")).await?;
+                let Some(guard) =
+                    until(started + duration, locks.acquire(&format!("{name}/{i}"))).await?
+                else {
+                    break;
+                };
                 samples.lock().unwrap().push(at.elapsed());
                 guard.release().await?;
             }
@@ -247,7 +253,16 @@ async fn herd(locks: &Locks, name: &str, waiters: usize) -> omnilock::Result<Row
     }
     let started = Instant::now();
     holder.release().await?;
-    join(chain).await?;
+    let aborts: Vec<_> = chain.iter().map(|t| t.abort_handle()).collect();
+    if tokio::time::timeout(HERD_LIMIT, join(chain)).await.is_err() {
+        // A stuck chain is a finding, not a reason to hang the whole run.
+        aborts.iter().for_each(|a| a.abort());
+        return Ok(skipped(
+            "herd",
+            waiters,
+            &format!("the chain of hand-offs did not finish within {HERD_LIMIT:?}"),
+        ));
+    }
     let elapsed = started.elapsed();
     let end = measure.requests_served().await?;
     let mut row = row("herd", waiters, Vec::new(), elapsed, None);
@@ -255,6 +270,18 @@ async fn herd(locks: &Locks, name: &str, waiters: usize) -> omnilock::Result<Row
     row.per_second = waiters as f64 / elapsed.as_secs_f64().max(1e-9);
     row.requests = Some(end.saturating_sub(start) as f64 / waiters as f64);
     Ok(row)
+}
+
+/// An acquisition cut off by the end of the run (`None`) is not counted:
+/// on an unfair store a starved client would otherwise hold the run open.
+async fn until(
+    end: Instant,
+    acquire: impl std::future::Future<Output = omnilock::Result<omnilock::LockGuard>>,
+) -> omnilock::Result<Option<omnilock::LockGuard>> {
+    match tokio::time::timeout_at(tokio::time::Instant::from_std(end), acquire).await {
+        Ok(guard) => guard.map(Some),
+        Err(_) => Ok(None),
+    }
 }
 
 fn skipped(workload: &'static str, clients: usize, why: &str) -> Row {
@@ -303,7 +330,9 @@ async fn contended(
         tasks.push(tokio::spawn(async move {
             while started.elapsed() < duration {
                 let at = Instant::now();
-                let guard = locks.acquire(&name).await?;
+                let Some(guard) = until(started + duration, locks.acquire(&name)).await? else {
+                    break;
+                };
                 waits.lock().unwrap().push(at.elapsed());
                 counts.lock().unwrap()[client] += 1;
                 guard.release().await?;
@@ -341,7 +370,9 @@ async fn handoff(
         let (last_release, samples) = (last_release.clone(), samples.clone());
         tasks.push(tokio::spawn(async move {
             while started.elapsed() < duration {
-                let guard = locks.acquire(&name).await?;
+                let Some(guard) = until(started + duration, locks.acquire(&name)).await? else {
+                    break;
+                };
                 let granted = Instant::now();
                 if let Some(released) = last_release.lock().unwrap().take() {
                     samples.lock().unwrap().push(granted - released);
