@@ -55,7 +55,7 @@ pub use measure::Measure;
 pub use mem::MemStore;
 pub use name::{LockName, Owner, MAX_NAME_BYTES};
 pub use retry::{retry, Backoff};
-pub use signal::{LostNotifier, WaitNotice};
+pub use signal::{LostNotifier, SessionGuards, WaitNotice};
 pub use url::{parse_duration, HostPort, Secret, StoreUrl};
 
 /// Re-exported so backend crates implement [`Backend`] with the same macro.

@@ -85,6 +85,102 @@ impl fmt::Debug for LostNotifier {
     }
 }
 
+/// The guards that depend on one store session (an etcd lease, a ZooKeeper
+/// session): when the session ends, every one of them is told at once, and a
+/// guard registered after that is told on arrival. Backends with sessions
+/// keep one of these per session instead of each writing the bookkeeping.
+///
+/// ```
+/// use omnilock_core::{Error, ErrorKind, LostNotifier, SessionGuards};
+/// let session = SessionGuards::new();
+/// let lost = LostNotifier::new();
+/// let ticket = session.register(&lost);
+/// assert!(session.end(Error::new(ErrorKind::LockLost, "lease expired")));
+/// assert!(lost.is_fired());
+/// assert!(session.ended().is_some());
+/// session.unregister(ticket);
+/// ```
+#[derive(Debug)]
+pub struct SessionGuards {
+    guards: Mutex<std::collections::HashMap<u64, LostNotifier>>,
+    next: std::sync::atomic::AtomicU64,
+    ended: watch::Sender<Option<Error>>,
+}
+
+impl SessionGuards {
+    /// A live session with no guards.
+    pub fn new() -> Self {
+        SessionGuards {
+            guards: Mutex::new(std::collections::HashMap::new()),
+            next: std::sync::atomic::AtomicU64::new(1),
+            ended: watch::channel(None).0,
+        }
+    }
+
+    /// Remembers a guard's lost signal; returns its ticket for
+    /// [`unregister`](Self::unregister). Fires at once if the session has
+    /// already ended.
+    pub fn register(&self, lost: &LostNotifier) -> u64 {
+        let ticket = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.lock().insert(ticket, lost.clone());
+        if let Some(cause) = self.ended() {
+            lost.fire(cause);
+        }
+        ticket
+    }
+
+    /// Forgets a released guard.
+    pub fn unregister(&self, ticket: u64) {
+        self.lock().remove(&ticket);
+    }
+
+    /// Ends the session for `cause` and fires every registered guard.
+    /// Returns whether this call ended it (only the first cause counts).
+    pub fn end(&self, cause: Error) -> bool {
+        let fresh = self.ended.send_if_modified(|ended| {
+            if ended.is_some() {
+                return false;
+            }
+            *ended = Some(cause.clone());
+            true
+        });
+        if fresh {
+            let guards: Vec<_> = self.lock().drain().map(|(_, g)| g).collect();
+            for lost in guards {
+                lost.fire(cause.clone());
+            }
+        }
+        fresh
+    }
+
+    /// Why the session ended, if it has.
+    pub fn ended(&self) -> Option<Error> {
+        self.ended.borrow().clone()
+    }
+
+    /// Completes with the cause once the session ends.
+    pub fn wait_ended(&self) -> impl Future<Output = Error> + Send + 'static {
+        let mut rx = self.ended.subscribe();
+        async move {
+            let cause = match rx.wait_for(Option::is_some).await {
+                Ok(cause) => cause.clone().expect("waited for Some"),
+                Err(_) => Error::new(ErrorKind::LockLost, "the session was dropped"),
+            };
+            cause
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, LostNotifier>> {
+        self.guards.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Default for SessionGuards {
+    fn default() -> Self {
+        SessionGuards::new()
+    }
+}
+
 type Callback = Box<dyn FnOnce() + Send>;
 
 /// Raised once by a backend when a waiting acquire starts to wait: for a fair

@@ -6,14 +6,11 @@
 //! (etcd answered TTL 0, or no keep-alive got through before it could have
 //! expired) every one of them is told at once through its lost signal.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use etcd_client::{LeaseKeepAliveStream, LeaseKeeper};
-use omnilock_core::{Backoff, Error, ErrorKind, LostNotifier, Result};
-use tokio::sync::watch;
+use omnilock_core::{Backoff, Error, ErrorKind, LostNotifier, Result, SessionGuards};
 use tokio::task::JoinHandle;
 
 use crate::conn::Etcd;
@@ -25,9 +22,8 @@ pub(crate) struct Session {
     /// The TTL the user asked for; the lease is at least this long.
     ttl: Duration,
     state: Mutex<State>,
-    /// Becomes `Some(cause)` once when the lease is gone.
-    dead: watch::Sender<Option<Error>>,
-    next_guard: AtomicU64,
+    /// The guards on this lease, told when it is gone.
+    guards: SessionGuards,
     keeper: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -35,7 +31,6 @@ struct State {
     /// Until when the lease is known to exist: the send time of the last
     /// acknowledged keep-alive (or of the grant) plus the TTL.
     safe_until: Instant,
-    guards: HashMap<u64, LostNotifier>,
 }
 
 impl Session {
@@ -64,10 +59,8 @@ impl Session {
             ttl,
             state: Mutex::new(State {
                 safe_until: sent + ttl,
-                guards: HashMap::new(),
             }),
-            dead: watch::channel(None).0,
-            next_guard: AtomicU64::new(1),
+            guards: SessionGuards::new(),
             keeper: Mutex::new(None),
         });
         let task = tokio::spawn(keep_alive(
@@ -87,53 +80,28 @@ impl Session {
 
     /// Why the lease is gone, if it is.
     pub(crate) fn death(&self) -> Option<Error> {
-        self.dead.borrow().clone()
+        self.guards.ended()
     }
 
     /// Completes with the cause when the lease is gone.
     pub(crate) async fn died(&self) -> Error {
-        let mut rx = self.dead.subscribe();
-        let cause = match rx.wait_for(Option::is_some).await {
-            Ok(cause) => cause.clone().expect("waited for Some"),
-            Err(_) => Error::new(ErrorKind::LockLost, "the etcd session was closed"),
-        };
-        cause
+        self.guards.wait_ended().await
     }
 
     /// Remembers a guard to tell when the lease is gone; returns its ticket.
     pub(crate) fn register(&self, lost: &LostNotifier) -> u64 {
-        let ticket = self.next_guard.fetch_add(1, Ordering::Relaxed);
-        let mut state = lock(&self.state);
-        state.guards.insert(ticket, lost.clone());
-        drop(state);
-        // A lease that died just before registering still tells this guard.
-        if let Some(cause) = self.death() {
-            lost.fire(cause);
-        }
-        ticket
+        self.guards.register(lost)
     }
 
     /// Forgets a released guard.
     pub(crate) fn unregister(&self, ticket: u64) {
-        lock(&self.state).guards.remove(&ticket);
+        self.guards.unregister(ticket)
     }
 
     /// Marks the lease gone and tells every guard on it.
     pub(crate) fn kill(&self, cause: Error) {
-        let fresh = self.dead.send_if_modified(|dead| {
-            if dead.is_some() {
-                return false;
-            }
-            *dead = Some(cause.clone());
-            true
-        });
-        if !fresh {
-            return;
-        }
-        tracing::warn!(lease = self.id, error = %cause, "omnilock etcd session lost");
-        let guards: Vec<_> = lock(&self.state).guards.drain().map(|(_, g)| g).collect();
-        for lost in guards {
-            lost.fire(cause.clone());
+        if self.guards.end(cause.clone()) {
+            tracing::warn!(lease = self.id, error = %cause, "omnilock etcd session lost");
         }
     }
 

@@ -5,46 +5,20 @@
 //!
 //! Runs alone in its own test binary: it kills members other tests use.
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use omnilock_core::StoreUrl;
 use omnilock_etcd::EtcdConfig;
-use omnilock_testkit::faults::Contention;
+use omnilock_testkit::faults::{kill_store_process, restart_store_node, store_pid, Contention};
 use omnilock_testkit::store_url;
 
 const CLIENTS: usize = 8;
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn stores_dir() -> PathBuf {
-    std::env::var_os("OMNILOCK_STORES_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target/stores"))
-}
 
 fn first_port() -> u16 {
     std::env::var("OMNILOCK_TEST_ETCD_FIRST_PORT")
         .expect("OMNILOCK_TEST_ETCD_FIRST_PORT (set by scripts/stores.sh)")
         .parse()
         .expect("port")
-}
-
-/// The PID of cluster member `eN`, from the processes stores.sh recorded.
-fn member_pid(n: u16) -> u32 {
-    let pids = std::fs::read_to_string(stores_dir().join("pids")).expect("stores pids file");
-    let wanted = format!("--name\0e{n}\0");
-    pids.lines()
-        .filter_map(|line| line.split_whitespace().next()?.parse::<u32>().ok())
-        .find(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .map(|c| String::from_utf8_lossy(&c).contains(&wanted))
-                .unwrap_or(false)
-        })
-        .unwrap_or_else(|| panic!("no running etcd member e{n}"))
 }
 
 /// Which member (1..3) leads now, asking each live member.
@@ -76,27 +50,11 @@ async fn leader() -> u16 {
 }
 
 fn kill(n: u16) {
-    let pid = member_pid(n);
-    let status = Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
-    while std::path::Path::new(&format!("/proc/{pid}/stat")).exists()
-        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .unwrap_or_default()
-            .contains(") Z")
-    {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    kill_store_process(store_pid(&format!("--name\0e{n}\0")));
 }
 
 fn restart(n: u16) {
-    let status = Command::new(root().join("scripts/stores.sh"))
-        .args(["restart", "etcd", &n.to_string()])
-        .status()
-        .expect("stores.sh restart etcd");
-    assert!(status.success(), "restarting member e{n} failed");
+    restart_store_node("etcd", n);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -197,12 +197,16 @@ impl Queries {
              FROM {table} WHERE name = $1"
         );
         let mark_waiting = format!("UPDATE {table} SET waiting_until = {now} + $1 WHERE name = $2");
+        // `holds` is assigned last: MySQL evaluates SET assignments left to
+        // right, each seeing the ones before, so decrementing it first made
+        // the CASEs see the new count and free a lock still held twice
+        // (found by `reentrancy_across_clients`).
         let release = format!(
             "UPDATE {table} SET
-                holds = holds - 1,
                 owner = CASE WHEN holds <= 1 THEN NULL ELSE owner END,
                 expires_at = CASE WHEN holds <= 1 THEN NULL ELSE expires_at END,
-                updated_at = {now}
+                updated_at = {now},
+                holds = holds - 1
              WHERE name = $1 AND owner = $2 AND token = $3 AND expires_at > {now}"
         );
         let release = match dialect {

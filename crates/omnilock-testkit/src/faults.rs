@@ -3,6 +3,8 @@
 //! needs: how many grants, whether two clients were ever inside at once, and
 //! whether fencing tokens rose in grant order.
 
+use std::path::PathBuf;
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -152,4 +154,52 @@ async fn contend(locks: Locks, name: String, record: Arc<Record>, stop: Arc<Atom
             );
         }
     }
+}
+
+/// The directory `scripts/stores.sh` keeps the test stores in
+/// (`$OMNILOCK_STORES_DIR`, else `target/stores` of this workspace).
+pub fn stores_dir() -> PathBuf {
+    std::env::var_os("OMNILOCK_STORES_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target/stores"))
+}
+
+fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The PID of a store process `scripts/stores.sh` started and whose command
+/// line contains `marker` (e.g. `"--name\0e2\0"` or `"zk/2/zoo.cfg"`).
+pub fn store_pid(marker: &str) -> u32 {
+    let pids = std::fs::read_to_string(stores_dir().join("pids")).expect("stores pids file");
+    pids.lines()
+        .filter_map(|line| line.split_whitespace().next()?.parse::<u32>().ok())
+        .find(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).contains(marker))
+                .unwrap_or(false)
+        })
+        .unwrap_or_else(|| panic!("no running store process matching {marker:?}"))
+}
+
+/// SIGKILLs a store process and waits until it is gone (or a zombie).
+pub fn kill_store_process(pid: u32) {
+    let status = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill -KILL {pid} failed");
+    let stat = format!("/proc/{pid}/stat");
+    while std::fs::read_to_string(&stat).is_ok_and(|s| !s.contains(") Z")) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// `scripts/stores.sh restart STORE N`: starts a killed node again.
+pub fn restart_store_node(store: &str, n: u16) {
+    let status = Command::new(workspace_root().join("scripts/stores.sh"))
+        .args(["restart", store, &n.to_string()])
+        .status()
+        .expect("scripts/stores.sh restart");
+    assert!(status.success(), "restarting {store} node {n} failed");
 }

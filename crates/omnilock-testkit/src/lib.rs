@@ -31,7 +31,6 @@ pub mod scenarios;
 pub use tokio;
 
 type ConnectFn = dyn Fn() -> Pin<Box<dyn Future<Output = Result<Locks>> + Send>> + Send + Sync;
-type CounterFn = dyn Fn() -> Pin<Box<dyn Future<Output = u64> + Send>> + Send + Sync;
 
 /// The store under test: a label and a way to open independent clients to it.
 #[derive(Clone)]
@@ -39,7 +38,6 @@ pub struct Subject {
     label: String,
     url: Option<String>,
     connect: Arc<ConnectFn>,
-    requests: Option<Arc<CounterFn>>,
 }
 
 impl Subject {
@@ -53,28 +51,6 @@ impl Subject {
             label: label.into(),
             url: None,
             connect: Arc::new(move || Box::pin(connect())),
-            requests: None,
-        }
-    }
-
-    /// Gives the suite a way to read how many requests the store has served
-    /// so far (its own counters: etcd's metrics, Redis `INFO commandstats`,
-    /// ...), excluding the counter reads themselves and lease keep-alives.
-    /// The herd scenario ([`herd_tests!`]) needs it.
-    pub fn with_request_counter<F, Fut>(mut self, counter: F) -> Self
-    where
-        F: Fn() -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = u64> + Send + 'static,
-    {
-        self.requests = Some(Arc::new(move || Box::pin(counter())));
-        self
-    }
-
-    /// The store's request count now, if the subject can read it.
-    pub async fn requests_served(&self) -> Option<u64> {
-        match &self.requests {
-            Some(counter) => Some(counter().await),
-            None => None,
         }
     }
 
@@ -126,9 +102,10 @@ pub fn store_url(store: &str) -> Option<String> {
     }
 }
 
-/// Expands to the scenarios that read store-wide request counters
-/// ([`Subject::with_request_counter`]). Put them in a test binary of their
-/// own: any other test running at the same time would add to the counts.
+/// Expands to the scenarios that read store-wide request counters (the
+/// backend's [`Measure`](omnilock_core::Measure) hook). Put them in a test
+/// binary of their own: any other test running at the same time would add to
+/// the counts.
 #[macro_export]
 macro_rules! herd_tests {
     ($subject:expr) => {
@@ -159,6 +136,7 @@ macro_rules! conformance_tests {
             try_acquire_and_timeout,
             cancelled_acquire_leaves_nothing,
             reentrancy,
+            reentrancy_across_clients,
             non_reentrant_reacquire_fails,
             fifo_order,
             abandoned_holder_expires,

@@ -217,6 +217,57 @@ pub async fn reentrancy(subject: &Subject) {
     assert_ne!(other.token(), 0);
 }
 
+/// Where the store keeps the hold count (`cross_process_reentrancy`), the
+/// same owner re-enters through another client (another connection, as in
+/// another process) with the same token; the lock frees only after both
+/// release; a non-reentrant re-acquire there is `WouldDeadlock`.
+pub async fn reentrancy_across_clients(subject: &Subject) {
+    let [a, b, other] = <[Locks; 3]>::try_from(clients(subject, 3).await).unwrap();
+    if !a.capabilities().cross_process_reentrancy {
+        return skip(
+            subject,
+            "reentrancy_across_clients",
+            "holds are not shared across clients",
+        );
+    }
+    let name = unique("reentrant-across");
+    let me = Owner::random();
+    let first = a
+        .lock(&name)
+        .owner(&me)
+        .acquire()
+        .await
+        .expect("first hold");
+    let second = within(
+        "re-entry through another client",
+        b.lock(&name).owner(&me).acquire(),
+    )
+    .await
+    .expect("second hold");
+    assert_eq!(first.token(), second.token());
+    let err = b
+        .lock(&name)
+        .owner(&me)
+        .reentrant(false)
+        .try_acquire()
+        .await
+        .expect_err("non-reentrant re-acquire");
+    assert_eq!(err.kind(), ErrorKind::WouldDeadlock, "{err}");
+    first.release().await.expect("release one hold");
+    assert!(
+        other.try_acquire(&name).await.expect("probe").is_none(),
+        "freed while the other client still holds"
+    );
+    second.release().await.expect("release the last hold");
+    let taken = within(
+        "another owner after both releases",
+        other.try_acquire(&name),
+    )
+    .await
+    .expect("probe");
+    assert!(taken.is_some(), "still held after both releases");
+}
+
 /// A non-reentrant re-acquire by the holder is an error at once, not a deadlock.
 pub async fn non_reentrant_reacquire_fails(subject: &Subject) {
     let name = unique("nonreentrant");
@@ -562,16 +613,18 @@ pub async fn errors_name_backend_and_lock(subject: &Subject) {
 /// costs do not grow with the number of waiters. Measured on a chain of
 /// hand-offs (each waiter releases as soon as it is granted) with 2 and with
 /// 32 waiters, from the store's own request counters. Needs push wake-ups
-/// and a request counter; runs alone (see [`crate::herd_tests!`]).
+/// and a request counter (`Measure::requests_served`); runs alone (see
+/// [`crate::herd_tests!`]).
 pub async fn handoff_cost_is_flat(subject: &Subject) {
     if !caps(subject).await.push_wakeups {
         return skip(subject, "handoff_cost_is_flat", "no push wake-ups");
     }
-    if subject.requests_served().await.is_none() {
+    let counter = subject.client().await;
+    if served(&counter).await.is_none() {
         return skip(subject, "handoff_cost_is_flat", "no request counter");
     }
-    let few = handoff_cost(subject, 2).await;
-    let many = handoff_cost(subject, 32).await;
+    let few = handoff_cost(subject, &counter, 2).await;
+    let many = handoff_cost(subject, &counter, 32).await;
     eprintln!(
         "{}: store requests per hand-off: {few:.2} with 2 waiters, {many:.2} with 32",
         subject.label()
@@ -584,7 +637,7 @@ pub async fn handoff_cost_is_flat(subject: &Subject) {
 }
 
 /// Requests per hand-off along a chain of `waiters` queued acquisitions.
-async fn handoff_cost(subject: &Subject, waiters: usize) -> f64 {
+async fn handoff_cost(subject: &Subject, counter: &Locks, waiters: usize) -> f64 {
     let name = unique("herd");
     let clients = clients(subject, 4).await;
     let ttl = Duration::from_secs(60);
@@ -617,23 +670,33 @@ async fn handoff_cost(subject: &Subject, waiters: usize) -> f64 {
     }
     // Waiters finish setting up (watches, subscriptions) after they report
     // waiting: start counting once the store is quiet.
-    let start = quiet_count(subject).await;
+    let start = quiet_count(counter).await;
     holder.release().await.expect("release");
     for task in chain {
         within("the chain of hand-offs", task)
             .await
             .expect("waiter task");
     }
-    let end = subject.requests_served().await.expect("counter");
+    let end = served(counter).await.expect("counter");
     (end - start) as f64 / waiters as f64
 }
 
+/// The store's request count through the backend's benchmark hook, if it
+/// has one.
+async fn served(locks: &Locks) -> Option<u64> {
+    match locks.measure()?.requests_served().await {
+        Ok(count) => Some(count),
+        Err(err) if err.kind() == ErrorKind::Unsupported => None,
+        Err(err) => panic!("request counter: {err}"),
+    }
+}
+
 /// The request count once two reads 100 ms apart agree.
-async fn quiet_count(subject: &Subject) -> u64 {
-    let mut last = subject.requests_served().await.expect("counter");
+async fn quiet_count(counter: &Locks) -> u64 {
+    let mut last = served(counter).await.expect("counter");
     for _ in 0..50 {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        let now = subject.requests_served().await.expect("counter");
+        let now = served(counter).await.expect("counter");
         if now == last {
             return now;
         }

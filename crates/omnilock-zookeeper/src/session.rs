@@ -13,13 +13,10 @@
 //! - `Expired` / `Closed` / `AuthFailed` (terminal): every guard fires lost at
 //!   once and the next acquisition opens a new session.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use omnilock_core::{Error, ErrorKind, LostNotifier, Result};
-use tokio::sync::watch;
+use omnilock_core::{Error, ErrorKind, LostNotifier, Result, SessionGuards};
 use tokio::task::JoinHandle;
 use zookeeper_client::{Client, SessionState};
 
@@ -30,9 +27,7 @@ pub(crate) struct Session {
     pub client: Client,
     /// The timeout the server granted (it bounds what clients ask for).
     pub timeout: Duration,
-    guards: Mutex<HashMap<u64, LostNotifier>>,
-    next_guard: AtomicU64,
-    dead: watch::Sender<Option<Error>>,
+    guards: SessionGuards,
     watcher: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -63,9 +58,7 @@ impl Session {
         let session = Arc::new(Session {
             timeout: client.session_timeout(),
             client,
-            guards: Mutex::new(HashMap::new()),
-            next_guard: AtomicU64::new(1),
-            dead: watch::channel(None).0,
+            guards: SessionGuards::new(),
             watcher: Mutex::new(None),
         });
         let task = tokio::spawn(watch_states(Arc::downgrade(&session)));
@@ -75,46 +68,25 @@ impl Session {
 
     /// Why the session is over, if it is.
     pub(crate) fn death(&self) -> Option<Error> {
-        self.dead.borrow().clone()
+        self.guards.ended()
     }
 
     /// Completes with the cause once the session is over.
     pub(crate) async fn died(&self) -> Error {
-        let mut rx = self.dead.subscribe();
-        let cause = match rx.wait_for(Option::is_some).await {
-            Ok(cause) => cause.clone().expect("waited for Some"),
-            Err(_) => Error::new(ErrorKind::LockLost, "the ZooKeeper session was closed"),
-        };
-        cause
+        self.guards.wait_ended().await
     }
 
     pub(crate) fn register(&self, lost: &LostNotifier) -> u64 {
-        let ticket = self.next_guard.fetch_add(1, Ordering::Relaxed);
-        lock(&self.guards).insert(ticket, lost.clone());
-        if let Some(cause) = self.death() {
-            lost.fire(cause);
-        }
-        ticket
+        self.guards.register(lost)
     }
 
     pub(crate) fn unregister(&self, ticket: u64) {
-        lock(&self.guards).remove(&ticket);
+        self.guards.unregister(ticket)
     }
 
     fn kill(&self, cause: Error) {
-        let fresh = self.dead.send_if_modified(|dead| {
-            if dead.is_some() {
-                return false;
-            }
-            *dead = Some(cause.clone());
-            true
-        });
-        if fresh {
+        if self.guards.end(cause.clone()) {
             tracing::warn!(error = %cause, "omnilock ZooKeeper session lost");
-            let guards: Vec<_> = lock(&self.guards).drain().map(|(_, g)| g).collect();
-            for lost in guards {
-                lost.fire(cause.clone());
-            }
         }
     }
 

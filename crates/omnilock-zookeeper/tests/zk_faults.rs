@@ -6,26 +6,14 @@
 //! Runs alone in its own test binary: it kills nodes other tests use.
 
 use std::io::{Read, Write};
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use omnilock_core::StoreUrl;
-use omnilock_testkit::faults::Contention;
+use omnilock_testkit::faults::{kill_store_process, restart_store_node, store_pid, Contention};
 use omnilock_testkit::store_url;
 use omnilock_zookeeper::ZkConfig;
 
 const CLIENTS: usize = 8;
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn stores_dir() -> PathBuf {
-    std::env::var_os("OMNILOCK_STORES_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target/stores"))
-}
 
 fn first_port() -> u16 {
     std::env::var("OMNILOCK_TEST_ZK_FIRST_PORT")
@@ -58,39 +46,12 @@ fn leader() -> u16 {
     }
 }
 
-/// The PID of node N, from the processes stores.sh recorded.
-fn node_pid(n: u16) -> u32 {
-    let pids = std::fs::read_to_string(stores_dir().join("pids")).expect("stores pids file");
-    let name = format!("zk/{n}/zoo.cfg");
-    pids.lines()
-        .filter_map(|line| {
-            let mut fields = line.split_whitespace();
-            let pid = fields.next()?.parse::<u32>().ok()?;
-            (fields.next()? == name).then_some(pid)
-        })
-        .find(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .map(|c| String::from_utf8_lossy(&c).contains(&name))
-                .unwrap_or(false)
-        })
-        .unwrap_or_else(|| panic!("no running ZooKeeper node {n}"))
-}
-
 fn kill(n: u16) {
-    let pid = node_pid(n);
-    let status = Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
+    kill_store_process(store_pid(&format!("zk/{n}/zoo.cfg")));
 }
 
 fn restart(n: u16) {
-    let status = Command::new(root().join("scripts/stores.sh"))
-        .args(["restart", "zookeeper", &n.to_string()])
-        .status()
-        .expect("stores.sh restart zookeeper");
-    assert!(status.success(), "restarting node {n} failed");
+    restart_store_node("zookeeper", n);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
