@@ -91,8 +91,10 @@ impl LockGuard {
     }
 
     /// Completes with a [`crate::ErrorKind::LockLost`] error when the lock is
+    /// lost; never completes once the lock is released without having been
     /// lost. Independent of the guard's lifetime, so it can be moved into
-    /// another task.
+    /// another task (abort that task after releasing, or `select!` the
+    /// future against the work it guards).
     pub fn lost(&self) -> impl Future<Output = Error> + Send + 'static {
         self.hold.request.lost.fired()
     }

@@ -142,6 +142,7 @@ macro_rules! conformance_tests {
             abandoned_holder_expires,
             renewal_keeps_lock,
             lost_signal_fires,
+            release_is_not_a_loss,
             stale_release_is_not_owner,
             fencing_tokens_increase,
             invalid_names_rejected,

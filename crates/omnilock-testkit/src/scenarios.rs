@@ -426,6 +426,31 @@ pub async fn lost_signal_fires(subject: &Subject) {
     assert_eq!(err.kind(), ErrorKind::NotOwner, "{err}");
 }
 
+/// A clean release is not a loss: a task watching the lost signal must not
+/// wake when its holder releases (a false alarm there makes applications
+/// abandon work or page someone).
+pub async fn release_is_not_a_loss(subject: &Subject) {
+    let name = unique("release-not-lost");
+    let [a, b] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
+    let guard = a.acquire(&name).await.expect("acquire");
+    let watcher = tokio::spawn(guard.lost());
+    guard.release().await.expect("release");
+    // The store has surely finished with the first hold once another client
+    // got the lock after it.
+    let next = within("another client acquires", b.acquire(&name)).await;
+    next.expect("acquire after release")
+        .release()
+        .await
+        .expect("release");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !watcher.is_finished(),
+        "the lost signal fired after a clean release: {:?}",
+        watcher.await
+    );
+    watcher.abort();
+}
+
 /// A stale guard's release returns NotOwner and leaves the new holder's lock alone.
 pub async fn stale_release_is_not_owner(subject: &Subject) {
     if !caps(subject).await.break_lock {

@@ -1,0 +1,204 @@
+//! `omnilock-chaos`: run a store under faults and check the history.
+//!
+//! ```sh
+//! omnilock-chaos run --store "$OMNILOCK_TEST_ETCD_URL" --fault kill --fault pause --duration 2m
+//! omnilock-chaos check target/chaos/history.jsonl
+//! ```
+//! Exit status: 0 no safety violation, 1 violations (unless
+//! `--allow-violations`), 2 bad input or a store that cannot be reached.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use omnilock_chaos::checker::Report;
+use omnilock_chaos::client::{self, ClientConfig};
+use omnilock_chaos::run::{self, Fault, RunConfig};
+
+#[derive(Parser)]
+#[command(name = "omnilock-chaos", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum RegisterMode {
+    /// Refuses reads and writes whose token is below the highest seen.
+    Fenced,
+    /// Accepts everything (the violations show as accepted stale writes).
+    Unfenced,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Runs clients against a store while the nemesis injects faults, then
+    /// checks the history.
+    Run {
+        /// The store URL (as for `omnilock --store`).
+        #[arg(long)]
+        store: String,
+        /// A fault to inject; repeat for several (taken in turn).
+        #[arg(long = "fault", value_enum)]
+        faults: Vec<Fault>,
+        /// Client processes.
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
+        clients: u32,
+        /// Locks the clients spread over.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        locks: u32,
+        /// TTL of every acquisition.
+        #[arg(long, default_value = "2s", value_parser = parse_duration)]
+        ttl: Duration,
+        /// Longest random work under the lock.
+        #[arg(long, default_value = "2s", value_parser = parse_duration)]
+        work: Duration,
+        /// How long the clients run.
+        #[arg(long, default_value = "1m", value_parser = parse_duration)]
+        duration: Duration,
+        /// Mean time between faults.
+        #[arg(long, default_value = "5s", value_parser = parse_duration)]
+        interval: Duration,
+        /// The protected register's mode.
+        #[arg(long, value_enum, default_value = "fenced")]
+        register: RegisterMode,
+        /// Clients check the guard before writing and skip the write when
+        /// the lock is gone (by default they write regardless, as a process
+        /// paused between its check and its write would).
+        #[arg(long)]
+        careful: bool,
+        /// Where the history, client logs and report.json go.
+        #[arg(long, default_value = "target/chaos")]
+        out: PathBuf,
+        /// Exit 0 even with safety violations (for stores expected to have
+        /// them: Redlock under restarts, unfenced registers).
+        #[arg(long)]
+        allow_violations: bool,
+    },
+    /// Checks a history file written by `run`.
+    Check {
+        /// The history.jsonl file.
+        history: PathBuf,
+    },
+    /// One client process (started by `run`; the store URL comes in
+    /// OMNILOCK_CHAOS_STORE).
+    #[command(hide = true)]
+    Client {
+        #[arg(long)]
+        id: u32,
+        #[arg(long)]
+        register: String,
+        #[arg(long)]
+        locks: u32,
+        #[arg(long, value_parser = parse_duration)]
+        ttl: Duration,
+        #[arg(long, value_parser = parse_duration)]
+        work: Duration,
+        #[arg(long)]
+        careful: bool,
+    },
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    omnilock::parse_duration(text).map_err(|e| e.to_string())
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::Run {
+            store,
+            faults,
+            clients,
+            locks,
+            ttl,
+            work,
+            duration,
+            interval,
+            register,
+            careful,
+            out,
+            allow_violations,
+        } => {
+            let config = RunConfig {
+                store,
+                faults,
+                clients,
+                locks,
+                ttl,
+                work,
+                duration,
+                interval,
+                fenced: matches!(register, RegisterMode::Fenced),
+                careful,
+                out: out.clone(),
+            };
+            match run::run(config).await {
+                Ok(report) => {
+                    let json = serde_json::to_string_pretty(&report).expect("report");
+                    if let Err(e) = std::fs::write(out.join("report.json"), json + "\n") {
+                        eprintln!("omnilock-chaos: {}: {e}", out.display());
+                    }
+                    verdict(&report, allow_violations)
+                }
+                Err(err) => {
+                    eprintln!("omnilock-chaos: {err}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Command::Check { history } => match run::check_file(&history) {
+            Ok(report) => verdict(&report, false),
+            Err(err) => {
+                eprintln!("omnilock-chaos: {err}");
+                ExitCode::from(2)
+            }
+        },
+        Command::Client {
+            id,
+            register,
+            locks,
+            ttl,
+            work,
+            careful,
+        } => {
+            let Ok(store) = std::env::var("OMNILOCK_CHAOS_STORE") else {
+                eprintln!("omnilock-chaos client: OMNILOCK_CHAOS_STORE is not set");
+                return ExitCode::from(2);
+            };
+            let config = ClientConfig {
+                id,
+                store,
+                register,
+                locks,
+                ttl,
+                work,
+                careful,
+            };
+            match client::run(config).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    eprintln!("omnilock-chaos: {err}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+    }
+}
+
+fn verdict(report: &Report, allow_violations: bool) -> ExitCode {
+    println!("{}", report.table());
+    let violations = report.violations();
+    if violations.is_empty() {
+        println!("no safety violation");
+        ExitCode::SUCCESS
+    } else {
+        println!("SAFETY VIOLATIONS: {}", violations.join(", "));
+        if allow_violations {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,481 @@
+//! One chaos run: the register, the client processes, the nemesis, the
+//! leftover check and the checker, for one store and a set of faults.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rand::seq::IteratorRandom;
+use rand::Rng;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{ChildStdin, Command};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+
+use crate::checker::{check, Report};
+use crate::history::{self, Event, Op, Phase, Source};
+use crate::proxy::Partitionable;
+
+/// A fault the nemesis injects, each repeated through the run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Fault {
+    /// SIGKILL the current holder of a lock (a new client replaces it).
+    Kill,
+    /// SIGSTOP the current holder for 1.5–3 × TTL, then SIGCONT.
+    Pause,
+    /// Cut the current holder off the store for 1.5–3 × TTL, then heal.
+    Partition,
+    /// Kill a store node (etcd member, ZooKeeper node; MariaDB is restarted),
+    /// then start it again. Assumes the layout of `scripts/stores.sh`.
+    Node,
+}
+
+/// Everything a run needs.
+pub struct RunConfig {
+    /// The store URL.
+    pub store: String,
+    /// The faults, injected in turn.
+    pub faults: Vec<Fault>,
+    /// Client processes contending at any time.
+    pub clients: u32,
+    /// Locks they spread over.
+    pub locks: u32,
+    /// TTL of every acquisition.
+    pub ttl: Duration,
+    /// Longest random work under the lock.
+    pub work: Duration,
+    /// How long clients run.
+    pub duration: Duration,
+    /// Mean pause between faults.
+    pub interval: Duration,
+    /// Whether the register refuses stale tokens.
+    pub fenced: bool,
+    /// Whether clients skip their write when the guard says the lock is gone.
+    pub careful: bool,
+    /// Where the history, the client logs and the report go.
+    pub out: PathBuf,
+}
+
+struct Client {
+    pid: u32,
+    stdin: Option<ChildStdin>,
+    proxy: Option<Arc<Partitionable>>,
+}
+
+struct Harness {
+    config: RunConfig,
+    register: String,
+    history: UnboundedSender<Event>,
+    /// Lock → client currently holding it (by the client's own account).
+    holders: Mutex<HashMap<String, u32>>,
+    clients: Mutex<HashMap<u32, Client>>,
+    next_id: AtomicU32,
+    stopping: AtomicBool,
+    exited: tokio::sync::Notify,
+    /// A client died: start another in its place (a channel, because a
+    /// client's reader task cannot start the next client itself).
+    respawn: UnboundedSender<()>,
+}
+
+/// Runs one store under the configured faults and checks the history.
+pub async fn run(config: RunConfig) -> Result<Report, String> {
+    std::fs::create_dir_all(&config.out)
+        .map_err(|e| format!("cannot create {}: {e}", config.out.display()))?;
+    // The store must answer before anything starts; its capabilities decide
+    // whether a fenced register makes sense.
+    let locks = omnilock::connect(&config.store)
+        .await
+        .map_err(|e| e.to_string())?;
+    if config.fenced && !locks.capabilities().fencing {
+        return Err(format!(
+            "{} gives no fencing tokens: run it with --register unfenced",
+            locks.backend_kind()
+        ));
+    }
+    if config.faults.contains(&Fault::Node) {
+        node_victims(&config.store)?;
+    }
+    if config.faults.contains(&Fault::Partition) {
+        Partitionable::start(&config.store).await?;
+    }
+
+    let (history_tx, history_rx) = unbounded_channel();
+    let (end_history, history_ends) = tokio::sync::oneshot::channel();
+    let writer = tokio::spawn(write_history(
+        config.out.join("history.jsonl"),
+        history_rx,
+        history_ends,
+    ));
+    let register = crate::register::start(config.fenced, history_tx.clone())
+        .await
+        .map_err(|e| format!("register: {e}"))?;
+    let (respawn_tx, mut respawn_rx) = unbounded_channel();
+    let harness = Arc::new(Harness {
+        config,
+        register,
+        history: history_tx,
+        holders: Mutex::new(HashMap::new()),
+        clients: Mutex::new(HashMap::new()),
+        next_id: AtomicU32::new(1),
+        stopping: AtomicBool::new(false),
+        exited: tokio::sync::Notify::new(),
+        respawn: respawn_tx,
+    });
+    let respawner = {
+        let harness = harness.clone();
+        tokio::spawn(async move {
+            while respawn_rx.recv().await.is_some() {
+                if harness.stopping.load(Ordering::SeqCst) {
+                    break;
+                }
+                if let Err(err) = spawn_client(&harness).await {
+                    eprintln!("omnilock-chaos: {err}");
+                }
+            }
+        })
+    };
+    let mut start = Event::now(Source::Harness, Op::Start, Phase::Ok).detail(locks.backend_kind());
+    start.fencing = Some(locks.capabilities().fencing);
+    harness.record(start);
+    for _ in 0..harness.config.clients {
+        spawn_client(&harness).await?;
+    }
+    let nemesis = tokio::spawn(nemesis(harness.clone()));
+    tokio::time::sleep(harness.config.duration).await;
+
+    harness.stopping.store(true, Ordering::SeqCst);
+    let _ = nemesis.await;
+    respawner.abort();
+    stop_clients(&harness).await;
+    check_leftovers(&harness, &locks).await;
+    locks.close().await;
+
+    let _ = end_history.send(());
+    let events = writer.await.map_err(|e| e.to_string())??;
+    Ok(check(&events))
+}
+
+async fn write_history(
+    path: PathBuf,
+    mut events: UnboundedReceiver<Event>,
+    mut end: tokio::sync::oneshot::Receiver<()>,
+) -> Result<Vec<Event>, String> {
+    let fail = |e: std::io::Error| format!("{}: {e}", path.display());
+    let mut file = tokio::fs::File::create(&path).await.map_err(fail)?;
+    let mut all = Vec::new();
+    // The register keeps a sender for its whole life, so the end is a signal,
+    // after which whatever is queued is still written.
+    loop {
+        tokio::select! {
+            Some(event) = events.recv() => all.push(event),
+            _ = &mut end => break,
+        }
+    }
+    while let Ok(event) = events.try_recv() {
+        all.push(event);
+    }
+    let mut text = String::new();
+    for event in &all {
+        text.push_str(&event.to_line());
+        text.push('\n');
+    }
+    file.write_all(text.as_bytes()).await.map_err(fail)?;
+    file.flush().await.map_err(fail)?;
+    Ok(all)
+}
+
+async fn spawn_client(harness: &Arc<Harness>) -> Result<(), String> {
+    let id = harness.next_id.fetch_add(1, Ordering::SeqCst);
+    let proxy = if harness.config.faults.contains(&Fault::Partition) {
+        Some(Arc::new(Partitionable::start(&harness.config.store).await?))
+    } else {
+        None
+    };
+    let store = proxy
+        .as_ref()
+        .map_or(harness.config.store.clone(), |p| p.url.clone());
+    let log = std::fs::File::create(harness.config.out.join(format!("client-{id}.log")))
+        .map_err(|e| e.to_string())?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut child = Command::new(exe)
+        .arg("client")
+        .args(["--id", &id.to_string()])
+        .args(["--register", &harness.register])
+        .args(["--locks", &harness.config.locks.to_string()])
+        .args([
+            "--ttl",
+            &humantime::format_duration(harness.config.ttl).to_string(),
+        ])
+        .args([
+            "--work",
+            &humantime::format_duration(harness.config.work).to_string(),
+        ])
+        .args(harness.config.careful.then_some("--careful"))
+        // In the environment, not the command line: URLs carry passwords.
+        .env("OMNILOCK_CHAOS_STORE", store)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("cannot start a client: {e}"))?;
+    let pid = child.id().unwrap_or(0);
+    let stdout = child.stdout.take().expect("piped stdout");
+    harness.clients.lock().unwrap().insert(
+        id,
+        Client {
+            pid,
+            stdin: child.stdin.take(),
+            proxy,
+        },
+    );
+    let harness = harness.clone();
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stdout).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            match serde_json::from_str::<Event>(&line) {
+                Ok(event) => {
+                    harness.track(&event);
+                    let _ = harness.history.send(event);
+                }
+                Err(_) => {
+                    let _ = harness.history.send(
+                        Event::now(Source::Harness, Op::Exit, Phase::Invoke)
+                            .client(id)
+                            .detail(format!("unreadable client line {line:?}")),
+                    );
+                }
+            }
+        }
+        let status = child.wait().await;
+        harness.holders.lock().unwrap().retain(|_, c| *c != id);
+        harness.clients.lock().unwrap().remove(&id);
+        let _ = harness.history.send(
+            Event::now(Source::Harness, Op::Exit, Phase::Ok)
+                .client(id)
+                .detail(format!("{status:?}")),
+        );
+        if !harness.stopping.load(Ordering::SeqCst) {
+            let _ = harness.respawn.send(());
+        }
+        harness.exited.notify_waiters();
+    });
+    Ok(())
+}
+
+impl Harness {
+    fn track(&self, event: &Event) {
+        let (Some(client), Some(lock)) = (event.client, event.lock.as_ref()) else {
+            return;
+        };
+        let mut holders = self.holders.lock().unwrap();
+        match (event.op, event.phase) {
+            (Op::Acquire, Phase::Ok) => {
+                holders.insert(lock.clone(), client);
+            }
+            (Op::Release, Phase::Invoke) if holders.get(lock) == Some(&client) => {
+                holders.remove(lock);
+            }
+            _ => {}
+        }
+    }
+
+    /// A current holder: (client, lock, pid), waiting up to 5 s for one.
+    async fn pick_holder(&self) -> Option<(u32, String, u32)> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            let picked = {
+                let holders = self.holders.lock().unwrap();
+                let clients = self.clients.lock().unwrap();
+                holders
+                    .iter()
+                    .filter_map(|(lock, c)| Some((*c, lock.clone(), clients.get(c)?.pid)))
+                    .choose(&mut rand::thread_rng())
+            };
+            if picked.is_some() {
+                return picked;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        None
+    }
+
+    fn record(&self, event: Event) {
+        let _ = self.history.send(event);
+    }
+
+    fn fault_length(&self) -> Duration {
+        self.config
+            .ttl
+            .mul_f64(rand::thread_rng().gen_range(1.5..3.0))
+    }
+}
+
+fn signal(pid: u32, signal: libc::c_int) {
+    // SAFETY: kill(2) with a PID we started; a stale PID only fails.
+    unsafe { libc::kill(pid as libc::pid_t, signal) };
+}
+
+async fn nemesis(harness: Arc<Harness>) {
+    let faults = harness.config.faults.clone();
+    if faults.is_empty() {
+        return;
+    }
+    let mut node_turn = 0u16;
+    for turn in 0.. {
+        let wait = harness
+            .config
+            .interval
+            .mul_f64(rand::thread_rng().gen_range(0.5..1.5));
+        tokio::time::sleep(wait).await;
+        if harness.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let fault = faults[turn % faults.len()];
+        if fault == Fault::Node {
+            node_turn += 1;
+            node_fault(&harness, node_turn).await;
+            continue;
+        }
+        let Some((client, lock, pid)) = harness.pick_holder().await else {
+            continue;
+        };
+        let event = |op, phase| {
+            Event::now(Source::Nemesis, op, phase)
+                .client(client)
+                .lock(&lock)
+        };
+        match fault {
+            Fault::Kill => {
+                harness.record(event(Op::Kill, Phase::Invoke));
+                signal(pid, libc::SIGKILL);
+            }
+            Fault::Pause => {
+                let length = harness.fault_length();
+                harness.record(event(Op::Pause, Phase::Invoke).detail(format!("{length:?}")));
+                signal(pid, libc::SIGSTOP);
+                tokio::time::sleep(length).await;
+                signal(pid, libc::SIGCONT);
+                harness.record(event(Op::Pause, Phase::Ok));
+            }
+            Fault::Partition => {
+                let proxy = harness
+                    .clients
+                    .lock()
+                    .unwrap()
+                    .get(&client)
+                    .and_then(|c| c.proxy.clone());
+                let Some(proxy) = proxy else { continue };
+                let length = harness.fault_length();
+                harness.record(event(Op::Partition, Phase::Invoke).detail(format!("{length:?}")));
+                proxy.set_cut(true);
+                tokio::time::sleep(length).await;
+                proxy.set_cut(false);
+                harness.record(event(Op::Partition, Phase::Ok));
+            }
+            Fault::Node => unreachable!("handled above"),
+        }
+    }
+}
+
+/// Which store nodes the node fault can hit for this URL.
+fn node_victims(url: &str) -> Result<&'static str, String> {
+    match url.split("://").next().unwrap_or_default() {
+        "etcd" | "etcds" => Ok("etcd"),
+        "zk" | "zookeeper" => Ok("zookeeper"),
+        "mysql" => Ok("mariadb"),
+        other => Err(format!(
+            "the node fault knows etcd, zk and mysql stores (the scripts/stores.sh layout), not {other}://"
+        )),
+    }
+}
+
+async fn node_fault(harness: &Arc<Harness>, turn: u16) {
+    let store = node_victims(&harness.config.store).expect("checked at start");
+    let n = (turn - 1) % 3 + 1;
+    let what = match store {
+        "mariadb" => "mariadb restarted".to_string(),
+        _ => format!("{store} node {n} killed"),
+    };
+    harness.record(Event::now(Source::Nemesis, Op::Node, Phase::Invoke).detail(what.clone()));
+    let down = harness.fault_length();
+    let outcome = tokio::task::spawn_blocking(move || {
+        use omnilock_testkit::faults::{kill_store_process, restart_store_node, store_pid};
+        match store {
+            "etcd" => kill_store_process(store_pid(&format!("--name\0e{n}\0"))),
+            "zookeeper" => kill_store_process(store_pid(&format!("zk/{n}/zoo.cfg"))),
+            _ => {}
+        }
+        std::thread::sleep(down);
+        restart_store_node(store, n);
+    })
+    .await;
+    let phase = if outcome.is_ok() {
+        Phase::Ok
+    } else {
+        Phase::Fail
+    };
+    harness.record(Event::now(Source::Nemesis, Op::Node, phase).detail(what));
+}
+
+/// Closes every client's standard input (they finish their round and exit),
+/// waiting up to a minute before killing the rest.
+async fn stop_clients(harness: &Arc<Harness>) {
+    for client in harness.clients.lock().unwrap().values_mut() {
+        client.stdin.take();
+        // A paused client cannot read its end-of-input.
+        signal(client.pid, libc::SIGCONT);
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let exited = harness.exited.notified();
+        if harness.clients.lock().unwrap().is_empty() {
+            return;
+        }
+        if Instant::now() > deadline {
+            for client in harness.clients.lock().unwrap().values() {
+                signal(client.pid, libc::SIGKILL);
+            }
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(1), exited).await;
+    }
+}
+
+/// Every lock must be free once every client stopped and a TTL passed.
+async fn check_leftovers(harness: &Arc<Harness>, locks: &omnilock::Locks) {
+    let deadline = Instant::now() + harness.config.ttl + Duration::from_secs(3);
+    for n in 0..harness.config.locks {
+        let name = format!("chaos-{n}");
+        loop {
+            let attempt = locks
+                .lock(&name)
+                .ttl(harness.config.ttl)
+                .try_acquire()
+                .await;
+            if let Ok(Some(guard)) = attempt {
+                let _ = guard.release().await;
+                break;
+            }
+            if Instant::now() > deadline {
+                harness.record(
+                    Event::now(Source::Harness, Op::Leftover, Phase::Fail)
+                        .lock(&name)
+                        .detail(match attempt {
+                            Err(err) => err.to_string(),
+                            _ => "still held".to_string(),
+                        }),
+                );
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// Reads a history file and checks it.
+pub fn check_file(path: &std::path::Path) -> Result<Report, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(check(&history::read(&text)?))
+}
