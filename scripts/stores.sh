@@ -8,6 +8,10 @@
 #   scripts/stores.sh env    print the env file
 #   scripts/stores.sh restart mariadb
 #                            stop and start the test MariaDB on the same data
+#   scripts/stores.sh restart etcd N | zookeeper N | redis N
+#                            start a node the fault tests killed (Redis comes
+#                            back empty: no persistence)
+#   scripts/stores.sh deps   install what the build needs (protoc)
 #
 # Each backend adds a start_<store> function below and lists it in STORES.
 # A store's processes are recorded in target/stores/pids as "PID NAME"; `down`
@@ -157,7 +161,8 @@ SQL
   export_url POSTGRES "postgres://$TEST_USER:$TEST_PASSWORD@127.0.0.1:$POSTGRES_PORT/omnilock"
 }
 
-# launch_redis N PORT: one redis-server, no persistence (tests restart nothing).
+# launch_redis N PORT: one redis-server, no persistence (a restart loses every
+# key, which the chaos harness's restart fault relies on).
 launch_redis() {
   local dir=$DIR/redis/$1
   mkdir -p "$dir"
@@ -165,6 +170,23 @@ launch_redis() {
     --requirepass "$TEST_PASSWORD" --dir "$dir" --logfile "$dir/redis.log" \
     >"$dir/stdout.log" 2>&1 </dev/null &
   record $! redis-server
+}
+
+# restart_redis N: start node N again after the chaos harness killed it (empty:
+# no persistence), with node 0's ACL user.
+restart_redis() {
+  local port=$((REDIS_PORT + $1))
+  launch_redis "$1" "$port"
+  wait_for 30 "redis on $port" redis_ready "$port"
+  [ "$1" = 0 ] && redis_acl_user
+  return 0
+}
+
+# redis_acl_user: an ACL user on node 0 with just the rights the lock protocol needs.
+redis_acl_user() {
+  redis-cli -p "$REDIS_PORT" -a "$TEST_PASSWORD" --no-auth-warning ACL SETUSER locker on \
+    ">$TEST_PASSWORD" "~omnilock*" "~{omnilock*" "&omnilock*" +@read +@write +@scripting \
+    +@pubsub +ping +time >/dev/null
 }
 
 redis_ready() { redis-cli -p "$1" -a "$TEST_PASSWORD" --no-auth-warning ping | grep -q PONG; }
@@ -201,15 +223,13 @@ start_redis() {
   for i in 0 1 2 3 4 5; do
     wait_for 30 "redis on $((REDIS_PORT + i))" redis_ready $((REDIS_PORT + i))
   done
-  # An ACL user with just the rights the lock protocol needs.
-  redis-cli -p "$REDIS_PORT" -a "$TEST_PASSWORD" --no-auth-warning ACL SETUSER locker on \
-    ">$TEST_PASSWORD" "~omnilock*" "~{omnilock*" "&omnilock*" +@read +@write +@scripting \
-    +@pubsub +ping +time >/dev/null
+  redis_acl_user
   start_redis_tls
   export_url REDIS "redis://:$TEST_PASSWORD@127.0.0.1:$REDIS_PORT"
   export_url REDIS_ACL "redis://locker:$TEST_PASSWORD@127.0.0.1:$REDIS_PORT"
   export_url REDLOCK "redlock://:$TEST_PASSWORD@$(IFS=,; echo "${nodes[*]}")/"
   echo "export OMNILOCK_TEST_REDLOCK_FIRST_PORT=$((REDIS_PORT + 1))" >>"$ENV_FILE"
+  echo "export OMNILOCK_TEST_REDIS_PORT=$REDIS_PORT" >>"$ENV_FILE"
 }
 
 # launch_etcd NAME CLIENT_PORT PEER_PORT CLUSTER STATE: one etcd member.
@@ -436,8 +456,9 @@ case "${1:-}" in
       mariadb) restart_mariadb ;;
       etcd) restart_etcd "${3:?member number 1..3}" ;;
       zookeeper) restart_zk "${3:?node number 1..3}" ;;
+      redis) restart_redis "${3:?node number 0 (single) or 1..5 (Redlock)}" ;;
       *)
-        echo "usage: $0 restart mariadb | restart etcd N | restart zookeeper N" >&2
+        echo "usage: $0 restart mariadb | restart etcd N | restart zookeeper N | restart redis N" >&2
         exit 64
         ;;
     esac

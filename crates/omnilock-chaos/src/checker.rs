@@ -46,6 +46,8 @@ pub struct Report {
     pub partitions: u64,
     /// Store nodes killed or restarted.
     pub node_faults: u64,
+    /// Clock jumps on a store node.
+    pub clock_jumps: u64,
     /// From a holder's death to the next grant of its lock to another client,
     /// in seconds: median and worst (only deaths followed by a grant).
     pub recovery_p50_s: Option<f64>,
@@ -80,10 +82,10 @@ impl Report {
             ("acquire failures", self.acquire_failures.to_string()),
             ("writes accepted", self.writes_accepted.to_string()),
             (
-                "faults: kill / pause / partition / node",
+                "faults: kill / pause / partition / node / clock",
                 format!(
-                    "{} / {} / {} / {}",
-                    self.kills, self.pauses, self.partitions, self.node_faults
+                    "{} / {} / {} / {} / {}",
+                    self.kills, self.pauses, self.partitions, self.node_faults, self.clock_jumps
                 ),
             ),
             (
@@ -117,7 +119,7 @@ impl Report {
             ("locks left behind", self.leftovers.to_string()),
         ];
         rows.iter()
-            .map(|(what, value)| format!("{what:<42} {value}"))
+            .map(|(what, value)| format!("{what:<48} {value}"))
             .collect::<Vec<_>>()
             .join("\n")
     }
@@ -241,6 +243,7 @@ pub fn check(events: &[Event]) -> Report {
             (Source::Nemesis, Op::Pause, Phase::Invoke) => report.pauses += 1,
             (Source::Nemesis, Op::Partition, Phase::Invoke) => report.partitions += 1,
             (Source::Nemesis, Op::Node, Phase::Invoke) => report.node_faults += 1,
+            (Source::Nemesis, Op::Clock, Phase::Invoke) => report.clock_jumps += 1,
             (Source::Register, Op::Serve, verdict) => {
                 let write = e.detail.as_deref() == Some("write");
                 match (write, verdict, e.stale) {

@@ -45,6 +45,8 @@ pub enum Op {
     Partition,
     /// Nemesis: a store node killed or restarted (ok = back).
     Node,
+    /// Nemesis: a store node's wall clock jumped.
+    Clock,
     /// Harness: the run began (`detail` names the backend, `fencing` says
     /// whether its tokens fence).
     Start,

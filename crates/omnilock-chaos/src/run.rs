@@ -27,9 +27,16 @@ pub enum Fault {
     Pause,
     /// Cut the current holder off the store for 1.5–3 × TTL, then heal.
     Partition,
-    /// Kill a store node (etcd member, ZooKeeper node; MariaDB is restarted),
-    /// then start it again. Assumes the layout of `scripts/stores.sh`.
+    /// SIGKILL a store node (an etcd member, a ZooKeeper node, MariaDB, a
+    /// Redis instance or Redlock node), keep it down 1.5–3 × TTL, start it
+    /// again. Assumes the layout of `scripts/stores.sh`.
     Node,
+    /// The same, restarted at once (Redis comes back empty: no persistence).
+    Restart,
+    /// The last Redlock node's clock jumps 3 × TTL ahead, as far as its
+    /// keys can tell: every key there loses 3 × TTL of its remaining life
+    /// (emulated with a script; libfaketime and Redis's jemalloc do not mix).
+    Clock,
 }
 
 /// Everything a run needs.
@@ -94,8 +101,13 @@ pub async fn run(config: RunConfig) -> Result<Report, String> {
             locks.backend_kind()
         ));
     }
-    if config.faults.contains(&Fault::Node) {
-        node_victims(&config.store)?;
+    if config.faults.contains(&Fault::Node) || config.faults.contains(&Fault::Restart) {
+        Nodes::of(&config.store)?;
+    }
+    if config.faults.contains(&Fault::Clock) {
+        if !config.store.starts_with("redlock://") {
+            return Err("the clock fault jumps a Redlock node's clock: use a redlock:// store".into());
+        }
     }
     if config.faults.contains(&Fault::Partition) {
         Partitionable::start(&config.store).await?;
@@ -323,7 +335,7 @@ async fn nemesis(harness: Arc<Harness>) {
     if faults.is_empty() {
         return;
     }
-    let mut node_turn = 0u16;
+    let mut node_turn = 0usize;
     for turn in 0.. {
         let wait = harness
             .config
@@ -334,10 +346,18 @@ async fn nemesis(harness: Arc<Harness>) {
             return;
         }
         let fault = faults[turn % faults.len()];
-        if fault == Fault::Node {
-            node_turn += 1;
-            node_fault(&harness, node_turn).await;
-            continue;
+        match fault {
+            Fault::Node | Fault::Restart => {
+                let down = (fault == Fault::Node).then(|| harness.fault_length());
+                node_fault(&harness, node_turn, down).await;
+                node_turn += 1;
+                continue;
+            }
+            Fault::Clock => {
+                clock_jump(&harness).await;
+                continue;
+            }
+            _ => {}
         }
         let Some((client, lock, pid)) = harness.pick_holder().await else {
             continue;
@@ -375,41 +395,92 @@ async fn nemesis(harness: Arc<Harness>) {
                 proxy.set_cut(false);
                 harness.record(event(Op::Partition, Phase::Ok));
             }
-            Fault::Node => unreachable!("handled above"),
+            Fault::Node | Fault::Restart | Fault::Clock => unreachable!("handled above"),
         }
     }
 }
 
-/// Which store nodes the node fault can hit for this URL.
-fn node_victims(url: &str) -> Result<&'static str, String> {
-    match url.split("://").next().unwrap_or_default() {
-        "etcd" | "etcds" => Ok("etcd"),
-        "zk" | "zookeeper" => Ok("zookeeper"),
-        "mysql" => Ok("mariadb"),
-        other => Err(format!(
-            "the node fault knows etcd, zk and mysql stores (the scripts/stores.sh layout), not {other}://"
-        )),
+/// The store nodes the node and restart faults can hit: the name
+/// `scripts/stores.sh restart` knows the store by, and node numbers.
+struct Nodes {
+    store: &'static str,
+    numbers: Vec<u16>,
+    /// Redis only: the port of node 0.
+    base_port: u16,
+}
+
+impl Nodes {
+    fn of(url: &str) -> Result<Nodes, String> {
+        let scheme = url.split("://").next().unwrap_or_default();
+        let nodes = |store, numbers| Nodes {
+            store,
+            numbers,
+            base_port: 0,
+        };
+        match scheme {
+            "etcd" | "etcds" => Ok(nodes("etcd", vec![1, 2, 3])),
+            "zk" | "zookeeper" => Ok(nodes("zookeeper", vec![1, 2, 3])),
+            "mysql" => Ok(nodes("mariadb", vec![0])),
+            "redis" | "redlock" => {
+                let base_port: u16 = std::env::var("OMNILOCK_TEST_REDIS_PORT")
+                    .ok()
+                    .and_then(|p| p.parse().ok())
+                    .unwrap_or(63790);
+                let parsed = omnilock::StoreUrl::parse(url).map_err(|e| e.to_string())?;
+                let numbers = parsed
+                    .hosts()
+                    .iter()
+                    .filter_map(|h| h.port?.checked_sub(base_port))
+                    .filter(|n| *n <= 5)
+                    .collect::<Vec<_>>();
+                if numbers.is_empty() {
+                    return Err(format!(
+                        "no Redis node of scripts/stores.sh (ports {base_port}..) in the URL"
+                    ));
+                }
+                Ok(Nodes {
+                    store: "redis",
+                    numbers,
+                    base_port,
+                })
+            }
+            other => Err(format!(
+                "node faults know the etcd, zk, mysql, redis and redlock stores of \
+                 scripts/stores.sh, not {other}://"
+            )),
+        }
+    }
+
+    /// What the node's command line shows, to find its PID.
+    fn marker(&self, n: u16) -> String {
+        match self.store {
+            "etcd" => format!("--name\0e{n}\0"),
+            "zookeeper" => format!("zk/{n}/zoo.cfg"),
+            "mariadb" => "mariadb/data".to_string(),
+            _ => format!("127.0.0.1:{}", self.base_port + n),
+        }
     }
 }
 
-async fn node_fault(harness: &Arc<Harness>, turn: u16) {
-    let store = node_victims(&harness.config.store).expect("checked at start");
-    let n = (turn - 1) % 3 + 1;
-    let what = match store {
-        "mariadb" => "mariadb restarted".to_string(),
-        _ => format!("{store} node {n} killed"),
-    };
+async fn node_fault(harness: &Arc<Harness>, turn: usize, down: Option<Duration>) {
+    let nodes = Nodes::of(&harness.config.store).expect("checked at start");
+    let n = nodes.numbers[turn % nodes.numbers.len()];
+    let what = format!(
+        "{} node {n} killed, {}",
+        nodes.store,
+        match down {
+            Some(down) => format!("restarted after {down:?}"),
+            None => "restarted at once".to_string(),
+        }
+    );
     harness.record(Event::now(Source::Nemesis, Op::Node, Phase::Invoke).detail(what.clone()));
-    let down = harness.fault_length();
     let outcome = tokio::task::spawn_blocking(move || {
         use omnilock_testkit::faults::{kill_store_process, restart_store_node, store_pid};
-        match store {
-            "etcd" => kill_store_process(store_pid(&format!("--name\0e{n}\0"))),
-            "zookeeper" => kill_store_process(store_pid(&format!("zk/{n}/zoo.cfg"))),
-            _ => {}
+        kill_store_process(store_pid(&nodes.marker(n)));
+        if let Some(down) = down {
+            std::thread::sleep(down);
         }
-        std::thread::sleep(down);
-        restart_store_node(store, n);
+        restart_store_node(nodes.store, n);
     })
     .await;
     let phase = if outcome.is_ok() {
@@ -418,6 +489,52 @@ async fn node_fault(harness: &Arc<Harness>, turn: u16) {
         Phase::Fail
     };
     harness.record(Event::now(Source::Nemesis, Op::Node, phase).detail(what));
+}
+
+/// What a wall-clock jump of `ahead` does to a Redis node's keys: each loses
+/// `ahead` of its remaining life (and those with less left expire).
+const CLOCK_JUMP: &str = "local n = 0 \
+    for _, key in ipairs(redis.call('KEYS', '*')) do \
+      local left = redis.call('PTTL', key) \
+      if left > 0 then \
+        if left <= tonumber(ARGV[1]) then redis.call('DEL', key) \
+        else redis.call('PEXPIRE', key, left - tonumber(ARGV[1])) end \
+        n = n + 1 \
+      end \
+    end \
+    return n";
+
+/// Makes the last Redlock node's clock jump 3 × TTL ahead (see [`CLOCK_JUMP`]).
+async fn clock_jump(harness: &Arc<Harness>) {
+    let url = omnilock::StoreUrl::parse(&harness.config.store).expect("checked at start");
+    let node = url.hosts().last().expect("checked at start").clone();
+    let ahead = harness.config.ttl * 3;
+    let what = format!("clock of {node} jumped {ahead:?} ahead");
+    harness.record(Event::now(Source::Nemesis, Op::Clock, Phase::Invoke).detail(what.clone()));
+    let mut command = tokio::process::Command::new("redis-cli");
+    command
+        .args(["-h", &node.host, "-p", &node.port.unwrap_or(6379).to_string()])
+        .arg("--no-auth-warning");
+    if let Some(password) = url.password() {
+        // In the environment, so the password is not on a command line.
+        command.env("REDISCLI_AUTH", password.expose());
+    }
+    let output = command
+        .args(["EVAL", CLOCK_JUMP, "0", &ahead.as_millis().to_string()])
+        .output()
+        .await;
+    let (phase, detail) = match output {
+        Ok(out) if out.status.success() => (
+            Phase::Ok,
+            format!("{what}: {} keys", String::from_utf8_lossy(&out.stdout).trim()),
+        ),
+        Ok(out) => (
+            Phase::Fail,
+            format!("{what}: {}", String::from_utf8_lossy(&out.stderr).trim()),
+        ),
+        Err(e) => (Phase::Fail, format!("{what}: redis-cli: {e}")),
+    };
+    harness.record(Event::now(Source::Nemesis, Op::Clock, phase).detail(detail));
 }
 
 /// Closes every client's standard input (they finish their round and exit),

@@ -3,7 +3,8 @@
 //! client. All keys of one lock share the hash tag `{prefix:name}`.
 //!
 //! Keys of a lock: `lock` (hash: owner, holds, token; PEXPIRE = the lease),
-//! `fence` (the fencing counter, never expires), `queue` (list of waiter
+//! `fence` (the fencing counter, never expires, and never below the server's
+//! clock in microseconds), `queue` (list of waiter
 //! entries, FIFO) and `timeouts` (zset entry → expiry of that waiter's place).
 //! A waiter entry is `<client id>:<waiter id>`; a release PUBLISHes the head
 //! entry on `<channel prefix><client id>`, the one channel each client
@@ -66,10 +67,21 @@ end
 local head = live_head(KEYS[3], KEYS[4])
 if not owner and (not head or head == ARGV[4]) then
   leave()
+  -- The token never goes below the server's clock in microseconds, so it
+  -- keeps rising when the fence counter is lost (a restart without
+  -- persistence, a failover to a lagging replica). Formatted with %d:
+  -- Lua would print a number this large in exponent form.
   local token = redis.call('INCR', KEYS[2])
+  local t = redis.call('TIME')
+  local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if token <= floor then
+    token = floor + 1
+    redis.call('SET', KEYS[2], string.format('%d', token))
+  end
+  token = string.format('%d', token)
   redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'holds', 1, 'token', token)
   redis.call('PEXPIRE', KEYS[1], ttl)
-  return {1, token}
+  return {1, tonumber(token)}
 end
 if ARGV[4] ~= '' then
   local lease = tonumber(ARGV[5])
