@@ -4,15 +4,18 @@
 
 use std::collections::HashMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::history::{Event, Op, Phase, Source};
 
 /// What one run did and what it broke. Counts are over the whole run.
-#[derive(Serialize, Debug, Default, Clone, PartialEq)]
+#[derive(Serialize, Deserialize, Debug, Default, Clone, PartialEq)]
 pub struct Report {
     /// The backend, as the run's start event named it.
     pub backend: String,
+    /// How the run was set up (faults, locks, clients, duration, register);
+    /// filled in by the harness, empty when a history is checked offline.
+    pub setup: String,
     /// Whether its tokens are fencing tokens. Without them the token-based
     /// figures (stale writes, token order) mean nothing and are not
     /// violations; lost updates still are.
@@ -78,6 +81,7 @@ impl Report {
         };
         let rows = [
             ("backend", self.backend.clone()),
+            ("setup", self.setup.clone()),
             ("acquisitions", self.acquisitions.to_string()),
             ("acquire failures", self.acquire_failures.to_string()),
             ("writes accepted", self.writes_accepted.to_string()),
@@ -345,6 +349,44 @@ fn end_by_death(
         if killed {
             deaths.push((lock, client, t));
         }
+    }
+}
+
+/// One markdown table row per report: the figures docs/reliability.md
+/// publishes. `label` names the run (store and fault).
+pub fn markdown_header() -> String {
+    "| run | setup | acquisitions | stale writes accepted | stale writes refused | lost updates \
+     | token order violations | locks lost (unnoticed) | lost signals | recovery p50 / max | left behind |\n\
+     |---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|"
+        .to_string()
+}
+
+impl Report {
+    /// This report as a row under [`markdown_header`].
+    pub fn markdown_row(&self, label: &str) -> String {
+        let fenced = |count: u64| {
+            if self.fencing {
+                count.to_string()
+            } else {
+                format!("({count})")
+            }
+        };
+        let seconds = |s: Option<f64>| s.map_or("–".to_string(), |s| format!("{s:.2} s"));
+        format!(
+            "| {label} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} / {} | {} |",
+            self.setup,
+            self.acquisitions,
+            fenced(self.stale_writes_accepted),
+            fenced(self.stale_writes_refused),
+            self.lost_updates,
+            fenced(self.token_order_violations),
+            self.locks_lost,
+            self.lost_unnoticed,
+            self.lost_signals,
+            seconds(self.recovery_p50_s),
+            seconds(self.recovery_max_s),
+            self.leftovers
+        )
     }
 }
 

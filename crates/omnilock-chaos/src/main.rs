@@ -81,6 +81,12 @@ enum Command {
         /// The history.jsonl file.
         history: PathBuf,
     },
+    /// Prints a markdown table of every `report.json` one level under DIR
+    /// (each row labelled by its directory's name).
+    Table {
+        /// The directory holding one subdirectory per run.
+        dir: PathBuf,
+    },
     /// One client process (started by `run`; the store URL comes in
     /// OMNILOCK_CHAOS_STORE).
     #[command(hide = true)]
@@ -155,6 +161,16 @@ async fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Command::Table { dir } => match table(&dir) {
+            Ok(table) => {
+                println!("{table}");
+                ExitCode::SUCCESS
+            }
+            Err(err) => {
+                eprintln!("omnilock-chaos: {err}");
+                ExitCode::from(2)
+            }
+        },
         Command::Client {
             id,
             register,
@@ -201,4 +217,24 @@ fn verdict(report: &Report, allow_violations: bool) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+fn table(dir: &std::path::Path) -> Result<String, String> {
+    let mut runs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .filter_map(|entry| Some(entry.ok()?.path()))
+        .filter(|path| path.join("report.json").is_file())
+        .collect();
+    runs.sort();
+    let mut lines = vec![omnilock_chaos::checker::markdown_header()];
+    for run in runs {
+        let path = run.join("report.json");
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let report: Report =
+            serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let label = run.file_name().unwrap_or_default().to_string_lossy();
+        lines.push(report.markdown_row(&label));
+    }
+    Ok(lines.join("\n"))
 }

@@ -104,10 +104,8 @@ pub async fn run(config: RunConfig) -> Result<Report, String> {
     if config.faults.contains(&Fault::Node) || config.faults.contains(&Fault::Restart) {
         Nodes::of(&config.store)?;
     }
-    if config.faults.contains(&Fault::Clock) {
-        if !config.store.starts_with("redlock://") {
-            return Err("the clock fault jumps a Redlock node's clock: use a redlock:// store".into());
-        }
+    if config.faults.contains(&Fault::Clock) && !config.store.starts_with("redlock://") {
+        return Err("the clock fault jumps a Redlock node's clock: use a redlock:// store".into());
     }
     if config.faults.contains(&Fault::Partition) {
         Partitionable::start(&config.store).await?;
@@ -166,7 +164,29 @@ pub async fn run(config: RunConfig) -> Result<Report, String> {
 
     let _ = end_history.send(());
     let events = writer.await.map_err(|e| e.to_string())??;
-    Ok(check(&events))
+    let mut report = check(&events);
+    let config = &harness.config;
+    let faults: Vec<String> = config
+        .faults
+        .iter()
+        .map(|f| format!("{f:?}").to_lowercase())
+        .collect();
+    report.setup = format!(
+        "{} · {} lock{} · {} clients · TTL {:?} · work ≤ {:?} · {:?} · {}",
+        if faults.is_empty() {
+            "no fault".to_string()
+        } else {
+            faults.join("+")
+        },
+        config.locks,
+        if config.locks == 1 { "" } else { "s" },
+        config.clients,
+        config.ttl,
+        config.work,
+        config.duration,
+        if config.fenced { "fenced" } else { "unfenced" },
+    );
+    Ok(report)
 }
 
 async fn write_history(
@@ -513,7 +533,12 @@ async fn clock_jump(harness: &Arc<Harness>) {
     harness.record(Event::now(Source::Nemesis, Op::Clock, Phase::Invoke).detail(what.clone()));
     let mut command = tokio::process::Command::new("redis-cli");
     command
-        .args(["-h", &node.host, "-p", &node.port.unwrap_or(6379).to_string()])
+        .args([
+            "-h",
+            &node.host,
+            "-p",
+            &node.port.unwrap_or(6379).to_string(),
+        ])
         .arg("--no-auth-warning");
     if let Some(password) = url.password() {
         // In the environment, so the password is not on a command line.
@@ -526,7 +551,10 @@ async fn clock_jump(harness: &Arc<Harness>) {
     let (phase, detail) = match output {
         Ok(out) if out.status.success() => (
             Phase::Ok,
-            format!("{what}: {} keys", String::from_utf8_lossy(&out.stdout).trim()),
+            format!(
+                "{what}: {} keys",
+                String::from_utf8_lossy(&out.stdout).trim()
+            ),
         ),
         Ok(out) => (
             Phase::Fail,

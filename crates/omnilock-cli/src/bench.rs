@@ -1,6 +1,6 @@
 //! `omnilock bench`: the same workloads on every store given, through the
-//! same `connect(url)` path applications use; a table on stdout and
-//! `results.json` in `--out`.
+//! same `connect(url)` path applications use; a table on stdout,
+//! `results.json` and SVG charts in `--out`.
 //!
 //! Every input is checked, and every store connected, before the first run:
 //! a typo never costs a half-finished benchmark.
@@ -12,6 +12,7 @@ use omnilock::Locks;
 
 use crate::args::BenchArgs;
 use crate::exit::{self, fail};
+use crate::plots;
 
 /// The workloads, in the order they run.
 pub const WORKLOADS: &[&str] = &[
@@ -84,15 +85,21 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
             return exit::USAGE;
         }
     }
-    let runs: usize = workloads
+    let interleaved = workloads.contains(&"floor") && workloads.contains(&"uncontended");
+    let runs: usize = connected
         .iter()
-        .map(|w| match *w {
-            "contended" => args.clients.len(),
-            "herd" => args.herd_waiters.len(),
-            _ => 1,
+        .map(|(_, locks)| {
+            workloads
+                .iter()
+                .map(|w| match *w {
+                    "contended" => args.clients.len(),
+                    "herd" => args.herd_waiters.len(),
+                    "floor" if interleaved && locks.measure().is_some() => 0,
+                    _ => 1,
+                })
+                .sum::<usize>()
         })
-        .sum::<usize>()
-        * connected.len();
+        .sum();
     let mut done = 0;
     let mut rows = Vec::new();
     let tag = std::process::id();
@@ -105,6 +112,11 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
                 "many-locks" => vec![MANY_CLIENTS],
                 _ => vec![1],
             };
+            // The floor is then measured interleaved with the uncontended
+            // run, so that drift on a shared machine hits both alike.
+            if *workload == "floor" && interleaved && locks.measure().is_some() {
+                continue;
+            }
             for clients in client_counts {
                 done += 1;
                 eprintln!(
@@ -112,19 +124,20 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
                     args.duration
                 );
                 let name = format!("omnilock-bench/{tag}/{workload}/{clients}");
+                let one = |row: omnilock::Result<Row>| row.map(|row| vec![row]);
                 let result = match *workload {
-                    "floor" => floor(locks, args.duration).await,
-                    "uncontended" => uncontended(locks, &name, args.duration).await,
-                    "contended" => contended(locks, &name, clients, args.duration).await,
-                    "many-locks" => many_locks(locks, &name, args.duration).await,
-                    "handoff" => handoff(locks, &name, clients, args.duration).await,
-                    _ => herd(locks, &name, clients).await,
+                    "floor" => one(floor(locks, args.duration).await),
+                    "uncontended" => uncontended(locks, &name, args.duration, interleaved).await,
+                    "contended" => one(contended(locks, &name, clients, args.duration).await),
+                    "many-locks" => one(many_locks(locks, &name, args.duration).await),
+                    "handoff" => one(handoff(locks, &name, clients, args.duration).await),
+                    _ => one(herd(locks, &name, clients).await),
                 };
                 match result {
-                    Ok(mut row) => {
+                    Ok(new) => rows.extend(new.into_iter().map(|mut row| {
                         row.store = shown.clone();
-                        rows.push(row);
-                    }
+                        row
+                    })),
                     Err(err) => return fail(&err),
                 }
             }
@@ -149,8 +162,117 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
             return exit::SOFTWARE;
         }
         eprintln!("omnilock: wrote {}", path.display());
+        for (file, svg) in charts(&rows) {
+            let path = out.join(file);
+            if let Err(err) = std::fs::write(&path, svg) {
+                eprintln!("omnilock: cannot write {}: {err}", path.display());
+                return exit::SOFTWARE;
+            }
+            eprintln!("omnilock: wrote {}", path.display());
+        }
     }
     0
+}
+
+/// The SVG charts of a run: one per workload that produced rows.
+fn charts(rows: &[Row]) -> Vec<(&'static str, String)> {
+    let mut stores: Vec<&str> = Vec::new();
+    for r in rows {
+        if !stores.contains(&r.store.as_str()) {
+            stores.push(&r.store);
+        }
+    }
+    let find = |store: &str, workload: &str| {
+        rows.iter()
+            .find(move |r| r.store == store && r.workload == workload && r.ops > 0)
+    };
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let mut charts = Vec::new();
+    let latency: Vec<(String, Vec<f64>)> = stores
+        .iter()
+        .filter_map(|s| {
+            let lock = find(s, "uncontended")?;
+            let floor = find(s, "floor").map_or(0.0, |f| ms(f.p50));
+            Some((s.to_string(), vec![floor, ms(lock.p50), ms(lock.p99)]))
+        })
+        .collect();
+    if !latency.is_empty() {
+        let series = ["store floor p50", "omnilock p50", "omnilock p99"].map(String::from);
+        charts.push((
+            "uncontended.svg",
+            plots::bars("Uncontended acquire + release", "ms", &series, &latency),
+        ));
+    }
+    let by_clients = |workload: &str, value: &dyn Fn(&Row) -> Option<f64>| {
+        stores
+            .iter()
+            .map(|s| plots::Series {
+                name: s.to_string(),
+                points: rows
+                    .iter()
+                    .filter(|r| r.store == *s && r.workload == workload && r.ops > 0)
+                    .filter_map(|r| Some((r.clients as f64, value(r)?)))
+                    .collect(),
+            })
+            .filter(|s| !s.points.is_empty())
+            .collect::<Vec<_>>()
+    };
+    let contended = by_clients("contended", &|r| Some(r.per_second));
+    if !contended.is_empty() {
+        charts.push((
+            "contended.svg",
+            plots::lines(
+                "Contended: one lock",
+                "clients",
+                "grants per second",
+                &contended,
+                true,
+            ),
+        ));
+    }
+    let herd = by_clients("herd", &|r| r.requests);
+    if !herd.is_empty() {
+        charts.push((
+            "herd.svg",
+            plots::lines(
+                "Store requests per hand-off (flat = no herd)",
+                "waiters",
+                "requests per hand-off",
+                &herd,
+                true,
+            ),
+        ));
+    }
+    let handoff: Vec<(String, Vec<f64>)> = stores
+        .iter()
+        .filter_map(|s| {
+            let r = find(s, "handoff")?;
+            Some((s.to_string(), vec![ms(r.p50), ms(r.p99)]))
+        })
+        .collect();
+    if !handoff.is_empty() {
+        let series = ["p50", "p99"].map(String::from);
+        charts.push((
+            "handoff.svg",
+            plots::bars("Hand-off: release → next grant", "ms", &series, &handoff),
+        ));
+    }
+    let many: Vec<(String, Vec<f64>)> = stores
+        .iter()
+        .filter_map(|s| Some((s.to_string(), vec![find(s, "many-locks")?.per_second])))
+        .collect();
+    if !many.is_empty() {
+        charts.push((
+            "many-locks.svg",
+            plots::bars(
+                "64 clients over 10,000 locks",
+                "grants per second",
+                &["grants/s".to_string()],
+                &many,
+            ),
+        ));
+    }
+    charts
 }
 
 /// The raw store operations the backend's algorithm needs, made with the
@@ -298,17 +420,48 @@ async fn join(tasks: Vec<tokio::task::JoinHandle<omnilock::Result<()>>>) -> omni
     Ok(())
 }
 
-/// One client, acquire + release on a fresh name each time.
-async fn uncontended(locks: &Locks, name: &str, duration: Duration) -> omnilock::Result<Row> {
+/// One client, acquire + release on a fresh name each time. With
+/// `with_floor`, batches of the store's floor round alternate with batches of
+/// acquire + release, and both rows come back: the p50/floor ratio then
+/// compares samples taken in the same minutes.
+async fn uncontended(
+    locks: &Locks,
+    name: &str,
+    duration: Duration,
+    with_floor: bool,
+) -> omnilock::Result<Vec<Row>> {
+    const BATCH: usize = 20;
+    let measure = locks.measure().filter(|_| with_floor);
     let started = Instant::now();
-    let mut samples = Vec::new();
+    let (mut samples, mut floor_samples) = (Vec::new(), Vec::new());
+    let (mut lock_time, mut floor_time) = (Duration::ZERO, Duration::ZERO);
     while started.elapsed() < duration {
-        let at = Instant::now();
-        let guard = locks.acquire(&format!("{name}/{}", samples.len())).await?;
-        guard.release().await?;
-        samples.push(at.elapsed());
+        if let Some(measure) = measure {
+            let batch = Instant::now();
+            for _ in 0..BATCH {
+                let at = Instant::now();
+                measure.floor_round().await?;
+                floor_samples.push(at.elapsed());
+            }
+            floor_time += batch.elapsed();
+        }
+        let batch = Instant::now();
+        for _ in 0..BATCH {
+            let at = Instant::now();
+            let guard = locks.acquire(&format!("{name}/{}", samples.len())).await?;
+            guard.release().await?;
+            samples.push(at.elapsed());
+        }
+        lock_time += batch.elapsed();
     }
-    Ok(row("uncontended", 1, samples, started.elapsed(), None))
+    let mut rows = Vec::new();
+    if let Some(measure) = measure {
+        let mut floor = row("floor", 1, floor_samples, floor_time, None);
+        floor.note = format!("{} (interleaved with uncontended)", measure.floor_ops());
+        rows.push(floor);
+    }
+    rows.push(row("uncontended", 1, samples, lock_time, None));
+    Ok(rows)
 }
 
 /// `clients` tasks (sharing the handle's connection, each acquisition its own

@@ -9,6 +9,7 @@ mod args;
 mod bench;
 mod demo;
 mod exit;
+mod plots;
 mod run;
 
 use std::process::ExitCode;
