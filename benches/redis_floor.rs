@@ -1,7 +1,8 @@
 //! Redis: omnilock's acquire + release on one instance against the raw floor
 //! its algorithm needs (`SET NX PX` + an owner-checked `EVALSHA` release),
-//! and Redlock over five nodes against the single instance — all measured
-//! in interleaved batches of the same run.
+//! and Redlock over five nodes against the single instance and against the
+//! `rslock` crate (a peer Redlock implementation) on the same five nodes — all
+//! measured in interleaved batches of the same run.
 //!
 //! ```sh
 //! scripts/stores.sh up && source target/stores/env
@@ -40,8 +41,10 @@ async fn main() {
     let release = redis::Script::new(RELEASE);
     let single = omnilock::connect(&single_url).await.expect("single");
     let redlock = omnilock::connect(&redlock_url).await.expect("redlock");
+    let peer = rslock_manager(&redlock_url);
 
-    let (mut floor, mut ours, mut five) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut floor, mut ours, mut five, mut rslock) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let batches = 20;
     let per_batch = (iterations / batches).max(1);
     for batch in 0..=batches {
@@ -82,8 +85,19 @@ async fn main() {
                 }
             }
         }
+        for _ in 0..per_batch {
+            let started = Instant::now();
+            let lock = peer
+                .lock(b"bench:rslock", Duration::from_secs(15))
+                .await
+                .expect("rslock: free lock");
+            peer.unlock(&lock).await;
+            if !warmup {
+                rslock.push(started.elapsed());
+            }
+        }
     }
-    for samples in [&mut floor, &mut ours, &mut five] {
+    for samples in [&mut floor, &mut ours, &mut five, &mut rslock] {
         samples.sort();
     }
     let p50 = |s: &[Duration]| percentile(s, 0.5);
@@ -106,4 +120,25 @@ async fn main() {
         ms(percentile(&five, 0.99)),
         p50(&five).as_secs_f64() / p50(&ours).as_secs_f64()
     );
+    println!(
+        "| peer: rslock 0.6 (5 nodes) lock + unlock | {} | {} | omnilock redlock = {:.2}x of rslock |",
+        ms(p50(&rslock)),
+        ms(percentile(&rslock, 0.99)),
+        p50(&five).as_secs_f64() / p50(&rslock).as_secs_f64()
+    );
+}
+
+/// rslock's manager over the nodes of a `redlock://` URL, with its password.
+fn rslock_manager(redlock_url: &str) -> rslock::LockManager {
+    let url = omnilock::StoreUrl::parse(redlock_url).expect("redlock URL");
+    let auth = url
+        .password()
+        .map(|pw| format!(":{}@", pw.expose()))
+        .unwrap_or_default();
+    let uris: Vec<String> = url
+        .hosts()
+        .iter()
+        .map(|h| format!("redis://{auth}{}:{}", h.host, h.port.unwrap_or(6379)))
+        .collect();
+    rslock::LockManager::new(uris)
 }
