@@ -119,10 +119,11 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
             }
             for clients in client_counts {
                 done += 1;
-                eprintln!(
-                    "[{done}/{runs}] {shown}: {workload}, {clients} client(s), {:?}",
-                    args.duration
-                );
+                let label = format!("[{done}/{runs}] {shown}: {workload}, {clients} client(s)");
+                // The herd workload runs until its chain completes, not for
+                // the duration.
+                let expected = (*workload != "herd").then_some(args.duration);
+                let _progress = Progress::start(label, expected);
                 let name = format!("omnilock-bench/{tag}/{workload}/{clients}");
                 let one = |row: omnilock::Result<Row>| row.map(|row| vec![row]);
                 let result = match *workload {
@@ -172,6 +173,57 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
         }
     }
     0
+}
+
+/// A progress bar on standard error while one run executes: redrawn in place
+/// on a terminal, one line per run otherwise (logs, CI). Stops when dropped.
+struct Progress {
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Progress {
+    fn start(label: String, expected: Option<Duration>) -> Progress {
+        use std::io::{IsTerminal, Write};
+        if !std::io::stderr().is_terminal() {
+            eprintln!("{label}");
+            return Progress { task: None };
+        }
+        let started = Instant::now();
+        let task = tokio::spawn(async move {
+            loop {
+                let elapsed = started.elapsed();
+                let bar = match expected {
+                    Some(total) => {
+                        let done = (elapsed.as_secs_f64() / total.as_secs_f64().max(1e-9)).min(1.0);
+                        let filled = (done * 30.0).round() as usize;
+                        format!(
+                            "{}{} {:>3.0}%",
+                            "█".repeat(filled),
+                            "░".repeat(30 - filled),
+                            done * 100.0
+                        )
+                    }
+                    None => format!("{:.1} s", elapsed.as_secs_f64()),
+                };
+                {
+                    let mut err = std::io::stderr().lock();
+                    let _ = write!(err, "\r\x1b[2K{label} {bar}");
+                    let _ = err.flush();
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+        Progress { task: Some(task) }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+            eprintln!();
+        }
+    }
 }
 
 /// The SVG charts of a run: one per workload that produced rows.
