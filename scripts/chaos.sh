@@ -48,7 +48,9 @@ store_runs() {
   run "$store" "$url" kill 1 "$register"
   run "$store" "$url" pause 1 "$register"
   run "$store" "$url" pause 100 "$register"
-  run "$store" "$url" pause 1 unfenced
+  if [ "$register" != unfenced ]; then
+    run "$store" "$url" pause 1 unfenced
+  fi
   if [ "$store" != sqlite ]; then
     run "$store" "$url" partition 1 "$register"
   fi
