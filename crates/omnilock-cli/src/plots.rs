@@ -102,9 +102,37 @@ fn legend(svg: &mut String, names: &[String]) {
             COLORS[i % COLORS.len()],
             x + 18.0,
             y,
-            escape(&shorten(name, 26))
+            escape(&shorten(&compact(name), 26))
         );
     }
+}
+
+/// A store URL as a short label: scheme, first host, how many more hosts,
+/// and the path when short ("zk://127.0.0.1:21811 +2", "sqlite:///tmp/b.db").
+fn compact(store: &str) -> String {
+    let Some((scheme, rest)) = store.split_once("://") else {
+        return store.to_string();
+    };
+    // The query tells variants of one store apart (?mode=lockapi).
+    let (rest, query) = match rest.split_once('?') {
+        Some((rest, query)) => (rest, format!("?{query}")),
+        None => (rest, String::new()),
+    };
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    if authority.is_empty() {
+        return format!("{scheme}:///{path}{query}");
+    }
+    let hosts: Vec<&str> = authority
+        .rsplit('@')
+        .next()
+        .unwrap_or_default()
+        .split(',')
+        .collect();
+    let more = match hosts.len() {
+        0 | 1 => String::new(),
+        n => format!(" +{}", n - 1),
+    };
+    format!("{scheme}://{}{more}{query}", hosts[0])
 }
 
 fn shorten(text: &str, max: usize) -> String {
@@ -152,7 +180,7 @@ pub fn bars(
             svg,
             r#"<text transform="translate({cx:.1},{:.1}) rotate(-30)" text-anchor="end">{}</text>"#,
             HEIGHT - BOTTOM + 14.0,
-            escape(&shorten(category, 24))
+            escape(&shorten(&compact(category), 24))
         );
     }
     legend(&mut svg, series);
@@ -258,6 +286,24 @@ mod tests {
             true,
         );
         assert_eq!(svg.matches("<circle").count(), 3);
+    }
+
+    #[test]
+    fn store_labels_are_compact_and_keep_no_credentials() {
+        assert_eq!(
+            compact("zk://127.0.0.1:21811,127.0.0.1:21812,127.0.0.1:21813/omnilock"),
+            "zk://127.0.0.1:21811 +2"
+        );
+        assert_eq!(
+            compact("redis://:***@127.0.0.1:63790"),
+            "redis://127.0.0.1:63790"
+        );
+        assert_eq!(compact("sqlite:///tmp/b.db"), "sqlite:///tmp/b.db");
+        assert_eq!(compact("mem://x"), "mem://x");
+        assert_eq!(
+            compact("etcd://a:1,b:2/omnilock?mode=lockapi"),
+            "etcd://a:1 +1?mode=lockapi"
+        );
     }
 
     #[test]
