@@ -1,8 +1,9 @@
 //! omnilock's fault-injection harness and offline safety checker.
 //!
-//! One run (`omnilock-chaos run`) starts a protected register, 8–32 client
-//! processes contending for one lock or many, and a nemesis that kills,
-//! pauses or partitions the current holder or kills a store node. Every
+//! One run (`omnilock-chaos run`) starts a protected register, client
+//! processes (8 in CI, 16 in the long run) contending for one lock or many,
+//! and a nemesis that kills, pauses or partitions the current holder, kills or
+//! restarts a store node, or jumps a Redlock node's clock. Every
 //! operation lands in a history (`history.jsonl`, invoke / ok / fail with the
 //! machine's monotonic clock); the checker ([`checker::check`]) reads it
 //! afterwards and counts stale writes, lost updates, token-order violations,

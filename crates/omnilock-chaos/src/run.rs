@@ -95,6 +95,10 @@ pub async fn run(config: RunConfig) -> Result<Report, String> {
     let locks = omnilock::connect(&config.store)
         .await
         .map_err(|e| e.to_string())?;
+    // The clients would otherwise fail every acquisition with it, quietly.
+    let locks = locks
+        .with_ttl(config.ttl)
+        .map_err(|e| format!("--ttl: {e}"))?;
     if config.fenced && !locks.capabilities().fencing {
         return Err(format!(
             "{} gives no fencing tokens: run it with --register unfenced",

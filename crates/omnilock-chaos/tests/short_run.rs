@@ -101,6 +101,13 @@ fn run_case(case: &Case) -> Result<(), String> {
     if case.faults.contains(&"partition") && count("partitions") == 0 {
         problems.push("the nemesis never partitioned a holder");
     }
+    let node = case.faults.contains(&"node") || case.faults.contains(&"restart");
+    if node && count("node_faults") == 0 {
+        problems.push("the nemesis never killed a store node");
+    }
+    if case.faults.contains(&"clock") && count("clock_jumps") == 0 {
+        problems.push("the nemesis never jumped a clock");
+    }
     // Even without fencing, every loss must reach its live holder and
     // nothing may be left behind.
     if count("lost_unnoticed") > 0 || count("leftovers") > 0 {
