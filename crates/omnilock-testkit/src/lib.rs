@@ -146,6 +146,7 @@ macro_rules! conformance_tests {
             stale_release_is_not_owner,
             fencing_tokens_increase,
             invalid_names_rejected,
+            distinct_names_are_distinct_locks,
             many_locks_at_once,
             drop_releases_in_background,
             drop_outside_runtime,

@@ -12,6 +12,9 @@ use tokio::sync::oneshot;
 
 use crate::Subject;
 
+mod names;
+pub use names::{distinct_names_are_distinct_locks, namespaces_are_disjoint};
+
 /// A bound for things that should happen "at once" or "soon": long enough
 /// for a stalled store, short enough to catch a hang or a TTL-long delay.
 const PATIENCE: Duration = Duration::from_secs(10);
