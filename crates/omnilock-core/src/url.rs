@@ -102,7 +102,10 @@ impl StoreUrl {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
         {
-            return Err(Error::config(format!("invalid URL scheme {scheme:?}")));
+            // Not quoted: a URL mangled before its "://" may carry a password there.
+            return Err(Error::config(
+                "invalid URL scheme: use letters, digits, '+', '-' and '.' before \"://\"",
+            ));
         }
         let scheme = scheme.to_ascii_lowercase();
         let (before_query, query_str) = match rest.split_once('?') {
@@ -113,6 +116,17 @@ impl StoreUrl {
             Some((a, p)) => (a, p),
             None => (before_query, ""),
         };
+        // An '@' after the host list almost always means a password with an
+        // unencoded '/', '?' or '#' split the URL early: the rest of the
+        // password would become host, port, path or option text, and any
+        // message quoting those would leak it. Say so without quoting anything.
+        if !authority.is_empty() && rest[authority.len()..].contains('@') {
+            return Err(Error::config(
+                "an '@' after the host part of the URL: percent-encode '/', '?', '#' and \
+                 '@' in a user name or password (%2F, %3F, %23, %40), and '@' in a path \
+                 or option (%40)",
+            ));
+        }
         let (userinfo, hostlist) = match authority.rsplit_once('@') {
             Some((u, h)) => (Some(u), h),
             None => (None, authority),
