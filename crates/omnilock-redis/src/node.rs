@@ -13,6 +13,11 @@ use crate::config::RedisConfig;
 /// else in a lock name is kept as is.
 const KEY: &AsciiSet = &CONTROLS.add(b'{').add(b'}').add(b'%');
 
+/// The prefix is written with `:` (which ends it in a key) and `%` escaped,
+/// so that `(prefix, name)` maps one-to-one to keys: prefix `app` with name
+/// `x:y` and prefix `app:x` with name `y` are different locks.
+const PREFIX: &AsciiSet = &KEY.add(b':');
+
 /// The keys of one lock, all in the hash slot of `{prefix:name}`.
 pub(crate) struct Keys {
     pub lock: String,
@@ -23,7 +28,11 @@ pub(crate) struct Keys {
 
 impl Keys {
     pub(crate) fn new(prefix: &str, name: &str) -> Self {
-        let base = format!("{{{prefix}:{}}}", utf8_percent_encode(name, KEY));
+        let base = format!(
+            "{{{}:{}}}",
+            utf8_percent_encode(prefix, PREFIX),
+            utf8_percent_encode(name, KEY)
+        );
         Keys {
             fence: format!("{base}:fence"),
             queue: format!("{base}:queue"),
@@ -132,6 +141,7 @@ pub(crate) fn map_err(e: RedisError, address: &str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn names_cannot_leave_their_hash_tag() {
@@ -140,5 +150,31 @@ mod tests {
         assert_eq!(keys.queue, "{omnilock:a%7Db%7Bc%25d}:queue");
         // Distinct names stay distinct keys.
         assert_ne!(Keys::new("p", "a%7D").lock, Keys::new("p", "a}").lock);
+    }
+
+    #[test]
+    fn abutting_prefixes_and_names_do_not_meet() {
+        assert_ne!(Keys::new("app", "x:y").lock, Keys::new("app:x", "y").lock);
+        assert_ne!(Keys::new("a%3Ab", "c").lock, Keys::new("a:b", "c").lock);
+        assert_eq!(Keys::new("omnilock", "job").lock, "{omnilock:job}");
+    }
+
+    proptest! {
+        /// Distinct (prefix, name) pairs never share a key.
+        #[test]
+        fn keys_are_one_to_one(
+            a in ("[a-z:%{}]{1,6}", "[a-z:%{}/]{1,6}"),
+            b in ("[a-z:%{}]{1,6}", "[a-z:%{}/]{1,6}"),
+        ) {
+            let (ka, kb) = (Keys::new(&a.0, &a.1), Keys::new(&b.0, &b.1));
+            prop_assert_eq!(a == b, ka.lock == kb.lock);
+            for key in [&ka.lock, &ka.fence, &ka.queue, &ka.timeouts] {
+                for other in [&kb.lock, &kb.fence, &kb.queue, &kb.timeouts] {
+                    if a != b {
+                        prop_assert_ne!(key, other);
+                    }
+                }
+            }
+        }
     }
 }

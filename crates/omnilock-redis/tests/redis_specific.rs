@@ -7,6 +7,8 @@ use omnilock_core::{ErrorKind, Locks, StoreUrl};
 use omnilock_redis::{RedisConfig, RedisStore};
 use omnilock_testkit::store_url;
 
+mod common;
+
 async fn store(options: &str) -> Option<(RedisStore, String)> {
     let mut url = store_url("REDIS")?;
     if !options.is_empty() {
@@ -251,4 +253,23 @@ async fn tls_needs_a_trusted_certificate() {
             .expect("TLS with the test CA");
     let guard = locks.acquire("tls").await.expect("acquire over TLS");
     guard.release().await.expect("release");
+}
+
+/// Prefix `<p>` with name `x:y` and prefix `<p>:x` with name `y` used to be
+/// one key, `{<p>:x:y}`: two owners held "the same" lock alone and a break
+/// on one freed the other.
+#[test]
+fn abutting_prefixes_are_disjoint() {
+    for store in ["REDIS", "REDLOCK"] {
+        let p = format!("ns{}", std::process::id());
+        let (Some(a), Some(b)) = (
+            common::subject_with(store, "prefix", &p),
+            common::subject_with(store, "prefix", &format!("{p}:x")),
+        ) else {
+            continue;
+        };
+        omnilock_testkit::run(async move {
+            omnilock_testkit::scenarios::namespaces_are_disjoint(&a, "x:y", &b, "y").await
+        });
+    }
 }

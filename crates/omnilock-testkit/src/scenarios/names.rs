@@ -147,16 +147,19 @@ pub async fn namespaces_are_disjoint(a: &Subject, a_name: &str, b: &Subject, b_n
         assert!(b_locks.break_lock(b_name).await.expect("break b"));
         assert!(a_guard.is_held(), "{label}: breaking b freed a");
         assert_holder(&label, &a_locks, a_name, Some("namespace-a")).await;
-        let again = take(&b_locks, b_name, &b_owner)
+        drop(b_guard);
+        // A new owner: the broken guard's owner would re-enter its own
+        // (now stale) hold in this process instead of asking the store.
+        let b_again = Owner::new("namespace-b-again").expect("owner");
+        let again = take(&b_locks, b_name, &b_again)
             .await
             .expect("b: try_acquire again")
             .unwrap_or_else(|| panic!("{label}: {b_name:?} still busy after its break"));
         assert!(a_locks.break_lock(a_name).await.expect("break a"));
-        assert_holder(&label, &b_locks, b_name, Some("namespace-b")).await;
+        assert_holder(&label, &b_locks, b_name, Some("namespace-b-again")).await;
         assert!(again.is_held(), "{label}: breaking a freed b");
         let _ = again.release().await;
         let _ = a_guard.release().await;
-        drop(b_guard);
     } else {
         b_guard.release().await.expect("release b");
         assert_holder(&label, &a_locks, a_name, Some("namespace-a")).await;
