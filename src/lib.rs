@@ -40,9 +40,9 @@
 //! Every URL accepts `?ttl=DUR` (the default lease, 15 s unless set).
 
 pub use omnilock_core::{
-    mem, parse_duration, Backend, Candidate, Capabilities, Election, Error, ErrorKind, Holder,
-    Leader, Leadership, LockGuard, LockName, LockRequest, Locks, Measure, MemStore, Observer,
-    Operation, Owner, Result, StoreUrl, DEFAULT_TTL,
+    check_ttl, mem, parse_duration, Backend, Candidate, Capabilities, Election, Error, ErrorKind,
+    Holder, Leader, Leadership, LockGuard, LockName, LockRequest, Locks, Measure, MemStore,
+    Observer, Operation, Owner, Result, StoreUrl, DEFAULT_TTL,
 };
 
 /// The SQL backend (MySQL/MariaDB, PostgreSQL, SQLite).
@@ -79,6 +79,11 @@ pub async fn connect(url: &str) -> Result<Locks> {
     let context = |e: Error| e.with_operation(Operation::Connect);
     let mut url = StoreUrl::parse(url).map_err(context)?;
     let ttl = url.take_duration("ttl").map_err(context)?;
+    // Every check before any I/O: a bad TTL must not create a SQLite file
+    // or wait on an unreachable server first.
+    if let Some(ttl) = ttl {
+        check_ttl(ttl).map_err(context)?;
+    }
     let locks = open(&mut url).await.map_err(context)?;
     match ttl {
         Some(ttl) => locks.with_ttl(ttl).map_err(context),

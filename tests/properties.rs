@@ -30,8 +30,19 @@ fn password() -> impl Strategy<Value = (String, Vec<String>)> {
 /// options from an alphabet that cannot spell a chunk.
 fn url_with_password() -> impl Strategy<Value = (String, Vec<String>)> {
     let scheme = prop::sample::select(vec![
-        "mem", "etcd", "etcds", "zk", "zookeeper", "redis", "rediss", "redlock", "mysql",
-        "mariadb", "postgres", "postgresql", "sqlite",
+        "mem",
+        "etcd",
+        "etcds",
+        "zk",
+        "zookeeper",
+        "redis",
+        "rediss",
+        "redlock",
+        "mysql",
+        "mariadb",
+        "postgres",
+        "postgresql",
+        "sqlite",
     ]);
     let user = "[a-z0-9]{0,6}";
     let hosts = "[a-z0-9.]{1,8}(:[0-9]{1,5})?(,[a-z0-9.]{1,8}(:[0-9]{1,5})?){0,2}";

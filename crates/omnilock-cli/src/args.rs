@@ -6,35 +6,50 @@ use clap::{Args, Parser, Subcommand};
 
 use std::path::PathBuf;
 
-/// `$OMNILOCK_STORE`, else the embedded default.
-pub fn default_store() -> String {
-    std::env::var("OMNILOCK_STORE")
+/// `$OMNILOCK_STORE`, else the embedded default. An error when there is
+/// neither: the in-process `mem://` store would exclude nothing between
+/// processes, so it is never chosen for the user.
+pub fn default_store() -> Result<String, String> {
+    if let Some(store) = std::env::var("OMNILOCK_STORE")
         .ok()
         .filter(|s| !s.trim().is_empty())
-        .unwrap_or_else(embedded_default)
+    {
+        return Ok(store);
+    }
+    embedded_default().ok_or_else(|| {
+        if cfg!(feature = "sqlite") {
+            "no store: set --store or OMNILOCK_STORE, or HOME (or XDG_DATA_HOME) to an \
+             absolute path for the embedded default"
+                .to_string()
+        } else {
+            "no store: set --store or OMNILOCK_STORE (this omnilock is built without the \
+             `sqlite` feature, so it has no embedded default)"
+                .to_string()
+        }
+    })
 }
 
 /// The store used when neither `--store` nor `$OMNILOCK_STORE` is given: a
-/// SQLite file in the user's data directory, so that processes on one
-/// machine coordinate with no server. Without the `sqlite` feature, `mem://`.
-pub fn embedded_default() -> String {
-    match default_sqlite_path() {
-        Some(path) if cfg!(feature = "sqlite") => {
-            let text = path.to_string_lossy();
-            let encoded: String = text
-                .chars()
-                .map(|c| match c {
-                    '%' => "%25".to_string(),
-                    '?' => "%3F".to_string(),
-                    '#' => "%23".to_string(),
-                    ' ' => "%20".to_string(),
-                    c => c.to_string(),
-                })
-                .collect();
-            format!("sqlite://{encoded}")
-        }
-        _ => "mem://".to_string(),
+/// SQLite file in the user's data directory, so that one user's processes on
+/// one machine coordinate with no server. `None` without the `sqlite`
+/// feature or without an absolute `XDG_DATA_HOME` or `HOME`.
+pub fn embedded_default() -> Option<String> {
+    if !cfg!(feature = "sqlite") {
+        return None;
     }
+    let path = default_sqlite_path()?;
+    let text = path.to_string_lossy();
+    let encoded: String = text
+        .chars()
+        .map(|c| match c {
+            '%' => "%25".to_string(),
+            '?' => "%3F".to_string(),
+            '#' => "%23".to_string(),
+            ' ' => "%20".to_string(),
+            c => c.to_string(),
+        })
+        .collect();
+    Some(format!("sqlite://{encoded}"))
 }
 
 /// `$XDG_DATA_HOME/omnilock/locks.db`, else `~/.local/share/omnilock/locks.db`.
@@ -51,19 +66,38 @@ pub fn default_sqlite_path() -> Option<PathBuf> {
     Some(base.join("omnilock").join("locks.db"))
 }
 
-/// Creates the embedded default's directory when it is the store in use.
-pub fn prepare_default(store: &str) {
-    if store == embedded_default() {
-        if let Some(dir) = default_sqlite_path().as_deref().and_then(|p| p.parent()) {
-            let _ = std::fs::create_dir_all(dir);
-        }
+/// Creates the embedded default's directory (mode 0700) and database file
+/// (mode 0600) when it is the store in use: lock names and owners are the
+/// user's business.
+pub fn prepare_default(store: &str) -> Result<(), String> {
+    if Some(store) != embedded_default().as_deref() {
+        return Ok(());
     }
+    let Some(path) = default_sqlite_path() else {
+        return Ok(());
+    };
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    if let Some(dir) = path.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(&path)
+        .map(drop)
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))
 }
 
 fn after_help() -> String {
     format!(
         "{AFTER_HELP}\n\nEmbedded default store here: {}",
         embedded_default()
+            .unwrap_or_else(|| "none (set HOME, or use --store or OMNILOCK_STORE)".into())
     )
 }
 
@@ -73,12 +107,17 @@ Store URLs: mem://, etcd://h1:p1,h2:p2/prefix, zk://h1:p1,h2:p2/prefix,
   mysql://user:pw@host:port/db, postgres://user@host:port/db, sqlite:///abs/path.db
   Options go in the query string, e.g. ?ttl=15s.
 The default store is $OMNILOCK_STORE, else the embedded default: a SQLite file
-in $XDG_DATA_HOME/omnilock (or ~/.local/share/omnilock), created on first use,
-which coordinates the processes of one machine with no server.
+in $XDG_DATA_HOME/omnilock (or ~/.local/share/omnilock), created on first use
+(directory 0700, file 0600), which coordinates the processes of one user (one
+HOME) on one machine with no server. Without HOME, give --store.
 
-Exit status of `run`: the command's own; 75 lock not acquired in time;
-64 bad arguments, name or URL; 69 store unreachable; 70 lock lost while the
-command ran (the command gets SIGTERM first).";
+Exit status of `run`: the command's own (128+N if it died of signal N; 126
+not executable, 127 not found); 75 lock not acquired in time (-E to change);
+64 bad arguments, name or URL; 69 store unreachable or failing; 70 lock lost
+while the command ran (its process group gets SIGTERM first).
+The command runs in its own process group, which dies with omnilock (SIGKILL
+included). A *paused* omnilock cannot stop it: fence writes with
+$OMNILOCK_TOKEN.";
 
 /// Distributed locks from the command line: hold a lock while a command runs.
 #[derive(Parser, Debug)]
@@ -98,8 +137,10 @@ pub enum Command {
     /// Hold lock NAME while CMD runs (like flock(1) or `etcdctl lock`).
     ///
     /// CMD gets OMNILOCK_TOKEN (the fencing token) and OMNILOCK_LOCK in its
-    /// environment. SIGINT and SIGTERM are passed on to CMD; the lock is
-    /// released when CMD ends.
+    /// environment (OMNILOCK_STORE is removed: it may hold a password). It
+    /// runs in its own process group, which dies with omnilock. SIGINT,
+    /// SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are passed on to that
+    /// group; the lock is released when CMD ends.
     Run(RunArgs),
     /// Let N workers contend for one lock and print every grant in order.
     Demo(DemoArgs),
@@ -134,6 +175,19 @@ pub struct RunArgs {
     /// Print a line on stderr when the lock is busy and omnilock starts waiting
     #[arg(long, short = 'v')]
     pub verbose: bool,
+
+    /// Exit status when the lock is busy (--no-wait) or --wait runs out, so
+    /// that it cannot be mistaken for the command's own
+    #[arg(long, short = 'E', value_name = "N", default_value_t = crate::exit::TEMPFAIL)]
+    pub conflict_exit_code: u8,
+
+    /// Exit status when the lock is lost while the command runs
+    #[arg(long, value_name = "N", default_value_t = crate::exit::SOFTWARE)]
+    pub lost_exit_code: u8,
+
+    /// Exit status when the store is unreachable or fails
+    #[arg(long, value_name = "N", default_value_t = crate::exit::UNAVAILABLE)]
+    pub unavailable_exit_code: u8,
 
     /// The lock's name (UTF-8, 1 to 256 bytes, no control characters)
     pub name: String,

@@ -7,6 +7,7 @@
 
 mod args;
 mod bench;
+mod child;
 mod demo;
 mod exit;
 mod plots;
@@ -17,6 +18,9 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new(child::GUARD_ARG)) {
+        return ExitCode::from(child::guardian_main());
+    }
     let cli = match args::Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {
@@ -50,10 +54,21 @@ fn main() -> ExitCode {
     let code = runtime.block_on(async move {
         let mut stores = cli.store.clone();
         if stores.is_empty() {
-            stores.push(args::default_store());
+            match args::default_store() {
+                Ok(store) => stores.push(store),
+                Err(message) => {
+                    eprintln!("omnilock: {message}");
+                    return exit::USAGE;
+                }
+            }
         }
-        for store in &stores {
-            args::prepare_default(store);
+        // `run` checks its own arguments first and prepares the store after.
+        let prepared_later = matches!(cli.command, args::Command::Run(_));
+        for store in stores.iter().filter(|_| !prepared_later) {
+            if let Err(message) = args::prepare_default(store) {
+                eprintln!("omnilock: {message}");
+                return exit::UNAVAILABLE;
+            }
         }
         if let args::Command::Bench(bench) = cli.command {
             return bench::bench(&stores, bench).await;

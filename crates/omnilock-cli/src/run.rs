@@ -4,18 +4,25 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use omnilock::{ErrorKind, LockName, Owner};
-use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use crate::args::RunArgs;
+use crate::child;
 use crate::exit::{self, fail};
 
 /// How long CMD gets to exit after SIGTERM when the lock is lost.
 const LOST_GRACE: Duration = Duration::from_secs(10);
 
+/// The signals `run` passes on to the command's process group. Each would
+/// otherwise kill `omnilock` (the default action) and leave the command to
+/// the guardian's SIGKILL instead of a clean stop.
 struct Signals {
     interrupt: Signal,
     terminate: Signal,
+    hangup: Signal,
+    quit: Signal,
+    user1: Signal,
+    user2: Signal,
 }
 
 impl Signals {
@@ -23,26 +30,56 @@ impl Signals {
         Ok(Signals {
             interrupt: signal(SignalKind::interrupt())?,
             terminate: signal(SignalKind::terminate())?,
+            hangup: signal(SignalKind::hangup())?,
+            quit: signal(SignalKind::quit())?,
+            user1: signal(SignalKind::user_defined1())?,
+            user2: signal(SignalKind::user_defined2())?,
         })
     }
 
-    /// The next SIGINT or SIGTERM, as its number.
+    /// The next forwarded signal, as its number.
     async fn next(&mut self) -> i32 {
         tokio::select! {
             _ = self.interrupt.recv() => libc::SIGINT,
             _ = self.terminate.recv() => libc::SIGTERM,
+            _ = self.hangup.recv() => libc::SIGHUP,
+            _ = self.quit.recv() => libc::SIGQUIT,
+            _ = self.user1.recv() => libc::SIGUSR1,
+            _ = self.user2.recv() => libc::SIGUSR2,
         }
     }
 }
 
+/// What the user typed, checked before any I/O.
+struct Checked {
+    owner: Option<Owner>,
+}
+
+fn check(args: &RunArgs) -> omnilock::Result<Checked> {
+    LockName::new(&args.name)?;
+    if let Some(ttl) = args.ttl {
+        omnilock::check_ttl(ttl)?;
+    }
+    let owner = args.owner.as_deref().map(Owner::new).transpose()?;
+    Ok(Checked { owner })
+}
+
 pub async fn run(store: &str, args: RunArgs) -> u8 {
     // Everything the user typed is checked before any I/O.
-    if let Err(err) = LockName::new(&args.name) {
-        return fail(&err);
-    }
-    let owner = match args.owner.as_deref().map(Owner::new).transpose() {
-        Ok(owner) => owner,
+    let checked = match check(&args).and_then(|c| omnilock::StoreUrl::parse(store).map(|_| c)) {
+        Ok(checked) => checked,
         Err(err) => return fail(&err),
+    };
+    if let Err(message) = crate::args::prepare_default(store) {
+        eprintln!("omnilock: {message}");
+        return args.unavailable_exit_code;
+    }
+    let failed = |err: &omnilock::Error| match exit::code_for(err) {
+        exit::UNAVAILABLE => {
+            exit::fail(err);
+            args.unavailable_exit_code
+        }
+        _ => fail(err),
     };
     let mut signals = match Signals::install() {
         Ok(signals) => signals,
@@ -54,7 +91,7 @@ pub async fn run(store: &str, args: RunArgs) -> u8 {
     let locks = tokio::select! {
         locks = omnilock::connect(store) => match locks {
             Ok(locks) => locks,
-            Err(err) => return fail(&err),
+            Err(err) => return failed(&err),
         },
         signal = signals.next() => return 128 + signal as u8,
     };
@@ -63,7 +100,7 @@ pub async fn run(store: &str, args: RunArgs) -> u8 {
     if let Some(ttl) = args.ttl {
         request = request.ttl(ttl);
     }
-    if let Some(owner) = &owner {
+    if let Some(owner) = &checked.owner {
         request = request.owner(owner);
     }
     if args.verbose {
@@ -88,7 +125,7 @@ pub async fn run(store: &str, args: RunArgs) -> u8 {
         Ok(Some(guard)) => guard,
         Ok(None) => {
             eprintln!("omnilock: lock {:?} is held by another owner", args.name);
-            return exit::TEMPFAIL;
+            return args.conflict_exit_code;
         }
         Err(err) if err.kind() == ErrorKind::Timeout => {
             eprintln!(
@@ -96,19 +133,18 @@ pub async fn run(store: &str, args: RunArgs) -> u8 {
                 args.name,
                 humantime::format_duration(args.wait.unwrap_or_default())
             );
-            return exit::TEMPFAIL;
+            return args.conflict_exit_code;
         }
-        Err(err) => return fail(&err),
+        Err(err) => return failed(&err),
     };
 
     let (program, rest) = args.command.split_first().expect("clap requires CMD");
-    let spawned = Command::new(program)
-        .args(rest)
-        .env("OMNILOCK_TOKEN", guard.token().to_string())
-        .env("OMNILOCK_LOCK", &args.name)
-        .spawn();
-    let mut child = match spawned {
-        Ok(child) => child,
+    let env = [
+        ("OMNILOCK_TOKEN", guard.token().to_string()),
+        ("OMNILOCK_LOCK", args.name.clone()),
+    ];
+    let mut command = match child::spawn(program, rest, &env) {
+        Ok(command) => command,
         Err(err) => {
             eprintln!("omnilock: cannot run {program:?}: {err}");
             let _ = guard.release().await;
@@ -124,20 +160,22 @@ pub async fn run(store: &str, args: RunArgs) -> u8 {
     tokio::pin!(lost);
     let status = loop {
         tokio::select! {
-            status = child.wait() => break status,
+            status = command.child.wait() => break status,
             loss = &mut lost => {
                 eprintln!("omnilock: {loss}; stopping the command");
-                stop(&mut child).await;
+                command.stop(LOST_GRACE).await;
+                command.finish().await;
                 // Says what the store answered, so that scripts (and the
                 // tests) see that the stale release touched nothing.
                 if let Err(err) = guard.release().await {
                     eprintln!("omnilock: release after the loss: {err}");
                 }
-                return exit::SOFTWARE;
+                return args.lost_exit_code;
             }
-            signal = signals.next() => forward(&child, signal),
+            signal = signals.next() => command.signal(signal),
         }
     };
+    command.finish().await;
     let status = match status {
         Ok(status) => status,
         Err(err) => {
@@ -150,7 +188,7 @@ pub async fn run(store: &str, args: RunArgs) -> u8 {
         Ok(()) => exit_status(status),
         Err(err) if matches!(err.kind(), ErrorKind::NotOwner | ErrorKind::LockLost) => {
             eprintln!("omnilock: the lock was lost while the command ran: {err}");
-            exit::SOFTWARE
+            args.lost_exit_code
         }
         Err(err) => {
             // The command finished under the lock; the lease frees it soon.
@@ -178,26 +216,6 @@ pub async fn break_lock(store: &str, name: &str) -> u8 {
             0
         }
         Err(err) => fail(&err),
-    }
-}
-
-fn forward(child: &Child, signal: i32) {
-    if let Some(pid) = child.id() {
-        // SAFETY: kill(2) with a pid we spawned and have not reaped yet.
-        unsafe {
-            libc::kill(pid as libc::pid_t, signal);
-        }
-    }
-}
-
-/// SIGTERM, then SIGKILL after a grace period.
-async fn stop(child: &mut Child) {
-    forward(child, libc::SIGTERM);
-    if tokio::time::timeout(LOST_GRACE, child.wait())
-        .await
-        .is_err()
-    {
-        let _ = child.kill().await;
     }
 }
 

@@ -256,6 +256,170 @@ fn demo_runs_on_the_embedded_default() {
     assert!(text(&help.stdout).contains(&format!("{}/omnilock/locks.db", dir.display())));
 }
 
+/// Without HOME (or with a relative one) there is no embedded default, and
+/// `mem://` is never picked instead: it excludes nothing between processes.
+#[test]
+fn no_home_means_no_default_store() {
+    for home in [None, Some("relative/home")] {
+        let mut command = omnilock(&["run", "job", "--", "true"]);
+        command
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap());
+        if let Some(home) = home {
+            command
+                .env("HOME", home)
+                .env("XDG_DATA_HOME", "also/relative");
+        }
+        let out = command.output().expect("run");
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "HOME={home:?}: {stderr}");
+        for hint in ["--store", "OMNILOCK_STORE", "HOME"] {
+            assert!(
+                stderr.contains(hint),
+                "HOME={home:?}: no {hint} in {stderr}"
+            );
+        }
+    }
+}
+
+/// A bad TTL is refused before any I/O: no wait on an unreachable server,
+/// no database file created.
+#[test]
+fn input_is_checked_before_any_io() {
+    let dir = scratch("before-io");
+    let file = dir.join("never.db");
+    let sqlite = format!("sqlite://{}", file.display());
+    let sqlite_bad_ttl = format!("{sqlite}?ttl=1ms");
+    for args in [
+        vec![
+            "run",
+            "--ttl",
+            "1ms",
+            "--store",
+            "redis://10.255.255.1:1",
+            "j",
+            "--",
+            "true",
+        ],
+        vec!["run", "--ttl", "1ms", "--store", &sqlite, "j", "--", "true"],
+        vec!["run", "--store", &sqlite_bad_ttl, "j", "--", "true"],
+        vec![
+            "run", "--ttl", "100d", "--store", &sqlite, "j", "--", "true",
+        ],
+    ] {
+        let started = Instant::now();
+        let out = run(&args);
+        assert_eq!(
+            out.status.code(),
+            Some(64),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{args:?} did I/O first"
+        );
+        assert!(!file.exists(), "{args:?} created the database file");
+    }
+}
+
+/// flock's -E: the busy and timed-out outcomes get a status of the user's
+/// choosing, so they cannot be mistaken for the command's own 75.
+#[test]
+fn conflict_exit_code_is_configurable() {
+    let dir = scratch("conflict");
+    let store = sqlite_store(&dir);
+    let inner =
+        "\"$OMNILOCK\" run --store \"$STORE\" -E 3 --no-wait job -- true; echo no-wait=$?; \
+         \"$OMNILOCK\" run --store \"$STORE\" --conflict-exit-code 4 --wait 200ms job -- true; \
+         echo wait=$?";
+    let out = omnilock(&["run", "--store", &store, "job", "--", "sh", "-c", inner])
+        .env("OMNILOCK", OMNILOCK)
+        .env("STORE", &store)
+        .output()
+        .expect("run");
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("no-wait=3"), "{stdout}");
+    assert!(stdout.contains("wait=4"), "{stdout}");
+    let out = run(&["run", "--store", "mem://", "-E", "300", "job", "--", "true"]);
+    assert_eq!(out.status.code(), Some(64), "-E takes 0 to 255");
+}
+
+/// The command never sees OMNILOCK_STORE (it may carry a password).
+#[test]
+fn store_url_is_not_passed_to_the_command() {
+    let dir = scratch("env");
+    let out = omnilock(&[
+        "run",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "echo store=${OMNILOCK_STORE-unset}",
+    ])
+    .env("OMNILOCK_STORE", sqlite_store(&dir))
+    .output()
+    .expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "store=unset");
+}
+
+/// The embedded default's directory is 0700 and its file 0600.
+#[test]
+fn default_store_is_private_to_the_user() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch("private");
+    let out = omnilock(&["run", "job", "--", "true"])
+        .env("XDG_DATA_HOME", &dir)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let mode = |p: &Path| std::fs::metadata(p).expect("metadata").permissions().mode() & 0o777;
+    assert_eq!(mode(&dir.join("omnilock")), 0o700);
+    assert_eq!(mode(&dir.join("omnilock/locks.db")), 0o600);
+}
+
+/// SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 reach the command (they used to kill
+/// omnilock and orphan it) and the lock is released when it exits.
+#[test]
+fn more_signals_reach_the_command() {
+    let dir = scratch("more-signals");
+    let store = sqlite_store(&dir);
+    for (signal, number) in [
+        ("HUP", libc::SIGHUP),
+        ("QUIT", libc::SIGQUIT),
+        ("USR1", libc::SIGUSR1),
+        ("USR2", libc::SIGUSR2),
+    ] {
+        let ready = dir.join(format!("ready-{signal}"));
+        let script = format!(
+            "trap 'exit 42' {signal}; touch \"{}\"; while :; do sleep 0.05; done",
+            ready.display()
+        );
+        let mut child = omnilock(&["run", "--store", &store, "job", "--", "sh", "-c", &script])
+            .spawn()
+            .expect("spawn");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !ready.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "{signal}: the command never started"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // SAFETY: signalling a child we spawned and have not reaped.
+        unsafe { libc::kill(child.id() as libc::pid_t, number) };
+        let status = child.wait().expect("wait");
+        assert_eq!(
+            status.code(),
+            Some(42),
+            "SIG{signal} did not reach the command"
+        );
+        let out = run(&["run", "--store", &store, "--no-wait", "job", "--", "true"]);
+        assert_eq!(out.status.code(), Some(0), "SIG{signal}: lock not released");
+    }
+}
+
 /// `omnilock bench` runs every workload on every store given, prints one
 /// table row per run and writes the same rows to results.json, with the
 /// uncontended p50 as a ratio of the store's own floor.
@@ -391,6 +555,7 @@ mod cross_process {
         scenario(Path::new(OMNILOCK), &sqlite_store(&dir), &dir);
         for store in STORES {
             if let Some(url) = store_url(store) {
+                eprintln!("{test}: {store}");
                 scenario(Path::new(OMNILOCK), &url, &dir);
             }
         }
@@ -414,6 +579,11 @@ mod cross_process {
     #[test]
     fn killed_holder_frees_lock() {
         each_store("killed", process::killed_holder_frees_lock);
+    }
+
+    #[test]
+    fn killed_wrapper_takes_its_command_along() {
+        each_store("wrapper", process::killed_wrapper_takes_its_command_along);
     }
 
     #[test]

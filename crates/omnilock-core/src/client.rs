@@ -231,7 +231,17 @@ impl fmt::Debug for Locks {
     }
 }
 
-fn check_ttl(ttl: Duration) -> Result<()> {
+/// Checks that `ttl` is a lease length every store accepts
+/// ([`MIN_TTL`] to [`MAX_TTL`]): an [`crate::ErrorKind::InvalidConfig`] error
+/// otherwise. [`Locks::with_ttl`] and [`LockRequest::ttl`] apply it; call it
+/// to refuse a bad TTL before any I/O.
+///
+/// ```
+/// use std::time::Duration;
+/// assert!(omnilock_core::check_ttl(Duration::from_secs(15)).is_ok());
+/// assert!(omnilock_core::check_ttl(Duration::from_millis(1)).is_err());
+/// ```
+pub fn check_ttl(ttl: Duration) -> Result<()> {
     if ttl < MIN_TTL || ttl > MAX_TTL {
         return Err(Error::config(format!(
             "lease TTL {ttl:?} is out of range ({MIN_TTL:?} to {MAX_TTL:?})"

@@ -45,7 +45,7 @@ mod signal;
 mod url;
 
 pub use backend::{AcquireRequest, Backend, Capabilities, Grant, Holder};
-pub use client::{LockRequest, Locks, DEFAULT_TTL, MAX_TTL, MIN_TTL};
+pub use client::{check_ttl, LockRequest, Locks, DEFAULT_TTL, MAX_TTL, MIN_TTL};
 pub use detach::{complete_or_undo, CompleteOrUndo};
 pub use election::{Candidate, Election, Leader, Leadership, Observer};
 pub use error::{Error, ErrorKind, Operation, Result};

@@ -194,3 +194,71 @@ fn wait_with_deadline(
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// `omnilock` itself killed with SIGKILL while its command runs: the command
+/// and what it started (a shell's own children) are gone within 1 s, so no
+/// second holder can start beside them once the lease runs out; and the next
+/// `omnilock run` does get the lock.
+pub fn killed_wrapper_takes_its_command_along(omnilock: &Path, url: &str, dir: &Path) {
+    let name = format!("processes/wrapper/{}", std::process::id());
+    let child_pid = dir.join("wrapper-child");
+    let grandchild_pid = dir.join("wrapper-grandchild");
+    let _ = std::fs::remove_file(&child_pid);
+    let _ = std::fs::remove_file(&grandchild_pid);
+    // The shell stays (no exec) and starts a grandchild of omnilock.
+    let script = format!(
+        "echo $$ > '{c}.tmp'; mv '{c}.tmp' '{c}'; sleep 600 & echo $! > '{g}.tmp'; \
+         mv '{g}.tmp' '{g}'; wait",
+        c = child_pid.display(),
+        g = grandchild_pid.display()
+    );
+    let mut wrapper = Command::new(omnilock)
+        .args([
+            "run", "--store", url, "--ttl", "2s", &name, "--", "sh", "-c",
+        ])
+        .arg(script)
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("spawn omnilock");
+    wait_for_file(&grandchild_pid, &mut wrapper, "the command");
+    let pids: Vec<i32> = [&child_pid, &grandchild_pid]
+        .iter()
+        .map(|f| {
+            std::fs::read_to_string(f)
+                .expect("pid file")
+                .trim()
+                .parse()
+                .expect("pid")
+        })
+        .collect();
+    signal(&wrapper, "-KILL", false);
+    wrapper.wait().expect("reap omnilock");
+    let killed_at = Instant::now();
+    for pid in &pids {
+        while running(*pid) {
+            assert!(
+                killed_at.elapsed() < Duration::from_secs(1),
+                "process {pid} of the command still runs 1 s after omnilock was killed"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    let status = Command::new(omnilock)
+        .args(["run", "--store", url, "--wait", "30s", &name, "--", "true"])
+        .stdin(Stdio::null())
+        .status()
+        .expect("run successor");
+    assert!(status.success(), "the successor failed: {status}");
+}
+
+/// Whether `pid` is a live process (a zombie waiting for a reaper that a
+/// container's init may never be does not count: it runs nothing).
+pub fn running(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .map(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X']))
+            .unwrap_or(false),
+        Err(_) => false,
+    }
+}
