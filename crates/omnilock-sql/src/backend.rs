@@ -10,11 +10,13 @@ use omnilock_core::{
     ErrorKind, Grant, LocalWaiters, LockName, Owner, Result,
 };
 use sqlx::any::{AnyPoolOptions, AnyRow};
-use sqlx::{AnyPool, Executor, Row};
+use sqlx::{AnyConnection, AnyPool, Connection, Executor, Row};
 use tokio::sync::Notify;
 
 use crate::config::{Dialect, SqlConfig};
+use crate::errors::{map_err, sqlite_is_permanent};
 use crate::queries::{Acquire, Queries};
+use crate::schema::{self, DDL_WAIT};
 
 /// Settings of every SQLite connection: WAL lets readers and one writer work
 /// at once; the busy timeout makes a writer wait for the file lock instead of
@@ -105,12 +107,52 @@ impl std::fmt::Debug for SqlStore {
 }
 
 impl SqlStore {
-    /// Connects, checks the database answers, and creates the lock table if
-    /// it is missing (unless `create_table=false`).
+    /// Connects, checks the database answers, creates the lock tables if
+    /// they are missing (unless `create_table=false`) and checks their
+    /// layout (see `docs/backends/sql.md`).
+    ///
+    /// The first connection is opened on its own, not through the pool, so
+    /// that what stops it (a refused connection, a file that is not a
+    /// database, a read-only file) is reported at once and by name instead
+    /// of as a pool timeout; the pool opens its connections on demand.
     pub async fn connect(config: SqlConfig) -> Result<Self> {
         let kind = config.dialect.kind();
-        let context = |e: Error| e.with_backend(kind);
         sqlx::any::install_default_drivers();
+        let err = |e| map_err(e, &config);
+        let queries = Queries::new(config.dialect, &config.table, config.notify, config.fair);
+        let first = async {
+            let mut conn = AnyConnection::connect(config.database_url.expose())
+                .await
+                .map_err(err)?;
+            if config.dialect == Dialect::Sqlite {
+                for pragma in SQLITE_PRAGMAS {
+                    conn.execute(*pragma).await.map_err(err)?;
+                }
+            }
+            Ok::<_, Error>(conn)
+        };
+        let mut conn = tokio::time::timeout(config.connect_timeout, first)
+            .await
+            .map_err(|_| {
+                Error::unavailable(format!(
+                    "no answer from the database at {} within {:?}",
+                    config.place, config.connect_timeout
+                ))
+                .with_backend(kind)
+            })??;
+        tokio::time::timeout(
+            DDL_WAIT + config.connect_timeout,
+            schema::prepare(&mut conn, &config, &queries),
+        )
+        .await
+        .map_err(|_| {
+            Error::unavailable(format!(
+                "creating or checking the lock table at {} took too long",
+                config.place
+            ))
+            .with_backend(kind)
+        })??;
+        let _ = conn.close().await;
         let mut options = AnyPoolOptions::new()
             .max_connections(config.pool_size)
             .acquire_timeout(config.connect_timeout);
@@ -118,24 +160,22 @@ impl SqlStore {
             options = options.after_connect(|conn, _meta| {
                 Box::pin(async move {
                     for pragma in SQLITE_PRAGMAS {
-                        conn.execute(*pragma).await?;
+                        match conn.execute(*pragma).await {
+                            Ok(_) => {}
+                            // Keep the connection: the statement it serves
+                            // fails with this error, at once and by name.
+                            Err(e) if sqlite_is_permanent(&e) => return Ok(()),
+                            Err(e) => return Err(e),
+                        }
                     }
                     Ok(())
                 })
             });
         }
         let pool = options
-            .connect(config.database_url.expose())
-            .await
-            .map_err(|e| context(map_err(e, kind)))?;
-        let queries = Queries::new(config.dialect, &config.table, config.notify, config.fair);
-        if config.create_table {
-            for statement in &queries.create {
-                create(&pool, statement)
-                    .await
-                    .map_err(|e| context(map_err(e, kind)))?;
-            }
-        }
+            .connect_lazy(config.database_url.expose())
+            .map_err(err)
+            .map_err(|e| e.with_backend(kind))?;
         let store = SqlStore {
             inner: Arc::new(Inner {
                 config,
@@ -168,7 +208,7 @@ impl SqlStore {
     }
 
     pub(crate) fn err(&self, e: sqlx::Error) -> Error {
-        map_err(e, self.kind())
+        map_err(e, &self.inner.config)
     }
 
     pub(crate) fn config(&self) -> &SqlConfig {
@@ -584,74 +624,4 @@ impl Backend for SqlStore {
     async fn close(&self) {
         self.inner.pool.close().await;
     }
-}
-
-/// Runs one `CREATE ... IF NOT EXISTS`. On PostgreSQL two sessions creating
-/// the same table at once can both pass the "not exists" check and one then
-/// fails on the catalog's unique index; by then the table exists, so the
-/// statement is simply run again.
-async fn create(pool: &AnyPool, statement: &str) -> Result<(), sqlx::Error> {
-    let mut attempts = 0;
-    loop {
-        match pool.execute(statement).await {
-            Ok(_) => return Ok(()),
-            Err(sqlx::Error::Database(db))
-                if attempts < 5 && matches!(db.code().as_deref(), Some("23505" | "42P07")) =>
-            {
-                attempts += 1;
-                tokio::time::sleep(Duration::from_millis(20 * attempts)).await;
-            }
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// Classifies a sqlx error: connection trouble is `Unavailable` (retryable),
-/// bad credentials are `InvalidConfig`, the rest `Backend`.
-fn map_err(err: sqlx::Error, kind: &'static str) -> Error {
-    let error = match &err {
-        sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => Error::unavailable("cannot reach the database"),
-        sqlx::Error::Configuration(_) => Error::config("invalid database settings"),
-        sqlx::Error::Database(db) => {
-            let code = db.code().map(|c| c.to_string()).unwrap_or_default();
-            match (kind, code.as_str()) {
-                // SQLITE_BUSY, SQLITE_LOCKED: another writer holds the file.
-                ("sqlite", "5" | "6" | "261" | "517") => {
-                    Error::unavailable("the database file is busy")
-                }
-                // SQLITE_CANTOPEN, SQLITE_IOERR and friends.
-                ("sqlite", "14" | "10" | "8") => {
-                    Error::unavailable("cannot open the database file")
-                }
-                ("postgres", "28P01" | "28000") | ("mysql", "28000") => {
-                    Error::config("the database refused the credentials (user name or password)")
-                }
-                ("postgres", "3D000") => Error::config("the database does not exist"),
-                // MySQL answers "access denied" for a database the user may
-                // not see, whether or not it exists.
-                ("mysql", "42000")
-                    if db.message().contains("Unknown database")
-                        || db.message().contains("to database") =>
-                {
-                    Error::config("the database does not exist or this user may not use it")
-                }
-                ("postgres", "42P01") | ("mysql", "42S02") => Error::config(
-                    "the lock table does not exist (create it, or allow create_table)",
-                ),
-                ("sqlite", "1") if db.message().contains("no such table") => Error::config(
-                    "the lock table does not exist (create it, or allow create_table)",
-                ),
-                ("postgres", c) if c.starts_with("08") || c.starts_with("57P") => {
-                    Error::unavailable("the database connection failed")
-                }
-                _ => Error::new(ErrorKind::Backend, "the database reported an error"),
-            }
-        }
-        _ => Error::new(ErrorKind::Backend, "database error"),
-    };
-    error.with_backend(kind).with_cause(err)
 }

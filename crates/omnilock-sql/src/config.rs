@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use omnilock_core::{Error, Result, Secret, StoreUrl};
+use omnilock_core::{Error, HostPort, Result, Secret, StoreUrl};
 use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 
 /// The SQL dialect a store speaks.
@@ -28,7 +28,36 @@ impl Dialect {
             Dialect::Postgres => "postgres",
         }
     }
+
+    /// The longest `?table=` this dialect accepts, in characters: the
+    /// longest name omnilock derives from the table, fair mode's index
+    /// `<table>_queue_name`, must fit the database's identifier limit
+    /// (PostgreSQL 63 bytes, MySQL/MariaDB 64 characters: 52 and 53).
+    /// SQLite has no identifier limit; omnilock caps its table names at 63.
+    pub fn max_table_len(self) -> usize {
+        match self {
+            Dialect::Sqlite => 63,
+            Dialect::Postgres => 63 - LONGEST_SUFFIX.len(),
+            Dialect::MySql => 64 - LONGEST_SUFFIX.len(),
+        }
+    }
+
+    fn identifier_limit(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "with SQLite (omnilock's cap; SQLite itself has no limit)",
+            Dialect::Postgres => {
+                "with PostgreSQL, so that fair mode's index <table>_queue_name fits its 63-byte identifiers"
+            }
+            Dialect::MySql => {
+                "with MySQL/MariaDB, so that fair mode's index <table>_queue_name fits its 64-character identifiers"
+            }
+        }
+    }
 }
+
+/// The longest suffix omnilock appends to the table name: fair mode's index
+/// on its waiting line, `<table>_queue_name`.
+const LONGEST_SUFFIX: &str = "_queue_name";
 
 /// The table omnilock uses unless `?table=` names another.
 pub const DEFAULT_TABLE: &str = "omnilock_locks";
@@ -42,6 +71,8 @@ pub struct SqlConfig {
     pub(crate) database_url: Secret,
     /// Where the store is, for messages (password redacted).
     pub shown: String,
+    /// What errors name: the SQLite file's path, or the server's `host:port`.
+    pub(crate) place: String,
     /// The lock table (`?table=`), a plain identifier.
     pub table: String,
     /// The longest pause between two polls of a busy lock (`?max_poll=`, default 250ms).
@@ -80,7 +111,7 @@ impl SqlConfig {
         let table = url
             .take("table")
             .unwrap_or_else(|| DEFAULT_TABLE.to_string());
-        check_identifier(&table)?;
+        check_table(&table, dialect)?;
         let max_poll = url
             .take_duration("max_poll")?
             .unwrap_or(Duration::from_millis(250));
@@ -92,6 +123,12 @@ impl SqlConfig {
         let connect_timeout = url
             .take_duration("connect_timeout")?
             .unwrap_or(Duration::from_secs(5));
+        if connect_timeout < Duration::from_millis(10) || connect_timeout > Duration::from_secs(600)
+        {
+            return Err(Error::config(
+                "option \"connect_timeout\" must be between 10ms and 10m",
+            ));
+        }
         let default_pool = if dialect == Dialect::Sqlite { 4 } else { 8 };
         let pool_size = url.take_u64("pool")?.unwrap_or(default_pool);
         if !(1..=1000).contains(&pool_size) {
@@ -103,7 +140,7 @@ impl SqlConfig {
             Dialect::Postgres => url.take_bool("notify")?.unwrap_or(true),
             _ => false,
         };
-        let database_url = match dialect {
+        let (database_url, place) = match dialect {
             Dialect::Sqlite => sqlite_url(&url)?,
             Dialect::MySql | Dialect::Postgres => server_url(&url, dialect)?,
         };
@@ -112,6 +149,7 @@ impl SqlConfig {
             dialect,
             database_url,
             shown: url.to_string(),
+            place,
             table,
             max_poll,
             connect_timeout,
@@ -138,20 +176,53 @@ impl SqlConfig {
     }
 }
 
-fn check_identifier(table: &str) -> Result<()> {
+/// A table name omnilock can use: a plain identifier (letters, digits, `_`;
+/// not starting with a digit) short enough for every name derived from it,
+/// and not one of the database's own. Reserved words are fine: every
+/// statement quotes the table's identifiers.
+fn check_table(table: &str, dialect: Dialect) -> Result<()> {
     let mut chars = table.chars();
     let first_ok = chars
         .next()
         .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
-    if !first_ok || table.len() > 63 || !chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
+    if !first_ok || !chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
         return Err(Error::config(format!(
-            "option \"table\": {table:?} is not a plain SQL identifier (letters, digits, _; at most 57, so that <table>_queue fits)"
+            "option \"table\": {:?} is not a plain SQL identifier (ASCII letters, digits and _, not starting with a digit)",
+            shorten(table)
+        )));
+    }
+    let max = dialect.max_table_len();
+    if table.len() > max {
+        return Err(Error::config(format!(
+            "option \"table\": {:?} is {} characters long; at most {max} {}",
+            shorten(table),
+            table.len(),
+            dialect.identifier_limit()
+        )));
+    }
+    let lower = table.to_ascii_lowercase();
+    if lower.starts_with("sqlite_")
+        || lower.starts_with("pg_")
+        || lower == "information_schema"
+        || lower == "performance_schema"
+    {
+        return Err(Error::config(format!(
+            "option \"table\": {table:?} is a name the databases reserve for their own tables \
+             (sqlite_*, pg_*, information_schema, performance_schema); choose another"
         )));
     }
     Ok(())
 }
 
-fn sqlite_url(url: &StoreUrl) -> Result<Secret> {
+/// At most 80 characters of user input in a message.
+fn shorten(text: &str) -> String {
+    match text.char_indices().nth(80) {
+        Some((end, _)) => format!("{}...", &text[..end]),
+        None => text.to_string(),
+    }
+}
+
+fn sqlite_url(url: &StoreUrl) -> Result<(Secret, String)> {
     if !url.hosts().is_empty() || url.username().is_some() || url.password().is_some() {
         return Err(Error::config(
             "a SQLite URL names an absolute file path: sqlite:///abs/path.db (three slashes)",
@@ -164,12 +235,22 @@ fn sqlite_url(url: &StoreUrl) -> Result<Secret> {
     }
     let path = format!("/{}", url.path());
     let encoded = utf8_percent_encode(&path, PATH);
-    Ok(Secret::new(format!("sqlite://{encoded}?mode=rwc")))
+    Ok((Secret::new(format!("sqlite://{encoded}?mode=rwc")), path))
 }
 
-fn server_url(url: &StoreUrl, dialect: Dialect) -> Result<Secret> {
-    let host = match url.hosts() {
-        [one] => one.to_string(),
+fn server_url(url: &StoreUrl, dialect: Dialect) -> Result<(Secret, String)> {
+    let (host, place) = match url.hosts() {
+        [one] => {
+            let port = one.port.unwrap_or(match dialect {
+                Dialect::MySql => 3306,
+                _ => 5432,
+            });
+            let place = HostPort {
+                host: one.host.clone(),
+                port: Some(port),
+            };
+            (one.to_string(), place.to_string())
+        }
         [] => return Err(Error::config("the URL names no database host")),
         _ => {
             return Err(Error::config(
@@ -200,7 +281,7 @@ fn server_url(url: &StoreUrl, dialect: Dialect) -> Result<Secret> {
     out.push_str(&host);
     out.push('/');
     out.push_str(&encode(url.path()));
-    Ok(Secret::new(out))
+    Ok((Secret::new(out), place))
 }
 
 #[cfg(test)]
@@ -250,6 +331,83 @@ mod tests {
         assert!(!format!("{config:?}").contains("p@ss"));
         let err = parse("mysql://app:secret@h1:1,h2:2/db").unwrap_err();
         assert!(!err.to_string().contains("secret"));
+    }
+
+    #[test]
+    fn table_names_fit_every_derived_identifier() {
+        for (scheme, longest) in [
+            ("sqlite:///x.db", 63),
+            ("postgres://h/db", 52),
+            ("mysql://h/db", 53),
+        ] {
+            let url = |n: usize| format!("{scheme}?fair=true&table=t{}", "x".repeat(n - 1));
+            assert_eq!(
+                parse(&url(longest)).unwrap().table.len(),
+                longest,
+                "{scheme}"
+            );
+            let err = parse(&url(longest + 1)).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{scheme}");
+            assert!(
+                err.to_string().contains(&format!("at most {longest}")),
+                "{err}"
+            );
+            assert!(
+                err.to_string()
+                    .contains(&format!("{} characters long", longest + 1)),
+                "{err}"
+            );
+        }
+        // The MariaDB limit: <table>_queue_name is 64 characters at 53.
+        assert_eq!(format!("{}_queue_name", "x".repeat(53)).len(), 64);
+    }
+
+    #[test]
+    fn table_names_of_the_databases_own_are_refused() {
+        for table in [
+            "sqlite_master",
+            "sqlite_sequence",
+            "SQLITE_x",
+            "pg_class",
+            "pg_locks",
+            "Pg_stat",
+            "information_schema",
+            "INFORMATION_SCHEMA",
+            "performance_schema",
+        ] {
+            for scheme in ["sqlite:///x.db", "postgres://h/db", "mysql://h/db"] {
+                let err = parse(&format!("{scheme}?table={table}")).unwrap_err();
+                assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{scheme} {table}");
+                assert!(err.to_string().contains("reserve"), "{err}");
+            }
+        }
+        // Reserved words are fine: identifiers are quoted.
+        for table in ["select", "order", "TABLE", "user", "lock", "key"] {
+            assert_eq!(
+                parse(&format!("mysql://h/db?table={table}")).unwrap().table,
+                table
+            );
+        }
+        for bad in ["", "1x", "a-b", "a b", "t\u{e9}", "a`b", "a\"b", "x;drop"] {
+            let url = format!("sqlite:///x.db?table={}", bad.replace(' ', "%20"));
+            let err = parse(&url).map(|c| c.table).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{bad:?}: {err}");
+        }
+        let err = parse(&format!("sqlite:///x.db?table={}", "\u{e9}".repeat(500))).unwrap_err();
+        assert!(err.to_string().len() < 400, "{err}");
+    }
+
+    #[test]
+    fn connect_timeout_and_places() {
+        assert!(parse("postgres://h/db?connect_timeout=0s").is_err());
+        assert!(parse("postgres://h/db?connect_timeout=1h").is_err());
+        assert_eq!(parse("postgres://u:pw@h/db").unwrap().place, "h:5432");
+        assert_eq!(parse("mysql://u:pw@h/db").unwrap().place, "h:3306");
+        assert_eq!(parse("mysql://u:pw@[::1]:9/db").unwrap().place, "[::1]:9");
+        assert_eq!(
+            parse("sqlite:///tmp/a%20b.db").unwrap().place,
+            "/tmp/a b.db"
+        );
     }
 
     #[test]

@@ -24,10 +24,12 @@
 
 mod backend;
 mod config;
+mod errors;
 mod measure;
 #[cfg(feature = "postgres")]
 mod notify;
 mod queries;
+mod schema;
 
 pub use backend::{SqlStore, SQLITE_PRAGMAS};
 pub use config::{Dialect, SqlConfig, DEFAULT_TABLE};

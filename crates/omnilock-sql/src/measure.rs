@@ -32,7 +32,7 @@ impl Measure for SqlStore {
     }
 
     async fn floor_round(&self) -> Result<()> {
-        let table = &self.config().table;
+        let table = crate::queries::ident(self.config().dialect, &self.config().table);
         let (insert, delete) = match self.config().dialect {
             Dialect::Postgres => (
                 format!("INSERT INTO {table} (name, owner, holds, token, expires_at, updated_at) VALUES ($1, $2, 1, 1, 0, 0)"),

@@ -1,5 +1,6 @@
 //! The SQL, per dialect. Every statement binds its values as parameters; the
-//! only text spliced in is the table name, checked to be a plain identifier.
+//! only text spliced in is the table name, checked to be a plain identifier
+//! and quoted (so reserved words such as `select` work as table names).
 //!
 //! One row per lock name, kept after release so that the fencing token (a
 //! per-name counter) survives release and takeover:
@@ -77,8 +78,37 @@ pub(crate) struct Queries {
     pub holder: String,
 }
 
+/// `name` as a quoted identifier. PostgreSQL folds unquoted identifiers to
+/// lower case, so the quoted form is lowered too: `table=MyLocks` names the
+/// same table `mylocks` as before identifiers were quoted. MySQL and SQLite
+/// keep the case as given (their matching rules do not change with quotes).
+pub(crate) fn ident(dialect: Dialect, name: &str) -> String {
+    match dialect {
+        Dialect::MySql => format!("`{name}`"),
+        Dialect::Postgres => format!("\"{}\"", name.to_ascii_lowercase()),
+        Dialect::Sqlite => format!("\"{name}\""),
+    }
+}
+
+/// The names of the table, fair mode's waiting line and its index, as given
+/// (unquoted).
+pub(crate) fn queue_names(table: &str) -> (String, String) {
+    (format!("{table}_queue"), format!("{table}_queue_name"))
+}
+
+/// The SQL type of the `name` and `owner` columns. MySQL/MariaDB: binary, so
+/// that names compare byte for byte (every `utf8mb4` collation, `_bin`
+/// included, ignores trailing spaces, so `"backup "` was the lock `"backup"`).
+pub(crate) fn text_type(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::Sqlite => "TEXT",
+        Dialect::Postgres => "VARCHAR(256)",
+        Dialect::MySql => "VARBINARY(256)",
+    }
+}
+
 impl Queries {
-    pub(crate) fn new(dialect: Dialect, table: &str, notify: bool, fair: bool) -> Self {
+    pub(crate) fn new(dialect: Dialect, table_name: &str, notify: bool, fair: bool) -> Self {
         let now = match dialect {
             Dialect::Sqlite => "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
             Dialect::Postgres => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
@@ -88,16 +118,14 @@ impl Queries {
             Dialect::Sqlite => "MAX",
             _ => "GREATEST",
         };
-        let (text, int) = match dialect {
-            Dialect::Sqlite => ("TEXT", "INTEGER"),
-            Dialect::Postgres => ("VARCHAR(256)", "BIGINT"),
-            // Binary collation: lock names are compared byte for byte.
-            Dialect::MySql => (
-                "VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
-                "BIGINT",
-            ),
+        let text = text_type(dialect);
+        let int = match dialect {
+            Dialect::Sqlite => "INTEGER",
+            _ => "BIGINT",
         };
-        let queue = format!("{table}_queue");
+        let table = ident(dialect, table_name);
+        let (queue, index) = queue_names(table_name);
+        let (queue, index) = (ident(dialect, &queue), ident(dialect, &index));
         // Fair mode: a free lock goes only to the caller whose ticket is the
         // oldest live one (no live ticket ahead of `$5`; try-acquire passes
         // the largest id, so any live ticket stops it).
@@ -138,12 +166,12 @@ impl Queries {
                     "CREATE TABLE IF NOT EXISTS {queue} (
                         id BIGINT AUTO_INCREMENT PRIMARY KEY,
                         name {text} NOT NULL, owner {text} NOT NULL, expires_at {int} NOT NULL,
-                        KEY {queue}_name (name, id))"
+                        KEY {index} (name, id))"
                 ),
             });
             if dialect != Dialect::MySql {
                 create.push(format!(
-                    "CREATE INDEX IF NOT EXISTS {queue}_name ON {queue} (name, id)"
+                    "CREATE INDEX IF NOT EXISTS {index} ON {queue} (name, id)"
                 ));
             }
         }
@@ -213,7 +241,7 @@ impl Queries {
             Dialect::Postgres if notify => format!(
                 "WITH released AS ({release} RETURNING owner, waiting_until)
                  SELECT COUNT(*),
-                        COUNT(pg_notify('{table}', $1))
+                        COUNT(pg_notify('{table_name}', $1))
                             FILTER (WHERE owner IS NULL AND waiting_until > {now})
                  FROM released"
             ),

@@ -114,10 +114,7 @@ async fn table_created_by_a_dba_is_used_as_is() {
         let pool = raw(&url).await;
         let (text, int) = match store {
             "SQLITE" => ("TEXT", "INTEGER"),
-            "MYSQL" => (
-                "VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
-                "BIGINT",
-            ),
+            "MYSQL" => ("VARBINARY(256)", "BIGINT"),
             _ => ("VARCHAR(256)", "BIGINT"),
         };
         pool.execute(format!("DROP TABLE IF EXISTS {table}").as_str())

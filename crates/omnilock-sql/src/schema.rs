@@ -1,0 +1,263 @@
+//! The lock tables: created on first use, checked, and migrated from older
+//! layouts, all under one DDL lock per database, so that any number of
+//! clients using a fresh database at once never race on the catalog.
+//!
+//! - PostgreSQL: a transaction holding `pg_advisory_xact_lock(DDL_LOCK_KEY)`.
+//! - MySQL/MariaDB: `GET_LOCK('omnilock_ddl:<md5 of the database name>')` on
+//!   the connection (DDL commits on its own there).
+//! - SQLite: a `BEGIN IMMEDIATE` transaction (the file's write lock), which
+//!   also tells at connect time whether the file can be written at all.
+//!
+//! Every name a lock is looked up by must compare byte for byte. The check
+//! refuses (or, for omnilock's own older MySQL layout, migrates) tables whose
+//! `name` or `owner` columns fold names together: MySQL `VARCHAR` with a PAD
+//! SPACE collation (every `utf8mb4` collation before MySQL 8's `_0900_`
+//! ones, `utf8mb4_bin` included, ignores trailing spaces), PostgreSQL
+//! `CHAR(n)` or a nondeterministic collation, SQLite `COLLATE NOCASE`/`RTRIM`.
+
+use std::time::Duration;
+
+use omnilock_core::{Error, Result};
+use sqlx::{AnyConnection, Connection, Executor, Row};
+
+use crate::config::{Dialect, SqlConfig};
+use crate::errors::map_err;
+use crate::queries::{ident, queue_names, text_type, Queries};
+
+/// The PostgreSQL advisory lock key that serializes omnilock's DDL in a
+/// database: "omnilock" in ASCII.
+const DDL_LOCK_KEY: i64 = 0x6f6d_6e69_6c6f_636b;
+
+/// How long a client waits for another one's table creation or migration.
+pub(crate) const DDL_WAIT: Duration = Duration::from_secs(60);
+
+/// Creates the tables if allowed and missing, then checks (and on MySQL, if
+/// allowed, migrates) their layout; on `conn`, a connection of its own that
+/// the caller drops on error (which also frees the DDL lock).
+pub(crate) async fn prepare(
+    conn: &mut AnyConnection,
+    config: &SqlConfig,
+    queries: &Queries,
+) -> Result<()> {
+    let err = |e| map_err(e, config);
+    match config.dialect {
+        Dialect::Postgres => {
+            let mut tx = conn.begin().await.map_err(err)?;
+            if config.create_table {
+                sqlx::query("SELECT 1 FROM (SELECT pg_advisory_xact_lock($1)) AS ddl_lock")
+                    .bind(DDL_LOCK_KEY)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(err)?;
+                for statement in &queries.create {
+                    tx.execute(statement.as_str()).await.map_err(err)?;
+                }
+            }
+            check_postgres(&mut tx, config).await?;
+            tx.commit().await.map_err(err)
+        }
+        Dialect::Sqlite => {
+            let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(err)?;
+            if config.create_table {
+                for statement in &queries.create {
+                    tx.execute(statement.as_str()).await.map_err(err)?;
+                }
+            }
+            check_sqlite(&mut tx, config).await?;
+            tx.commit().await.map_err(err)
+        }
+        Dialect::MySql => {
+            let lock = "CONCAT('omnilock_ddl:', MD5(DATABASE()))";
+            if config.create_table {
+                let got: Option<i64> = sqlx::query_scalar(&format!("SELECT GET_LOCK({lock}, ?)"))
+                    .bind(DDL_WAIT.as_secs() as i64)
+                    .fetch_one(&mut *conn)
+                    .await
+                    .map_err(err)?;
+                if got != Some(1) {
+                    return Err(Error::unavailable(format!(
+                        "another client kept the table lock of {} for {DDL_WAIT:?} (creating or migrating {})",
+                        config.place, config.table
+                    )));
+                }
+                for statement in &queries.create {
+                    conn.execute(statement.as_str()).await.map_err(err)?;
+                }
+            }
+            check_mysql(conn, config).await?;
+            if config.create_table {
+                sqlx::query(&format!("SELECT RELEASE_LOCK({lock})"))
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(err)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The tables to check: the lock table and fair mode's line (whether or not
+/// this client is fair: another may be).
+fn tables(config: &SqlConfig) -> [String; 2] {
+    [config.table.clone(), queue_names(&config.table).0]
+}
+
+/// MySQL/MariaDB: `name` and `owner` must be `VARBINARY` (or `VARCHAR` with
+/// a NO PAD binary collation). omnilock's older layout, `VARCHAR(256)
+/// COLLATE utf8mb4_bin`, is converted in place when omnilock manages the
+/// tables; otherwise the error names the statement to run.
+async fn check_mysql(conn: &mut AnyConnection, config: &SqlConfig) -> Result<()> {
+    let [table, queue] = tables(config);
+    let rows = sqlx::query(
+        "SELECT CAST(TABLE_NAME AS CHAR), CAST(COLUMN_NAME AS CHAR),
+                CAST(DATA_TYPE AS CHAR), CAST(COALESCE(COLLATION_NAME, '') AS CHAR)
+         FROM information_schema.COLUMNS
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (?, ?)
+           AND COLUMN_NAME IN ('name', 'owner')",
+    )
+    .bind(&table)
+    .bind(&queue)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(|e| map_err(e, config))?;
+    let mut folding = Vec::new();
+    for row in rows {
+        let text = |i| row.try_get::<String, _>(i).map_err(|e| map_err(e, config));
+        let (name, column, data_type, collation) = (text(0)?, text(1)?, text(2)?, text(3)?);
+        let exact = data_type.eq_ignore_ascii_case("varbinary")
+            || (data_type.eq_ignore_ascii_case("varchar")
+                && (collation.ends_with("_nopad_bin") || collation == "utf8mb4_0900_bin"));
+        if !exact && !folding.iter().any(|(t, _)| *t == name) {
+            let described = format!("{column} is {data_type} {collation}");
+            folding.push((name, described));
+        }
+    }
+    for (name, described) in folding {
+        let owner_null = if name == table { "NULL" } else { "NOT NULL" };
+        let alter = format!(
+            "ALTER TABLE {} MODIFY name {text} NOT NULL, MODIFY owner {text} {owner_null}",
+            ident(Dialect::MySql, &name),
+            text = text_type(Dialect::MySql),
+        );
+        if !config.create_table {
+            return Err(Error::config(format!(
+                "table {name}: column {described}, which ignores trailing spaces, so distinct \
+                 lock names would share a lock; convert it (`{alter}`) or connect once with \
+                 create_table=true to let omnilock do it"
+            )));
+        }
+        tracing::warn!(table = %name, "omnilock: converting the name and owner columns to VARBINARY(256) (older layout)");
+        conn.execute(alter.as_str())
+            .await
+            .map_err(|e| migration_failed(e, config, &name, &alter))?;
+    }
+    Ok(())
+}
+
+fn migration_failed(e: sqlx::Error, config: &SqlConfig, table: &str, alter: &str) -> Error {
+    let cause = map_err(e, config);
+    Error::config(format!(
+        "table {table} has omnilock's older layout and converting it failed ({}); \
+         run `{alter}` as a user allowed to ALTER it",
+        cause.message()
+    ))
+    .with_cause(cause)
+}
+
+/// PostgreSQL: `CHAR(n)` ignores trailing spaces and a nondeterministic
+/// collation can equate distinct strings; either is refused.
+async fn check_postgres(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    config: &SqlConfig,
+) -> Result<()> {
+    let [table, queue] = tables(config);
+    let row = sqlx::query(
+        "SELECT CAST(c.relname AS TEXT), CAST(a.attname AS TEXT),
+                CAST(format_type(a.atttypid, a.atttypmod) AS TEXT),
+                CAST(COALESCE(co.collname, '') AS TEXT)
+         FROM pg_attribute a
+         JOIN pg_class c ON c.oid = a.attrelid
+         LEFT JOIN pg_collation co ON co.oid = a.attcollation
+         WHERE a.attrelid IN (to_regclass($1), to_regclass($2))
+           AND a.attname IN ('name', 'owner') AND NOT a.attisdropped
+           AND (a.atttypid = 'bpchar'::regtype OR NOT COALESCE(co.collisdeterministic, TRUE))
+         LIMIT 1",
+    )
+    .bind(ident(Dialect::Postgres, &table))
+    .bind(ident(Dialect::Postgres, &queue))
+    .fetch_optional(&mut **tx)
+    .await
+    .map_err(|e| map_err(e, config))?;
+    let Some(row) = row else { return Ok(()) };
+    let text = |i| row.try_get::<String, _>(i).map_err(|e| map_err(e, config));
+    let (name, column, data_type, collation) = (text(0)?, text(1)?, text(2)?, text(3)?);
+    Err(Error::config(format!(
+        "table {name}: column {column} is {data_type} COLLATE \"{collation}\", under which \
+         distinct lock names can compare equal; make it VARCHAR(256) with a deterministic \
+         collation (`ALTER TABLE {name} ALTER COLUMN {column} TYPE VARCHAR(256) COLLATE \"C\"`)"
+    )))
+}
+
+/// SQLite: a `COLLATE` other than `BINARY` (`NOCASE`, `RTRIM`) in the
+/// tables' definitions folds names together; it is refused.
+async fn check_sqlite(tx: &mut sqlx::Transaction<'_, sqlx::Any>, config: &SqlConfig) -> Result<()> {
+    let [table, queue] = tables(config);
+    let rows = sqlx::query(
+        "SELECT name, sql FROM sqlite_master
+         WHERE type = 'table' AND lower(name) IN (lower(?1), lower(?2))",
+    )
+    .bind(&table)
+    .bind(&queue)
+    .fetch_all(&mut **tx)
+    .await
+    .map_err(|e| map_err(e, config))?;
+    for row in rows {
+        let name: String = row.try_get(0).map_err(|e| map_err(e, config))?;
+        let sql: Option<String> = row.try_get(1).map_err(|e| map_err(e, config))?;
+        if let Some(collation) = sql.as_deref().and_then(folding_collation) {
+            return Err(Error::config(format!(
+                "table {name} declares COLLATE {collation}, under which distinct lock names \
+                 compare equal; recreate it without that collation"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The first collation other than `BINARY` named in a `CREATE TABLE`.
+fn folding_collation(sql: &str) -> Option<String> {
+    let tokens: Vec<&str> = sql
+        .split(|c: char| c.is_whitespace() || matches!(c, '(' | ')' | ','))
+        .filter(|t| !t.is_empty())
+        .collect();
+    tokens.windows(2).find_map(|pair| {
+        let collation = pair[1].trim_matches(|c| matches!(c, '"' | '\'' | '`' | '[' | ']'));
+        (pair[0].eq_ignore_ascii_case("collate") && !collation.eq_ignore_ascii_case("binary"))
+            .then(|| collation.to_string())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::folding_collation;
+
+    #[test]
+    fn sqlite_collations() {
+        assert_eq!(
+            folding_collation("CREATE TABLE t (name TEXT PRIMARY KEY)"),
+            None
+        );
+        assert_eq!(
+            folding_collation("CREATE TABLE t (name TEXT COLLATE \"BINARY\" PRIMARY KEY)"),
+            None
+        );
+        assert_eq!(
+            folding_collation("CREATE TABLE t (name TEXT PRIMARY KEY,owner TEXT collate nocase)"),
+            Some("nocase".to_string())
+        );
+        assert_eq!(
+            folding_collation("CREATE TABLE t (name TEXT, PRIMARY KEY (name COLLATE RTRIM))"),
+            Some("RTRIM".to_string())
+        );
+    }
+}

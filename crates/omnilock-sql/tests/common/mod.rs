@@ -1,0 +1,64 @@
+//! Helpers shared by the SQL test binaries.
+#![allow(dead_code)]
+
+use omnilock_core::{Locks, StoreUrl};
+use omnilock_sql::{SqlConfig, SqlStore};
+use omnilock_testkit::store_url;
+use sqlx::AnyPool;
+
+/// A client of the store at `url`.
+pub async fn connect(url: &str) -> omnilock_core::Result<Locks> {
+    let config = SqlConfig::from_url(&StoreUrl::parse(url)?)?;
+    Ok(Locks::new(SqlStore::connect(config).await?))
+}
+
+/// A plain sqlx pool on the database of a test URL (no options).
+pub async fn raw(url: &str) -> AnyPool {
+    sqlx::any::install_default_drivers();
+    let url = url.split('?').next().unwrap_or(url);
+    // The sqlx URL: SQLite needs mode=rwc, the servers take ours as is.
+    let url = if url.starts_with("sqlite:") {
+        format!("{url}?mode=rwc")
+    } else {
+        url.to_string()
+    };
+    AnyPool::connect(&url).await.expect("raw connection")
+}
+
+/// The SQL test stores that are configured: (`SQLITE`|`MYSQL`|`POSTGRES`, URL).
+pub fn stores() -> Vec<(&'static str, String)> {
+    let mut all = Vec::new();
+    for store in ["SQLITE", "MYSQL", "POSTGRES"] {
+        if let Some(url) = store_url(store) {
+            all.push((store, url));
+        }
+    }
+    all
+}
+
+/// `url` with one more query option.
+pub fn with_option(url: &str, option: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}{option}")
+}
+
+/// A name unique to this test run (process id and a counter).
+pub fn unique(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{prefix}_{}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Drops a lock table and its fair-mode line.
+pub async fn drop_tables(pool: &AnyPool, table: &str) {
+    use sqlx::Executor;
+    for t in [format!("{table}_queue"), table.to_string()] {
+        let _ = pool
+            .execute(format!("DROP TABLE IF EXISTS {t}").as_str())
+            .await;
+    }
+}

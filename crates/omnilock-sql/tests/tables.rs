@@ -1,0 +1,261 @@
+//! The lock tables: names (reserved words, the longest accepted), layouts
+//! that fold distinct lock names together (refused, or migrated when they
+//! are omnilock's own older MySQL layout).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{connect, drop_tables, raw, stores, unique, with_option};
+use omnilock_core::{ErrorKind, Owner, StoreUrl};
+use omnilock_sql::SqlConfig;
+use omnilock_testkit::store_url;
+use sqlx::Executor;
+
+/// Two owners hold `name` and `name + "  "` at once, and each is reported
+/// as its own holder.
+async fn trailing_spaces_are_distinct(url: &str, label: &str) {
+    let locks = connect(url)
+        .await
+        .unwrap_or_else(|e| panic!("{label}: {e}"));
+    let (a, b) = (
+        Owner::new("owner-a").unwrap(),
+        Owner::new("owner-b").unwrap(),
+    );
+    let plain = locks
+        .lock("backup")
+        .owner(&a)
+        .try_acquire()
+        .await
+        .expect("try_acquire")
+        .unwrap_or_else(|| panic!("{label}: \"backup\" is busy"));
+    let spaced = locks
+        .lock("backup  ")
+        .owner(&b)
+        .try_acquire()
+        .await
+        .expect("try_acquire")
+        .unwrap_or_else(|| panic!("{label}: \"backup  \" is the same lock as \"backup\""));
+    let holder = locks
+        .holder("backup  ")
+        .await
+        .expect("holder")
+        .expect("held");
+    assert_eq!(holder.owner.as_str(), "owner-b", "{label}");
+    spaced.release().await.expect("release");
+    plain.release().await.expect("release");
+}
+
+/// omnilock's older MySQL layout (`VARCHAR(256) COLLATE utf8mb4_bin`, which
+/// pads trailing spaces) is refused with `create_table=false`, naming the
+/// statement to run, and converted in place otherwise: tokens survive, and
+/// names differing only in trailing spaces become distinct locks.
+#[tokio::test(flavor = "multi_thread")]
+async fn older_mysql_layout_is_migrated_or_refused() {
+    let Some(url) = store_url("MYSQL") else {
+        return;
+    };
+    let pool = raw(&url).await;
+    let table = unique("old_layout");
+    drop_tables(&pool, &table).await;
+    let text = "VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin";
+    for statement in [
+        format!(
+            "CREATE TABLE {table} (name {text} NOT NULL PRIMARY KEY, owner {text} NULL,
+             holds BIGINT NOT NULL DEFAULT 0, token BIGINT NOT NULL DEFAULT 0,
+             expires_at BIGINT NULL, updated_at BIGINT NOT NULL, waiting_until BIGINT NULL)"
+        ),
+        format!(
+            "CREATE TABLE {table}_queue (id BIGINT AUTO_INCREMENT PRIMARY KEY,
+             name {text} NOT NULL, owner {text} NOT NULL, expires_at BIGINT NOT NULL,
+             KEY {table}_queue_name (name, id))"
+        ),
+        format!("INSERT INTO {table} (name, holds, token, updated_at) VALUES ('backup', 0, 7, 0)"),
+    ] {
+        pool.execute(statement.as_str()).await.expect("old layout");
+    }
+
+    let managed = with_option(&url, &format!("table={table}&fair=true"));
+    let err = connect(&with_option(&managed, "create_table=false"))
+        .await
+        .expect_err("the older layout with create_table=false");
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    let shown = err.to_string();
+    assert!(shown.contains("trailing spaces"), "{shown}");
+    assert!(shown.contains("ALTER TABLE"), "{shown}");
+    assert!(shown.contains(&table), "{shown}");
+    assert!(!shown.contains('\n'), "{shown}");
+
+    // Several clients at once: one converts, the others wait for it.
+    let connects = (0..4).map(|_| {
+        let url = managed.clone();
+        tokio::spawn(async move { connect(&url).await })
+    });
+    for result in futures_util::future::join_all(connects).await {
+        result
+            .expect("task")
+            .expect("connect converts the older layout");
+    }
+    let types: Vec<(String, String)> = sqlx::query_as(
+        "SELECT CAST(CONCAT(TABLE_NAME, '.', COLUMN_NAME) AS CHAR), CAST(DATA_TYPE AS CHAR)
+         FROM information_schema.COLUMNS
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (?, ?)
+           AND COLUMN_NAME IN ('name', 'owner')",
+    )
+    .bind(&table)
+    .bind(format!("{table}_queue"))
+    .fetch_all(&pool)
+    .await
+    .expect("column types");
+    assert_eq!(types.len(), 4, "{types:?}");
+    assert!(types.iter().all(|(_, t)| t == "varbinary"), "{types:?}");
+
+    let locks = connect(&managed).await.expect("connect");
+    let guard = locks
+        .try_acquire("backup")
+        .await
+        .expect("try")
+        .expect("free");
+    assert_eq!(guard.token(), 8, "the token did not survive the conversion");
+    guard.release().await.expect("release");
+    trailing_spaces_are_distinct(&managed, "mysql after the conversion").await;
+    drop_tables(&pool, &table).await;
+}
+
+/// Tables whose `name` column folds distinct names together are refused on
+/// every database: PostgreSQL `CHAR(n)` (trailing spaces insignificant),
+/// SQLite `COLLATE NOCASE`, MySQL a case-insensitive collation.
+#[tokio::test(flavor = "multi_thread")]
+async fn folding_tables_are_refused() {
+    for (store, url) in stores() {
+        let pool = raw(&url).await;
+        let table = unique("folding");
+        let name = match store {
+            "SQLITE" => "TEXT COLLATE NOCASE",
+            "POSTGRES" => "CHAR(256)",
+            _ => "VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci",
+        };
+        pool.execute(
+            format!(
+                "CREATE TABLE {table} (name {name} NOT NULL PRIMARY KEY, owner VARCHAR(256) NULL,
+                 holds BIGINT NOT NULL DEFAULT 0, token BIGINT NOT NULL DEFAULT 0,
+                 expires_at BIGINT NULL, updated_at BIGINT NOT NULL, waiting_until BIGINT NULL)"
+            )
+            .as_str(),
+        )
+        .await
+        .expect("create");
+        let options = if store == "MYSQL" {
+            "create_table=false"
+        } else {
+            "create_table=true"
+        };
+        let err = connect(&with_option(&url, &format!("table={table}&{options}")))
+            .await
+            .expect_err("a folding table");
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{store}: {err}");
+        assert!(err.to_string().contains(&table), "{store}: {err}");
+        drop_tables(&pool, &table).await;
+    }
+}
+
+/// Any plain identifier works as a table name, reserved words included
+/// (every statement quotes it), in fair mode (the waiting line and its
+/// index are named after the table); names are checked before connecting.
+#[tokio::test(flavor = "multi_thread")]
+async fn reserved_words_work_as_table_names() {
+    for (store, url) in stores() {
+        for table in ["select", "Order"] {
+            let pool = raw(&url).await;
+            let quoted = |t: &str| match store {
+                "MYSQL" => format!("`{t}`"),
+                "POSTGRES" => format!("\"{}\"", t.to_lowercase()),
+                _ => format!("\"{t}\""),
+            };
+            let drop_both = || async {
+                for t in [format!("{table}_queue"), table.to_string()] {
+                    let _ = pool
+                        .execute(format!("DROP TABLE IF EXISTS {}", quoted(&t)).as_str())
+                        .await;
+                }
+            };
+            drop_both().await;
+            let url = with_option(&url, &format!("table={table}&fair=true"));
+            let locks = connect(&url)
+                .await
+                .unwrap_or_else(|e| panic!("{store} table={table}: {e}"));
+            let guard = locks
+                .lock("reserved")
+                .timeout(Duration::from_secs(10))
+                .acquire()
+                .await
+                .unwrap_or_else(|e| panic!("{store} table={table}: {e}"));
+            assert!(locks.holder("reserved").await.expect("holder").is_some());
+            guard.release().await.expect("release");
+            drop(locks);
+            drop_both().await;
+        }
+    }
+}
+
+/// The longest table name each dialect accepts works in fair mode (where
+/// `<table>_queue_name` is the longest identifier derived from it); one
+/// character more is a configuration error before any connection.
+#[tokio::test(flavor = "multi_thread")]
+async fn longest_table_name_works_in_fair_mode() {
+    for (store, url) in stores() {
+        let longest = match store {
+            "MYSQL" => 53,
+            "POSTGRES" => 52,
+            _ => 63,
+        };
+        let prefix = unique("long");
+        let table = format!("{prefix}{}", "x".repeat(longest - prefix.len()));
+        let fair = with_option(&url, &format!("table={table}&fair=true"));
+        let locks = connect(&fair)
+            .await
+            .unwrap_or_else(|e| panic!("{store}: {longest} characters: {e}"));
+        let guard = locks
+            .lock("long")
+            .timeout(Duration::from_secs(10))
+            .acquire()
+            .await
+            .unwrap_or_else(|e| panic!("{store}: {e}"));
+        // A waiter takes a ticket in <table>_queue, indexed by <table>_queue_name.
+        let waiter = connect(&fair).await.expect("connect");
+        let waiting = tokio::spawn(async move {
+            waiter
+                .lock("long")
+                .timeout(Duration::from_secs(10))
+                .acquire()
+                .await
+        });
+        let pool = raw(&url).await;
+        let tickets = format!("SELECT COUNT(*) FROM {table}_queue");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while sqlx::query_scalar::<_, i64>(&tickets)
+            .fetch_one(&pool)
+            .await
+            .expect("count tickets")
+            == 0
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{store}: no ticket taken"
+            );
+            tokio::task::yield_now().await;
+        }
+        guard.release().await.expect("release");
+        let second = waiting.await.expect("task").expect("the waiter's grant");
+        second.release().await.expect("release");
+
+        let too_long = with_option(&url, &format!("table={table}y&fair=true"));
+        let err = SqlConfig::from_url(&StoreUrl::parse(&too_long).unwrap()).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{store}: {err}");
+        assert!(
+            err.to_string().contains(&format!("at most {longest}")),
+            "{store}: {err}"
+        );
+        drop_tables(&pool, &table).await;
+    }
+}
