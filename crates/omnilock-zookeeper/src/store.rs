@@ -131,13 +131,23 @@ impl ZkStore {
         Ok(session)
     }
 
-    fn lock_path(&self, name: &str) -> String {
+    /// The container of lock `name`. A name spelt exactly like a contender
+    /// node is refused: under a prefix nested inside another lock's
+    /// container, its container would pass for a contender of that lock.
+    fn lock_path(&self, name: &str) -> Result<String> {
         let encoded = match name {
             "." => "%2E".to_string(),
             ".." => "%2E%2E".to_string(),
             other => utf8_percent_encode(other, NODE).to_string(),
         };
-        format!("{}/{encoded}", self.config.prefix)
+        if is_contender(&encoded) {
+            return Err(Error::new(
+                ErrorKind::InvalidName,
+                "on ZooKeeper, a lock name may not look like a lock node \
+                 (<32 hex digits>-lock-<10 digits>)",
+            ));
+        }
+        Ok(format!("{}/{encoded}", self.config.prefix))
     }
 
     /// Where our node stands: `Ok(None)` when it is first (the lock is
@@ -149,7 +159,7 @@ impl ZkStore {
         path: &str,
     ) -> Result<Option<String>> {
         let mut children = call(&self.config, session.client.list_children(lock_path)).await?;
-        children.sort_by_key(|c| sequence(c));
+        contenders(&mut children);
         let mine = path.rsplit('/').next().unwrap_or_default();
         let Some(at) = children.iter().position(|c| c == mine) else {
             return Err(Error::new(
@@ -213,7 +223,7 @@ impl ZkStore {
 
     async fn take(&self, request: &AcquireRequest, wait: bool) -> Result<Option<Grant>> {
         let session = self.session(request.ttl).await?;
-        let lock_path = self.lock_path(request.name.as_str());
+        let lock_path = self.lock_path(request.name.as_str())?;
         let started = Instant::now();
         let (path, czxid) = {
             let config = self.config.clone();
@@ -274,7 +284,7 @@ impl ZkStore {
         request: &AcquireRequest,
     ) -> Result<()> {
         let mut children = call(&self.config, session.client.list_children(lock_path)).await?;
-        children.sort_by_key(|c| sequence(c));
+        contenders(&mut children);
         if let Some(first) = children.first() {
             let path = format!("{lock_path}/{first}");
             if path == mine {
@@ -354,6 +364,24 @@ async fn create_node(
             Err(e) => return Err(classify(e, &config.shown)),
         }
     }
+}
+
+/// Keeps the children of a lock's container that are contenders, in queue
+/// order. Anything else there (the container of a lock whose prefix nests
+/// inside this one) is not part of this lock.
+fn contenders(children: &mut Vec<String>) {
+    children.retain(|c| is_contender(c));
+    children.sort_by_key(|c| sequence(c));
+}
+
+/// Whether `child` is a lock node: `<32 hex digits>-lock-<10 digits>`, as
+/// [`create_protected`]-style creation names them.
+fn is_contender(child: &str) -> bool {
+    let bytes = child.as_bytes();
+    bytes.len() == 48
+        && bytes[..32].iter().all(|b| b.is_ascii_hexdigit())
+        && &bytes[32..38] == b"-lock-"
+        && bytes[38..].iter().all(u8::is_ascii_digit)
 }
 
 /// The sequence number at the end of a child's name (`<guid>-lock-<seq>`).
@@ -541,14 +569,14 @@ impl Backend for ZkStore {
 
     async fn break_lock(&self, name: &LockName) -> Result<bool> {
         let session = self.session(omnilock_core::DEFAULT_TTL).await?;
-        let lock_path = self.lock_path(name.as_str());
+        let lock_path = self.lock_path(name.as_str())?;
         let mut children =
             match call_raw(&self.config, session.client.list_children(&lock_path)).await? {
                 Ok(children) => children,
                 Err(zookeeper_client::Error::NoNode) => return Ok(false),
                 Err(e) => return Err(classify(e, &self.config.shown)),
             };
-        children.sort_by_key(|c| sequence(c));
+        contenders(&mut children);
         let Some(first) = children.first() else {
             return Ok(false);
         };
@@ -562,7 +590,7 @@ impl Backend for ZkStore {
 
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
         let session = self.session(omnilock_core::DEFAULT_TTL).await?;
-        let lock_path = self.lock_path(name.as_str());
+        let lock_path = self.lock_path(name.as_str())?;
         loop {
             let mut children =
                 match call_raw(&self.config, session.client.list_children(&lock_path)).await? {
@@ -570,7 +598,7 @@ impl Backend for ZkStore {
                     Err(zookeeper_client::Error::NoNode) => return Ok(None),
                     Err(e) => return Err(classify(e, &self.config.shown)),
                 };
-            children.sort_by_key(|c| sequence(c));
+            contenders(&mut children);
             let Some(first) = children.first() else {
                 return Ok(None);
             };

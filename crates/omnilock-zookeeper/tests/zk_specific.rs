@@ -7,6 +7,8 @@ use omnilock_core::{ErrorKind, Locks, StoreUrl};
 use omnilock_testkit::store_url;
 use omnilock_zookeeper::ZkConfig;
 
+mod common;
+
 const PATIENCE: Duration = Duration::from_secs(20);
 
 async fn connect(url: &str) -> omnilock_core::Result<Locks> {
@@ -188,4 +190,33 @@ async fn cancelled_acquires_leave_no_nodes_and_empty_parents_go() {
         .expect("in time")
         .expect("acquire after the parent went");
     again.release().await.expect("release");
+}
+
+/// Lock `locks` under prefix `<p>` and lock `job` under prefix `<p>/locks`:
+/// the second's container sits inside the first's, and used to pass for one
+/// of its contenders (a holder it saw, a node its break deleted, a
+/// predecessor a waiter would watch forever).
+#[test]
+fn nested_prefixes_are_disjoint() {
+    let p = format!("omnilock-ns/{}", unique("nest"));
+    let (Some(a), Some(b)) = (
+        common::subject_under("ZK", &p),
+        common::subject_under("ZK", &format!("{p}/locks")),
+    ) else {
+        return;
+    };
+    omnilock_testkit::run(async move {
+        omnilock_testkit::scenarios::namespaces_are_disjoint(&a, "locks", &b, "job").await;
+        // The other way round: the inner lock held first.
+        omnilock_testkit::scenarios::namespaces_are_disjoint(&b, "job-2", &a, "locks").await;
+    });
+}
+
+/// A name spelt like a lock node is refused (see `nested_prefixes_are_disjoint`).
+#[tokio::test]
+async fn names_shaped_like_lock_nodes_are_refused() {
+    let locks = connect(&ensemble_url()).await.expect("connect");
+    let name = format!("{}-lock-0000000001", "0".repeat(32));
+    let err = locks.try_acquire(&name).await.expect_err("refused");
+    assert_eq!(err.kind(), ErrorKind::InvalidName, "{err}");
 }

@@ -5,6 +5,7 @@ use omnilock_redis::RedisConfig;
 use omnilock_testkit::{store_url, Subject};
 
 /// The store in `OMNILOCK_TEST_<store>_URL`, opened through `RedisConfig`.
+#[allow(dead_code)] // not every test binary uses it
 pub fn subject(store: &str) -> Option<Subject> {
     subject_at(store, store_url(store)?)
 }
