@@ -128,7 +128,20 @@ pub(crate) fn map_err(e: RedisError, address: &str) -> Error {
         || e.is_connection_dropped()
         || matches!(code, "LOADING" | "BUSY" | "TRYAGAIN" | "MASTERDOWN")
     {
-        Error::unavailable(format!("cannot reach Redis at {address}"))
+        // The reason in the message too: Redlock joins several nodes'
+        // messages into one line, without their causes.
+        let why = if e.is_connection_refusal() {
+            "connection refused"
+        } else if e.is_timeout() {
+            "timed out"
+        } else if e.is_connection_dropped() {
+            "connection dropped"
+        } else if !code.is_empty() {
+            code
+        } else {
+            "I/O error"
+        };
+        Error::unavailable(format!("cannot reach Redis at {address} ({why})"))
     } else {
         Error::new(
             ErrorKind::Backend,

@@ -207,6 +207,23 @@ async fn credentials_and_unreachable_nodes() {
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
     assert!(err.to_string().contains("127.0.0.1:1"), "{err}");
     assert!(!format!("{err} {err:?}").contains("sekrit"));
+
+    // Redlock's one line names every node and why it failed.
+    let url = "redlock://:sekrit@127.0.0.1:1,127.0.0.1:2,127.0.0.1:3/?connect_timeout=500ms";
+    let err =
+        omnilock_redis::connect(RedisConfig::from_url(&StoreUrl::parse(url).unwrap()).unwrap())
+            .await
+            .expect_err("nothing listens on ports 1-3");
+    let shown = err.to_string();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{shown}");
+    for node in [
+        "127.0.0.1:1 (connection refused)",
+        "127.0.0.1:3 (connection refused)",
+    ] {
+        assert!(shown.contains(node), "{shown}");
+    }
+    assert_eq!(shown.lines().count(), 1, "{shown}");
+    assert!(!format!("{err} {err:?}").contains("sekrit"));
 }
 
 /// An ACL user (user name + password) with only the rights the protocol
