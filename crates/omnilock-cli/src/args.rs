@@ -255,3 +255,42 @@ pub struct BreakArgs {
 fn parse_duration(text: &str) -> Result<Duration, String> {
     omnilock::parse_duration(text).map_err(|e| e.message().to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Words a tired operator might type, flags and values mixed at random.
+    fn word() -> impl Strategy<Value = String> {
+        prop_oneof![
+            prop::sample::select(vec![
+                "run", "demo", "break", "bench", "--", "--store", "--ttl", "--wait", "-n",
+                "--no-wait", "--owner", "-v", "-E", "--conflict-exit-code", "--lost-exit-code",
+                "--workload", "--clients", "--duration", "--out", "--help", "-", "",
+                "mem://", "1ms", "15s", "-1", "999999999999", "300", "herd", "0",
+            ])
+            .prop_map(str::to_string),
+            any::<String>(),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(3000))]
+
+        /// No argument list panics the parser or the checks `run` makes
+        /// before any I/O; every refusal is a clap error or a typed error.
+        #[test]
+        fn any_arguments_parse_or_fail_cleanly(words in prop::collection::vec(word(), 0..8)) {
+            let argv = std::iter::once("omnilock".to_string()).chain(words);
+            if let Ok(Cli { command: Command::Run(run), .. }) = Cli::try_parse_from(argv) {
+                if let Err(err) = crate::run::check(&run) {
+                    prop_assert!(matches!(
+                        err.kind(),
+                        omnilock::ErrorKind::InvalidName | omnilock::ErrorKind::InvalidConfig
+                    ));
+                }
+            }
+        }
+    }
+}

@@ -51,11 +51,11 @@ impl Signals {
 }
 
 /// What the user typed, checked before any I/O.
-struct Checked {
+pub(crate) struct Checked {
     owner: Option<Owner>,
 }
 
-fn check(args: &RunArgs) -> omnilock::Result<Checked> {
+pub(crate) fn check(args: &RunArgs) -> omnilock::Result<Checked> {
     LockName::new(&args.name)?;
     if let Some(ttl) = args.ttl {
         omnilock::check_ttl(ttl)?;
