@@ -14,8 +14,10 @@ pub enum Mode {
     /// omnilock's own recipe: one shared lease per TTL, a key per owner in a
     /// create-revision queue, a watch on the predecessor only (the default).
     Recipe,
-    /// etcd's built-in Lock RPC (what `etcdctl lock` uses), one lease per
-    /// acquisition.
+    /// etcd's own lock protocol, the one `etcdctl lock` (client-side) and
+    /// the Lock RPC (server-side) run: one lease per acquisition, keys named
+    /// by lease ID. omnilock runs it client-side: it never waits inside the
+    /// Lock RPC (see `docs/backends/etcd.md`).
     LockApi,
 }
 
@@ -27,7 +29,7 @@ pub struct EtcdConfig {
     /// Key prefix (the URL path, default `omnilock`): a lock's keys live
     /// under `<prefix>/<encoded name>/`.
     pub prefix: String,
-    /// Recipe or Lock RPC (`?mode=`).
+    /// Recipe or etcd's lock protocol (`?mode=`).
     pub mode: Mode,
     /// User name for etcd's authentication, if any.
     pub username: Option<String>,

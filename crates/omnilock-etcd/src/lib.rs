@@ -1,7 +1,8 @@
 //! etcd as a lock store: a lease per client session, a queue of keys ordered
 //! by create revision, a watch on the predecessor only, owner-fenced release,
 //! the create revision as fencing token. Or, with `?mode=lockapi`, etcd's own
-//! Lock RPC. See `docs/backends/etcd.md` for the protocol and what breaks it.
+//! lock protocol (`etcdctl lock`'s keys, a lease per acquisition). See
+//! `docs/backends/etcd.md` for the protocol and what breaks it.
 
 mod config;
 mod conn;

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use etcd_client::{Compare, CompareOp, KeyValue, LockOptions, PutOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp};
 use omnilock_core::{
     async_trait, complete_or_undo, retry, AcquireRequest, Backend, Backoff, Capabilities, Error,
     ErrorKind, Grant, Holder, LockName, Owner, Result,
@@ -33,9 +33,9 @@ pub struct EtcdStore {
     mode: Mode,
     /// Recipe mode: one shared lease per TTL asked for.
     sessions: tokio::sync::Mutex<HashMap<Duration, Arc<Session>>>,
-    /// Lock-RPC mode: one lease per acquisition, remembered to close them.
+    /// Lock-protocol mode: one lease per acquisition, remembered to close them.
     own_sessions: Mutex<Vec<std::sync::Weak<Session>>>,
-    /// Lock-RPC mode: leases whose acquisition was released, kept alive for
+    /// Lock-protocol mode: leases whose acquisition was released, kept alive for
     /// the next acquisition with the same TTL (a grant, a keep-alive stream
     /// and a revoke fewer per acquisition).
     idle: Mutex<HashMap<Duration, Vec<Arc<Session>>>>,
@@ -113,7 +113,7 @@ impl EtcdStore {
         Ok(self.shared_session(omnilock_core::DEFAULT_TTL).await?.id)
     }
 
-    /// A session for one Lock-RPC acquisition.
+    /// A session for one lock-protocol acquisition.
     async fn own_session(&self, ttl: Duration) -> Result<Arc<Session>> {
         let reused = lock(&self.idle).get_mut(&ttl).and_then(|idle| {
             idle.retain(|s| s.death().is_none());
@@ -359,6 +359,13 @@ impl EtcdStore {
         self.etcd.clone()
     }
 
+    /// etcd's lock protocol (`concurrency.Mutex`, which `etcdctl lock` runs
+    /// in the client and the Lock RPC runs inside the server): a lease per
+    /// acquisition, the key `<range><lease hex>`, the same queue order. The
+    /// waiting happens here, on our own watch of the predecessor, never in
+    /// the server's Lock RPC: etcd 3.4's server-side wait shares one
+    /// in-process watch stream per member, which a burst of cancelled
+    /// waiters deadlocks for good (docs/backends/etcd.md, `mass_cancel`).
     async fn acquire_lockapi(&self, request: &AcquireRequest, wait: bool) -> Result<Option<Grant>> {
         let session = self.own_session(request.ttl).await?;
         // Revoking the lease deletes whatever key it got, at any stage.
@@ -369,95 +376,38 @@ impl EtcdStore {
         };
         let lock_prefix = self.etcd.lock_prefix(request.name.as_str());
         let key = format!("{lock_prefix}{:x}", session.id);
-        if !wait {
-            return match self.try_put(&lock_prefix, &key, session.id).await? {
-                Some(Enqueued::Mine { rev, .. }) => {
-                    revoke.armed = false;
-                    Ok(Some(self.grant(request, key, rev, session, None)))
-                }
-                _ => Ok(None),
-            };
-        }
-        let name = lock_prefix.trim_end_matches('/').to_string();
-        let lease = session.id;
-        let locking = self.etcd.client.clone();
-        let lock_call = async move {
-            let mut client = locking;
-            client
-                .lock(name, Some(LockOptions::new().with_lease(lease)))
-                .await
-        };
-        let queued = self.raise_when_queued(request, &key);
-        tokio::pin!(lock_call, queued);
-        let locked = loop {
-            tokio::select! {
-                locked = &mut lock_call => break locked,
-                () = &mut queued => {}
-                cause = session.died() => return Err(cause),
+        let enqueued = if wait {
+            self.enqueue_safely(&lock_prefix, &key, session.id).await?
+        } else {
+            match self.try_put(&lock_prefix, &key, session.id).await? {
+                Some(enqueued) => enqueued,
+                None => return Ok(None),
             }
         };
-        let locked = locked.map_err(|e| crate::conn::classify(e, &self.etcd.shown))?;
-        let key = String::from_utf8_lossy(locked.key()).into_owned();
-        // The fencing token is our key's create revision. A local
-        // (serializable) read is enough when it already shows the key; a
-        // lagging member falls back to a linearizable read.
-        let mut rev = None;
-        for serializable in [true, false] {
-            let probe = key.clone();
-            let options = serializable.then(|| etcd_client::GetOptions::new().with_serializable());
-            let resp = self
-                .etcd
-                .call(|mut c| async move { c.get(probe, options).await })
-                .await?;
-            if let Some(kv) = resp.kvs().first().filter(|kv| kv.lease() == lease) {
-                rev = Some(kv.create_revision());
-                break;
+        let (rev, turn) = match enqueued {
+            Enqueued::Mine { rev, turn } => (rev, turn),
+            // The key is named after a lease granted for this acquisition.
+            Enqueued::Elsewhere { kv, .. } => {
+                return Err(Error::new(
+                    ErrorKind::Backend,
+                    format!(
+                        "etcd key {key} exists on lease {:x}, not on this acquisition's lease",
+                        kv.lease()
+                    ),
+                ))
             }
-        }
-        let Some(rev) = rev else {
-            return Err(Error::new(
-                ErrorKind::LockLost,
-                "etcd's Lock RPC answered but this client's key is gone",
-            )
-            .with_retryable(true));
         };
+        if let Turn::After { .. } = turn {
+            if !wait {
+                return Ok(None); // the revoke deletes the key
+            }
+            request.waiting.raise();
+        }
+        self.etcd
+            .wait_turn(&session, &lock_prefix, &key, rev, turn)
+            .await?;
         revoke.armed = false;
         Ok(Some(self.grant(request, key, rev, session, None)))
-    }
-
-    /// Raises the waiting notice once our Lock-RPC key exists (the RPC does
-    /// not say when it has queued), by watching for its creation.
-    async fn raise_when_queued(&self, request: &AcquireRequest, key: &str) {
-        // Most acquisitions are granted at once: watch only if this one is not.
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        let options =
-            etcd_client::WatchOptions::new().with_filters([etcd_client::WatchFilterType::NoDelete]);
-        let key = key.to_string();
-        let probe = key.clone();
-        let watch = self
-            .etcd
-            .call(|mut c| async move { c.watch(key, Some(options)).await })
-            .await;
-        // Created before the watch started?
-        if let Ok(resp) = self
-            .etcd
-            .call(|mut c| async move { c.get(probe, None).await })
-            .await
-        {
-            if !resp.kvs().is_empty() {
-                request.waiting.raise();
-                return std::future::pending().await;
-            }
-        }
-        if let Ok(mut stream) = watch {
-            while let Ok(Some(resp)) = stream.message().await {
-                if !resp.events().is_empty() {
-                    request.waiting.raise();
-                    break;
-                }
-            }
-        }
-        std::future::pending().await
     }
 
     fn held<'g>(&self, grant: &'g Grant) -> Result<&'g Held> {
@@ -516,7 +466,7 @@ impl EnqueueCall {
     }
 }
 
-/// How many released Lock-RPC leases to keep per TTL.
+/// How many released lock-protocol leases to keep per TTL.
 const IDLE_LEASES: usize = 16;
 
 fn backoff() -> Backoff {
@@ -598,7 +548,8 @@ impl Backend for EtcdStore {
             };
             let count = hold_count(&kv);
             if count <= 1 {
-                // A Lock-RPC key (empty value) or a count changed under us.
+                // A key of etcd's lock protocol (empty value) or a count
+                // changed under us.
                 if self.etcd.delete_if_created(key, held.rev).await? {
                     break;
                 }
@@ -677,7 +628,7 @@ impl Backend for EtcdStore {
         if self.mode == Mode::LockApi {
             return Err(Error::new(
                 ErrorKind::Unsupported,
-                "etcd's Lock RPC does not record owners (use the default mode)",
+                "etcd's lock protocol does not record owners (use the default mode)",
             ));
         }
         let lock_prefix = self.etcd.lock_prefix(name.as_str());
