@@ -26,8 +26,12 @@ pub enum Mode {
 pub struct EtcdConfig {
     /// Client endpoints, as `http(s)://host:port`.
     pub endpoints: Vec<String>,
-    /// Key prefix (the URL path, default `omnilock`): a lock's keys live
-    /// under `<prefix>/<encoded name>/`.
+    /// Key prefix: the URL path without its leading and trailing `/`
+    /// (default `omnilock`). A lock's keys live under `<prefix>/<name>/`
+    /// where `/` and `%` in both prefix and name are percent-encoded, so
+    /// that each is one key segment: prefix `app/locks` puts lock `job` in
+    /// `app%2Flocks/job/`, apart from lock `locks/job` under prefix `app`
+    /// (`app/locks%2Fjob/`).
     pub prefix: String,
     /// Recipe or etcd's lock protocol (`?mode=`).
     pub mode: Mode,

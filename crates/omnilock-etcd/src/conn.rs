@@ -11,13 +11,22 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 use crate::config::EtcdConfig;
 
 /// `/` would nest one lock's keys inside another's range and `%` is the
-/// escape itself; everything else in a name or owner is kept as is.
+/// escape itself; everything else in a prefix, name or owner is kept as is.
 const SEGMENT: &AsciiSet = &CONTROLS.add(b'/').add(b'%');
+
+/// `text` as one key segment: no `/` left in it, and distinct texts stay
+/// distinct.
+fn segment(text: &str) -> String {
+    utf8_percent_encode(text, SEGMENT).to_string()
+}
 
 /// A connected client plus the settings every call needs.
 #[derive(Clone)]
 pub(crate) struct Etcd {
     pub client: Client,
+    /// The configured key prefix as one key segment (`/` and `%`
+    /// percent-encoded), so that every lock's range is exactly
+    /// `<prefix segment>/<name segment>/` and none contains another's.
     pub prefix: String,
     pub request_timeout: Duration,
     /// The endpoints, for messages.
@@ -71,7 +80,7 @@ impl Etcd {
         };
         Ok(Etcd {
             client,
-            prefix: config.prefix.clone(),
+            prefix: segment(&config.prefix),
             request_timeout: config.request_timeout,
             shown,
             metrics,
@@ -94,16 +103,18 @@ impl Etcd {
         }
     }
 
-    /// `<prefix>/<name>/`: the range holding one lock's queue.
+    /// `<prefix>/<name>/`, each one encoded key segment: the range holding
+    /// one lock's queue. Two segments exactly, so (prefix, name) pairs and
+    /// ranges correspond one to one and no range holds another's keys.
     pub(crate) fn lock_prefix(&self, name: &str) -> String {
-        format!("{}/{}/", self.prefix, utf8_percent_encode(name, SEGMENT))
+        format!("{}/{}/", self.prefix, segment(name))
     }
 
     /// The queue key of `owner` for the lock whose range is `lock_prefix`.
     /// The `o:` keeps it apart from the hexadecimal lease IDs that etcd's
     /// Lock RPC uses in the same range.
     pub(crate) fn owner_key(lock_prefix: &str, owner: &str) -> String {
-        format!("{lock_prefix}o:{}", utf8_percent_encode(owner, SEGMENT))
+        format!("{lock_prefix}o:{}", segment(owner))
     }
 }
 
