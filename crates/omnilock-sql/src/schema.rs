@@ -63,7 +63,9 @@ pub(crate) async fn prepare(
                     tx.execute(statement.as_str()).await.map_err(err)?;
                 }
             }
-            check_sqlite(&mut tx, config).await?;
+            if check_sqlite(&mut tx, config).await? {
+                probe_sqlite_write(&mut tx, config).await?;
+            }
             tx.commit().await.map_err(err)
         }
         Dialect::MySql => {
@@ -199,8 +201,12 @@ async fn check_postgres(
 }
 
 /// SQLite: a `COLLATE` other than `BINARY` (`NOCASE`, `RTRIM`) in the
-/// tables' definitions folds names together; it is refused.
-async fn check_sqlite(tx: &mut sqlx::Transaction<'_, sqlx::Any>, config: &SqlConfig) -> Result<()> {
+/// tables' definitions folds names together; it is refused. Returns whether
+/// the lock table exists.
+async fn check_sqlite(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    config: &SqlConfig,
+) -> Result<bool> {
     let [table, queue] = tables(config);
     let rows = sqlx::query(
         "SELECT name, sql FROM sqlite_master
@@ -211,8 +217,10 @@ async fn check_sqlite(tx: &mut sqlx::Transaction<'_, sqlx::Any>, config: &SqlCon
     .fetch_all(&mut **tx)
     .await
     .map_err(|e| map_err(e, config))?;
+    let mut exists = false;
     for row in rows {
         let name: String = row.try_get(0).map_err(|e| map_err(e, config))?;
+        exists |= name.eq_ignore_ascii_case(&table);
         let sql: Option<String> = row.try_get(1).map_err(|e| map_err(e, config))?;
         if let Some(collation) = sql.as_deref().and_then(folding_collation) {
             return Err(Error::config(format!(
@@ -221,7 +229,34 @@ async fn check_sqlite(tx: &mut sqlx::Transaction<'_, sqlx::Any>, config: &SqlCon
             )));
         }
     }
-    Ok(())
+    Ok(exists)
+}
+
+/// SQLite: writes a row and takes it back, so that a file SQLite may only
+/// read (permissions, a read-only file system, a file format from a newer
+/// SQLite) is reported now, by name, rather than by the first acquire. In
+/// WAL mode neither `BEGIN IMMEDIATE` nor a write that changes nothing
+/// notices. The probe's name holds a control character, which no lock name
+/// may contain.
+async fn probe_sqlite_write(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    config: &SqlConfig,
+) -> Result<()> {
+    let table = ident(Dialect::Sqlite, &config.table);
+    let insert = format!(
+        "INSERT OR REPLACE INTO {table} (name, holds, token, updated_at) VALUES (?1, 0, 0, 0)"
+    );
+    let err = |e| map_err(e, config);
+    tx.execute("SAVEPOINT omnilock_probe").await.map_err(err)?;
+    let written = sqlx::query(&insert)
+        .bind("\u{1}omnilock write probe")
+        .execute(&mut **tx)
+        .await;
+    tx.execute("ROLLBACK TO omnilock_probe")
+        .await
+        .map_err(err)?;
+    tx.execute("RELEASE omnilock_probe").await.map_err(err)?;
+    written.map(|_| ()).map_err(err)
 }
 
 /// The first collation other than `BINARY` named in a `CREATE TABLE`.
