@@ -29,7 +29,8 @@ pub(crate) struct Etcd {
     /// `<prefix segment>/<name segment>/` and none contains another's.
     pub prefix: String,
     pub request_timeout: Duration,
-    /// The endpoints, for messages.
+    /// The endpoints as `host:port,host:port`, for messages (no scheme,
+    /// user, path or options).
     pub shown: String,
     /// `host:port` of each endpoint whose metrics can be read over plain
     /// HTTP (none with TLS).
@@ -40,7 +41,7 @@ impl Etcd {
     /// Connects and proves the cluster answers (and accepts the
     /// credentials) within the connect timeout.
     pub(crate) async fn connect(config: &EtcdConfig) -> Result<Self> {
-        let shown = config.shown.clone();
+        let shown = endpoint_list(&config.endpoints);
         let mut options = ConnectOptions::new()
             .with_connect_timeout(config.connect_timeout)
             .with_keep_alive(Duration::from_secs(5), Duration::from_secs(3))
@@ -64,7 +65,7 @@ impl Etcd {
             Ok(Err(e)) => return Err(classify(e, &shown)),
             Err(_) => {
                 return Err(Error::unavailable(format!(
-                    "no etcd endpoint of {shown} answered within {:?}",
+                    "etcd {shown}: no endpoint answered within {:?}",
                     config.connect_timeout
                 )))
             }
@@ -97,7 +98,7 @@ impl Etcd {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => Err(classify(e, &self.shown)),
             Err(_) => Err(Error::unavailable(format!(
-                "etcd at {} did not answer within {:?}",
+                "etcd {}: no answer within {:?}",
                 self.shown, self.request_timeout
             ))),
         }
@@ -136,50 +137,202 @@ fn tls_options(config: &EtcdConfig) -> Result<TlsOptions> {
     Ok(tls)
 }
 
-/// Maps an etcd client error to a portable one. Messages name the endpoints,
-/// never the password.
+/// `http://a:1`, `https://b:2` → `a:1,b:2`.
+fn endpoint_list(endpoints: &[String]) -> String {
+    endpoints
+        .iter()
+        .map(|e| e.split_once("://").map_or(e.as_str(), |(_, rest)| rest))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Maps an etcd client error to a portable one whose message is one short
+/// line: which endpoints and what went wrong ("etcd 127.0.0.1:1 (backend
+/// etcd): connection refused"). The client's own error, a multi-line-long
+/// debug dump of the gRPC status, stays reachable as the cause's source.
+/// Messages name the endpoints, never the password.
 pub(crate) fn classify(e: etcd_client::Error, shown: &str) -> Error {
     use etcd_client::Error as E;
     use tonic::Code;
     let text = e.to_string();
     let lower = text.to_ascii_lowercase();
-    let kind = match &e {
+    let (kind, message) = match &e {
         _ if lower.contains("authentication failed")
             || lower.contains("invalid auth token")
             || lower.contains("user name is empty")
             || lower.contains("user name not found") =>
         {
-            return Error::config(format!(
-                "etcd at {shown} refused the credentials (user name or password)"
-            ))
-            .with_cause(e)
+            (
+                ErrorKind::InvalidConfig,
+                format!("etcd {shown} refused the credentials (user name or password)"),
+            )
         }
         E::GRpcStatus(status) => match status.code() {
             Code::Unavailable
             | Code::DeadlineExceeded
             | Code::Cancelled
             | Code::Aborted
-            | Code::ResourceExhausted => ErrorKind::Unavailable,
+            | Code::ResourceExhausted => (ErrorKind::Unavailable, format!("etcd {shown}")),
             Code::Unknown if lower.contains("transport") || lower.contains("connect") => {
-                ErrorKind::Unavailable
+                (ErrorKind::Unavailable, format!("etcd {shown}"))
             }
-            Code::PermissionDenied | Code::Unauthenticated => {
-                return Error::config(format!(
-                    "etcd at {shown} denied the request: {}",
-                    status.message()
-                ))
-                .with_cause(e)
-            }
+            Code::PermissionDenied | Code::Unauthenticated => (
+                ErrorKind::InvalidConfig,
+                format!("etcd {shown} denied the request"),
+            ),
             _ if lower.contains("leader changed") || lower.contains("no leader") => {
-                ErrorKind::Unavailable
+                (ErrorKind::Unavailable, format!("etcd {shown}"))
             }
-            _ => ErrorKind::Backend,
+            _ => (ErrorKind::Backend, format!("etcd {shown}")),
         },
         E::TransportError(_) | E::IoError(_) | E::LeaseKeepAliveError(_) | E::WatchError(_) => {
-            ErrorKind::Unavailable
+            (ErrorKind::Unavailable, format!("etcd {shown}"))
         }
-        E::InvalidUri(_) | E::InvalidArgs(_) | E::EndpointError(_) => ErrorKind::InvalidConfig,
-        _ => ErrorKind::Backend,
+        E::InvalidUri(_) | E::InvalidArgs(_) | E::EndpointError(_) => {
+            (ErrorKind::InvalidConfig, format!("etcd {shown}"))
+        }
+        _ => (ErrorKind::Backend, format!("etcd {shown}")),
     };
-    Error::new(kind, format!("etcd at {shown}: {text}")).with_cause(e)
+    Error::new(kind, message).with_cause(Cause {
+        reason: reason(&e),
+        client: e,
+    })
+}
+
+/// The longest reason worth a line; the full error is one `source()` away.
+const REASON_MAX: usize = 160;
+
+/// Why an etcd request failed, in a few words: the innermost error under the
+/// gRPC status (an I/O or TLS error says the most: "connection refused",
+/// "invalid peer certificate: UnknownIssuer"), else etcd's own message
+/// without its `etcdserver: ` tag, else the status code.
+fn reason(e: &etcd_client::Error) -> String {
+    use etcd_client::Error as E;
+    let mut innermost: Option<&(dyn std::error::Error + 'static)> = match e {
+        E::GRpcStatus(status) => std::error::Error::source(status),
+        E::TransportError(err) => Some(err),
+        E::IoError(err) => Some(err),
+        _ => None,
+    };
+    let mut why = None;
+    while let Some(err) = innermost {
+        why = Some(match err.downcast_ref::<std::io::Error>() {
+            Some(io) => io_reason(io),
+            None => err.to_string(),
+        });
+        innermost = err.source();
+    }
+    let why = why.unwrap_or_else(|| match e {
+        E::GRpcStatus(status) if !status.message().is_empty() => status
+            .message()
+            .trim_start_matches("etcdserver: ")
+            .to_string(),
+        E::GRpcStatus(status) => code_reason(status.code()),
+        E::WatchError(m) | E::LeaseKeepAliveError(m) | E::InvalidArgs(m) => m.clone(),
+        other => other.to_string(),
+    });
+    one_line(&why)
+}
+
+fn io_reason(io: &std::io::Error) -> String {
+    use std::io::ErrorKind as K;
+    match io.kind() {
+        K::ConnectionRefused => "connection refused".to_string(),
+        K::ConnectionReset => "connection reset".to_string(),
+        K::ConnectionAborted => "connection aborted".to_string(),
+        K::TimedOut => "connection timed out".to_string(),
+        K::AddrNotAvailable => "address not available".to_string(),
+        _ => match io.get_ref() {
+            // A TLS or framing error wrapped in an I/O error: its own words.
+            Some(inner) => inner.to_string(),
+            None => io.to_string(),
+        },
+    }
+}
+
+fn code_reason(code: tonic::Code) -> String {
+    use tonic::Code;
+    match code {
+        Code::DeadlineExceeded => "deadline exceeded".to_string(),
+        Code::Unavailable => "unavailable".to_string(),
+        Code::Cancelled => "cancelled".to_string(),
+        other => format!("gRPC status {other:?}"),
+    }
+}
+
+/// `text` on one line and at most [`REASON_MAX`] characters.
+fn one_line(text: &str) -> String {
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match flat.char_indices().nth(REASON_MAX) {
+        Some((cut, _)) => format!("{}…", &flat[..cut]),
+        None => flat,
+    }
+}
+
+/// An etcd client error shown as its short reason; the client's full error
+/// (gRPC status, metadata, transport chain) is its `source()`.
+#[derive(Debug)]
+struct Cause {
+    reason: String,
+    client: etcd_client::Error,
+}
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+impl std::error::Error for Cause {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.client)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_are_host_port() {
+        assert_eq!(
+            endpoint_list(&["http://a:1".to_string(), "https://b:2".to_string()]),
+            "a:1,b:2"
+        );
+    }
+
+    #[test]
+    fn reasons_are_short_and_keep_the_client_error() {
+        let status = tonic::Status::invalid_argument(
+            "etcdserver: authentication failed, invalid user ID or password",
+        );
+        let err = classify(etcd_client::Error::GRpcStatus(status), "h:1");
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+        assert_eq!(
+            err.to_string(),
+            "invalid configuration: etcd h:1 refused the credentials (user name or password): \
+             authentication failed, invalid user ID or password"
+        );
+        let cause = std::error::Error::source(&err).expect("cause");
+        assert!(cause.source().is_some(), "the client's error is kept");
+
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let status = tonic::Status::from_error(Box::new(refused));
+        let err = classify(etcd_client::Error::GRpcStatus(status), "h:1,h:2");
+        assert_eq!(err.kind(), ErrorKind::Unavailable);
+        assert_eq!(
+            err.to_string(),
+            "store unavailable: etcd h:1,h:2: connection refused"
+        );
+
+        let err = classify(
+            etcd_client::Error::GRpcStatus(tonic::Status::deadline_exceeded("")),
+            "h:1",
+        );
+        assert_eq!(
+            err.to_string(),
+            "store unavailable: etcd h:1: deadline exceeded"
+        );
+        assert_eq!(one_line(&"x\n".repeat(200)).chars().count(), REASON_MAX + 1);
+    }
 }

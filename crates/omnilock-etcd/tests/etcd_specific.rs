@@ -94,6 +94,61 @@ async fn wrong_credentials_are_a_clear_config_error() {
     assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
 }
 
+/// Checks an error message (issue 13, finding 8): one line, short, naming
+/// `endpoint`, containing `why`, and no `password` anywhere in the error
+/// chain (the etcd client's own error, kept as the source, included).
+fn assert_one_clear_line(err: &omnilock_core::Error, endpoint: &str, why: &str, password: &str) {
+    let line = err.to_string();
+    assert!(!line.contains('\n'), "more than one line: {line}");
+    assert!(line.len() < 200, "{} characters: {line}", line.len());
+    assert!(line.contains(endpoint), "does not name {endpoint}: {line}");
+    assert!(line.contains(why), "does not say {why:?}: {line}");
+    let mut chain = format!("{err} {err:?}");
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        chain += &format!(" {cause} {cause:?}");
+        source = cause.source();
+    }
+    assert!(!chain.contains(password), "leaks the password: {chain}");
+}
+
+#[tokio::test]
+async fn errors_are_one_short_line_naming_the_endpoint_and_the_cause() {
+    let err = connect("etcd://locker:s3cret-pw@127.0.0.1:1/x?connect_timeout=2s")
+        .await
+        .expect_err("nothing listens there");
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert_one_clear_line(&err, "etcd 127.0.0.1:1", "connection refused", "s3cret-pw");
+    // The cause chain keeps the etcd client's own error.
+    let cause = std::error::Error::source(&err).expect("a cause");
+    assert!(
+        cause.source().is_some(),
+        "the client's error is kept: {err:?}"
+    );
+
+    let err = connect("etcd://locker:s3cret-pw@127.0.0.1:1,127.0.0.1:9/x?connect_timeout=2s")
+        .await
+        .expect_err("nothing listens there");
+    assert_one_clear_line(
+        &err,
+        "127.0.0.1:1,127.0.0.1:9",
+        "connection refused",
+        "s3cret-pw",
+    );
+
+    let url = store_url("ETCD_AUTH").expect("OMNILOCK_TEST_ETCD_AUTH_URL");
+    let endpoint = url
+        .split('@')
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .expect("host:port in the auth URL")
+        .to_string();
+    let wrong = url.replace("omnilock-test-pw", "not-the-pw");
+    let err = connect(&wrong).await.expect_err("wrong password");
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    assert_one_clear_line(&err, &endpoint, "authentication failed", "not-the-pw");
+}
+
 #[tokio::test]
 async fn lease_loss_fires_every_guard_and_a_new_lease_serves_later_acquisitions() {
     let locks = connect(&cluster_url()).await.expect("connect");
