@@ -159,6 +159,44 @@ async fn folding_tables_are_refused() {
     }
 }
 
+/// PostgreSQL: a nondeterministic collation (here ICU, case-insensitive) on
+/// the `owner` column is refused too. Skipped where PostgreSQL lacks ICU.
+#[tokio::test(flavor = "multi_thread")]
+async fn nondeterministic_postgres_collation_is_refused() {
+    let Some(url) = store_url("POSTGRES") else {
+        return;
+    };
+    let pool = raw(&url).await;
+    let created = pool
+        .execute(
+            "CREATE COLLATION IF NOT EXISTS omnilock_test_ci
+             (provider = icu, locale = 'und-u-ks-level2', deterministic = false)",
+        )
+        .await;
+    if let Err(e) = created {
+        eprintln!("no ICU collations here ({e}); skipped");
+        return;
+    }
+    let table = unique("nondeterministic");
+    pool.execute(
+        format!(
+            "CREATE TABLE {table} (name VARCHAR(256) NOT NULL PRIMARY KEY,
+             owner VARCHAR(256) COLLATE omnilock_test_ci NULL,
+             holds BIGINT NOT NULL DEFAULT 0, token BIGINT NOT NULL DEFAULT 0,
+             expires_at BIGINT NULL, updated_at BIGINT NOT NULL, waiting_until BIGINT NULL)"
+        )
+        .as_str(),
+    )
+    .await
+    .expect("create");
+    let err = connect(&with_option(&url, &format!("table={table}")))
+        .await
+        .expect_err("a nondeterministic collation");
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    assert!(err.to_string().contains("omnilock_test_ci"), "{err}");
+    drop_tables(&pool, &table).await;
+}
+
 /// Any plain identifier works as a table name, reserved words included
 /// (every statement quotes it), in fair mode (the waiting line and its
 /// index are named after the table); names are checked before connecting.
