@@ -42,7 +42,9 @@ impl Measure for EtcdStore {
     async fn floor_round(&self) -> Result<()> {
         let etcd = self.etcd();
         let lease = self.floor_lease().await?;
-        let key = format!("{}/.floor/o:{:016x}", etcd.prefix, rand_u64());
+        // One `/` only: outside every lock's range (`<prefix>/<name>/`), so a
+        // lock named `.floor` never sees the floor's keys.
+        let key = format!("{}/.floor-o:{:016x}", etcd.prefix, rand_u64());
         let put = Txn::new()
             .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(
