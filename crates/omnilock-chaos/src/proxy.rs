@@ -1,6 +1,7 @@
 //! A TCP proxy of ours in front of each store node, one set per client, so
-//! the nemesis can cut one client off the store (closing its connections and
-//! refusing new ones) and heal it, like etcd's local-tester bridges.
+//! the nemesis can cut one client off the store, or off some of its nodes
+//! (closing those connections and refusing new ones), and heal it, like
+//! etcd's local-tester bridges.
 
 use std::collections::HashMap;
 
@@ -11,7 +12,8 @@ use tokio::sync::watch;
 /// One client's proxies; dropping it leaves them running until the process
 /// ends (the harness is short-lived).
 pub struct Partitionable {
-    cut: watch::Sender<bool>,
+    /// Per node, in the URL's host order: whether it is cut off.
+    cut: watch::Sender<Vec<bool>>,
     /// The store URL rewritten to go through the proxies.
     pub url: String,
 }
@@ -21,9 +23,9 @@ impl Partitionable {
     /// port) and rewrites the URL to use them.
     pub async fn start(url: &str) -> Result<Partitionable, String> {
         let parsed = omnilock::StoreUrl::parse(url).map_err(|e| e.to_string())?;
-        let (cut, _) = watch::channel(false);
         let mut rewritten = url.to_string();
         let mut seen = HashMap::new();
+        let mut upstreams = Vec::new();
         for host in parsed.hosts() {
             let port = host
                 .port
@@ -37,7 +39,11 @@ impl Partitionable {
                 .map_err(|e| e.to_string())?;
             let local = listener.local_addr().map_err(|e| e.to_string())?;
             seen.insert(upstream.clone(), local.to_string());
-            tokio::spawn(forward(listener, upstream, cut.subscribe()));
+            upstreams.push((listener, upstream));
+        }
+        let (cut, _) = watch::channel(vec![false; upstreams.len()]);
+        for (node, (listener, upstream)) in upstreams.into_iter().enumerate() {
+            tokio::spawn(forward(listener, upstream, node, cut.subscribe()));
         }
         if seen.is_empty() {
             return Err("the store URL names no network node to partition".into());
@@ -62,13 +68,34 @@ impl Partitionable {
 
     /// Cuts (true) or heals (false) this client's access to the store.
     pub fn set_cut(&self, cut: bool) {
-        self.cut.send_replace(cut);
+        self.cut
+            .send_modify(|nodes| nodes.iter_mut().for_each(|n| *n = cut));
+    }
+
+    /// Cuts this client off exactly the nodes at `nodes` (indices in the
+    /// URL's host order) and heals the rest.
+    pub fn cut_only(&self, nodes: &[usize]) {
+        self.cut.send_modify(|cut| {
+            for (i, node) in cut.iter_mut().enumerate() {
+                *node = nodes.contains(&i);
+            }
+        });
+    }
+
+    /// How many distinct nodes the proxies stand in front of.
+    pub fn nodes(&self) -> usize {
+        self.cut.borrow().len()
     }
 }
 
-async fn forward(listener: TcpListener, upstream: String, cut: watch::Receiver<bool>) {
+async fn forward(
+    listener: TcpListener,
+    upstream: String,
+    node: usize,
+    cut: watch::Receiver<Vec<bool>>,
+) {
     while let Ok((mut inbound, _)) = listener.accept().await {
-        if *cut.borrow() {
+        if cut.borrow()[node] {
             continue; // dropped: the connection is refused in effect
         }
         let upstream = upstream.clone();
@@ -79,7 +106,7 @@ async fn forward(listener: TcpListener, upstream: String, cut: watch::Receiver<b
             };
             tokio::select! {
                 _ = copy_bidirectional(&mut inbound, &mut outbound) => {}
-                _ = cut.wait_for(|cut| *cut) => {}
+                _ = cut.wait_for(|cut| cut[node]) => {}
             }
         });
     }

@@ -37,6 +37,26 @@ pub enum Fault {
     /// keys can tell: every key there loses 3 × TTL of its remaining life
     /// (emulated with a script; libfaketime and Redis's jemalloc do not mix).
     Clock,
+    /// Cut the current holder off a minority of the store's nodes (1 of 3,
+    /// 2 of 5) for 1.5–3 × TTL, then heal. Needs at least 3 nodes.
+    Minority,
+    /// Kleppmann's Redlock construction: cut the current holder off a
+    /// minority of the nodes; one TTL later its keys there have expired and
+    /// its lock stands on exactly the majority it still renews; then restart
+    /// one node of that majority at once (Redis comes back empty), and heal
+    /// after 2–3 × TTL. Any other client then granted the same lock is a
+    /// second holder.
+    MajorityRestart,
+}
+
+impl Fault {
+    /// Whether the fault needs every client behind proxies of its own.
+    fn partitions(self) -> bool {
+        matches!(
+            self,
+            Fault::Partition | Fault::Minority | Fault::MajorityRestart
+        )
+    }
 }
 
 /// Everything a run needs.
@@ -105,14 +125,29 @@ pub async fn run(config: RunConfig) -> Result<Report, String> {
             locks.backend_kind()
         ));
     }
-    if config.faults.contains(&Fault::Node) || config.faults.contains(&Fault::Restart) {
+    if config
+        .faults
+        .iter()
+        .any(|f| matches!(f, Fault::Node | Fault::Restart | Fault::MajorityRestart))
+    {
         Nodes::of(&config.store)?;
+    }
+    if config.faults.contains(&Fault::MajorityRestart) && !config.store.starts_with("redlock://") {
+        return Err("majority-restart is Redlock's hazard: use a redlock:// store".into());
     }
     if config.faults.contains(&Fault::Clock) && !config.store.starts_with("redlock://") {
         return Err("the clock fault jumps a Redlock node's clock: use a redlock:// store".into());
     }
-    if config.faults.contains(&Fault::Partition) {
-        Partitionable::start(&config.store).await?;
+    if config.faults.iter().any(|f| f.partitions()) {
+        let proxies = Partitionable::start(&config.store).await?;
+        if proxies.nodes() < 3
+            && config
+                .faults
+                .iter()
+                .any(|f| *f != Fault::Partition && f.partitions())
+        {
+            return Err("minority faults need a store of at least 3 nodes".into());
+        }
     }
 
     let (history_tx, history_rx) = unbounded_channel();
@@ -224,7 +259,7 @@ async fn write_history(
 
 async fn spawn_client(harness: &Arc<Harness>) -> Result<(), String> {
     let id = harness.next_id.fetch_add(1, Ordering::SeqCst);
-    let proxy = if harness.config.faults.contains(&Fault::Partition) {
+    let proxy = if harness.config.faults.iter().any(|f| f.partitions()) {
         Some(Arc::new(Partitionable::start(&harness.config.store).await?))
     } else {
         None
@@ -381,6 +416,10 @@ async fn nemesis(harness: Arc<Harness>) {
                 clock_jump(&harness).await;
                 continue;
             }
+            Fault::MajorityRestart => {
+                majority_restart(&harness).await;
+                continue;
+            }
             _ => {}
         }
         let Some((client, lock, pid)) = harness.pick_holder().await else {
@@ -419,7 +458,28 @@ async fn nemesis(harness: Arc<Harness>) {
                 proxy.set_cut(false);
                 harness.record(event(Op::Partition, Phase::Ok));
             }
-            Fault::Node | Fault::Restart | Fault::Clock => unreachable!("handled above"),
+            Fault::Minority => {
+                let proxy = harness
+                    .clients
+                    .lock()
+                    .unwrap()
+                    .get(&client)
+                    .and_then(|c| c.proxy.clone());
+                let Some(proxy) = proxy else { continue };
+                let cut = minority(proxy.nodes());
+                let length = harness.fault_length();
+                harness.record(
+                    event(Op::Partition, Phase::Invoke)
+                        .detail(format!("{length:?} from nodes {cut:?}")),
+                );
+                proxy.cut_only(&cut);
+                tokio::time::sleep(length).await;
+                proxy.set_cut(false);
+                harness.record(event(Op::Partition, Phase::Ok));
+            }
+            Fault::Node | Fault::Restart | Fault::Clock | Fault::MajorityRestart => {
+                unreachable!("handled above")
+            }
         }
     }
 }
@@ -489,6 +549,11 @@ impl Nodes {
 async fn node_fault(harness: &Arc<Harness>, turn: usize, down: Option<Duration>) {
     let nodes = Nodes::of(&harness.config.store).expect("checked at start");
     let n = nodes.numbers[turn % nodes.numbers.len()];
+    fault_node(harness, nodes, n, down).await;
+}
+
+/// Kills store node `n` and starts it again after `down` (at once if none).
+async fn fault_node(harness: &Arc<Harness>, nodes: Nodes, n: u16, down: Option<Duration>) {
     let what = format!(
         "{} node {n} killed, {}",
         nodes.store,
@@ -513,6 +578,57 @@ async fn node_fault(harness: &Arc<Harness>, turn: usize, down: Option<Duration>)
         Phase::Fail
     };
     harness.record(Event::now(Source::Nemesis, Op::Node, phase).detail(what));
+}
+
+/// The last ⌊(n − 1) / 2⌋ of `n` nodes: a minority, whatever the rest do.
+fn minority(n: usize) -> Vec<usize> {
+    (n - (n - 1) / 2..n).collect()
+}
+
+/// See [`Fault::MajorityRestart`].
+async fn majority_restart(harness: &Arc<Harness>) {
+    let Some((client, lock, _)) = harness.pick_holder().await else {
+        return;
+    };
+    let proxy = harness
+        .clients
+        .lock()
+        .unwrap()
+        .get(&client)
+        .and_then(|c| c.proxy.clone());
+    let Some(proxy) = proxy else { return };
+    let cut = minority(proxy.nodes());
+    let length = harness.fault_length().max(harness.config.ttl * 2);
+    let partition = |phase| {
+        Event::now(Source::Nemesis, Op::Partition, phase)
+            .client(client)
+            .lock(&lock)
+            .detail(format!(
+                "{length:?} from nodes {cut:?}; a majority node restarts once its \
+                 keys on them have expired"
+            ))
+    };
+    harness.record(partition(Phase::Invoke));
+    proxy.cut_only(&cut);
+    // Its renewals reach the majority only: one TTL on, its keys on the
+    // minority have expired and the lock stands on exactly that majority
+    // (as if it had been granted while cut off).
+    tokio::time::sleep(harness.config.ttl + Duration::from_millis(200)).await;
+    let still_held = harness.holders.lock().unwrap().get(&lock) == Some(&client);
+    if still_held {
+        let nodes = Nodes::of(&harness.config.store).expect("checked at start");
+        let majority: Vec<u16> = (0..proxy.nodes())
+            .filter(|i| !cut.contains(i))
+            .filter_map(|i| nodes.numbers.get(i).copied())
+            .collect();
+        let restart = majority.iter().copied().choose(&mut rand::thread_rng());
+        if let Some(n) = restart {
+            fault_node(harness, nodes, n, None).await;
+        }
+    }
+    tokio::time::sleep(length.saturating_sub(harness.config.ttl)).await;
+    proxy.set_cut(false);
+    harness.record(partition(Phase::Ok));
 }
 
 /// What a wall-clock jump of `ahead` does to a Redis node's keys: each loses

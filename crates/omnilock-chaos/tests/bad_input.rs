@@ -52,6 +52,14 @@ fn bad_input_is_refused_before_any_client_starts() {
     refused(&["run", "--store", &db, "--fault", "node"], "sqlite");
     refused(&["run", "--store", &db, "--fault", "clock"], "redlock");
     refused(
+        &["run", "--store", &db, "--fault", "minority"],
+        "no network node",
+    );
+    refused(
+        &["run", "--store", &db, "--fault", "majority-restart"],
+        "sqlite",
+    );
+    refused(
         &[
             "run",
             "--store",

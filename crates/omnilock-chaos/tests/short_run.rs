@@ -39,17 +39,17 @@ const CASES: &[Case] = &[
     },
     Case {
         store: "REDLOCK",
-        faults: &["kill", "pause", "partition"],
+        faults: &["kill", "pause", "partition", "minority"],
         fenced: false,
     },
     Case {
         store: "ETCD",
-        faults: &["kill", "pause", "partition", "node"],
+        faults: &["kill", "pause", "partition", "minority", "node"],
         fenced: true,
     },
     Case {
         store: "ZK",
-        faults: &["kill", "pause", "partition", "node"],
+        faults: &["kill", "pause", "partition", "minority", "node"],
         fenced: true,
     },
 ];
@@ -98,7 +98,8 @@ fn run_case(case: &Case) -> Result<(), String> {
     if count("kills") == 0 || count("pauses") == 0 {
         problems.push("the nemesis never killed or paused a holder");
     }
-    if case.faults.contains(&"partition") && count("partitions") == 0 {
+    let partition = case.faults.contains(&"partition") || case.faults.contains(&"minority");
+    if partition && count("partitions") == 0 {
         problems.push("the nemesis never partitioned a holder");
     }
     let node = case.faults.contains(&"node") || case.faults.contains(&"restart");
