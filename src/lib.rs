@@ -49,7 +49,7 @@ pub use omnilock_core::{
 #[cfg(any(feature = "mysql", feature = "postgres", feature = "sqlite"))]
 pub use omnilock_sql as sql;
 
-/// The etcd backend (lease + revision queue, or etcd's Lock RPC).
+/// The etcd backend (lease + revision queue, or etcd's lock protocol).
 #[cfg(feature = "etcd")]
 pub use omnilock_etcd as etcd;
 
