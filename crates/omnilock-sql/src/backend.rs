@@ -174,8 +174,7 @@ impl SqlStore {
         }
         let pool = options
             .connect_lazy(config.database_url.expose())
-            .map_err(err)
-            .map_err(|e| e.with_backend(kind))?;
+            .map_err(err)?;
         let store = SqlStore {
             inner: Arc::new(Inner {
                 config,
