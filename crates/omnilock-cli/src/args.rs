@@ -17,7 +17,11 @@ pub fn default_store() -> Result<String, String> {
         return Ok(store);
     }
     embedded_default().ok_or_else(|| {
-        if cfg!(feature = "sqlite") {
+        if default_sqlite_path().is_some_and(|p| p.to_str().is_none()) {
+            "no store: the embedded default's path (from HOME or XDG_DATA_HOME) is not \
+             valid UTF-8; set --store or OMNILOCK_STORE"
+                .to_string()
+        } else if cfg!(feature = "sqlite") {
             "no store: set --store or OMNILOCK_STORE, or HOME (or XDG_DATA_HOME) to an \
              absolute path for the embedded default"
                 .to_string()
@@ -38,7 +42,8 @@ pub fn embedded_default() -> Option<String> {
         return None;
     }
     let path = default_sqlite_path()?;
-    let text = path.to_string_lossy();
+    // Store URLs are UTF-8: a lossy path would name another file.
+    let text = path.to_str()?;
     let encoded: String = text
         .chars()
         .map(|c| match c {
@@ -115,9 +120,11 @@ Exit status of `run`: the command's own (128+N if it died of signal N; 126
 not executable, 127 not found); 75 lock not acquired in time (-E to change);
 64 bad arguments, name or URL; 69 store unreachable or failing; 70 lock lost
 while the command ran (its process group gets SIGTERM first).
-The command runs in its own process group, which dies with omnilock (SIGKILL
-included). A *paused* omnilock cannot stop it: fence writes with
-$OMNILOCK_TOKEN.";
+Without a terminal the command runs in its own process group: the lock is
+kept until the whole group has exited, and the group dies with omnilock
+(SIGKILL included). In a terminal it stays in omnilock's job. A *paused*
+omnilock cannot stop it, nor can anything reach processes that leave the
+group: fence writes with $OMNILOCK_TOKEN.";
 
 /// Distributed locks from the command line: hold a lock while a command runs.
 #[derive(Parser, Debug)]
@@ -137,10 +144,11 @@ pub enum Command {
     /// Hold lock NAME while CMD runs (like flock(1) or `etcdctl lock`).
     ///
     /// CMD gets OMNILOCK_TOKEN (the fencing token) and OMNILOCK_LOCK in its
-    /// environment (OMNILOCK_STORE is removed: it may hold a password). It
-    /// runs in its own process group, which dies with omnilock. SIGINT,
-    /// SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are passed on to that
-    /// group; the lock is released when CMD ends.
+    /// environment (OMNILOCK_STORE is removed: it may hold a password).
+    /// Without a terminal it runs in its own process group, which gets
+    /// SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to omnilock
+    /// and dies with omnilock; the lock is released when the whole group has
+    /// exited. In a terminal CMD stays in omnilock's job.
     Run(RunArgs),
     /// Let N workers contend for one lock and print every grant in order.
     Demo(DemoArgs),
@@ -265,10 +273,36 @@ mod tests {
     fn word() -> impl Strategy<Value = String> {
         prop_oneof![
             prop::sample::select(vec![
-                "run", "demo", "break", "bench", "--", "--store", "--ttl", "--wait", "-n",
-                "--no-wait", "--owner", "-v", "-E", "--conflict-exit-code", "--lost-exit-code",
-                "--workload", "--clients", "--duration", "--out", "--help", "-", "",
-                "mem://", "1ms", "15s", "-1", "999999999999", "300", "herd", "0",
+                "run",
+                "demo",
+                "break",
+                "bench",
+                "--",
+                "--store",
+                "--ttl",
+                "--wait",
+                "-n",
+                "--no-wait",
+                "--owner",
+                "-v",
+                "-E",
+                "--conflict-exit-code",
+                "--lost-exit-code",
+                "--workload",
+                "--clients",
+                "--duration",
+                "--out",
+                "--help",
+                "-",
+                "",
+                "mem://",
+                "1ms",
+                "15s",
+                "-1",
+                "999999999999",
+                "300",
+                "herd",
+                "0",
             ])
             .prop_map(str::to_string),
             any::<String>(),

@@ -1,48 +1,64 @@
 //! The command `omnilock run` supervises: it must never outlive the lock's
 //! holder.
 //!
-//! The command runs in a process group of its own, so that everything it
-//! starts (a shell script's own children too) can be signalled at once. Two
-//! mechanisms stop that group when `omnilock` dies without cleaning up
-//! (SIGKILL, OOM killer, crash):
+//! Two modes, chosen by whether `omnilock` has a controlling terminal:
 //!
-//! - on Linux the command gets `PR_SET_PDEATHSIG = SIGKILL`: it dies with the
-//!   thread that spawned it;
-//! - a *guardian*, a small helper process (`omnilock` itself, started with
-//!   [`GUARD_ARG`]), holds the read end of a pipe whose write end only
-//!   `omnilock` has. When `omnilock` dies, the kernel closes that end; the
-//!   guardian reads end-of-file without the "done" line and SIGKILLs the
-//!   whole group. It sits in a session of its own, so terminal signals do not
-//!   reach it.
+//! - **No terminal** (cron, systemd, CI, `ssh host cmd`, scripts under any of
+//!   them): the command runs in a process group of its own. Everything it
+//!   starts there (a shell script's children too) is signalled together, the
+//!   lock is kept until the whole group has exited (as flock(1) keeps its
+//!   lock while any process holding its descriptor lives), and the group is
+//!   SIGKILLed if `omnilock` dies without cleaning up (SIGKILL, OOM killer,
+//!   crash). That last part is a *guardian*, a small helper process
+//!   (`omnilock` itself, started with [`GUARD_ARG`]) holding the read end of
+//!   a pipe whose write end only `omnilock` has: when `omnilock` dies, the
+//!   kernel closes that end, the guardian reads end-of-file without the
+//!   "done" line and kills the group. It sits in a session of its own, so
+//!   signals meant for `omnilock`'s job do not reach it.
+//! - **A terminal**: the command stays in `omnilock`'s job, so job control
+//!   works as for any command (Ctrl-C and Ctrl-Z reach both, `fg` resumes
+//!   both, the command may read the terminal). If `omnilock` dies, only the
+//!   command itself is killed (below); what it started in the background may
+//!   outlive it.
 //!
-//! What neither can do: stop the command while `omnilock` is *paused*
-//! (SIGSTOP, a frozen VM). The lease then runs out while the command still
-//! works. Fencing with `$OMNILOCK_TOKEN` is the answer; see the README.
+//! In both modes, on Linux the command gets `PR_SET_PDEATHSIG = SIGKILL`: it
+//! dies with `omnilock`.
 //!
-//! When `omnilock` runs in the foreground of a terminal, the command's group
-//! gets the terminal while it runs (as a shell does for a job), so
-//! interactive commands still read from it and Ctrl-C reaches them directly.
+//! What none of this can do: stop the command while `omnilock` is *paused*
+//! (SIGSTOP, Ctrl-Z, a frozen VM), or reach processes that leave the group
+//! (`setsid`, daemons). The lease then runs out while they still work.
+//! Fencing with `$OMNILOCK_TOKEN` is the answer; see the README.
 
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt as _;
 use std::process::Stdio;
+use std::time::{Duration, Instant};
 
 use tokio::process::{Child, Command};
 
 /// The hidden first argument that turns `omnilock` into a guardian.
 pub const GUARD_ARG: &str = "__omnilock-guardian";
 
-/// A running command, its process group and its guardian.
+/// How often the command's process group is looked at once the command
+/// itself has exited.
+const GROUP_POLL: Duration = Duration::from_millis(50);
+
+/// A running command and, without a terminal, its process group and guardian.
 pub struct Supervised {
     pub child: Child,
-    /// The command's process group id (its pid).
-    pgid: libc::pid_t,
-    /// The write end of the guardian's pipe; closed without "done" on death.
-    guardian: Option<std::fs::File>,
-    guardian_process: Option<Child>,
-    /// The terminal whose foreground group we handed to the command.
-    terminal: Option<libc::c_int>,
+    pid: libc::pid_t,
+    /// The command's own process group (its pid), without a terminal.
+    group: Option<libc::pid_t>,
+    guardian: Option<Guardian>,
+}
+
+/// The write end of the guardian's pipe, and word of its end.
+struct Guardian {
+    pipe: std::fs::File,
+    /// Set once we dismiss it, so its end is not reported as a death.
+    dismissed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ended: tokio::sync::oneshot::Receiver<()>,
 }
 
 /// Starts `program args` under supervision, with `env` added and
@@ -53,11 +69,12 @@ pub fn spawn(
     args: &[String],
     env: &[(&str, String)],
 ) -> std::io::Result<Supervised> {
-    let (guard_read, guard_write) = pipe()?;
-    let guardian_process = spawn_guardian(guard_read).ok();
-    let guardian = guardian_process
-        .as_ref()
-        .map(|_| std::fs::File::from(guard_write));
+    let own_group = !has_controlling_terminal();
+    let guardian = own_group.then(start_guardian).and_then(|started| {
+        started
+            .map_err(|e| eprintln!("omnilock: warning: {e}"))
+            .ok()
+    });
 
     let parent = std::process::id() as libc::pid_t;
     let mut command = Command::new(program);
@@ -69,7 +86,7 @@ pub fn spawn(
     // async-signal-safe functions (setpgid, prctl, getppid, kill, getpid).
     unsafe {
         command.as_std_mut().pre_exec(move || {
-            if libc::setpgid(0, 0) != 0 {
+            if own_group && libc::setpgid(0, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
             #[cfg(target_os = "linux")]
@@ -88,64 +105,141 @@ pub fn spawn(
         });
     }
     let child = command.spawn()?;
-    let pgid = child.id().map(|id| id as libc::pid_t).unwrap_or(0);
-    // Also from this side, so the group exists before we signal it.
-    // SAFETY: setpgid on a child we spawned; failure (it already exec'd and
-    // set it itself) is harmless.
-    unsafe {
-        libc::setpgid(pgid, pgid);
+    let pid = child.id().map(|id| id as libc::pid_t).unwrap_or(0);
+    let group = (own_group && pid > 0).then_some(pid);
+    if let Some(pgid) = group {
+        // Also from this side, so the group exists before we signal it.
+        // SAFETY: setpgid on a child we spawned; failing because it has
+        // already exec'd (and set it itself) is harmless.
+        unsafe {
+            libc::setpgid(pgid, pgid);
+        }
     }
     let mut supervised = Supervised {
         child,
-        pgid,
+        pid,
+        group,
         guardian,
-        guardian_process,
-        terminal: None,
     };
-    if let Some(file) = supervised.guardian.as_mut() {
-        let _ = writeln!(file, "group {pgid}");
-    }
-    supervised.terminal = hand_terminal_to(pgid);
+    supervised.tell_guardian();
     Ok(supervised)
 }
 
 impl Supervised {
-    /// Sends `signal` to the command's whole process group.
+    /// Whether the command runs in a process group of its own.
+    pub fn own_group(&self) -> bool {
+        self.group.is_some()
+    }
+
+    /// Sends `signal` to the command's group, or to the command alone when
+    /// it shares `omnilock`'s job.
     pub fn signal(&self, signal: i32) {
-        if self.pgid > 0 {
-            // SAFETY: kill(2) on the group of a child we have not reaped.
+        let target = self.group.map_or(self.pid, |pgid| -pgid);
+        if target != 0 {
+            // SAFETY: kill(2) on a child (or its group) we have not reaped.
             unsafe {
-                libc::kill(-self.pgid, signal);
+                libc::kill(target, signal);
             }
         }
     }
 
-    /// SIGTERM to the group, then SIGKILL after `grace`.
-    pub async fn stop(&mut self, grace: std::time::Duration) {
+    /// The command's own process group, if it has one.
+    pub fn group(&self) -> Option<libc::pid_t> {
+        self.group
+    }
+
+    /// SIGTERM to the command (its whole group), SIGKILL to what is left
+    /// after `grace`; returns once nothing of it runs.
+    pub async fn stop(&mut self, grace: Duration) {
         self.signal(libc::SIGTERM);
-        if tokio::time::timeout(grace, self.child.wait())
-            .await
-            .is_err()
+        let deadline = Instant::now() + grace;
+        let ended = tokio::time::timeout(grace, self.child.wait()).await.is_ok();
+        let left = deadline.saturating_duration_since(Instant::now());
+        if !ended
+            || tokio::time::timeout(left, emptied(self.group))
+                .await
+                .is_err()
         {
             self.signal(libc::SIGKILL);
-            let _ = self.child.wait().await;
+        }
+        let _ = self.child.wait().await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), emptied(self.group)).await;
+    }
+
+    /// The command and its group have ended: dismiss the guardian without
+    /// letting it kill anything.
+    pub async fn finish(mut self) {
+        if let Some(mut guardian) = self.guardian.take() {
+            guardian
+                .dismissed
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            let _ = writeln!(guardian.pipe, "done");
+            drop(guardian.pipe);
+            let _ = tokio::time::timeout(Duration::from_secs(1), guardian.ended).await;
         }
     }
 
-    /// The command has ended: take the terminal back and dismiss the
-    /// guardian without letting it kill anything (what the command left
-    /// running in the background is its own business, as with flock(1)).
-    pub async fn finish(mut self) {
-        if let Some(fd) = self.terminal.take() {
-            take_terminal_back(fd);
-        }
-        if let Some(mut file) = self.guardian.take() {
-            let _ = writeln!(file, "done");
-        }
-        if let Some(mut guardian) = self.guardian_process.take() {
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), guardian.wait()).await;
+    fn tell_guardian(&mut self) {
+        if let (Some(guardian), Some(pgid)) = (self.guardian.as_mut(), self.group) {
+            let _ = writeln!(guardian.pipe, "group {pgid}");
         }
     }
+}
+
+/// Resolves once no live process is left in group `group` (at once for
+/// none). Call after the command itself exited.
+pub async fn emptied(group: Option<libc::pid_t>) {
+    let Some(pgid) = group else { return };
+    while group_alive(pgid) {
+        tokio::time::sleep(GROUP_POLL).await;
+    }
+}
+
+/// Whether this process has a controlling terminal (a job-control shell,
+/// `ssh -t`, `script`): then the command stays in our job.
+fn has_controlling_terminal() -> bool {
+    // SAFETY: open/close of /dev/tty; O_NOCTTY so it never becomes one.
+    unsafe {
+        let fd = libc::open(
+            c"/dev/tty".as_ptr(),
+            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            return false;
+        }
+        libc::close(fd);
+        true
+    }
+}
+
+/// Whether any process of group `pgid` still runs (zombies do not: a
+/// container's init may never reap them, and they run nothing).
+fn group_alive(pgid: libc::pid_t) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        // No procfs: ask the kernel (zombies then count as alive).
+        // SAFETY: kill with signal 0 only checks for existence.
+        return unsafe { libc::kill(-pgid, 0) } == 0;
+    };
+    entries.flatten().any(|entry| {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            return false;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            return false;
+        };
+        // "pid (comm) state ppid pgrp ...": comm may hold spaces and ')'.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            return false;
+        };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next().unwrap_or("Z");
+        let pgrp = fields.nth(1).and_then(|p| p.parse::<libc::pid_t>().ok());
+        pgrp == Some(pgid) && !state.starts_with(['Z', 'X'])
+    })
 }
 
 fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
@@ -161,8 +255,23 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     })
 }
 
-fn spawn_guardian(read: OwnedFd) -> std::io::Result<Child> {
-    let exe = std::env::current_exe()?;
+fn start_guardian() -> Result<Guardian, String> {
+    let unguarded = |e: std::io::Error| {
+        format!(
+            "cannot start the guardian process ({e}): if omnilock is killed, \
+             what the command started may outlive it"
+        )
+    };
+    let (read, write) = pipe().map_err(unguarded)?;
+    // /proc/self/exe still works after the binary was replaced on disk (an
+    // upgrade during a long wait); current_exe() would name the new file or
+    // a "(deleted)" path.
+    let exe = std::path::Path::new("/proc/self/exe");
+    let exe = if exe.exists() {
+        exe.to_path_buf()
+    } else {
+        std::env::current_exe().map_err(unguarded)?
+    };
     let mut command = Command::new(exe);
     command
         .arg(GUARD_ARG)
@@ -178,7 +287,25 @@ fn spawn_guardian(read: OwnedFd) -> std::io::Result<Child> {
             Ok(())
         });
     }
-    command.spawn()
+    let mut process = command.spawn().map_err(unguarded)?;
+    let dismissed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (end_tx, ended) = tokio::sync::oneshot::channel();
+    let watching = dismissed.clone();
+    tokio::spawn(async move {
+        let status = process.wait().await;
+        if !watching.load(std::sync::atomic::Ordering::SeqCst) {
+            eprintln!(
+                "omnilock: warning: the guardian process ended ({status:?}): if omnilock \
+                 is killed now, what the command started may outlive it"
+            );
+        }
+        let _ = end_tx.send(());
+    });
+    Ok(Guardian {
+        pipe: std::fs::File::from(write),
+        dismissed,
+        ended,
+    })
 }
 
 /// The guardian's whole life: wait for `omnilock` to finish or die, and
@@ -228,28 +355,4 @@ pub fn guardian_main() -> u8 {
         }
     }
     0
-}
-
-/// When this process is in the foreground of the terminal on stdin, makes
-/// `pgid` the foreground group and returns the terminal's descriptor.
-fn hand_terminal_to(pgid: libc::pid_t) -> Option<libc::c_int> {
-    let fd = libc::STDIN_FILENO;
-    // SAFETY: isatty/tcgetpgrp/getpgrp/tcsetpgrp on our own stdin.
-    unsafe {
-        if pgid <= 0 || libc::isatty(fd) != 1 || libc::tcgetpgrp(fd) != libc::getpgrp() {
-            return None;
-        }
-        (libc::tcsetpgrp(fd, pgid) == 0).then_some(fd)
-    }
-}
-
-/// Makes this process's group the terminal's foreground group again.
-fn take_terminal_back(fd: libc::c_int) {
-    // SAFETY: as a background group now, tcsetpgrp would stop us with
-    // SIGTTOU unless it is ignored for the call.
-    unsafe {
-        let previous = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
-        libc::tcsetpgrp(fd, libc::getpgrp());
-        libc::signal(libc::SIGTTOU, previous);
-    }
 }

@@ -1,6 +1,32 @@
 //! Exit statuses and how errors map to them.
 
+use std::sync::atomic::{AtomicI32, Ordering};
+
 use omnilock::{Error, ErrorKind, StoreUrl};
+
+/// A signal `omnilock` should die of once it has cleaned up (0: none).
+static DIE_OF: AtomicI32 = AtomicI32::new(0);
+
+/// Asks for `omnilock` to end by `signal` once everything is released (see
+/// [`raise_if_asked`]) and returns the status a shell would report, 128 + N.
+pub fn die_of(signal: i32) -> u8 {
+    DIE_OF.store(signal, Ordering::SeqCst);
+    128u8.saturating_add(signal as u8)
+}
+
+/// Dies of the signal [`die_of`] asked for, if any: a shell tells "killed by
+/// SIGINT" from "exited 130" and only stops a loop or script for the former.
+pub fn raise_if_asked() {
+    let signal = DIE_OF.load(Ordering::SeqCst);
+    if signal != 0 {
+        // SAFETY: restoring the default action and raising it ends the
+        // process the way the signal itself would have.
+        unsafe {
+            libc::signal(signal, libc::SIG_DFL);
+            libc::raise(signal);
+        }
+    }
+}
 
 /// Bad arguments, lock name or store URL (EX_USAGE).
 pub const USAGE: u8 = 64;

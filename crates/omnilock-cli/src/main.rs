@@ -86,5 +86,6 @@ fn main() -> ExitCode {
         }
     });
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    exit::raise_if_asked();
     ExitCode::from(code)
 }

@@ -13,41 +13,61 @@ use crate::exit::{self, fail};
 /// How long CMD gets to exit after SIGTERM when the lock is lost.
 const LOST_GRACE: Duration = Duration::from_secs(10);
 
-/// The signals `run` passes on to the command's process group. Each would
-/// otherwise kill `omnilock` (the default action) and leave the command to
-/// the guardian's SIGKILL instead of a clean stop.
-struct Signals {
-    interrupt: Signal,
-    terminate: Signal,
-    hangup: Signal,
-    quit: Signal,
-    user1: Signal,
-    user2: Signal,
-}
+/// The signals `run` passes on to the command. Each would otherwise kill
+/// `omnilock` (the default action) and leave the command to the guardian's
+/// SIGKILL instead of a clean stop. A signal `omnilock` was started with
+/// ignored (`nohup`, a background job of a non-interactive shell) stays
+/// ignored, for the command too, as with flock(1).
+struct Signals(Vec<(Signal, i32)>);
 
 impl Signals {
     fn install() -> std::io::Result<Self> {
-        Ok(Signals {
-            interrupt: signal(SignalKind::interrupt())?,
-            terminate: signal(SignalKind::terminate())?,
-            hangup: signal(SignalKind::hangup())?,
-            quit: signal(SignalKind::quit())?,
-            user1: signal(SignalKind::user_defined1())?,
-            user2: signal(SignalKind::user_defined2())?,
-        })
+        let mut installed = Vec::new();
+        for (kind, number) in [
+            (SignalKind::interrupt(), libc::SIGINT),
+            (SignalKind::terminate(), libc::SIGTERM),
+            (SignalKind::hangup(), libc::SIGHUP),
+            (SignalKind::quit(), libc::SIGQUIT),
+            (SignalKind::user_defined1(), libc::SIGUSR1),
+            (SignalKind::user_defined2(), libc::SIGUSR2),
+        ] {
+            if !ignored(number) {
+                installed.push((signal(kind)?, number));
+            }
+        }
+        Ok(Signals(installed))
     }
 
-    /// The next forwarded signal, as its number.
+    /// The next of these signals, as its number.
     async fn next(&mut self) -> i32 {
-        tokio::select! {
-            _ = self.interrupt.recv() => libc::SIGINT,
-            _ = self.terminate.recv() => libc::SIGTERM,
-            _ = self.hangup.recv() => libc::SIGHUP,
-            _ = self.quit.recv() => libc::SIGQUIT,
-            _ = self.user1.recv() => libc::SIGUSR1,
-            _ = self.user2.recv() => libc::SIGUSR2,
-        }
+        std::future::poll_fn(|cx| {
+            for (signal, number) in self.0.iter_mut() {
+                if signal.poll_recv(cx).is_ready() {
+                    return std::task::Poll::Ready(*number);
+                }
+            }
+            std::task::Poll::Pending
+        })
+        .await
     }
+}
+
+/// Whether `signal` is ignored in this process (inherited across exec).
+fn ignored(signal: i32) -> bool {
+    // SAFETY: sigaction with a null new action only reads the current one.
+    unsafe {
+        let mut current: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(signal, std::ptr::null(), &mut current) == 0
+            && current.sa_sigaction == libc::SIG_IGN
+    }
+}
+
+/// Whether `signal`, received while the command runs, should be passed on.
+/// A command that shares our terminal job already got the terminal's
+/// signals (Ctrl-C, Ctrl-\\, hangup) itself: a second copy would run its
+/// handlers twice.
+fn forward(command: &child::Supervised, signal: i32) -> bool {
+    command.own_group() || !matches!(signal, libc::SIGINT | libc::SIGQUIT | libc::SIGHUP)
 }
 
 /// What the user typed, checked before any I/O.
@@ -93,7 +113,7 @@ pub async fn run(store: &str, args: RunArgs) -> u8 {
             Ok(locks) => locks,
             Err(err) => return failed(&err),
         },
-        signal = signals.next() => return 128 + signal as u8,
+        signal = signals.next() => return exit::die_of(signal),
     };
 
     let mut request = locks.lock(&args.name);
@@ -118,7 +138,7 @@ pub async fn run(store: &str, args: RunArgs) -> u8 {
         // Dropping the acquire on a signal leaves nothing behind in the store.
         tokio::select! {
             guard = request.acquire() => guard.map(Some),
-            signal = signals.next() => return 128 + signal as u8,
+            signal = signals.next() => return exit::die_of(signal),
         }
     };
     let guard = match acquired {
@@ -158,9 +178,33 @@ pub async fn run(store: &str, args: RunArgs) -> u8 {
 
     let lost = guard.lost();
     tokio::pin!(lost);
-    let status = loop {
+    let mut status = None;
+    let group = command.group();
+    loop {
         tokio::select! {
-            status = command.child.wait() => break status,
+            ended = command.child.wait(), if status.is_none() => {
+                match ended {
+                    Ok(ended) => status = Some(ended),
+                    Err(err) => {
+                        eprintln!("omnilock: lost track of the command: {err}");
+                        command.stop(LOST_GRACE).await;
+                        command.finish().await;
+                        let _ = guard.release().await;
+                        return exit::SOFTWARE;
+                    }
+                }
+                if command.own_group() {
+                    // What it started in its group works under the lock too.
+                    tokio::select! {
+                        _ = child::emptied(group) => break,
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => eprintln!(
+                            "omnilock: the command exited; the lock is kept until what \
+                             it left running in its process group has exited"
+                        ),
+                    }
+                }
+            }
+            _ = child::emptied(group), if status.is_some() => break,
             loss = &mut lost => {
                 eprintln!("omnilock: {loss}; stopping the command");
                 command.stop(LOST_GRACE).await;
@@ -172,18 +216,15 @@ pub async fn run(store: &str, args: RunArgs) -> u8 {
                 }
                 return args.lost_exit_code;
             }
-            signal = signals.next() => command.signal(signal),
+            signal = signals.next() => {
+                if forward(&command, signal) {
+                    command.signal(signal);
+                }
+            }
         }
-    };
+    }
     command.finish().await;
-    let status = match status {
-        Ok(status) => status,
-        Err(err) => {
-            eprintln!("omnilock: lost track of the command: {err}");
-            let _ = guard.release().await;
-            return exit::SOFTWARE;
-        }
-    };
+    let status = status.expect("the loop ends after the command");
     match guard.release().await {
         Ok(()) => exit_status(status),
         Err(err) if matches!(err.kind(), ErrorKind::NotOwner | ErrorKind::LockLost) => {
@@ -219,10 +260,15 @@ pub async fn break_lock(store: &str, name: &str) -> u8 {
     }
 }
 
+/// The command's status as ours: its code, or 128 + the signal that killed
+/// it. A command killed by SIGINT or SIGQUIT makes `omnilock` die of the same
+/// signal, so that a shell running it in a loop stops as it would for the
+/// command alone.
 fn exit_status(status: ExitStatus) -> u8 {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
         (Some(code), _) => code as u8,
+        (None, Some(signal @ (libc::SIGINT | libc::SIGQUIT))) => exit::die_of(signal),
         (None, Some(signal)) => 128u8.saturating_add(signal as u8),
         (None, None) => exit::SOFTWARE,
     }

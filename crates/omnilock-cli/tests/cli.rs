@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use omnilock_testkit::process::{running, WithoutTerminal};
+
 const OMNILOCK: &str = env!("CARGO_BIN_EXE_omnilock");
 
 /// A fresh directory for one test.
@@ -22,12 +24,15 @@ fn sqlite_store(dir: &Path) -> String {
     format!("sqlite://{}/locks.db", dir.display())
 }
 
+/// `omnilock` as cron or systemd would start it: no controlling terminal,
+/// whatever terminal the tests run in.
 fn omnilock(args: &[&str]) -> Command {
     let mut command = Command::new(OMNILOCK);
     command
         .args(args)
         .env_remove("OMNILOCK_STORE")
-        .stdin(Stdio::null());
+        .stdin(Stdio::null())
+        .without_terminal();
     command
 }
 
@@ -260,6 +265,15 @@ fn demo_runs_on_the_embedded_default() {
 /// `mem://` is never picked instead: it excludes nothing between processes.
 #[test]
 fn no_home_means_no_default_store() {
+    use std::os::unix::ffi::OsStrExt;
+    let not_utf8 = std::ffi::OsStr::from_bytes(b"/tmp/omnilock-\xff-home");
+    let mut command = omnilock(&["run", "job", "--", "true"]);
+    command
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap());
+    let out = command.env("HOME", not_utf8).output().expect("run");
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("UTF-8"), "{}", text(&out.stderr));
     for home in [None, Some("relative/home")] {
         let mut command = omnilock(&["run", "job", "--", "true"]);
         command
@@ -418,6 +432,129 @@ fn more_signals_reach_the_command() {
         let out = run(&["run", "--store", &store, "--no-wait", "job", "--", "true"]);
         assert_eq!(out.status.code(), Some(0), "SIG{signal}: lock not released");
     }
+}
+
+/// What the command leaves running in its process group still works under
+/// the lock (flock(1) keeps its lock while any process holding its
+/// descriptor lives): the lock is kept until that has exited too.
+#[test]
+fn background_children_keep_the_lock() {
+    let dir = scratch("background");
+    let store = sqlite_store(&dir);
+    let done = dir.join("background-done");
+    let script = format!("(sleep 2; touch '{}') & exit 0", done.display());
+    let mut first = omnilock(&["run", "--store", &store, "job", "--", "sh", "-c", &script])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // The shell exits at once; its background child holds on.
+    std::thread::sleep(Duration::from_millis(700));
+    let probe = run(&["run", "--store", &store, "--no-wait", "job", "--", "true"]);
+    assert!(
+        !done.exists(),
+        "the background work ended too early for the test"
+    );
+    assert_eq!(
+        probe.status.code(),
+        Some(75),
+        "the lock was released while the command's background child still ran"
+    );
+    let status = first.wait().expect("wait");
+    assert_eq!(status.code(), Some(0));
+    assert!(done.exists(), "omnilock exited before its command's group");
+    let after = run(&["run", "--store", &store, "--no-wait", "job", "--", "true"]);
+    assert_eq!(after.status.code(), Some(0), "{}", text(&after.stderr));
+}
+
+/// After a loss, `omnilock` returns only once nothing of the command runs:
+/// a group member that ignores SIGTERM gets SIGKILL after the grace.
+#[test]
+fn lost_lock_leaves_no_member_of_the_command_running() {
+    let dir = scratch("lost-stubborn");
+    let store = sqlite_store(&dir);
+    let pid_file = dir.join("stubborn");
+    let script = format!(
+        "sh -c 'trap \"\" TERM; echo $$ > \"{p}\"; while :; do sleep 0.2; done' & \
+         while [ ! -s \"{p}\" ]; do sleep 0.05; done; \"$OMNILOCK\" break --store \"$STORE\" job; wait",
+        p = pid_file.display()
+    );
+    let out = omnilock(&[
+        "run", "--store", &store, "--ttl", "1s", "job", "--", "sh", "-c", &script,
+    ])
+    .env("OMNILOCK", OMNILOCK)
+    .env("STORE", &store)
+    .output()
+    .expect("run");
+    assert_eq!(out.status.code(), Some(70), "{}", text(&out.stderr));
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .expect("pid file")
+        .trim()
+        .parse()
+        .expect("pid");
+    assert!(
+        !running(pid),
+        "a member ignoring SIGTERM outlived omnilock after the loss"
+    );
+}
+
+/// A signal omnilock was started with ignored (nohup) stays ignored, for
+/// the command too, and does not end the run.
+#[test]
+fn ignored_signals_stay_ignored() {
+    use std::os::unix::process::CommandExt as _;
+    let dir = scratch("nohup");
+    let store = sqlite_store(&dir);
+    let ready = dir.join("ready");
+    let script = format!(
+        "grep SigIgn /proc/self/status; touch '{}'; sleep 1",
+        ready.display()
+    );
+    let mut command = omnilock(&["run", "--store", &store, "job", "--", "sh", "-c", &script]);
+    // SAFETY: signal(2) between fork and exec, as nohup does.
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let child = command.stdout(Stdio::piped()).spawn().expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ready.exists() {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // SAFETY: signalling a child we spawned and have not reaped.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGHUP) };
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(0), "SIGHUP ended the run");
+    let mask = text(&out.stdout)
+        .split_whitespace()
+        .nth(1)
+        .and_then(|m| u64::from_str_radix(m, 16).ok())
+        .expect("SigIgn line");
+    assert_ne!(
+        mask & (1 << (libc::SIGHUP - 1)),
+        0,
+        "the command lost the ignored SIGHUP"
+    );
+}
+
+/// A command killed by SIGINT makes omnilock die of SIGINT, not exit 130, so
+/// a shell loop around it stops as it would for the command alone.
+#[test]
+fn a_command_killed_by_sigint_makes_omnilock_die_of_it() {
+    use std::os::unix::process::ExitStatusExt;
+    let out = run(&[
+        "run",
+        "--store",
+        "mem://",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "kill -INT $$",
+    ]);
+    assert_eq!(out.status.signal(), Some(libc::SIGINT), "{:?}", out.status);
 }
 
 /// `omnilock bench` runs every workload on every store given, prints one

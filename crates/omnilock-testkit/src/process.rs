@@ -2,7 +2,7 @@
 //! command against one store. Run by the CLI crate's tests (which know where
 //! the binary is) for every store whose capabilities include `cross_process`.
 
-use std::os::unix::process::CommandExt;
+use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -58,7 +58,7 @@ pub fn killed_holder_frees_lock(omnilock: &Path, url: &str, dir: &Path) {
         ])
         .arg(format!("touch '{}'; exec sleep 600", marker.display()))
         .stdin(Stdio::null())
-        .process_group(0)
+        .without_terminal()
         .spawn()
         .expect("spawn holder");
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -111,7 +111,7 @@ pub fn paused_holder_loses_lock(omnilock: &Path, url: &str, dir: &Path) {
             .arg(format!("touch '{}'; exec sleep 600", marker.display()))
             .stdin(Stdio::null())
             .stderr(Stdio::piped())
-            .process_group(0)
+            .without_terminal()
             .spawn()
             .expect("spawn holder")
     };
@@ -218,6 +218,7 @@ pub fn killed_wrapper_takes_its_command_along(omnilock: &Path, url: &str, dir: &
         ])
         .arg(script)
         .stdin(Stdio::null())
+        .without_terminal()
         .spawn()
         .expect("spawn omnilock");
     wait_for_file(&grandchild_pid, &mut wrapper, "the command");
@@ -260,5 +261,25 @@ pub fn running(pid: i32) -> bool {
             .map(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X']))
             .unwrap_or(false),
         Err(_) => false,
+    }
+}
+
+/// Starts a process in a session of its own, with no controlling terminal:
+/// as cron or systemd start `omnilock`, whatever terminal the tests run in
+/// (with one, `omnilock run` keeps the command in its own job instead).
+pub trait WithoutTerminal {
+    /// See the trait.
+    fn without_terminal(&mut self) -> &mut Self;
+}
+
+impl WithoutTerminal for Command {
+    fn without_terminal(&mut self) -> &mut Self {
+        // SAFETY: setsid between fork and exec is async-signal-safe.
+        unsafe {
+            self.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            })
+        }
     }
 }
