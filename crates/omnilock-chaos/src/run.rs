@@ -373,6 +373,15 @@ impl Harness {
         None
     }
 
+    /// The proxies `client` reaches the store through, if it has them.
+    fn proxy_of(&self, client: u32) -> Option<Arc<Partitionable>> {
+        self.clients
+            .lock()
+            .unwrap()
+            .get(&client)
+            .and_then(|c| c.proxy.clone())
+    }
+
     fn record(&self, event: Event) {
         let _ = self.history.send(event);
     }
@@ -444,13 +453,9 @@ async fn nemesis(harness: Arc<Harness>) {
                 harness.record(event(Op::Pause, Phase::Ok));
             }
             Fault::Partition => {
-                let proxy = harness
-                    .clients
-                    .lock()
-                    .unwrap()
-                    .get(&client)
-                    .and_then(|c| c.proxy.clone());
-                let Some(proxy) = proxy else { continue };
+                let Some(proxy) = harness.proxy_of(client) else {
+                    continue;
+                };
                 let length = harness.fault_length();
                 harness.record(event(Op::Partition, Phase::Invoke).detail(format!("{length:?}")));
                 proxy.set_cut(true);
@@ -459,13 +464,9 @@ async fn nemesis(harness: Arc<Harness>) {
                 harness.record(event(Op::Partition, Phase::Ok));
             }
             Fault::Minority => {
-                let proxy = harness
-                    .clients
-                    .lock()
-                    .unwrap()
-                    .get(&client)
-                    .and_then(|c| c.proxy.clone());
-                let Some(proxy) = proxy else { continue };
+                let Some(proxy) = harness.proxy_of(client) else {
+                    continue;
+                };
                 let cut = minority(proxy.nodes());
                 let length = harness.fault_length();
                 harness.record(
@@ -590,13 +591,9 @@ async fn majority_restart(harness: &Arc<Harness>) {
     let Some((client, lock, _)) = harness.pick_holder().await else {
         return;
     };
-    let proxy = harness
-        .clients
-        .lock()
-        .unwrap()
-        .get(&client)
-        .and_then(|c| c.proxy.clone());
-    let Some(proxy) = proxy else { return };
+    let Some(proxy) = harness.proxy_of(client) else {
+        return;
+    };
     let cut = minority(proxy.nodes());
     let length = harness.fault_length().max(harness.config.ttl * 2);
     let partition = |phase| {

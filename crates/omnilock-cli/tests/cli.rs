@@ -199,40 +199,6 @@ fn lost_lock_exits_70_after_sigterm_to_command() {
 }
 
 #[test]
-fn signals_reach_the_command_and_the_lock_is_released() {
-    let dir = scratch("signals");
-    let store = sqlite_store(&dir);
-    let ready = dir.join("ready");
-    let script = format!(
-        "trap 'exit 42' TERM; touch \"{}\"; while :; do sleep 0.05; done",
-        ready.display()
-    );
-    let mut child = omnilock(&["run", "--store", &store, "job", "--", "sh", "-c", &script])
-        .spawn()
-        .expect("spawn");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !ready.exists() {
-        assert!(Instant::now() < deadline, "the command never started");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    // SAFETY: signalling a child we spawned and have not reaped.
-    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-    let status = child.wait().expect("wait");
-    assert_eq!(
-        status.code(),
-        Some(42),
-        "omnilock exits with the command's status"
-    );
-    let out = run(&["run", "--store", &store, "--no-wait", "job", "--", "true"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "lock not released: {}",
-        text(&out.stderr)
-    );
-}
-
-#[test]
 fn demo_runs_on_the_embedded_default() {
     let dir = scratch("demo");
     let out = omnilock(&["demo", "--workers", "3", "--rounds", "2"])
@@ -393,13 +359,16 @@ fn default_store_is_private_to_the_user() {
     assert_eq!(mode(&dir.join("omnilock/locks.db")), 0o600);
 }
 
-/// SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 reach the command (they used to kill
-/// omnilock and orphan it) and the lock is released when it exits.
+/// Every signal omnilock forwards reaches the command (HUP, QUIT, USR1 and
+/// USR2 used to kill omnilock and orphan it), omnilock exits with the
+/// command's status, and the lock is released.
 #[test]
-fn more_signals_reach_the_command() {
-    let dir = scratch("more-signals");
+fn signals_reach_the_command_and_the_lock_is_released() {
+    let dir = scratch("signals");
     let store = sqlite_store(&dir);
     for (signal, number) in [
+        ("TERM", libc::SIGTERM),
+        ("INT", libc::SIGINT),
         ("HUP", libc::SIGHUP),
         ("QUIT", libc::SIGQUIT),
         ("USR1", libc::SIGUSR1),
@@ -413,14 +382,7 @@ fn more_signals_reach_the_command() {
         let mut child = omnilock(&["run", "--store", &store, "job", "--", "sh", "-c", &script])
             .spawn()
             .expect("spawn");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !ready.exists() {
-            assert!(
-                Instant::now() < deadline,
-                "{signal}: the command never started"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_until_exists(&ready, &format!("SIG{signal}: the command"));
         // SAFETY: signalling a child we spawned and have not reaped.
         unsafe { libc::kill(child.id() as libc::pid_t, number) };
         let status = child.wait().expect("wait");
@@ -431,6 +393,15 @@ fn more_signals_reach_the_command() {
         );
         let out = run(&["run", "--store", &store, "--no-wait", "job", "--", "true"]);
         assert_eq!(out.status.code(), Some(0), "SIG{signal}: lock not released");
+    }
+}
+
+/// Waits (30 s at most) until the command under test has created `path`.
+fn wait_until_exists(path: &Path, who: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !path.exists() {
+        assert!(Instant::now() < deadline, "{who} never started");
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -518,11 +489,7 @@ fn ignored_signals_stay_ignored() {
         });
     }
     let child = command.stdout(Stdio::piped()).spawn().expect("spawn");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !ready.exists() {
-        assert!(Instant::now() < deadline, "the command never started");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until_exists(&ready, "the command");
     // SAFETY: signalling a child we spawned and have not reaped.
     unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGHUP) };
     let out = child.wait_with_output().expect("wait");
