@@ -225,13 +225,13 @@ impl RedlockStore {
     }
 
     /// Releases on every node that granted; returns how many nodes released.
-    async fn release_tokens(&self, request: &AcquireRequest, tokens: &NodeTokens) -> usize {
+    async fn release_tokens(&self, request: &AcquireRequest, tokens: &NodeTokens) -> Released {
         let tokens: Vec<Option<String>> = tokens.iter().map(|t| t.map(|t| t.to_string())).collect();
         self.release_on(request, &tokens).await
     }
 
     /// Runs the release script on each node with `Some(token)` ('' = any).
-    async fn release_on(&self, request: &AcquireRequest, tokens: &[Option<String>]) -> usize {
+    async fn release_on(&self, request: &AcquireRequest, tokens: &[Option<String>]) -> Released {
         let inner = &self.inner;
         let keys = Keys::new(&inner.config.prefix, request.name.as_str());
         let calls = inner.nodes.iter().zip(tokens).filter_map(|(node, token)| {
@@ -252,12 +252,15 @@ impl RedlockStore {
                 tokio::time::timeout(timeout, script.invoke_async::<i64>(&mut conn)).await
             })
         });
-        let released = join_all(calls)
-            .await
-            .into_iter()
-            .filter(|r| matches!(r, Ok(Ok(n)) if *n >= 0))
-            .count();
-        if released > 0 {
+        let results = join_all(calls).await;
+        let released = Released {
+            released: results
+                .iter()
+                .filter(|r| matches!(r, Ok(Ok(n)) if *n >= 0))
+                .count(),
+            unanswered: results.iter().filter(|r| !matches!(r, Ok(Ok(_)))).count(),
+        };
+        if released.released > 0 {
             self.wake_local(&request.name);
         }
         released
@@ -277,6 +280,13 @@ impl RedlockStore {
         let token = tokens.iter().flatten().copied().max().unwrap_or(0);
         Grant::new(token, valid_until).with_state(tokens)
     }
+}
+
+/// What the nodes answered to a release: owner releases, and calls with no
+/// answer (timed out or failed), as opposed to "not the owner".
+struct Released {
+    released: usize,
+    unanswered: usize,
 }
 
 #[async_trait]
@@ -333,15 +343,33 @@ impl Backend for RedlockStore {
         }
     }
 
+    /// Held until now only if a majority still had this owner's key: a
+    /// release that found it on fewer nodes is a loss the holder must hear
+    /// of (another client may have held the lock meanwhile), even though it
+    /// cleaned up what was left.
     async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
         let tokens = grant.state::<NodeTokens>().cloned().unwrap_or_default();
-        if self.release_tokens(request, &tokens).await == 0 {
+        let Released {
+            released,
+            unanswered,
+        } = self.release_tokens(request, &tokens).await;
+        let (quorum, nodes) = (self.quorum(), self.inner.config.nodes.len());
+        if released >= quorum {
+            return Ok(());
+        }
+        if released + unanswered < quorum {
             return Err(Error::new(
                 ErrorKind::NotOwner,
-                "the lock is not held by this owner on any node (expired or taken over)",
+                format!(
+                    "the lock was lost: this owner still held it on {released} of {nodes} \
+                     nodes, and a majority is {quorum} (expired or taken over)"
+                ),
             ));
         }
-        Ok(())
+        Err(Error::unavailable(format!(
+            "release confirmed on {released} of {nodes} nodes and {unanswered} did not \
+             answer: whether the lock was still held is unknown"
+        )))
     }
 
     async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {

@@ -164,3 +164,49 @@ async fn wakeups_survive_a_lost_subscription() {
     );
     guard.release().await.expect("release");
 }
+
+/// A holder whose key survives on fewer than a majority of nodes (here: 2
+/// of 5, as after expiry or restarts on the other 3) has lost the lock even
+/// if nobody else took it yet: its release says so (`NotOwner`) instead of
+/// reporting a clean release, and still removes what was left.
+#[tokio::test(flavor = "multi_thread")]
+async fn release_without_a_majority_reports_the_loss() {
+    let Some(url) = store_url("REDLOCK") else {
+        return;
+    };
+    let locks = connect(&url).await;
+    let name = format!("faults/minority-release/{}", std::process::id());
+    let guard = locks
+        .lock(&name)
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .expect("acquire");
+    let parsed = StoreUrl::parse(&url).unwrap();
+    let password = parsed.password().unwrap().expose().to_string();
+    let key = format!("{{omnilock:{name}}}");
+    let mut raws = Vec::new();
+    for host in parsed.hosts() {
+        let client = redis::Client::open(format!(
+            "redis://:{password}@{}:{}/",
+            host.host,
+            host.port.unwrap()
+        ))
+        .unwrap();
+        raws.push(client.get_multiplexed_async_connection().await.unwrap());
+    }
+    for conn in raws.iter_mut().take(3) {
+        let deleted: i64 = redis::cmd("DEL").arg(&key).query_async(conn).await.unwrap();
+        assert_eq!(deleted, 1, "the lock's key was not where expected");
+    }
+    let err = guard.release().await.expect_err("a minority is not a hold");
+    assert_eq!(err.kind(), ErrorKind::NotOwner, "{err}");
+    for conn in raws.iter_mut() {
+        let exists: i64 = redis::cmd("EXISTS")
+            .arg(&key)
+            .query_async(conn)
+            .await
+            .unwrap();
+        assert_eq!(exists, 0, "the release left a key behind");
+    }
+}
