@@ -2,8 +2,10 @@
 //!
 //! One run (`omnilock-chaos run`) starts a protected register, client
 //! processes (8 in CI, 16 in the long run) contending for one lock or many,
-//! and a nemesis that kills, pauses or partitions the current holder, kills or
-//! restarts a store node, or jumps a Redlock node's clock. Every
+//! and a nemesis that kills, pauses or partitions the current holder (from
+//! every store node, or from a minority of them), kills or restarts a store
+//! node, jumps a Redlock node's clock, or builds Kleppmann's Redlock case (a
+//! lock standing on a bare majority, one of whose nodes restarts empty). Every
 //! operation lands in a history (`history.jsonl`, invoke / ok / fail with the
 //! machine's monotonic clock); the checker ([`checker::check`]) reads it
 //! afterwards and counts stale writes, lost updates, token-order violations,
