@@ -34,12 +34,12 @@ const CASES: &[Case] = &[
     },
     Case {
         store: "REDIS",
-        faults: &["kill", "pause", "partition"],
+        faults: &["kill", "pause", "partition", "restart"],
         fenced: true,
     },
     Case {
         store: "REDLOCK",
-        faults: &["kill", "pause", "partition", "minority"],
+        faults: &["kill", "pause", "partition", "minority", "clock"],
         fenced: false,
     },
     Case {

@@ -173,17 +173,25 @@ fn unreachable_store_exits_69() {
     );
 }
 
+/// A lost lock stops the command: its group gets SIGTERM, omnilock exits 70,
+/// and it returns only once nothing of the command runs (a group member
+/// that ignores SIGTERM gets SIGKILL after the grace).
 #[test]
 fn lost_lock_exits_70_after_sigterm_to_command() {
     let dir = scratch("lost");
     let store = sqlite_store(&dir);
     let marker = dir.join("terminated");
-    // The command breaks its own lock from another process, then waits to be
-    // told: omnilock notices at its next renewal and sends SIGTERM.
+    let stubborn = dir.join("stubborn");
+    // The command starts a member that ignores SIGTERM, breaks its own lock
+    // from another process, then waits to be told: omnilock notices at its
+    // next renewal.
     let script = format!(
-        "trap 'touch \"{}\"; exit 0' TERM; \"$OMNILOCK\" break --store \"$STORE\" job; \
+        "sh -c 'trap \"\" TERM; echo $$ > \"{p}\"; while :; do sleep 0.2; done' & \
+         while [ ! -s \"{p}\" ]; do sleep 0.05; done; \
+         trap 'touch \"{m}\"; exit 0' TERM; \"$OMNILOCK\" break --store \"$STORE\" job; \
          for i in $(seq 300); do sleep 0.1; done",
-        marker.display()
+        p = stubborn.display(),
+        m = marker.display()
     );
     let started = Instant::now();
     let out = omnilock(&[
@@ -196,6 +204,15 @@ fn lost_lock_exits_70_after_sigterm_to_command() {
     assert_eq!(out.status.code(), Some(70), "{}", text(&out.stderr));
     assert!(marker.exists(), "the command did not get SIGTERM");
     assert!(started.elapsed() < Duration::from_secs(25));
+    let pid: i32 = std::fs::read_to_string(&stubborn)
+        .expect("pid file")
+        .trim()
+        .parse()
+        .expect("pid");
+    assert!(
+        !running(pid),
+        "a member ignoring SIGTERM outlived omnilock after the loss"
+    );
 }
 
 #[test]
@@ -435,75 +452,6 @@ fn background_children_keep_the_lock() {
     assert!(done.exists(), "omnilock exited before its command's group");
     let after = run(&["run", "--store", &store, "--no-wait", "job", "--", "true"]);
     assert_eq!(after.status.code(), Some(0), "{}", text(&after.stderr));
-}
-
-/// After a loss, `omnilock` returns only once nothing of the command runs:
-/// a group member that ignores SIGTERM gets SIGKILL after the grace.
-#[test]
-fn lost_lock_leaves_no_member_of_the_command_running() {
-    let dir = scratch("lost-stubborn");
-    let store = sqlite_store(&dir);
-    let pid_file = dir.join("stubborn");
-    let script = format!(
-        "sh -c 'trap \"\" TERM; echo $$ > \"{p}\"; while :; do sleep 0.2; done' & \
-         while [ ! -s \"{p}\" ]; do sleep 0.05; done; \"$OMNILOCK\" break --store \"$STORE\" job; wait",
-        p = pid_file.display()
-    );
-    let out = omnilock(&[
-        "run", "--store", &store, "--ttl", "1s", "job", "--", "sh", "-c", &script,
-    ])
-    .env("OMNILOCK", OMNILOCK)
-    .env("STORE", &store)
-    .output()
-    .expect("run");
-    assert_eq!(out.status.code(), Some(70), "{}", text(&out.stderr));
-    let pid: i32 = std::fs::read_to_string(&pid_file)
-        .expect("pid file")
-        .trim()
-        .parse()
-        .expect("pid");
-    assert!(
-        !running(pid),
-        "a member ignoring SIGTERM outlived omnilock after the loss"
-    );
-}
-
-/// A signal omnilock was started with ignored (nohup) stays ignored, for
-/// the command too, and does not end the run.
-#[test]
-fn ignored_signals_stay_ignored() {
-    use std::os::unix::process::CommandExt as _;
-    let dir = scratch("nohup");
-    let store = sqlite_store(&dir);
-    let ready = dir.join("ready");
-    let script = format!(
-        "grep SigIgn /proc/self/status; touch '{}'; sleep 1",
-        ready.display()
-    );
-    let mut command = omnilock(&["run", "--store", &store, "job", "--", "sh", "-c", &script]);
-    // SAFETY: signal(2) between fork and exec, as nohup does.
-    unsafe {
-        command.pre_exec(|| {
-            libc::signal(libc::SIGHUP, libc::SIG_IGN);
-            Ok(())
-        });
-    }
-    let child = command.stdout(Stdio::piped()).spawn().expect("spawn");
-    wait_until_exists(&ready, "the command");
-    // SAFETY: signalling a child we spawned and have not reaped.
-    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGHUP) };
-    let out = child.wait_with_output().expect("wait");
-    assert_eq!(out.status.code(), Some(0), "SIGHUP ended the run");
-    let mask = text(&out.stdout)
-        .split_whitespace()
-        .nth(1)
-        .and_then(|m| u64::from_str_radix(m, 16).ok())
-        .expect("SigIgn line");
-    assert_ne!(
-        mask & (1 << (libc::SIGHUP - 1)),
-        0,
-        "the command lost the ignored SIGHUP"
-    );
 }
 
 /// A command killed by SIGINT makes omnilock die of SIGINT, not exit 130, so
