@@ -454,6 +454,44 @@ fn background_children_keep_the_lock() {
     assert_eq!(after.status.code(), Some(0), "{}", text(&after.stderr));
 }
 
+/// A signal omnilock was started with ignored (nohup) stays ignored, for
+/// the command too, and does not end the run.
+#[test]
+fn ignored_signals_stay_ignored() {
+    use std::os::unix::process::CommandExt as _;
+    let dir = scratch("nohup");
+    let store = sqlite_store(&dir);
+    let ready = dir.join("ready");
+    let script = format!(
+        "grep SigIgn /proc/self/status; touch '{}'; sleep 1",
+        ready.display()
+    );
+    let mut command = omnilock(&["run", "--store", &store, "job", "--", "sh", "-c", &script]);
+    // SAFETY: signal(2) between fork and exec, as nohup does.
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let child = command.stdout(Stdio::piped()).spawn().expect("spawn");
+    wait_until_exists(&ready, "the command");
+    // SAFETY: signalling a child we spawned and have not reaped.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGHUP) };
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(0), "SIGHUP ended the run");
+    let mask = text(&out.stdout)
+        .split_whitespace()
+        .nth(1)
+        .and_then(|m| u64::from_str_radix(m, 16).ok())
+        .expect("SigIgn line");
+    assert_ne!(
+        mask & (1 << (libc::SIGHUP - 1)),
+        0,
+        "the command lost the ignored SIGHUP"
+    );
+}
+
 /// A command killed by SIGINT makes omnilock die of SIGINT, not exit 130, so
 /// a shell loop around it stops as it would for the command alone.
 #[test]
