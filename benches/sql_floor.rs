@@ -20,8 +20,7 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::{iterations, ms, percentile};
-use sqlx::any::AnyPoolOptions;
-use sqlx::{AnyPool, Executor};
+use sqlx::{AssertSqlSafe, Executor, SqlSafeStr};
 
 const STORES: &[&str] = &["SQLITE", "MYSQL", "POSTGRES"];
 
@@ -60,24 +59,57 @@ fn with_option(url: &str, option: &str) -> String {
     format!("{url}{sep}{option}")
 }
 
-async fn raw_pool(store: &str, url: &str) -> AnyPool {
-    sqlx::any::install_default_drivers();
-    let mut options = AnyPoolOptions::new().max_connections(if store == "SQLITE" { 4 } else { 8 });
-    let url = if store == "SQLITE" {
-        // The same settings omnilock's SQLite store uses.
-        options = options.after_connect(|conn, _| {
-            Box::pin(async move {
-                for pragma in omnilock::sql::SQLITE_PRAGMAS {
-                    conn.execute(*pragma).await?;
-                }
-                Ok(())
-            })
-        });
-        format!("{url}?mode=rwc")
-    } else {
-        url.to_string()
+/// The floor's pool: the dialect's own sqlx driver, as omnilock uses.
+enum RawPool {
+    Sqlite(sqlx::SqlitePool),
+    MySql(sqlx::MySqlPool),
+    Postgres(sqlx::PgPool),
+}
+
+/// Runs `$body` with `$p` bound to the dialect's pool.
+macro_rules! on_pool {
+    ($pool:expr, $p:ident => $body:expr) => {
+        match $pool {
+            RawPool::Sqlite($p) => $body,
+            RawPool::MySql($p) => $body,
+            RawPool::Postgres($p) => $body,
+        }
     };
-    options.connect(&url).await.expect("raw pool")
+}
+
+async fn raw_pool(store: &str, url: &str) -> RawPool {
+    match store {
+        "SQLITE" => RawPool::Sqlite(
+            sqlx::sqlite::SqlitePoolOptions::new()
+                .max_connections(4)
+                // The same settings omnilock's SQLite store uses.
+                .after_connect(|conn, _| {
+                    Box::pin(async move {
+                        for pragma in omnilock::sql::SQLITE_PRAGMAS {
+                            conn.execute(*pragma).await?;
+                        }
+                        Ok(())
+                    })
+                })
+                .connect(&format!("{url}?mode=rwc"))
+                .await
+                .expect("raw pool"),
+        ),
+        "MYSQL" => RawPool::MySql(
+            sqlx::mysql::MySqlPoolOptions::new()
+                .max_connections(8)
+                .connect(url)
+                .await
+                .expect("raw pool"),
+        ),
+        _ => RawPool::Postgres(
+            sqlx::postgres::PgPoolOptions::new()
+                .max_connections(8)
+                .connect(url)
+                .await
+                .expect("raw pool"),
+        ),
+    }
 }
 
 async fn uncontended(store: &str, url: &str, iterations: usize) {
@@ -87,17 +119,14 @@ async fn uncontended(store: &str, url: &str, iterations: usize) {
         "MYSQL" => ("VARCHAR(256)", ["?", "?"]),
         _ => ("VARCHAR(256)", ["$1", "$2"]),
     };
-    pool.execute("DROP TABLE IF EXISTS omnilock_floor")
-        .await
-        .expect("drop");
-    pool.execute(
-        format!(
+    on_pool!(&pool, p => {
+        p.execute("DROP TABLE IF EXISTS omnilock_floor").await.expect("drop");
+        p.execute(AssertSqlSafe(format!(
             "CREATE TABLE omnilock_floor (name {text} NOT NULL PRIMARY KEY, owner {text} NOT NULL)"
-        )
-        .as_str(),
-    )
-    .await
-    .expect("floor table");
+        )))
+        .await
+        .expect("floor table");
+    });
     let insert = format!(
         "INSERT INTO omnilock_floor (name, owner) VALUES ({}, {})",
         placeholder[0], placeholder[1]
@@ -106,6 +135,8 @@ async fn uncontended(store: &str, url: &str, iterations: usize) {
         "DELETE FROM omnilock_floor WHERE name = {} AND owner = {}",
         placeholder[0], placeholder[1]
     );
+    let [insert, delete] = [insert, delete]
+        .map(|sql| AssertSqlSafe(std::sync::Arc::<str>::from(sql)).into_sql_str());
     let locks = omnilock::connect(url).await.expect("omnilock");
     let (mut floor, mut same, mut fresh) = (Vec::new(), Vec::new(), Vec::new());
     let batches = 20;
@@ -115,18 +146,16 @@ async fn uncontended(store: &str, url: &str, iterations: usize) {
         let warmup = batch == 0;
         for _ in 0..per_batch {
             let started = Instant::now();
-            sqlx::query(&insert)
-                .bind("bench")
-                .bind("me")
-                .execute(&pool)
-                .await
-                .expect("insert");
-            sqlx::query(&delete)
-                .bind("bench")
-                .bind("me")
-                .execute(&pool)
-                .await
-                .expect("delete");
+            on_pool!(&pool, p => {
+                for statement in [&insert, &delete] {
+                    sqlx::query(statement.clone())
+                        .bind("bench")
+                        .bind("me")
+                        .execute(p)
+                        .await
+                        .expect("floor statement");
+                }
+            });
             if !warmup {
                 floor.push(started.elapsed());
             }

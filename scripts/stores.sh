@@ -100,6 +100,24 @@ wait_for() {
 
 export_url() { echo "export OMNILOCK_TEST_$1_URL='$2'" >>"$ENV_FILE"; }
 
+# tls_ca DIR CN: a throw-away certificate authority, DIR/ca.crt and DIR/ca.key.
+tls_ca() {
+  mkdir -p "$1"
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$1/ca.key" -out "$1/ca.crt" \
+    -days 30 -subj "/CN=$2" >/dev/null 2>&1
+}
+
+# tls_cert DIR NAME CN SAN: DIR/NAME.crt and DIR/NAME.key, signed by DIR's CA,
+# for the subject CN and the subjectAltName SAN (rustls checks only the SAN).
+tls_cert() {
+  local dir=$1 name=$2
+  openssl req -newkey rsa:2048 -nodes -keyout "$dir/$name.key" -out "$dir/$name.csr" \
+    -subj "/CN=$3" >/dev/null 2>&1
+  printf 'subjectAltName=%s\n' "$4" >"$dir/$name.ext"
+  openssl x509 -req -in "$dir/$name.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" \
+    -CAcreateserial -out "$dir/$name.crt" -days 30 -extfile "$dir/$name.ext" >/dev/null 2>&1
+}
+
 # --- stores -----------------------------------------------------------------
 
 start_sqlite() {
@@ -109,10 +127,33 @@ start_sqlite() {
   export_url SQLITE "sqlite://$DIR/sqlite/test.db"
 }
 
+# sql_tls_certs: the CA, server and client certificates of the TLS-enabled
+# MariaDB and PostgreSQL, in $SQL_TLS (made again when missing or 20 days old).
+# The server certificate names only IP:127.0.0.1, so that `localhost` is a
+# wrong host name for the verify-full test. The client certificate's CN is
+# the account that logs in by certificate.
+SQL_TLS=$DIR/sql-tls
+sql_tls_certs() {
+  if [ -f "$SQL_TLS/client.crt" ] && [ -z "$(find "$SQL_TLS/ca.crt" -mtime +20)" ]; then
+    return 0
+  fi
+  rm -rf "$SQL_TLS"
+  tls_ca "$SQL_TLS" omnilock-sql-test-ca
+  tls_cert "$SQL_TLS" server 127.0.0.1 IP:127.0.0.1
+  tls_cert "$SQL_TLS" client omnilock_cert email:omnilock_cert@example.invalid
+}
+
+# The query options of a URL that verifies the test servers' certificates
+# (PostgreSQL's names; MariaDB takes them too).
+sql_tls_options() {
+  echo "sslmode=verify-full&sslrootcert=$SQL_TLS/ca.crt"
+}
+
 launch_mariadb() {
   local data=$DIR/mariadb/data sock=$DIR/mariadb/mysqld.sock
   mariadbd --no-defaults --datadir="$data" --socket="$sock" --port="$MARIADB_PORT" \
     --bind-address=127.0.0.1 --user=root --skip-name-resolve --innodb-buffer-pool-size=64M \
+    --ssl-ca="$SQL_TLS/ca.crt" --ssl-cert="$SQL_TLS/server.crt" --ssl-key="$SQL_TLS/server.key" \
     --log-error="$DIR/mariadb/error.log" --pid-file="$DIR/mariadb/mariadbd.pid" \
     >"$DIR/mariadb/stdout.log" 2>&1 </dev/null &
   record $! mariadbd
@@ -130,6 +171,7 @@ start_mariadb() {
   local data=$DIR/mariadb/data sock=$DIR/mariadb/mysqld.sock
   rm -rf "$DIR/mariadb"
   mkdir -p "$data"
+  sql_tls_certs
   mariadb-install-db --no-defaults --datadir="$data" --user=root \
     --auth-root-authentication-method=normal --skip-test-db >"$DIR/mariadb/install.log" 2>&1
   launch_mariadb
@@ -137,8 +179,17 @@ start_mariadb() {
 CREATE DATABASE omnilock;
 CREATE USER '$TEST_USER'@'127.0.0.1' IDENTIFIED BY '$TEST_PASSWORD';
 GRANT ALL ON omnilock.* TO '$TEST_USER'@'127.0.0.1';
+CREATE USER '${TEST_USER}_tls'@'127.0.0.1' IDENTIFIED BY '$TEST_PASSWORD' REQUIRE SSL;
+GRANT ALL ON omnilock.* TO '${TEST_USER}_tls'@'127.0.0.1';
+CREATE USER '${TEST_USER}_cert'@'127.0.0.1' IDENTIFIED BY '$TEST_PASSWORD'
+  REQUIRE SUBJECT '/CN=omnilock_cert';
+GRANT ALL ON omnilock.* TO '${TEST_USER}_cert'@'127.0.0.1';
 SQL
   export_url MYSQL "mysql://$TEST_USER:$TEST_PASSWORD@127.0.0.1:$MARIADB_PORT/omnilock"
+  # An account that may connect only over TLS, and one that must also show
+  # the client certificate.
+  export_url MYSQL_TLS "mysql://${TEST_USER}_tls:$TEST_PASSWORD@127.0.0.1:$MARIADB_PORT/omnilock?$(sql_tls_options)"
+  export_url MYSQL_CERT "mysql://${TEST_USER}_cert:$TEST_PASSWORD@127.0.0.1:$MARIADB_PORT/omnilock?ssl-mode=VERIFY_IDENTITY&ssl-ca=$SQL_TLS/ca.crt&ssl-cert=$SQL_TLS/client.crt&ssl-key=$SQL_TLS/client.key"
   echo "export OMNILOCK_TEST_MARIADB_SOCKET='$sock'" >>"$ENV_FILE"
 }
 
@@ -146,19 +197,41 @@ start_postgres() {
   local bin data=$DIR/postgres/data sock=$DIR/postgres
   bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
   rm -rf "$DIR/postgres"
-  mkdir -p "$data"
+  mkdir -p "$data" "$sock/tls"
+  sql_tls_certs
+  # The server's key must belong to the server's user, mode 0600.
+  cp "$SQL_TLS/ca.crt" "$SQL_TLS/server.crt" "$SQL_TLS/server.key" "$sock/tls/"
+  chmod 0600 "$sock/tls/server.key"
   # PostgreSQL refuses to run as root: its files belong to the postgres user.
   chown -R postgres:postgres "$DIR/postgres"
   runuser -u postgres -- "$bin/initdb" -D "$data" -U postgres --auth-local=trust \
     --auth-host=scram-sha-256 >"$sock/initdb.log" 2>&1
+  # First match wins: the _tls account only over TLS, the _cert account only
+  # with a client certificate; everyone else as initdb set up.
+  {
+    echo "hostnossl all ${TEST_USER}_tls all reject"
+    echo "hostnossl all ${TEST_USER}_cert all reject"
+    echo "hostssl all ${TEST_USER}_cert 127.0.0.1/32 cert"
+    cat "$data/pg_hba.conf"
+  } >"$data/pg_hba.conf.new"
+  mv "$data/pg_hba.conf.new" "$data/pg_hba.conf"
+  chown postgres:postgres "$data/pg_hba.conf"
   runuser -u postgres -- "$bin/pg_ctl" -D "$data" -l "$sock/server.log" -w -t 60 \
-    -o "-c listen_addresses=127.0.0.1 -p $POSTGRES_PORT -k $sock -c fsync=off" start >/dev/null
+    -o "-c listen_addresses=127.0.0.1 -p $POSTGRES_PORT -k $sock -c fsync=off -c ssl=on -c ssl_cert_file=$sock/tls/server.crt -c ssl_key_file=$sock/tls/server.key -c ssl_ca_file=$sock/tls/ca.crt" start >/dev/null
   record "$(head -n 1 "$data/postmaster.pid")" postgres INT
   runuser -u postgres -- psql -q -h "$sock" -p "$POSTGRES_PORT" -U postgres -v ON_ERROR_STOP=1 <<SQL
 CREATE USER $TEST_USER PASSWORD '$TEST_PASSWORD';
 CREATE DATABASE omnilock OWNER $TEST_USER;
+-- The TLS accounts act as $TEST_USER once logged in, so every test account
+-- shares (and may create) the same tables.
+CREATE USER ${TEST_USER}_tls PASSWORD '$TEST_PASSWORD' IN ROLE $TEST_USER;
+CREATE USER ${TEST_USER}_cert IN ROLE $TEST_USER;
+ALTER ROLE ${TEST_USER}_tls SET role = '$TEST_USER';
+ALTER ROLE ${TEST_USER}_cert SET role = '$TEST_USER';
 SQL
   export_url POSTGRES "postgres://$TEST_USER:$TEST_PASSWORD@127.0.0.1:$POSTGRES_PORT/omnilock"
+  export_url POSTGRES_TLS "postgres://${TEST_USER}_tls:$TEST_PASSWORD@127.0.0.1:$POSTGRES_PORT/omnilock?$(sql_tls_options)"
+  export_url POSTGRES_CERT "postgres://${TEST_USER}_cert@127.0.0.1:$POSTGRES_PORT/omnilock?$(sql_tls_options)&sslcert=$SQL_TLS/client.crt&sslkey=$SQL_TLS/client.key"
 }
 
 # launch_redis N PORT: one redis-server, no persistence (a restart loses every
@@ -194,14 +267,8 @@ redis_ready() { redis-cli -p "$1" -a "$TEST_PASSWORD" --no-auth-warning ping | g
 # start_redis_tls: one more instance that speaks only TLS, with a private CA.
 start_redis_tls() {
   local tls=$DIR/redis/tls port=$((REDIS_PORT + 6))
-  mkdir -p "$tls"
-  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$tls/ca.key" -out "$tls/ca.crt" \
-    -days 30 -subj "/CN=omnilock-test-ca" >/dev/null 2>&1
-  openssl req -newkey rsa:2048 -nodes -keyout "$tls/server.key" -out "$tls/server.csr" \
-    -subj "/CN=127.0.0.1" >/dev/null 2>&1
-  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >"$tls/ext.cnf"
-  openssl x509 -req -in "$tls/server.csr" -CA "$tls/ca.crt" -CAkey "$tls/ca.key" \
-    -CAcreateserial -out "$tls/server.crt" -days 30 -extfile "$tls/ext.cnf" >/dev/null 2>&1
+  tls_ca "$tls" omnilock-test-ca
+  tls_cert "$tls" server 127.0.0.1 IP:127.0.0.1,DNS:localhost
   redis-server --bind 127.0.0.1 --port 0 --tls-port "$port" --tls-cert-file "$tls/server.crt" \
     --tls-key-file "$tls/server.key" --tls-ca-cert-file "$tls/ca.crt" --tls-auth-clients no \
     --save "" --appendonly no --requirepass "$TEST_PASSWORD" --dir "$tls" \
@@ -257,16 +324,10 @@ restart_etcd() {
 # client certificate signed by a private CA (client port ETCD_PORT+5).
 start_etcd_tls() {
   local tls=$DIR/etcd/tls port=$((ETCD_PORT + 5)) peer=$((ETCD_PORT + 15))
-  mkdir -p "$tls"
-  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$tls/ca.key" -out "$tls/ca.crt" \
-    -days 30 -subj "/CN=omnilock-etcd-test-ca" >/dev/null 2>&1
-  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >"$tls/ext.cnf"
+  tls_ca "$tls" omnilock-etcd-test-ca
   local who
   for who in server client; do
-    openssl req -newkey rsa:2048 -nodes -keyout "$tls/$who.key" -out "$tls/$who.csr" \
-      -subj "/CN=omnilock-$who" >/dev/null 2>&1
-    openssl x509 -req -in "$tls/$who.csr" -CA "$tls/ca.crt" -CAkey "$tls/ca.key" \
-      -CAcreateserial -out "$tls/$who.crt" -days 30 -extfile "$tls/ext.cnf" >/dev/null 2>&1
+    tls_cert "$tls" "$who" "omnilock-$who" IP:127.0.0.1,DNS:localhost
   done
   etcd --name tls --data-dir "$tls/data" \
     --listen-client-urls "https://127.0.0.1:$port" --advertise-client-urls "https://127.0.0.1:$port" \

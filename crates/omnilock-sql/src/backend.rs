@@ -9,23 +9,15 @@ use omnilock_core::{
     async_trait, complete_or_undo, AcquireRequest, Backend, Backoff, Capabilities, Error,
     ErrorKind, Grant, LocalWaiters, LockName, Owner, Result,
 };
-use sqlx::any::{AnyPoolOptions, AnyRow};
-use sqlx::{AnyConnection, AnyPool, Connection, Executor, Row};
+use sqlx::Row;
 use tokio::sync::Notify;
 
-use crate::config::{Dialect, SqlConfig};
-use crate::errors::{map_err, sqlite_is_permanent};
-use crate::queries::{Acquire, Queries};
+use crate::config::SqlConfig;
+use crate::errors::map_err;
+use crate::pool::Conn;
+use crate::pool::{query, with_pool, Pool, Target};
+use crate::queries::{Acquire, Args, Queries, Statement};
 use crate::schema::{self, DDL_WAIT};
-
-/// Settings of every SQLite connection: WAL lets readers and one writer work
-/// at once; the busy timeout makes a writer wait for the file lock instead of
-/// failing; `NORMAL` sync is durable across process crashes in WAL mode.
-pub const SQLITE_PRAGMAS: &[&str] = &[
-    "PRAGMA busy_timeout = 5000",
-    "PRAGMA journal_mode = WAL",
-    "PRAGMA synchronous = NORMAL",
-];
 
 /// A lock store on a SQL database. Create it with [`SqlStore::connect`] or
 /// through `omnilock::connect("sqlite:///...")`.
@@ -36,7 +28,7 @@ pub struct SqlStore {
 
 pub(crate) struct Inner {
     config: SqlConfig,
-    pool: AnyPool,
+    pool: Pool,
     queries: Queries,
     /// Waiters in this process, per lock: a release here (or, on
     /// PostgreSQL, a NOTIFY from any process) wakes one of them at once
@@ -117,21 +109,9 @@ impl SqlStore {
     /// of as a pool timeout; the pool opens its connections on demand.
     pub async fn connect(config: SqlConfig) -> Result<Self> {
         let kind = config.dialect.kind();
-        sqlx::any::install_default_drivers();
-        let err = |e| map_err(e, &config);
+        let target = Target::new(&config)?;
         let queries = Queries::new(config.dialect, &config.table, config.notify, config.fair);
-        let first = async {
-            let mut conn = AnyConnection::connect(config.database_url.expose())
-                .await
-                .map_err(err)?;
-            if config.dialect == Dialect::Sqlite {
-                for pragma in SQLITE_PRAGMAS {
-                    conn.execute(*pragma).await.map_err(err)?;
-                }
-            }
-            Ok::<_, Error>(conn)
-        };
-        let mut conn = tokio::time::timeout(config.connect_timeout, first)
+        let mut conn = tokio::time::timeout(config.connect_timeout, target.connect_one(&config))
             .await
             .map_err(|_| {
                 Error::unavailable(format!(
@@ -140,41 +120,16 @@ impl SqlStore {
                 ))
                 .with_backend(kind)
             })??;
-        tokio::time::timeout(
-            DDL_WAIT + config.connect_timeout,
-            schema::prepare(&mut conn, &config, &queries),
-        )
-        .await
-        .map_err(|_| {
-            Error::unavailable(format!(
-                "creating or checking the lock table at {} took too long",
-                config.place
-            ))
-            .with_backend(kind)
-        })??;
-        let _ = conn.close().await;
-        let mut options = AnyPoolOptions::new()
-            .max_connections(config.pool_size)
-            .acquire_timeout(config.connect_timeout);
-        if config.dialect == Dialect::Sqlite {
-            options = options.after_connect(|conn, _meta| {
-                Box::pin(async move {
-                    for pragma in SQLITE_PRAGMAS {
-                        match conn.execute(*pragma).await {
-                            Ok(_) => {}
-                            // Keep the connection: the statement it serves
-                            // fails with this error, at once and by name.
-                            Err(e) if sqlite_is_permanent(&e) => return Ok(()),
-                            Err(e) => return Err(e),
-                        }
-                    }
-                    Ok(())
-                })
-            });
-        }
-        let pool = options
-            .connect_lazy(config.database_url.expose())
-            .map_err(err)?;
+        let prepared = prepare(conn.borrow(), &config, &queries).await;
+        // Closing (also on error) frees MySQL's DDL lock at once.
+        conn.close().await;
+        prepared?;
+        let pool = target.pool(&config);
+        Ok(SqlStore::start(config, pool, queries))
+    }
+
+    /// The store over `pool`, whose tables `prepare` has set up.
+    pub(crate) fn start(config: SqlConfig, pool: Pool, queries: Queries) -> Self {
         let store = SqlStore {
             inner: Arc::new(Inner {
                 config,
@@ -187,10 +142,10 @@ impl SqlStore {
             }),
         };
         #[cfg(feature = "postgres")]
-        if store.inner.config.notify {
+        if let (true, Pool::Postgres(pool)) = (store.inner.config.notify, &store.inner.pool) {
             let task = tokio::spawn(crate::notify::listen(
                 Arc::downgrade(&store.inner),
-                store.inner.config.database_url.clone(),
+                (*pool.connect_options()).clone(),
                 store.inner.config.table.clone(),
             ));
             *store
@@ -199,7 +154,7 @@ impl SqlStore {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner()) = Some(task);
         }
-        Ok(store)
+        store
     }
 
     fn kind(&self) -> &'static str {
@@ -214,69 +169,49 @@ impl SqlStore {
         &self.inner.config
     }
 
-    pub(crate) fn pool(&self) -> &AnyPool {
+    pub(crate) fn pool(&self) -> &Pool {
         &self.inner.pool
+    }
+
+    pub(crate) fn queries(&self) -> &Queries {
+        &self.inner.queries
     }
 
     /// The atomic statement(s) that take the lock: `Some(token)` if taken.
     async fn take(&self, request: &AcquireRequest, ticket: Option<i64>) -> Result<Option<u64>> {
         let inner = &self.inner;
-        let ttl_ms = request.ttl.as_millis() as i64;
-        let (name, owner) = (request.name.as_str(), request.owner.as_str());
-        let fair = inner.config.fair;
-        // Without a ticket (try-acquire, or a first look) any live ticket is ahead.
-        let ticket = ticket.unwrap_or(i64::MAX);
-        match &inner.queries.acquire {
-            Acquire::Upsert(sql) => {
-                let mut query = sqlx::query(sql)
-                    .bind(name)
-                    .bind(owner)
-                    .bind(ttl_ms)
-                    .bind(request.reentrant as i64);
-                if fair {
-                    query = query.bind(ticket);
-                }
-                let row: Option<AnyRow> = query
-                    .fetch_optional(&inner.pool)
-                    .await
-                    .map_err(|e| self.err(e))?;
+        let args = Args {
+            name: request.name.as_str(),
+            owner: request.owner.as_str(),
+            ttl_ms: request.ttl.as_millis() as i64,
+            reentrant: request.reentrant as i64,
+            // Without a ticket (try-acquire, or a first look) any live
+            // ticket is ahead.
+            ticket: ticket.unwrap_or(i64::MAX),
+            ..Args::default()
+        };
+        let err = |e| self.err(e);
+        match (&inner.queries.acquire, &inner.pool) {
+            (Acquire::Upsert(statement), pool) => with_pool!(pool, p => {
+                let row = query(statement, &args).fetch_optional(p).await.map_err(err)?;
                 row.map(|row| row.try_get::<i64, _>(0).map(|t| t as u64))
                     .transpose()
-                    .map_err(|e| self.err(e))
-            }
-            Acquire::UpdateThenInsert { update, insert } => {
-                let mut query = sqlx::query(update)
-                    .bind(owner)
-                    .bind(owner)
-                    .bind(owner)
-                    .bind(ttl_ms)
-                    .bind(ttl_ms)
-                    .bind(owner)
-                    .bind(name);
-                if fair {
-                    query = query.bind(name).bind(ticket);
-                }
-                let updated = query
-                    .bind(owner)
-                    .bind(request.reentrant as i64)
-                    .execute(&inner.pool)
-                    .await
-                    .map_err(|e| self.err(e))?;
+                    .map_err(err)
+            }),
+            #[cfg(feature = "mysql")]
+            (Acquire::UpdateThenInsert { update, insert }, Pool::MySql(p)) => {
+                let updated = query(update, &args).execute(p).await.map_err(err)?;
                 if updated.rows_affected() == 1 {
-                    let token = updated.last_insert_id().ok_or_else(|| {
-                        Error::new(ErrorKind::Backend, "the database did not report the token")
-                    })?;
-                    return Ok(Some(token as u64));
+                    return Ok(Some(updated.last_insert_id()));
                 }
-                let inserted = sqlx::query(insert)
-                    .bind(name)
-                    .bind(owner)
-                    .bind(ttl_ms)
-                    .execute(&inner.pool)
-                    .await
-                    .map_err(|e| self.err(e))?;
+                let inserted = query(insert, &args).execute(p).await.map_err(err)?;
                 Ok((inserted.rows_affected() == 1).then_some(1))
             }
+            #[allow(unreachable_patterns)]
+            _ => Err(Error::new(
+                ErrorKind::Backend,
+                "internal: statements of another dialect",
+            )),
         }
     }
 
@@ -297,31 +232,27 @@ impl SqlStore {
             }
             return Ok(Attempt::Taken { token });
         }
-        let row: Option<AnyRow> = sqlx::query(&inner.queries.probe)
-            .bind(request.name.as_str())
-            .fetch_optional(&inner.pool)
-            .await
-            .map_err(|e| self.err(e))?;
-        let (owner, remaining, marked) = match row {
-            Some(row) => (
-                row.try_get::<Option<String>, _>(0)
-                    .map_err(|e| self.err(e))?,
-                row.try_get::<Option<i64>, _>(1).map_err(|e| self.err(e))?,
-                row.try_get::<Option<i64>, _>(2).map_err(|e| self.err(e))?,
-            ),
-            None => (None, None, None),
+        let args = Args {
+            name: request.name.as_str(),
+            lease_ms: inner.config.waiting_mark.as_millis() as i64,
+            ..Args::default()
         };
+        let err = |e| self.err(e);
+        let (owner, remaining, marked) = with_pool!(&inner.pool, p => {
+            match query(&inner.queries.probe, &args).fetch_optional(p).await.map_err(err)? {
+                Some(row) => (
+                    row.try_get::<Option<String>, _>(0).map_err(err)?,
+                    row.try_get::<Option<i64>, _>(1).map_err(err)?,
+                    row.try_get::<Option<i64>, _>(2).map_err(err)?,
+                ),
+                None => (None, None, None),
+            }
+        });
         // A waiter keeps the row marked as waited for (so releases send
         // NOTIFY), writing only when the mark is half gone: most polls of a
         // busy lock stay read-only.
-        let mark = inner.config.waiting_mark.as_millis() as i64;
-        if waiting && inner.config.notify && marked.is_none_or(|left| left < mark / 2) {
-            sqlx::query(&inner.queries.mark_waiting)
-                .bind(mark)
-                .bind(request.name.as_str())
-                .execute(&inner.pool)
-                .await
-                .map_err(|e| self.err(e))?;
+        if waiting && inner.config.notify && marked.is_none_or(|left| left < args.lease_ms / 2) {
+            self.execute(&inner.queries.mark_waiting, &args).await?;
         }
         if owner.as_deref() == Some(request.owner.as_str()) && !request.reentrant {
             return Err(Error::would_deadlock());
@@ -391,26 +322,27 @@ impl SqlStore {
         let (name, owner) = (request.name.clone(), request.owner.clone());
         let id = complete_or_undo(
             async move {
-                let inner = &store.inner;
-                let _ = sqlx::query(&tickets.sweep)
-                    .bind(name.as_str())
-                    .execute(&inner.pool)
-                    .await;
-                let query = sqlx::query(&tickets.enqueue)
-                    .bind(name.as_str())
-                    .bind(owner.as_str())
-                    .bind(lease.as_millis() as i64);
-                if inner.config.dialect == Dialect::MySql {
-                    let done = query.execute(&inner.pool).await.map_err(|e| store.err(e))?;
-                    done.last_insert_id().ok_or_else(|| {
-                        Error::new(ErrorKind::Backend, "the database did not report the ticket")
-                    })
-                } else {
-                    let row = query
-                        .fetch_one(&inner.pool)
-                        .await
-                        .map_err(|e| store.err(e))?;
-                    row.try_get::<i64, _>(0).map_err(|e| store.err(e))
+                let args = Args {
+                    name: name.as_str(),
+                    owner: owner.as_str(),
+                    lease_ms: lease.as_millis() as i64,
+                    ..Args::default()
+                };
+                let _ = store.execute(&tickets.sweep, &args).await;
+                let err = |e| store.err(e);
+                match &store.inner.pool {
+                    #[cfg(feature = "mysql")]
+                    Pool::MySql(p) => {
+                        let done = query(&tickets.enqueue, &args)
+                            .execute(p)
+                            .await
+                            .map_err(err)?;
+                        Ok(done.last_insert_id() as i64)
+                    }
+                    pool => with_pool!(pool, p => {
+                        let row = query(&tickets.enqueue, &args).fetch_one(p).await.map_err(err)?;
+                        row.try_get::<i64, _>(0).map_err(err)
+                    }),
                 }
             },
             move |abandoned: Result<i64>| async move {
@@ -435,11 +367,12 @@ impl SqlStore {
         }
         let tickets = self.inner.queries.tickets.as_ref().expect("fair mode");
         let started = Instant::now();
-        let refreshed = sqlx::query(&tickets.heartbeat)
-            .bind(lease.as_millis() as i64)
-            .bind(ticket.id)
-            .execute(&self.inner.pool)
-            .await;
+        let args = Args {
+            lease_ms: lease.as_millis() as i64,
+            id: ticket.id,
+            ..Args::default()
+        };
+        let refreshed = self.execute(&tickets.heartbeat, &args).await;
         if refreshed.is_ok() {
             ticket.refreshed = started;
         }
@@ -447,36 +380,44 @@ impl SqlStore {
 
     async fn dequeue(&self, id: i64) {
         if let Some(tickets) = &self.inner.queries.tickets {
-            let _ = sqlx::query(&tickets.dequeue)
-                .bind(id)
-                .execute(&self.inner.pool)
-                .await;
+            let args = Args {
+                id,
+                ..Args::default()
+            };
+            let _ = self.execute(&tickets.dequeue, &args).await;
         }
     }
 
     async fn release_row(&self, name: &LockName, owner: &Owner, token: u64) -> Result<bool> {
-        let query = sqlx::query(&self.inner.queries.release)
-            .bind(name.as_str())
-            .bind(owner.as_str())
-            .bind(token as i64);
-        let released = if self.inner.queries.release_selects_count {
-            let row = query
-                .fetch_one(&self.inner.pool)
-                .await
-                .map_err(|e| self.err(e))?;
-            row.try_get::<i64, _>(0).map_err(|e| self.err(e))? as u64
+        let queries = &self.inner.queries;
+        let args = Args {
+            name: name.as_str(),
+            owner: owner.as_str(),
+            token: token as i64,
+            ..Args::default()
+        };
+        let released = if queries.release_selects_count {
+            let err = |e| self.err(e);
+            with_pool!(&self.inner.pool, p => {
+                let row = query(&queries.release, &args).fetch_one(p).await.map_err(err)?;
+                row.try_get::<i64, _>(0).map_err(err)? as u64
+            })
         } else {
-            query
-                .execute(&self.inner.pool)
-                .await
-                .map_err(|e| self.err(e))?
-                .rows_affected()
+            self.execute(&queries.release, &args).await?
         };
         if released == 0 {
             return Ok(false);
         }
         self.wake_local(name);
         Ok(true)
+    }
+
+    /// Runs a statement that returns no rows; the number of rows it changed.
+    pub(crate) async fn execute(&self, statement: &Statement, args: &Args<'_>) -> Result<u64> {
+        let err = |e| self.err(e);
+        with_pool!(&self.inner.pool, p => {
+            Ok(query(statement, args).execute(p).await.map_err(err)?.rows_affected())
+        })
     }
 
     fn local_notify(&self, name: &LockName) -> Arc<Notify> {
@@ -572,15 +513,14 @@ impl Backend for SqlStore {
 
     async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
         let started = Instant::now();
-        let done = sqlx::query(&self.inner.queries.renew)
-            .bind(request.ttl.as_millis() as i64)
-            .bind(request.name.as_str())
-            .bind(request.owner.as_str())
-            .bind(grant.token as i64)
-            .execute(&self.inner.pool)
-            .await
-            .map_err(|e| self.err(e))?;
-        if done.rows_affected() == 0 {
+        let args = Args {
+            name: request.name.as_str(),
+            owner: request.owner.as_str(),
+            ttl_ms: request.ttl.as_millis() as i64,
+            token: grant.token as i64,
+            ..Args::default()
+        };
+        if self.execute(&self.inner.queries.renew, &args).await? == 0 {
             return Err(Error::new(
                 ErrorKind::LockLost,
                 "the lock is no longer held by this owner",
@@ -590,15 +530,15 @@ impl Backend for SqlStore {
     }
 
     async fn break_lock(&self, name: &LockName) -> Result<bool> {
-        let done = sqlx::query(&self.inner.queries.break_lock)
-            .bind(name.as_str())
-            .execute(&self.inner.pool)
-            .await
-            .map_err(|e| self.err(e))?;
-        if done.rows_affected() > 0 {
+        let args = Args {
+            name: name.as_str(),
+            ..Args::default()
+        };
+        let broken = self.execute(&self.inner.queries.break_lock, &args).await? > 0;
+        if broken {
             self.wake_local(name);
         }
-        Ok(done.rows_affected() > 0)
+        Ok(broken)
     }
 
     fn measure(&self) -> Option<&dyn omnilock_core::Measure> {
@@ -606,11 +546,17 @@ impl Backend for SqlStore {
     }
 
     async fn holder(&self, name: &LockName) -> Result<Option<omnilock_core::Holder>> {
-        let row: Option<(String, i64)> = sqlx::query_as(&self.inner.queries.holder)
-            .bind(name.as_str())
-            .fetch_optional(&self.inner.pool)
-            .await
-            .map_err(|e| self.err(e))?;
+        let args = Args {
+            name: name.as_str(),
+            ..Args::default()
+        };
+        let err = |e| self.err(e);
+        let row: Option<(String, i64)> = with_pool!(&self.inner.pool, p => {
+            match query(&self.inner.queries.holder, &args).fetch_optional(p).await.map_err(err)? {
+                Some(row) => Some((row.try_get(0).map_err(err)?, row.try_get(1).map_err(err)?)),
+                None => None,
+            }
+        });
         row.map(|(owner, token)| {
             Ok(omnilock_core::Holder {
                 owner: omnilock_core::Owner::new(&owner)?,
@@ -623,4 +569,21 @@ impl Backend for SqlStore {
     async fn close(&self) {
         self.inner.pool.close().await;
     }
+}
+
+/// Creates or checks the lock tables on `conn` (see [`schema`]), giving up
+/// after waiting [`DDL_WAIT`] for another client's table creation.
+pub(crate) async fn prepare(conn: Conn<'_>, config: &SqlConfig, queries: &Queries) -> Result<()> {
+    tokio::time::timeout(
+        DDL_WAIT + config.connect_timeout,
+        schema::prepare(conn, config, queries),
+    )
+    .await
+    .map_err(|_| {
+        Error::unavailable(format!(
+            "creating or checking the lock table at {} took too long",
+            config.place
+        ))
+        .with_backend(config.dialect.kind())
+    })?
 }

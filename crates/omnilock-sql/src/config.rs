@@ -8,6 +8,8 @@ use std::time::Duration;
 use omnilock_core::{Error, HostPort, Result, Secret, StoreUrl};
 use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 
+use crate::tls::TlsOptions;
+
 /// The SQL dialect a store speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
@@ -93,6 +95,39 @@ pub struct SqlConfig {
     /// Serve waiters in request order (`?fair=`, default false): waiters
     /// take tickets in `<table>_queue`.
     pub fair: bool,
+    /// TLS to a PostgreSQL or MySQL/MariaDB server (`?sslmode=`,
+    /// `?sslrootcert=`, `?sslcert=`, `?sslkey=`; see [`TlsOptions`]).
+    pub tls: TlsOptions,
+}
+
+/// The longest pause between two polls unless `?max_poll=` says otherwise.
+pub(crate) const DEFAULT_MAX_POLL: Duration = Duration::from_millis(250);
+
+/// How long to wait for the database unless `?connect_timeout=` says otherwise.
+pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub(crate) fn check_max_poll(max_poll: Duration) -> Result<()> {
+    if max_poll < Duration::from_millis(1) || max_poll > Duration::from_secs(60) {
+        return Err(Error::config(
+            "option \"max_poll\" must be between 1ms and 60s",
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn check_connect_timeout(timeout: Duration) -> Result<()> {
+    if timeout < Duration::from_millis(10) || timeout > Duration::from_secs(600) {
+        return Err(Error::config(
+            "option \"connect_timeout\" must be between 10ms and 10m",
+        ));
+    }
+    Ok(())
+}
+
+/// How long a waiter's poll marks a lock as waited for: longer than the
+/// longest pause between two polls.
+pub(crate) fn waiting_mark(max_poll: Duration) -> Duration {
+    (max_poll * 3).max(Duration::from_secs(2))
 }
 
 /// Characters escaped in a SQLite file path inside a sqlx URL.
@@ -112,23 +147,12 @@ impl SqlConfig {
             .take("table")
             .unwrap_or_else(|| DEFAULT_TABLE.to_string());
         check_table(&table, dialect)?;
-        let max_poll = url
-            .take_duration("max_poll")?
-            .unwrap_or(Duration::from_millis(250));
-        if max_poll < Duration::from_millis(1) || max_poll > Duration::from_secs(60) {
-            return Err(Error::config(
-                "option \"max_poll\" must be between 1ms and 60s",
-            ));
-        }
+        let max_poll = url.take_duration("max_poll")?.unwrap_or(DEFAULT_MAX_POLL);
+        check_max_poll(max_poll)?;
         let connect_timeout = url
             .take_duration("connect_timeout")?
-            .unwrap_or(Duration::from_secs(5));
-        if connect_timeout < Duration::from_millis(10) || connect_timeout > Duration::from_secs(600)
-        {
-            return Err(Error::config(
-                "option \"connect_timeout\" must be between 10ms and 10m",
-            ));
-        }
+            .unwrap_or(DEFAULT_CONNECT_TIMEOUT);
+        check_connect_timeout(connect_timeout)?;
         let default_pool = if dialect == Dialect::Sqlite { 4 } else { 8 };
         let pool_size = url.take_u64("pool")?.unwrap_or(default_pool);
         if !(1..=1000).contains(&pool_size) {
@@ -139,6 +163,10 @@ impl SqlConfig {
         let notify = match dialect {
             Dialect::Postgres => url.take_bool("notify")?.unwrap_or(true),
             _ => false,
+        };
+        let tls = match dialect {
+            Dialect::Sqlite => TlsOptions::default(),
+            Dialect::MySql | Dialect::Postgres => TlsOptions::take(&mut url, dialect)?,
         };
         let (database_url, place) = match dialect {
             Dialect::Sqlite => sqlite_url(&url)?,
@@ -156,8 +184,9 @@ impl SqlConfig {
             pool_size: pool_size as u32,
             create_table,
             notify,
-            waiting_mark: (max_poll * 3).max(Duration::from_secs(2)),
+            waiting_mark: waiting_mark(max_poll),
             fair,
+            tls,
         })
     }
 
@@ -180,7 +209,7 @@ impl SqlConfig {
 /// not starting with a digit) short enough for every name derived from it,
 /// and not one of the database's own. Reserved words are fine: every
 /// statement quotes the table's identifiers.
-fn check_table(table: &str, dialect: Dialect) -> Result<()> {
+pub(crate) fn check_table(table: &str, dialect: Dialect) -> Result<()> {
     let mut chars = table.chars();
     let first_ok = chars
         .next()

@@ -14,6 +14,7 @@ use std::time::Duration;
 use omnilock_core::{Error, ErrorKind};
 
 use crate::config::{Dialect, SqlConfig};
+use crate::tls::SslMode;
 
 /// SQLite's primary result codes that retrying cannot mend.
 const SQLITE_PERM: i64 = 3;
@@ -54,10 +55,16 @@ pub(crate) fn map_err(err: sqlx::Error, config: &SqlConfig) -> Error {
             ))
             .with_backend(kind);
         }
-        sqlx::Error::Io(_) => Error::unavailable(format!("cannot reach the database at {place}")),
-        sqlx::Error::Tls(_) => {
-            Error::unavailable(format!("TLS with the database at {place} failed"))
+        // rustls reports a certificate that does not verify as an I/O
+        // error (InvalidData) during the handshake.
+        sqlx::Error::Io(io)
+            if io.kind() == std::io::ErrorKind::InvalidData
+                && io.to_string().contains("certificate") =>
+        {
+            return tls_error(&io.to_string(), place).with_backend(kind);
         }
+        sqlx::Error::Io(_) => Error::unavailable(format!("cannot reach the database at {place}")),
+        sqlx::Error::Tls(why) => return tls_error(&why.to_string(), place).with_backend(kind),
         sqlx::Error::PoolTimedOut => {
             return Error::unavailable(no_connection(place, config.connect_timeout))
                 .with_backend(kind);
@@ -80,20 +87,42 @@ pub(crate) fn map_err(err: sqlx::Error, config: &SqlConfig) -> Error {
             }),
         sqlx::Error::Database(db) => {
             let code = db.code().map(|c| c.to_string()).unwrap_or_default();
+            let message = db.message();
             match (config.dialect, code.as_str()) {
-                (Dialect::Postgres, "28P01" | "28000") | (Dialect::MySql, "28000") => {
+                // pg_hba.conf: a `hostssl` line only, or a `hostnossl ...
+                // reject` line, for this account.
+                (Dialect::Postgres, "28000") if message.contains("no encryption") => {
                     Error::config(format!(
-                        "the database at {place} refused the credentials (user name or password)"
+                        "the database at {place} accepts this account only over TLS \
+                         (connect with sslmode=require or stronger)"
                     ))
                 }
+                (Dialect::Postgres, "28000") if message.contains("certificate") => {
+                    Error::config(format!(
+                        "the database at {place} wants a valid client certificate for this \
+                         account (options sslcert and sslkey)"
+                    ))
+                }
+                (Dialect::Postgres, "28P01" | "28000") => Error::config(format!(
+                    "the database at {place} refused the credentials (user name or password)"
+                )),
+                // MySQL says "access denied" alike for a wrong password and
+                // for an account that requires TLS or a client certificate.
+                (Dialect::MySql, "28000") => Error::config(format!(
+                    "the database at {place} refused the credentials (user name or password; \
+                     or the account requires TLS{} or a client certificate: sslcert, sslkey)",
+                    match config.tls.mode {
+                        Some(SslMode::Disable) => ", which sslmode=disable turns off",
+                        _ => "",
+                    }
+                )),
                 (Dialect::Postgres, "3D000") => Error::config(format!(
                     "the database named in the URL does not exist at {place}"
                 )),
                 // MySQL answers "access denied" for a database the user may
                 // not see, whether or not it exists.
                 (Dialect::MySql, "42000")
-                    if db.message().contains("Unknown database")
-                        || db.message().contains("to database") =>
+                    if message.contains("Unknown database") || message.contains("to database") =>
                 {
                     Error::config(format!(
                         "the database named in the URL does not exist at {place} or this user may not use it"
@@ -114,6 +143,26 @@ pub(crate) fn map_err(err: sqlx::Error, config: &SqlConfig) -> Error {
         _ => Error::new(ErrorKind::Backend, format!("database error ({place})")),
     };
     error.with_backend(kind).with_cause(err)
+}
+
+/// A failed TLS handshake. A certificate that does not verify, or a server
+/// without TLS when the URL requires it, stays so however often one retries:
+/// `InvalidConfig`, naming the host and the reason (rustls's words, which
+/// never hold the password). Anything else may pass: `Unavailable`.
+fn tls_error(why: &str, place: &str) -> Error {
+    let lower = why.to_ascii_lowercase();
+    if lower.contains("certificate") || lower.contains("notvalidforname") {
+        Error::config(format!(
+            "TLS with the database at {place}: the server's certificate does not verify ({why}); \
+             check the host name in the URL and sslrootcert, or relax sslmode"
+        ))
+    } else if lower.contains("not support") {
+        Error::config(format!(
+            "the database at {place} does not offer TLS, which sslmode requires"
+        ))
+    } else {
+        Error::unavailable(format!("TLS with the database at {place} failed: {why}"))
+    }
 }
 
 fn no_connection(place: &str, timeout: Duration) -> String {

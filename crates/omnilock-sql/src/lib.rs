@@ -23,16 +23,22 @@
 //! ```
 
 mod backend;
+mod builder;
 mod config;
 mod errors;
 mod measure;
 #[cfg(feature = "postgres")]
 mod notify;
+mod pool;
 mod queries;
 mod schema;
+mod tls;
 
-pub use backend::{SqlStore, SQLITE_PRAGMAS};
+pub use backend::SqlStore;
+pub use builder::{SqlPool, SqlStoreBuilder};
 pub use config::{Dialect, SqlConfig, DEFAULT_TABLE};
+pub use pool::SQLITE_PRAGMAS;
+pub use tls::{SslMode, TlsOptions};
 
 /// URL schemes this crate serves.
 pub const SCHEMES: &[&str] = &["sqlite", "mysql", "mariadb", "postgres", "postgresql"];

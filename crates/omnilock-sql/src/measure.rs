@@ -4,8 +4,13 @@
 
 use omnilock_core::{async_trait, Error, ErrorKind, Measure, Result};
 
+use sqlx::Row;
+
 use crate::backend::SqlStore;
 use crate::config::Dialect;
+#[cfg(feature = "mysql")]
+use crate::pool::Pool;
+use crate::queries::Args;
 
 #[async_trait]
 impl Measure for SqlStore {
@@ -18,11 +23,19 @@ impl Measure for SqlStore {
                 "no request counter for this database",
             ));
         }
-        let row: (String, String) = sqlx::query_as("SHOW GLOBAL STATUS LIKE 'Questions'")
-            .fetch_one(self.pool())
-            .await
-            .map_err(|e| self.err(e))?;
-        row.1
+        let err = |e| self.err(e);
+        let questions: String = match self.pool() {
+            #[cfg(feature = "mysql")]
+            Pool::MySql(p) => sqlx::query("SHOW GLOBAL STATUS LIKE 'Questions'")
+                .fetch_one(p)
+                .await
+                .map_err(err)?
+                .try_get(1)
+                .map_err(err)?,
+            #[allow(unreachable_patterns)]
+            _ => unreachable!("checked above: MySQL"),
+        };
+        questions
             .parse()
             .map_err(|_| Error::new(ErrorKind::Backend, "Questions is not a number"))
     }
@@ -32,25 +45,14 @@ impl Measure for SqlStore {
     }
 
     async fn floor_round(&self) -> Result<()> {
-        let table = crate::queries::ident(self.config().dialect, &self.config().table);
-        let (insert, delete) = match self.config().dialect {
-            Dialect::Postgres => (
-                format!("INSERT INTO {table} (name, owner, holds, token, expires_at, updated_at) VALUES ($1, $2, 1, 1, 0, 0)"),
-                format!("DELETE FROM {table} WHERE name = $1 AND owner = $2"),
-            ),
-            _ => (
-                format!("INSERT INTO {table} (name, owner, holds, token, expires_at, updated_at) VALUES (?, ?, 1, 1, 0, 0)"),
-                format!("DELETE FROM {table} WHERE name = ? AND owner = ?"),
-            ),
-        };
         let name = format!(".floor/{:016x}", rand::random::<u64>());
-        for statement in [insert, delete] {
-            sqlx::query(&statement)
-                .bind(&name)
-                .bind("floor")
-                .execute(self.pool())
-                .await
-                .map_err(|e| self.err(e))?;
+        let args = Args {
+            name: &name,
+            owner: "floor",
+            ..Args::default()
+        };
+        for statement in &self.queries().floor {
+            self.execute(statement, &args).await?;
         }
         Ok(())
     }

@@ -7,15 +7,23 @@
 use std::sync::Weak;
 use std::time::Duration;
 
-use omnilock_core::{Backoff, LockName, Secret};
-use sqlx::postgres::PgListener;
+use omnilock_core::{Backoff, LockName};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 
 use crate::backend::Inner;
 
-pub(crate) async fn listen(store: Weak<Inner>, url: Secret, channel: String) {
+/// Listens with a connection of its own (from a one-connection pool on the
+/// store's connect options), so the store's pool, or the application's pool
+/// it was built on, never loses a connection to it.
+pub(crate) async fn listen(store: Weak<Inner>, options: PgConnectOptions, channel: String) {
     let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .max_lifetime(None)
+        .idle_timeout(None)
+        .connect_lazy_with(options);
     loop {
-        let mut listener = match PgListener::connect(url.expose()).await {
+        let mut listener = match PgListener::connect_with(&pool).await {
             Ok(listener) => listener,
             Err(err) => {
                 tracing::debug!(error = %err, "omnilock postgres listener cannot connect; polling");

@@ -18,30 +18,29 @@
 use std::time::Duration;
 
 use omnilock_core::{Error, Result};
-use sqlx::{AnyConnection, Connection, Executor, Row};
+use sqlx::{AssertSqlSafe, Connection, Executor, Row};
 
 use crate::config::{Dialect, SqlConfig};
 use crate::errors::map_err;
+use crate::pool::Conn;
 use crate::queries::{ident, queue_names, text_type, Queries};
 
 /// The PostgreSQL advisory lock key that serializes omnilock's DDL in a
 /// database: "omnilock" in ASCII.
+#[cfg(feature = "postgres")]
 const DDL_LOCK_KEY: i64 = 0x6f6d_6e69_6c6f_636b;
 
 /// How long a client waits for another one's table creation or migration.
 pub(crate) const DDL_WAIT: Duration = Duration::from_secs(60);
 
 /// Creates the tables if allowed and missing, then checks (and on MySQL, if
-/// allowed, migrates) their layout; on `conn`, a connection of its own that
-/// the caller drops on error (which also frees the DDL lock).
-pub(crate) async fn prepare(
-    conn: &mut AnyConnection,
-    config: &SqlConfig,
-    queries: &Queries,
-) -> Result<()> {
+/// allowed, migrates) their layout; on `conn`, a connection that the caller
+/// closes on error (which also frees the DDL lock).
+pub(crate) async fn prepare(conn: Conn<'_>, config: &SqlConfig, queries: &Queries) -> Result<()> {
     let err = |e| map_err(e, config);
-    match config.dialect {
-        Dialect::Postgres => {
+    match conn {
+        #[cfg(feature = "postgres")]
+        Conn::Postgres(conn) => {
             let mut tx = conn.begin().await.map_err(err)?;
             if config.create_table {
                 sqlx::query("SELECT 1 FROM (SELECT pg_advisory_xact_lock($1)) AS ddl_lock")
@@ -50,17 +49,18 @@ pub(crate) async fn prepare(
                     .await
                     .map_err(err)?;
                 for statement in &queries.create {
-                    tx.execute(statement.as_str()).await.map_err(err)?;
+                    tx.execute(statement.clone()).await.map_err(err)?;
                 }
             }
             check_postgres(&mut tx, config).await?;
             tx.commit().await.map_err(err)
         }
-        Dialect::Sqlite => {
+        #[cfg(feature = "sqlite")]
+        Conn::Sqlite(conn) => {
             let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(err)?;
             if config.create_table {
                 for statement in &queries.create {
-                    tx.execute(statement.as_str()).await.map_err(err)?;
+                    tx.execute(statement.clone()).await.map_err(err)?;
                 }
             }
             if check_sqlite(&mut tx, config).await? {
@@ -68,14 +68,16 @@ pub(crate) async fn prepare(
             }
             tx.commit().await.map_err(err)
         }
-        Dialect::MySql => {
+        #[cfg(feature = "mysql")]
+        Conn::MySql(conn) => {
             let lock = "CONCAT('omnilock_ddl:', MD5(DATABASE()))";
             if config.create_table {
-                let got: Option<i64> = sqlx::query_scalar(&format!("SELECT GET_LOCK({lock}, ?)"))
-                    .bind(DDL_WAIT.as_secs() as i64)
-                    .fetch_one(&mut *conn)
-                    .await
-                    .map_err(err)?;
+                let got: Option<i64> =
+                    sqlx::query_scalar(AssertSqlSafe(format!("SELECT GET_LOCK({lock}, ?)")))
+                        .bind(DDL_WAIT.as_secs() as i64)
+                        .fetch_one(&mut *conn)
+                        .await
+                        .map_err(err)?;
                 if got != Some(1) {
                     return Err(Error::unavailable(format!(
                         "another client kept the table lock of {} for {DDL_WAIT:?} (creating or migrating {})",
@@ -83,12 +85,12 @@ pub(crate) async fn prepare(
                     )));
                 }
                 for statement in &queries.create {
-                    conn.execute(statement.as_str()).await.map_err(err)?;
+                    conn.execute(statement.clone()).await.map_err(err)?;
                 }
             }
             check_mysql(conn, config).await?;
             if config.create_table {
-                sqlx::query(&format!("SELECT RELEASE_LOCK({lock})"))
+                sqlx::query(AssertSqlSafe(format!("SELECT RELEASE_LOCK({lock})")))
                     .execute(&mut *conn)
                     .await
                     .map_err(err)?;
@@ -108,7 +110,8 @@ fn tables(config: &SqlConfig) -> [String; 2] {
 /// a NO PAD binary collation). omnilock's older layout, `VARCHAR(256)
 /// COLLATE utf8mb4_bin`, is converted in place when omnilock manages the
 /// tables; otherwise the error names the statement to run.
-async fn check_mysql(conn: &mut AnyConnection, config: &SqlConfig) -> Result<()> {
+#[cfg(feature = "mysql")]
+async fn check_mysql(conn: &mut sqlx::MySqlConnection, config: &SqlConfig) -> Result<()> {
     let [table, queue] = tables(config);
     let rows = sqlx::query(
         "SELECT CAST(TABLE_NAME AS CHAR), CAST(COLUMN_NAME AS CHAR),
@@ -149,13 +152,14 @@ async fn check_mysql(conn: &mut AnyConnection, config: &SqlConfig) -> Result<()>
             )));
         }
         tracing::warn!(table = %name, "omnilock: converting the name and owner columns to VARBINARY(256) (older layout)");
-        conn.execute(alter.as_str())
+        conn.execute(AssertSqlSafe(alter.clone()))
             .await
             .map_err(|e| migration_failed(e, config, &name, &alter))?;
     }
     Ok(())
 }
 
+#[cfg(feature = "mysql")]
 fn migration_failed(e: sqlx::Error, config: &SqlConfig, table: &str, alter: &str) -> Error {
     let cause = map_err(e, config);
     Error::config(format!(
@@ -168,8 +172,9 @@ fn migration_failed(e: sqlx::Error, config: &SqlConfig, table: &str, alter: &str
 
 /// PostgreSQL: `CHAR(n)` ignores trailing spaces and a nondeterministic
 /// collation can equate distinct strings; either is refused.
+#[cfg(feature = "postgres")]
 async fn check_postgres(
-    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     config: &SqlConfig,
 ) -> Result<()> {
     let [table, queue] = tables(config);
@@ -203,8 +208,9 @@ async fn check_postgres(
 /// SQLite: a `COLLATE` other than `BINARY` (`NOCASE`, `RTRIM`) in the
 /// tables' definitions folds names together; it is refused. Returns whether
 /// the lock table exists.
+#[cfg(feature = "sqlite")]
 async fn check_sqlite(
-    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
     config: &SqlConfig,
 ) -> Result<bool> {
     let [table, queue] = tables(config);
@@ -238,8 +244,9 @@ async fn check_sqlite(
 /// WAL mode neither `BEGIN IMMEDIATE` nor a write that changes nothing
 /// notices. The probe's name holds a control character, which no lock name
 /// may contain.
+#[cfg(feature = "sqlite")]
 async fn probe_sqlite_write(
-    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
     config: &SqlConfig,
 ) -> Result<()> {
     let table = ident(Dialect::Sqlite, &config.table);
@@ -248,7 +255,7 @@ async fn probe_sqlite_write(
     );
     let err = |e| map_err(e, config);
     tx.execute("SAVEPOINT omnilock_probe").await.map_err(err)?;
-    let written = sqlx::query(&insert)
+    let written = sqlx::query(AssertSqlSafe(insert))
         .bind("\u{1}omnilock write probe")
         .execute(&mut **tx)
         .await;
@@ -260,6 +267,7 @@ async fn probe_sqlite_write(
 }
 
 /// The first collation other than `BINARY` named in a `CREATE TABLE`.
+#[cfg(feature = "sqlite")]
 fn folding_collation(sql: &str) -> Option<String> {
     let tokens: Vec<&str> = sql
         .split(|c: char| c.is_whitespace() || matches!(c, '(' | ')' | ','))
@@ -272,7 +280,7 @@ fn folding_collation(sql: &str) -> Option<String> {
     })
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "sqlite"))]
 mod tests {
     use super::folding_collation;
 

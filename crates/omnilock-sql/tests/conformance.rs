@@ -1,5 +1,8 @@
 //! The conformance suite on each SQL database, found through
-//! `OMNILOCK_TEST_{SQLITE,MYSQL,POSTGRES}_URL`.
+//! `OMNILOCK_TEST_{SQLITE,MYSQL,POSTGRES}_URL`; over TLS with accounts that
+//! may connect only that way (`OMNILOCK_TEST_{MYSQL,POSTGRES}_TLS_URL`,
+//! verify-full); and through `SqlStore::builder` on the application's own
+//! sqlx pool instead of a URL.
 
 use omnilock_core::{Locks, StoreUrl};
 use omnilock_sql::{SqlConfig, SqlStore};
@@ -13,6 +16,12 @@ pub fn subject(store: &str) -> Option<Subject> {
 /// The same store in fair mode, on its own table.
 pub fn fair_subject(store: &str) -> Option<Subject> {
     subject_with(store, "fair=true&table=omnilock_fair")
+}
+
+/// The store through a TLS-only account, on its own table (scenarios that
+/// run at the same time on one database use fixed lock names).
+pub fn tls_subject(store: &str) -> Option<Subject> {
+    subject_with(&format!("{store}_TLS"), "table=omnilock_tls")
 }
 
 fn subject_with(store: &str, options: &str) -> Option<Subject> {
@@ -32,6 +41,70 @@ fn subject_with(store: &str, options: &str) -> Option<Subject> {
         })
         .with_url(url),
     )
+}
+
+/// The store at `$OMNILOCK_TEST_<store>_URL`, each client built on a sqlx
+/// pool of its own through `SqlStore::builder`, as an application that
+/// already has a pool would.
+pub fn pool_subject(store: &str) -> Option<Subject> {
+    let url = store_url(store)?;
+    let for_clients = url.clone();
+    // Its own table, as for TLS; the CLI's clients get it through the URL.
+    let table = "omnilock_pool";
+    let url = format!("{url}?table={table}");
+    let store = store.to_string();
+    Some(
+        Subject::new(format!("{}-pool", store.to_lowercase()), move || {
+            let (url, store) = (for_clients.clone(), store.clone());
+            async move {
+                let pool: omnilock_sql::SqlPool = match store.as_str() {
+                    "POSTGRES" => sqlx::PgPool::connect(&url).await.expect("pool").into(),
+                    "MYSQL" => sqlx::MySqlPool::connect(&url).await.expect("pool").into(),
+                    _ => sqlx::sqlite::SqlitePoolOptions::new()
+                        .after_connect(|conn, _| {
+                            Box::pin(async move {
+                                use sqlx::Executor;
+                                for pragma in omnilock_sql::SQLITE_PRAGMAS {
+                                    conn.execute(*pragma).await?;
+                                }
+                                Ok(())
+                            })
+                        })
+                        .connect(&format!("{url}?mode=rwc"))
+                        .await
+                        .expect("pool")
+                        .into(),
+                };
+                SqlStore::builder(pool).table(table).build().await
+            }
+        })
+        .with_url(url),
+    )
+}
+
+#[cfg(feature = "postgres")]
+mod postgres_tls {
+    omnilock_testkit::conformance_tests!(super::tls_subject("POSTGRES"));
+}
+
+#[cfg(feature = "mysql")]
+mod mysql_tls {
+    omnilock_testkit::conformance_tests!(super::tls_subject("MYSQL"));
+}
+
+#[cfg(feature = "postgres")]
+mod postgres_pool {
+    omnilock_testkit::conformance_tests!(super::pool_subject("POSTGRES"));
+}
+
+#[cfg(feature = "mysql")]
+mod mysql_pool {
+    omnilock_testkit::conformance_tests!(super::pool_subject("MYSQL"));
+}
+
+#[cfg(feature = "sqlite")]
+mod sqlite_pool {
+    omnilock_testkit::conformance_tests!(super::pool_subject("SQLITE"));
 }
 
 #[cfg(feature = "sqlite")]

@@ -57,7 +57,7 @@ async fn database(dir: &Path) -> PathBuf {
     locks.close().await;
     // Every page back in the file itself, so that the header patched below
     // is the one SQLite reads.
-    let mut conn = sqlx::AnyConnection::connect(&format!("{}?mode=rw", sqlite_url(&path)))
+    let mut conn = sqlx::SqliteConnection::connect(&format!("{}?mode=rw", sqlite_url(&path)))
         .await
         .expect("raw connection");
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

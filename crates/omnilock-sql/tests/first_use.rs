@@ -85,7 +85,7 @@ async fn fresh(store: &str, url: &str, admin: Option<&AnyPool>) -> (String, Opti
     };
     for statement in statements {
         admin
-            .execute(statement.as_str())
+            .execute(sqlx::AssertSqlSafe(statement.clone()))
             .await
             .expect("create database");
     }
@@ -99,7 +99,10 @@ async fn cleanup(store: &str, admin: Option<&AnyPool>, database: Option<String>)
             "POSTGRES" => format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
             _ => format!("DROP DATABASE IF EXISTS {name}"),
         };
-        admin.execute(drop.as_str()).await.expect("drop database");
+        admin
+            .execute(sqlx::AssertSqlSafe(drop.clone()))
+            .await
+            .expect("drop database");
     }
 }
 

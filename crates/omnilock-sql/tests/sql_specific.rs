@@ -67,7 +67,9 @@ async fn expired_lock_is_taken_over_by_database_clock() {
             "UPDATE {table} SET expires_at = {} - 1 WHERE name = 'expiring'",
             now_ms(store)
         );
-        pool.execute(aged.as_str()).await.expect("age the row");
+        pool.execute(sqlx::AssertSqlSafe(aged.clone()))
+            .await
+            .expect("age the row");
         let fresh = tokio::time::timeout(Duration::from_secs(10), b.try_acquire("expiring"))
             .await
             .expect("in time")
@@ -92,7 +94,7 @@ async fn expired_lock_is_taken_over_by_database_clock() {
                 "AS BIGINT"
             },
         );
-        let remaining: i64 = sqlx::query_scalar(&check)
+        let remaining: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(check.clone()))
             .fetch_one(&pool)
             .await
             .expect("read expiry");
@@ -117,17 +119,14 @@ async fn table_created_by_a_dba_is_used_as_is() {
             "MYSQL" => ("VARBINARY(256)", "BIGINT"),
             _ => ("VARCHAR(256)", "BIGINT"),
         };
-        pool.execute(format!("DROP TABLE IF EXISTS {table}").as_str())
+        pool.execute(sqlx::AssertSqlSafe(format!("DROP TABLE IF EXISTS {table}")))
             .await
             .expect("drop");
-        pool.execute(
-            format!(
-                "CREATE TABLE {table} (name {text} NOT NULL PRIMARY KEY, owner {text} NULL,
+        pool.execute(sqlx::AssertSqlSafe(format!(
+            "CREATE TABLE {table} (name {text} NOT NULL PRIMARY KEY, owner {text} NULL,
                  holds {int} NOT NULL DEFAULT 0, token {int} NOT NULL DEFAULT 0,
                  expires_at {int} NULL, updated_at {int} NOT NULL, waiting_until {int} NULL)"
-            )
-            .as_str(),
-        )
+        )))
         .await
         .expect("create");
         let locks = connect(&with_option(
@@ -137,9 +136,9 @@ async fn table_created_by_a_dba_is_used_as_is() {
         .await
         .expect("connect to the DBA's table");
         let guard = locks.acquire("dba-made").await.expect("acquire");
-        let count: i64 = sqlx::query_scalar(&format!(
+        let count: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             "SELECT COUNT(*) FROM {table} WHERE owner IS NOT NULL"
-        ))
+        )))
         .fetch_one(&pool)
         .await
         .expect("count");
@@ -220,10 +219,12 @@ async fn concurrent_first_use_creates_the_table_once() {
         }
         let pool = raw(&url.split('?').next().unwrap().replace("?", "")).await;
         let _ = pool
-            .execute(format!("DROP TABLE IF EXISTS {table}_queue").as_str())
+            .execute(sqlx::AssertSqlSafe(format!(
+                "DROP TABLE IF EXISTS {table}_queue"
+            )))
             .await;
         let _ = pool
-            .execute(format!("DROP TABLE IF EXISTS {table}").as_str())
+            .execute(sqlx::AssertSqlSafe(format!("DROP TABLE IF EXISTS {table}")))
             .await;
     }
 }

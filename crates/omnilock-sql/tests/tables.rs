@@ -72,7 +72,9 @@ async fn older_mysql_layout_is_migrated_or_refused() {
         ),
         format!("INSERT INTO {table} (name, holds, token, updated_at) VALUES ('backup', 0, 7, 0)"),
     ] {
-        pool.execute(statement.as_str()).await.expect("old layout");
+        pool.execute(sqlx::AssertSqlSafe(statement.clone()))
+            .await
+            .expect("old layout");
     }
 
     let managed = with_option(&url, &format!("table={table}&fair=true"));
@@ -135,14 +137,11 @@ async fn folding_tables_are_refused() {
             "POSTGRES" => "CHAR(256)",
             _ => "VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci",
         };
-        pool.execute(
-            format!(
-                "CREATE TABLE {table} (name {name} NOT NULL PRIMARY KEY, owner VARCHAR(256) NULL,
+        pool.execute(sqlx::AssertSqlSafe(format!(
+            "CREATE TABLE {table} (name {name} NOT NULL PRIMARY KEY, owner VARCHAR(256) NULL,
                  holds BIGINT NOT NULL DEFAULT 0, token BIGINT NOT NULL DEFAULT 0,
                  expires_at BIGINT NULL, updated_at BIGINT NOT NULL, waiting_until BIGINT NULL)"
-            )
-            .as_str(),
-        )
+        )))
         .await
         .expect("create");
         let options = if store == "MYSQL" {
@@ -178,15 +177,12 @@ async fn nondeterministic_postgres_collation_is_refused() {
         return;
     }
     let table = unique("nondeterministic");
-    pool.execute(
-        format!(
-            "CREATE TABLE {table} (name VARCHAR(256) NOT NULL PRIMARY KEY,
+    pool.execute(sqlx::AssertSqlSafe(format!(
+        "CREATE TABLE {table} (name VARCHAR(256) NOT NULL PRIMARY KEY,
              owner VARCHAR(256) COLLATE omnilock_test_ci NULL,
              holds BIGINT NOT NULL DEFAULT 0, token BIGINT NOT NULL DEFAULT 0,
              expires_at BIGINT NULL, updated_at BIGINT NOT NULL, waiting_until BIGINT NULL)"
-        )
-        .as_str(),
-    )
+    )))
     .await
     .expect("create");
     let err = connect(&with_option(&url, &format!("table={table}")))
@@ -213,7 +209,10 @@ async fn reserved_words_work_as_table_names() {
             let drop_both = || async {
                 for t in [format!("{table}_queue"), table.to_string()] {
                     let _ = pool
-                        .execute(format!("DROP TABLE IF EXISTS {}", quoted(&t)).as_str())
+                        .execute(sqlx::AssertSqlSafe(format!(
+                            "DROP TABLE IF EXISTS {}",
+                            quoted(&t)
+                        )))
                         .await;
                 }
             };
@@ -271,7 +270,7 @@ async fn longest_table_name_works_in_fair_mode() {
         let pool = raw(&url).await;
         let tickets = format!("SELECT COUNT(*) FROM {table}_queue");
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while sqlx::query_scalar::<_, i64>(&tickets)
+        while sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(tickets.clone()))
             .fetch_one(&pool)
             .await
             .expect("count tickets")

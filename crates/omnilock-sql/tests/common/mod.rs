@@ -58,7 +58,7 @@ pub async fn drop_tables(pool: &AnyPool, table: &str) {
     use sqlx::Executor;
     for t in [format!("{table}_queue"), table.to_string()] {
         let _ = pool
-            .execute(format!("DROP TABLE IF EXISTS {t}").as_str())
+            .execute(sqlx::AssertSqlSafe(format!("DROP TABLE IF EXISTS {t}")))
             .await;
     }
 }

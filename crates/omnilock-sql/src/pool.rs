@@ -1,0 +1,264 @@
+//! One connection pool type per dialect (no sqlx `Any`: it needs the
+//! process-wide driver list, which a host application may install itself),
+//! the code that opens them, and the one place that binds a statement's
+//! values.
+
+use std::str::FromStr;
+
+use omnilock_core::{Error, Result};
+use sqlx::query::Query;
+use sqlx::{Connection, Database, Encode, Executor, Type};
+
+use crate::config::{Dialect, SqlConfig};
+use crate::errors::{map_err, sqlite_is_permanent};
+use crate::queries::{Args, Param, Statement};
+
+#[cfg(not(any(feature = "sqlite", feature = "mysql", feature = "postgres")))]
+compile_error!("omnilock-sql needs at least one of the features sqlite, mysql, postgres");
+
+/// Settings of every SQLite connection omnilock opens: WAL lets readers and
+/// one writer work at once; the busy timeout makes a writer wait for the
+/// file lock instead of failing; `NORMAL` sync is durable across process
+/// crashes in WAL mode. Apply them to a pool you hand to
+/// [`SqlStore::builder`](crate::SqlStore::builder) as well.
+pub const SQLITE_PRAGMAS: &[&str] = &[
+    "PRAGMA busy_timeout = 5000",
+    "PRAGMA journal_mode = WAL",
+    "PRAGMA synchronous = NORMAL",
+];
+
+/// A pool of one dialect's connections.
+#[derive(Debug, Clone)]
+pub(crate) enum Pool {
+    #[cfg(feature = "sqlite")]
+    Sqlite(sqlx::SqlitePool),
+    #[cfg(feature = "mysql")]
+    MySql(sqlx::MySqlPool),
+    #[cfg(feature = "postgres")]
+    Postgres(sqlx::PgPool),
+}
+
+/// Runs `$body` with `$p` bound to the dialect's own pool: the body is
+/// compiled once per dialect, each time against that driver's types.
+macro_rules! with_pool {
+    ($pool:expr, $p:ident => $body:expr) => {
+        match $pool {
+            #[cfg(feature = "sqlite")]
+            $crate::pool::Pool::Sqlite($p) => $body,
+            #[cfg(feature = "mysql")]
+            $crate::pool::Pool::MySql($p) => $body,
+            #[cfg(feature = "postgres")]
+            $crate::pool::Pool::Postgres($p) => $body,
+        }
+    };
+}
+pub(crate) use with_pool;
+
+impl Pool {
+    pub(crate) fn dialect(&self) -> Dialect {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Pool::Sqlite(_) => Dialect::Sqlite,
+            #[cfg(feature = "mysql")]
+            Pool::MySql(_) => Dialect::MySql,
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(_) => Dialect::Postgres,
+        }
+    }
+
+    pub(crate) async fn close(&self) {
+        with_pool!(self, p => p.close().await)
+    }
+}
+
+/// `statement` with its values bound, in the order its placeholders take
+/// them.
+pub(crate) fn query<'q, DB>(
+    statement: &Statement,
+    args: &Args<'_>,
+) -> Query<'q, DB, <DB as Database>::Arguments>
+where
+    DB: Database,
+    for<'a> &'a str: Encode<'a, DB> + Type<DB>,
+    for<'a> i64: Encode<'a, DB> + Type<DB>,
+{
+    let mut query = sqlx::query::<DB>(statement.sql.clone());
+    for param in &statement.params {
+        query = match param {
+            Param::Name => query.bind(args.name),
+            Param::Owner => query.bind(args.owner),
+            Param::TtlMs => query.bind(args.ttl_ms),
+            Param::Reentrant => query.bind(args.reentrant),
+            Param::Ticket => query.bind(args.ticket),
+            Param::LeaseMs => query.bind(args.lease_ms),
+            Param::Id => query.bind(args.id),
+            Param::Token => query.bind(args.token),
+        };
+    }
+    query
+}
+
+/// A connection of the store's dialect, borrowed for setup (table creation
+/// and checks).
+pub(crate) enum Conn<'a> {
+    #[cfg(feature = "sqlite")]
+    Sqlite(&'a mut sqlx::SqliteConnection),
+    #[cfg(feature = "mysql")]
+    MySql(&'a mut sqlx::MySqlConnection),
+    #[cfg(feature = "postgres")]
+    Postgres(&'a mut sqlx::PgConnection),
+}
+
+/// Where omnilock's own pool connects: the URL's settings as sqlx options.
+#[derive(Clone)]
+pub(crate) enum Target {
+    #[cfg(feature = "sqlite")]
+    Sqlite(sqlx::sqlite::SqliteConnectOptions),
+    #[cfg(feature = "mysql")]
+    MySql(sqlx::mysql::MySqlConnectOptions),
+    #[cfg(feature = "postgres")]
+    Postgres(sqlx::postgres::PgConnectOptions),
+}
+
+/// A connection omnilock opened on its own, closed after setup.
+pub(crate) enum OwnedConn {
+    #[cfg(feature = "sqlite")]
+    Sqlite(sqlx::SqliteConnection),
+    #[cfg(feature = "mysql")]
+    MySql(sqlx::MySqlConnection),
+    #[cfg(feature = "postgres")]
+    Postgres(sqlx::PgConnection),
+}
+
+impl OwnedConn {
+    pub(crate) fn borrow(&mut self) -> Conn<'_> {
+        match self {
+            #[cfg(feature = "sqlite")]
+            OwnedConn::Sqlite(c) => Conn::Sqlite(c),
+            #[cfg(feature = "mysql")]
+            OwnedConn::MySql(c) => Conn::MySql(c),
+            #[cfg(feature = "postgres")]
+            OwnedConn::Postgres(c) => Conn::Postgres(c),
+        }
+    }
+
+    pub(crate) async fn close(self) {
+        let _ = match self {
+            #[cfg(feature = "sqlite")]
+            OwnedConn::Sqlite(c) => c.close().await,
+            #[cfg(feature = "mysql")]
+            OwnedConn::MySql(c) => c.close().await,
+            #[cfg(feature = "postgres")]
+            OwnedConn::Postgres(c) => c.close().await,
+        };
+    }
+}
+
+/// The answer for a dialect whose cargo feature is off.
+#[allow(dead_code)] // unused when every feature is on
+fn not_built(dialect: Dialect) -> Error {
+    let feature = dialect.kind();
+    Error::config(format!(
+        "{feature} needs the cargo feature `{feature}` of omnilock (or omnilock-sql)"
+    ))
+}
+
+impl Target {
+    /// The connect options for `config`'s URL; checks the TLS files.
+    pub(crate) fn new(config: &SqlConfig) -> Result<Self> {
+        config.tls.check_files()?;
+        // Our own URL, built from checked parts: a failure here must not
+        // quote it (it holds the password).
+        let invalid = |_| {
+            Error::config(format!("invalid database settings for {}", config.place))
+                .with_backend(config.dialect.kind())
+        };
+        let url = config.database_url.expose();
+        match config.dialect {
+            #[cfg(feature = "sqlite")]
+            Dialect::Sqlite => Ok(Target::Sqlite(
+                sqlx::sqlite::SqliteConnectOptions::from_str(url).map_err(invalid)?,
+            )),
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => Ok(Target::MySql(config.tls.apply_mysql(
+                sqlx::mysql::MySqlConnectOptions::from_str(url).map_err(invalid)?,
+            ))),
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => Ok(Target::Postgres(config.tls.apply_postgres(
+                sqlx::postgres::PgConnectOptions::from_str(url).map_err(invalid)?,
+            ))),
+            #[allow(unreachable_patterns)]
+            other => Err(not_built(other)),
+        }
+    }
+
+    /// One connection, outside any pool, so that what stops it (a refused
+    /// connection, a certificate, a file that is not a database) is
+    /// reported by name instead of as a pool timeout.
+    pub(crate) async fn connect_one(&self, config: &SqlConfig) -> Result<OwnedConn> {
+        let err = |e| map_err(e, config);
+        Ok(match self {
+            #[cfg(feature = "sqlite")]
+            Target::Sqlite(options) => {
+                let mut conn = sqlx::SqliteConnection::connect_with(options)
+                    .await
+                    .map_err(err)?;
+                for pragma in SQLITE_PRAGMAS {
+                    conn.execute(*pragma).await.map_err(err)?;
+                }
+                OwnedConn::Sqlite(conn)
+            }
+            #[cfg(feature = "mysql")]
+            Target::MySql(options) => OwnedConn::MySql(
+                sqlx::MySqlConnection::connect_with(options)
+                    .await
+                    .map_err(err)?,
+            ),
+            #[cfg(feature = "postgres")]
+            Target::Postgres(options) => OwnedConn::Postgres(
+                sqlx::PgConnection::connect_with(options)
+                    .await
+                    .map_err(err)?,
+            ),
+        })
+    }
+
+    /// omnilock's pool: `?pool=` connections, opened on demand.
+    pub(crate) fn pool(&self, config: &SqlConfig) -> Pool {
+        macro_rules! options {
+            () => {
+                sqlx::pool::PoolOptions::new()
+                    .max_connections(config.pool_size)
+                    .acquire_timeout(config.connect_timeout)
+            };
+        }
+        match self {
+            #[cfg(feature = "sqlite")]
+            Target::Sqlite(options) => Pool::Sqlite(
+                options!()
+                    .after_connect(|conn: &mut sqlx::SqliteConnection, _meta| {
+                        Box::pin(async move {
+                            for pragma in SQLITE_PRAGMAS {
+                                match conn.execute(*pragma).await {
+                                    Ok(_) => {}
+                                    // Keep the connection: the statement it
+                                    // serves fails with this error, at once
+                                    // and by name.
+                                    Err(e) if sqlite_is_permanent(&e) => return Ok(()),
+                                    Err(e) => return Err(e),
+                                }
+                            }
+                            Ok(())
+                        })
+                    })
+                    .connect_lazy_with(options.clone()),
+            ),
+            #[cfg(feature = "mysql")]
+            Target::MySql(options) => Pool::MySql(options!().connect_lazy_with(options.clone())),
+            #[cfg(feature = "postgres")]
+            Target::Postgres(options) => {
+                Pool::Postgres(options!().connect_lazy_with(options.clone()))
+            }
+        }
+    }
+}
