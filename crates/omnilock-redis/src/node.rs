@@ -5,7 +5,7 @@ use std::time::Duration;
 use omnilock_core::{Error, ErrorKind, HostPort, Result};
 use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{ConnectionAddr, ConnectionInfo, RedisConnectionInfo, RedisError};
+use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, RedisError};
 
 use crate::config::RedisConfig;
 
@@ -64,15 +64,20 @@ impl Node {
         } else {
             ConnectionAddr::Tcp(host, port)
         };
-        let info = ConnectionInfo {
-            addr,
-            redis: RedisConnectionInfo {
-                db: config.db,
-                username: config.username.clone(),
-                password: config.password.as_ref().map(|p| p.expose().to_string()),
-                ..Default::default()
-            },
-        };
+        let mut redis_info = RedisConnectionInfo::default().set_db(config.db);
+        if let Some(username) = &config.username {
+            redis_info = redis_info.set_username(username);
+        }
+        if let Some(password) = &config.password {
+            redis_info = redis_info.set_password(password.expose());
+        }
+        let info = addr
+            .into_connection_info()
+            .map_err(|e| map_err(e, &address))?
+            .set_redis_settings(redis_info);
+        if config.tls {
+            ensure_crypto_provider();
+        }
         let client = match &config.tls_ca {
             Some(path) => {
                 let pem = std::fs::read(path).map_err(|e| {
@@ -88,12 +93,12 @@ impl Node {
         }
         .map_err(|e| map_err(e, &address))?;
         let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(config.connect_timeout)
+            .set_connection_timeout(Some(config.connect_timeout))
             // Redlock's short per-node bound is applied per round by the
             // caller; connecting and one-off commands get the longer one.
-            .set_response_timeout(config.response_timeout.max(config.connect_timeout))
+            .set_response_timeout(Some(config.response_timeout.max(config.connect_timeout)))
             .set_number_of_retries(1)
-            .set_max_delay(Duration::from_secs(1).as_millis() as u64);
+            .set_max_delay(Duration::from_secs(1));
         let mut conn = ConnectionManager::new_with_config(client.clone(), manager_config)
             .await
             .map_err(|e| map_err(e, &address))?;
@@ -110,6 +115,18 @@ impl Node {
 
     pub(crate) fn err(&self, e: RedisError) -> Error {
         map_err(e, &self.address)
+    }
+}
+
+/// redis-rs 1.x builds its rustls configuration from the process-wide
+/// crypto provider and panics when there is none. An application that chose
+/// a provider has installed it by now and keeps it; otherwise omnilock
+/// installs ring's (the one the etcd backend uses too), so that `rediss://`
+/// works without set-up and never panics.
+fn ensure_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race to another installer is fine: any provider will do.
+        let _ = rustls::crypto::ring::default_provider().install_default();
     }
 }
 
