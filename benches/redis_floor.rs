@@ -121,7 +121,7 @@ async fn main() {
         p50(&five).as_secs_f64() / p50(&ours).as_secs_f64()
     );
     println!(
-        "| peer: rslock 0.6 (5 nodes) lock + unlock | {} | {} | omnilock redlock = {:.2}x of rslock |",
+        "| peer: rslock 0.10 (5 nodes) lock + unlock | {} | {} | omnilock redlock = {:.2}x of rslock |",
         ms(p50(&rslock)),
         ms(percentile(&rslock, 0.99)),
         p50(&five).as_secs_f64() / p50(&rslock).as_secs_f64()

@@ -21,20 +21,13 @@ pub enum Mode {
     LockApi,
 }
 
-/// Settings for one etcd cluster.
+/// Settings for one etcd cluster: where it is and how to log in (from the
+/// URL), plus the [`EtcdOptions`] that
+/// [`EtcdBuilder`](crate::EtcdBuilder) takes as well.
 #[derive(Debug, Clone)]
 pub struct EtcdConfig {
     /// Client endpoints, as `http(s)://host:port`.
     pub endpoints: Vec<String>,
-    /// Key prefix: the URL path without its leading and trailing `/`
-    /// (default `omnilock`). A lock's keys live under `<prefix>/<name>/`
-    /// where `/` and `%` in both prefix and name are percent-encoded, so
-    /// that each is one key segment: prefix `app/locks` puts lock `job` in
-    /// `app%2Flocks/job/`, apart from lock `locks/job` under prefix `app`
-    /// (`app/locks%2Fjob/`).
-    pub prefix: String,
-    /// Recipe or etcd's lock protocol (`?mode=`).
-    pub mode: Mode,
     /// User name for etcd's authentication, if any.
     pub username: Option<String>,
     /// Password, if any.
@@ -45,14 +38,70 @@ pub struct EtcdConfig {
     pub tls_ca: Option<PathBuf>,
     /// Client certificate and key for mutual TLS (`?tls_cert=&tls_key=`).
     pub tls_identity: Option<(PathBuf, PathBuf)>,
+    /// The lock options: prefix (the URL path), `?mode=`,
+    /// `?connect_timeout=`, `?timeout=`.
+    pub options: EtcdOptions,
+    /// Where the store is, for messages (password redacted).
+    pub shown: String,
+}
+
+/// The options of an etcd store that are not about reaching it: the URL's
+/// path and query options, and the setters of
+/// [`EtcdBuilder`](crate::EtcdBuilder). Both paths check them with the same
+/// rules and messages.
+#[derive(Debug, Clone)]
+pub struct EtcdOptions {
+    /// Key prefix: the URL path without its leading and trailing `/`
+    /// (default `omnilock`). A lock's keys live under `<prefix>/<name>/`
+    /// where `/` and `%` in both prefix and name are percent-encoded, so
+    /// that each is one key segment: prefix `app/locks` puts lock `job` in
+    /// `app%2Flocks/job/`, apart from lock `locks/job` under prefix `app`
+    /// (`app/locks%2Fjob/`).
+    pub prefix: String,
+    /// Recipe or etcd's lock protocol (`?mode=`).
+    pub mode: Mode,
     /// How long connecting may take before the store counts as unreachable
     /// (`?connect_timeout=`, default 3s).
     pub connect_timeout: Duration,
     /// Deadline of one request (`?timeout=`, default 5s). Waiting for a lock
     /// is not one request: it has no deadline but the caller's.
     pub request_timeout: Duration,
-    /// Where the store is, for messages (password redacted).
-    pub shown: String,
+}
+
+impl Default for EtcdOptions {
+    fn default() -> Self {
+        EtcdOptions {
+            prefix: "omnilock".to_string(),
+            mode: Mode::Recipe,
+            connect_timeout: Duration::from_secs(3),
+            request_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl EtcdOptions {
+    /// The rules every path applies: `InvalidConfig` naming the option.
+    pub(crate) fn check(&self) -> Result<()> {
+        let prefix = &self.prefix;
+        if prefix.is_empty()
+            || prefix.chars().any(char::is_control)
+            || prefix.split('/').any(str::is_empty)
+        {
+            return Err(Error::config(format!(
+                "invalid key prefix {prefix:?}: no control characters or empty segments"
+            )));
+        }
+        // Zero would make connecting or every request time out at once.
+        if self.connect_timeout.is_zero() {
+            return Err(Error::config(
+                "option \"connect_timeout\" must be above zero",
+            ));
+        }
+        if self.request_timeout.is_zero() {
+            return Err(Error::config("option \"timeout\" must be above zero"));
+        }
+        Ok(())
+    }
 }
 
 impl EtcdConfig {
@@ -64,7 +113,7 @@ impl EtcdConfig {
     /// let url = StoreUrl::parse("etcd://a:2379,b:2379,c:2379/app?mode=lockapi").unwrap();
     /// let config = EtcdConfig::from_url(&url).unwrap();
     /// assert_eq!(config.endpoints, ["http://a:2379", "http://b:2379", "http://c:2379"]);
-    /// assert_eq!((config.prefix.as_str(), config.mode), ("app", Mode::LockApi));
+    /// assert_eq!((config.options.prefix.as_str(), config.options.mode), ("app", Mode::LockApi));
     /// ```
     pub fn from_url(url: &StoreUrl) -> Result<Self> {
         let mut url = url.clone();
@@ -76,16 +125,12 @@ impl EtcdConfig {
         if url.hosts().is_empty() {
             return Err(Error::config("the URL names no etcd endpoint"));
         }
-        let prefix = match url.path().trim_matches('/') {
-            "" => "omnilock".to_string(),
-            p => p.to_string(),
-        };
-        if prefix.chars().any(char::is_control) || prefix.split('/').any(str::is_empty) {
-            return Err(Error::config(format!(
-                "invalid key prefix {prefix:?}: no control characters or empty segments"
-            )));
+        let mut options = EtcdOptions::default();
+        let path = url.path().trim_matches('/');
+        if !path.is_empty() {
+            options.prefix = path.to_string();
         }
-        let mode = match url.take("mode").as_deref() {
+        options.mode = match url.take("mode").as_deref() {
             None | Some("recipe") => Mode::Recipe,
             Some("lockapi") => Mode::LockApi,
             Some(other) => {
@@ -119,12 +164,13 @@ impl EtcdConfig {
                 ))
             }
         };
-        let connect_timeout = url
-            .take_duration("connect_timeout")?
-            .unwrap_or(Duration::from_secs(3));
-        let request_timeout = url
-            .take_duration("timeout")?
-            .unwrap_or(Duration::from_secs(5));
+        if let Some(timeout) = url.take_duration("connect_timeout")? {
+            options.connect_timeout = timeout;
+        }
+        if let Some(timeout) = url.take_duration("timeout")? {
+            options.request_timeout = timeout;
+        }
+        options.check()?;
         url.finish()?;
         if url.password().is_some() && url.username().unwrap_or("").is_empty() {
             return Err(Error::config(
@@ -143,15 +189,12 @@ impl EtcdConfig {
             .collect();
         Ok(EtcdConfig {
             endpoints,
-            prefix,
-            mode,
             username: url.username().filter(|u| !u.is_empty()).map(str::to_string),
             password: url.password().cloned(),
             tls,
             tls_ca,
             tls_identity,
-            connect_timeout,
-            request_timeout,
+            options,
             shown: url.to_string(),
         })
     }
@@ -170,16 +213,16 @@ mod tests {
     fn shapes() {
         let c = parse("etcd://root:pw@127.0.0.1:1,127.0.0.1:2/app/locks?timeout=1s").unwrap();
         assert_eq!(c.endpoints, ["http://127.0.0.1:1", "http://127.0.0.1:2"]);
-        assert_eq!(c.prefix, "app/locks");
-        assert_eq!(c.mode, Mode::Recipe);
+        assert_eq!(c.options.prefix, "app/locks");
+        assert_eq!(c.options.mode, Mode::Recipe);
         assert_eq!(c.username.as_deref(), Some("root"));
         assert_eq!(c.password.unwrap().expose(), "pw");
         assert!(!c.shown.contains("pw"), "{}", c.shown);
-        assert_eq!(c.request_timeout, Duration::from_secs(1));
+        assert_eq!(c.options.request_timeout, Duration::from_secs(1));
         let c = parse("etcds://h?tls_ca=/ca.pem&tls_cert=/c.pem&tls_key=/k.pem").unwrap();
         assert_eq!(c.endpoints, ["https://h:2379"]);
         assert!(c.tls_identity.is_some());
-        assert_eq!(parse("etcd://h/").unwrap().prefix, "omnilock");
+        assert_eq!(parse("etcd://h/").unwrap().options.prefix, "omnilock");
     }
 
     #[test]
@@ -194,6 +237,7 @@ mod tests {
             "etcd://h/a//b",
             "etcd://:pw@h",
             "etcd://h?timeout=soon",
+            "etcd://h?timeout=0s",
         ] {
             assert_eq!(
                 parse(bad).unwrap_err().kind(),

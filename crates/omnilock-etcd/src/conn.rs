@@ -4,11 +4,11 @@
 use std::future::Future;
 use std::time::Duration;
 
-use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, Identity, TlsOptions};
 use omnilock_core::{Error, ErrorKind, Result};
 use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 
-use crate::config::EtcdConfig;
+use crate::config::{EtcdConfig, EtcdOptions};
 
 /// `/` would nest one lock's keys inside another's range and `%` is the
 /// escape itself; everything else in a prefix, name or owner is kept as is.
@@ -41,9 +41,10 @@ impl Etcd {
     /// Connects and proves the cluster answers (and accepts the
     /// credentials) within the connect timeout.
     pub(crate) async fn connect(config: &EtcdConfig) -> Result<Self> {
+        let deadline = tokio::time::Instant::now() + config.options.connect_timeout;
         let shown = endpoint_list(&config.endpoints);
         let mut options = ConnectOptions::new()
-            .with_connect_timeout(config.connect_timeout)
+            .with_connect_timeout(config.options.connect_timeout)
             .with_keep_alive(Duration::from_secs(5), Duration::from_secs(3))
             .with_keep_alive_while_idle(true);
         if let (Some(user), Some(password)) = (&config.username, &config.password) {
@@ -53,22 +54,15 @@ impl Etcd {
             options = options.with_tls(tls_options(config)?);
         }
         let endpoints = config.endpoints.clone();
-        let connecting = async move {
-            let mut client = Client::connect(endpoints, Some(options)).await?;
-            // The channel connects lazily: one cheap read proves the cluster
-            // is there and the credentials (if any) work.
-            client.status().await?;
-            Ok::<_, etcd_client::Error>(client)
-        };
-        let client = match tokio::time::timeout(config.connect_timeout, connecting).await {
+        let client = match tokio::time::timeout_at(
+            deadline,
+            Client::connect(endpoints, Some(options)),
+        )
+        .await
+        {
             Ok(Ok(client)) => client,
             Ok(Err(e)) => return Err(classify(e, &shown)),
-            Err(_) => {
-                return Err(Error::unavailable(format!(
-                    "etcd {shown}: no endpoint answered within {:?}",
-                    config.connect_timeout
-                )))
-            }
+            Err(_) => return Err(no_answer(&shown, config.options.connect_timeout)),
         };
         let metrics = if config.tls {
             Vec::new()
@@ -79,10 +73,40 @@ impl Etcd {
                 .map(|e| e.trim_start_matches("http://").to_string())
                 .collect()
         };
+        Self::open(client, &config.options, shown, metrics, deadline).await
+    }
+
+    /// The one way a connection is made ready, from a URL or from the
+    /// application's client: proves the cluster answers (and accepts the
+    /// client's credentials) by `deadline`.
+    pub(crate) async fn open(
+        client: Client,
+        options: &EtcdOptions,
+        shown: String,
+        metrics: Vec<String>,
+        deadline: tokio::time::Instant,
+    ) -> Result<Self> {
+        // The channel connects lazily: one cheap read of omnilock's own
+        // range proves the cluster is there and that the client may read
+        // it: an application's client that never authenticated is refused
+        // here, not at its first lock. Serializable: any member answers,
+        // without a quorum.
+        let prefix = segment(&options.prefix);
+        let mut probe = client.clone();
+        let range = format!("{prefix}/");
+        let read = GetOptions::new()
+            .with_prefix()
+            .with_count_only()
+            .with_serializable();
+        match tokio::time::timeout_at(deadline, probe.get(range, Some(read))).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(classify(e, &shown)),
+            Err(_) => return Err(no_answer(&shown, options.connect_timeout)),
+        }
         Ok(Etcd {
             client,
-            prefix: segment(&config.prefix),
-            request_timeout: config.request_timeout,
+            prefix,
+            request_timeout: options.request_timeout,
             shown,
             metrics,
         })
@@ -117,6 +141,12 @@ impl Etcd {
     pub(crate) fn owner_key(lock_prefix: &str, owner: &str) -> String {
         format!("{lock_prefix}o:{}", segment(owner))
     }
+}
+
+fn no_answer(shown: &str, timeout: Duration) -> Error {
+    Error::unavailable(format!(
+        "etcd {shown}: no endpoint answered within {timeout:?}"
+    ))
 }
 
 fn tls_options(config: &EtcdConfig) -> Result<TlsOptions> {

@@ -4,6 +4,7 @@
 //! lock protocol (`etcdctl lock`'s keys, a lease per acquisition). See
 //! `docs/backends/etcd.md` for the protocol and what breaks it.
 
+mod builder;
 mod config;
 mod conn;
 mod measure;
@@ -11,7 +12,13 @@ mod queue;
 mod session;
 mod store;
 
-pub use config::{EtcdConfig, Mode};
+pub use builder::EtcdBuilder;
+pub use config::{EtcdConfig, EtcdOptions, Mode};
+
+/// The etcd-client crate this backend is built on, so that an application
+/// names the same version when it builds the client for
+/// [`EtcdStore::builder`].
+pub use etcd_client;
 pub use store::EtcdStore;
 
 use omnilock_core::{Locks, Result};

@@ -10,12 +10,15 @@ use omnilock_core::{
     ErrorKind, Grant, Holder, LockName, Owner, Result,
 };
 
+use crate::builder::EtcdBuilder;
 use crate::config::{EtcdConfig, Mode};
 use crate::conn::Etcd;
 use crate::queue::{abandon, first_created, gets, hold_count, revision, Enqueued, Turn};
 use crate::session::{revoke_in_background, Session};
 
-/// Locks in an etcd cluster (v3 API). See `docs/backends/etcd.md`.
+/// Locks in an etcd cluster (v3 API). See `docs/backends/etcd.md`. Open it
+/// from a URL as below, or on the application's own client with
+/// [`EtcdStore::builder`].
 ///
 /// ```no_run
 /// # async fn demo() -> omnilock_core::Result<()> {
@@ -81,13 +84,25 @@ impl EtcdStore {
     /// Connects; fails with `Unavailable` if no endpoint answers within the
     /// connect timeout and with `InvalidConfig` on refused credentials.
     pub async fn connect(config: EtcdConfig) -> Result<Self> {
-        Ok(EtcdStore {
-            etcd: Etcd::connect(&config).await?,
-            mode: config.mode,
+        let etcd = Etcd::connect(&config).await?;
+        Ok(Self::open(etcd, config.options.mode))
+    }
+
+    /// Starts building a store on the application's own `client` (its
+    /// endpoints, credentials and TLS settings). See [`EtcdBuilder`].
+    pub fn builder(client: etcd_client::Client) -> EtcdBuilder {
+        EtcdBuilder::new(client)
+    }
+
+    /// The one way a store is made, from a URL or from a builder.
+    pub(crate) fn open(etcd: Etcd, mode: Mode) -> Self {
+        EtcdStore {
+            etcd,
+            mode,
             sessions: tokio::sync::Mutex::new(HashMap::new()),
             own_sessions: Mutex::new(Vec::new()),
             idle: Mutex::new(HashMap::new()),
-        })
+        }
     }
 
     /// The shared session for `ttl`, granting a new lease if there is none

@@ -1,7 +1,12 @@
 //! Redis as a lock store: one instance (fair FIFO queue, one wake-up per
 //! release, reentrant, fencing tokens) and Redlock over N independent nodes.
 //! See `docs/backends/redis.md` for the protocol and what breaks it.
+//!
+//! Open a store from a URL (`omnilock::connect("redis://...")`), or on the
+//! application's own clients with [`RedisStore::builder`] and
+//! [`RedlockStore::builder`].
 
+mod builder;
 mod config;
 mod measure;
 mod node;
@@ -9,9 +14,15 @@ mod redlock;
 mod scripts;
 mod single;
 
-pub use config::RedisConfig;
+pub use builder::{RedisBuilder, RedlockBuilder};
+pub use config::{RedisConfig, RedisOptions};
 pub use redlock::RedlockStore;
 pub use single::RedisStore;
+
+/// The redis-rs crate this backend is built on, so that an application
+/// names the same version when it builds clients for
+/// [`RedisStore::builder`] and [`RedlockStore::builder`].
+pub use redis;
 
 use omnilock_core::{Locks, Result};
 

@@ -5,9 +5,9 @@ use std::time::Duration;
 use omnilock_core::{Error, ErrorKind, HostPort, Result};
 use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{ConnectionAddr, ConnectionInfo, RedisConnectionInfo, RedisError};
+use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, RedisError};
 
-use crate::config::RedisConfig;
+use crate::config::{RedisConfig, RedisOptions};
 
 /// Braces would change the hash tag and `%` is the escape itself; everything
 /// else in a lock name is kept as is.
@@ -42,7 +42,8 @@ impl Keys {
     }
 }
 
-/// A connection (auto-reconnecting) to one node.
+/// A connection (auto-reconnecting) to one node, and the client that opens
+/// further ones (the wake-up subscription).
 #[derive(Clone)]
 pub(crate) struct Node {
     pub conn: ConnectionManager,
@@ -51,7 +52,8 @@ pub(crate) struct Node {
 }
 
 impl Node {
-    pub(crate) async fn connect(config: &RedisConfig, node: &HostPort) -> Result<Self> {
+    /// The client that a URL's settings describe for `node`.
+    pub(crate) fn client(config: &RedisConfig, node: &HostPort) -> Result<redis::Client> {
         let address = node.to_string();
         let (host, port) = (node.host.clone(), node.port.unwrap_or(6379));
         let addr = if config.tls {
@@ -64,16 +66,18 @@ impl Node {
         } else {
             ConnectionAddr::Tcp(host, port)
         };
-        let info = ConnectionInfo {
-            addr,
-            redis: RedisConnectionInfo {
-                db: config.db,
-                username: config.username.clone(),
-                password: config.password.as_ref().map(|p| p.expose().to_string()),
-                ..Default::default()
-            },
-        };
-        let client = match &config.tls_ca {
+        let mut redis_info = RedisConnectionInfo::default().set_db(config.db);
+        if let Some(username) = &config.username {
+            redis_info = redis_info.set_username(username);
+        }
+        if let Some(password) = &config.password {
+            redis_info = redis_info.set_password(password.expose());
+        }
+        let info = addr
+            .into_connection_info()
+            .map_err(|e| map_err(e, &address))?
+            .set_redis_settings(redis_info);
+        match &config.tls_ca {
             Some(path) => {
                 let pem = std::fs::read(path).map_err(|e| {
                     Error::config(format!("cannot read tls_ca {}: {e}", path.display()))
@@ -86,17 +90,42 @@ impl Node {
             }
             None => redis::Client::open(info),
         }
-        .map_err(|e| map_err(e, &address))?;
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(config.connect_timeout)
-            // Redlock's short per-node bound is applied per round by the
-            // caller; connecting and one-off commands get the longer one.
-            .set_response_timeout(config.response_timeout.max(config.connect_timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_secs(1).as_millis() as u64);
-        let mut conn = ConnectionManager::new_with_config(client.clone(), manager_config)
-            .await
-            .map_err(|e| map_err(e, &address))?;
+        .map_err(|e| map_err(e, &address))
+    }
+
+    /// Opens omnilock's connection to the node `client` reaches, or adopts
+    /// the application's `manager` (which must reach the same node), and
+    /// checks that the node answers and accepts the credentials.
+    pub(crate) async fn open(
+        client: redis::Client,
+        manager: Option<ConnectionManager>,
+        options: &RedisOptions,
+    ) -> Result<Self> {
+        let address = address_of(&client);
+        if matches!(
+            client.get_connection_info().addr(),
+            ConnectionAddr::TcpTls { .. }
+        ) {
+            ensure_crypto_provider();
+        }
+        let mut conn = match manager {
+            Some(manager) => manager,
+            None => {
+                let manager_config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(options.connect_timeout))
+                    // Redlock's short per-node bound is applied per round by
+                    // the caller; connecting and one-off commands get the
+                    // longer one.
+                    .set_response_timeout(Some(
+                        options.response_timeout.max(options.connect_timeout),
+                    ))
+                    .set_number_of_retries(1)
+                    .set_max_delay(Duration::from_secs(1));
+                ConnectionManager::new_with_config(client.clone(), manager_config)
+                    .await
+                    .map_err(|e| map_err(e, &address))?
+            }
+        };
         let _: String = redis::cmd("PING")
             .query_async(&mut conn)
             .await
@@ -110,6 +139,24 @@ impl Node {
 
     pub(crate) fn err(&self, e: RedisError) -> Error {
         map_err(e, &self.address)
+    }
+}
+
+/// Where `client` connects, for messages: `host:port` or the socket path,
+/// never the credentials.
+pub(crate) fn address_of(client: &redis::Client) -> String {
+    client.get_connection_info().addr().to_string()
+}
+
+/// redis-rs 1.x builds its rustls configuration from the process-wide
+/// crypto provider and panics when there is none. An application that chose
+/// a provider has installed it by now and keeps it; otherwise omnilock
+/// installs ring's (the one the etcd backend uses too), so that `rediss://`
+/// works without set-up and never panics.
+fn ensure_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race to another installer is fine: any provider will do.
+        let _ = rustls::crypto::ring::default_provider().install_default();
     }
 }
 

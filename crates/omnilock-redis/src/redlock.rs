@@ -12,22 +12,30 @@ use omnilock_core::{
 use rand::Rng;
 use tokio::sync::Notify;
 
-use crate::config::RedisConfig;
+use crate::builder::RedlockBuilder;
+use crate::config::{check_redlock_nodes, RedisConfig, RedisOptions};
 use crate::node::{Keys, Node};
 use crate::scripts::Scripts;
 
 /// The clock drift factor of the Redlock algorithm.
 const DRIFT_FACTOR: f64 = 0.01;
 
-/// A Redlock store. Create it with [`RedlockStore::connect`] or
-/// `omnilock::connect("redlock://h1:p1,h2:p2,h3:p3/")`.
+/// A Redlock store. Create it with
+/// `omnilock::connect("redlock://h1:p1,h2:p2,h3:p3/")`,
+/// [`RedlockStore::connect`], or on the application's own node clients with
+/// [`RedlockStore::builder`].
 #[derive(Clone)]
 pub struct RedlockStore {
     inner: Arc<Inner>,
 }
 
 struct Inner {
-    config: RedisConfig,
+    options: RedisOptions,
+    /// Where the store is, for `Debug` (no credentials).
+    shown: String,
+    /// How many nodes were named: the majority counts them all, including
+    /// those that did not answer when the store was opened.
+    node_count: usize,
     nodes: Vec<Node>,
     scripts: Scripts,
     /// In-process waiters per lock: a release here wakes one at once.
@@ -37,7 +45,7 @@ struct Inner {
 impl std::fmt::Debug for RedlockStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedlockStore")
-            .field("store", &self.inner.config.shown)
+            .field("store", &self.inner.shown)
             .finish()
     }
 }
@@ -66,7 +74,35 @@ impl RedlockStore {
     /// Connects to every node. Nodes that cannot be reached are tolerated as
     /// long as a majority answers; wrong credentials anywhere are an error.
     pub async fn connect(config: RedisConfig) -> Result<Self> {
-        let attempts = join_all(config.nodes.iter().map(|n| Node::connect(&config, n))).await;
+        let clients = config
+            .nodes
+            .iter()
+            .map(|node| Node::client(&config, node))
+            .collect::<Result<Vec<_>>>()?;
+        Self::open(config.options, clients, config.shown).await
+    }
+
+    /// Starts building a store on the application's own clients, one per
+    /// independent node. See [`RedlockBuilder`].
+    pub fn builder(clients: impl IntoIterator<Item = redis::Client>) -> RedlockBuilder {
+        RedlockBuilder::new(clients)
+    }
+
+    /// The one way a store is made, from a URL or from a builder.
+    pub(crate) async fn open(
+        options: RedisOptions,
+        clients: Vec<redis::Client>,
+        shown: String,
+    ) -> Result<Self> {
+        options.check()?;
+        check_redlock_nodes(true, clients.len())?;
+        let node_count = clients.len();
+        let attempts = join_all(
+            clients
+                .into_iter()
+                .map(|client| Node::open(client, None, &options)),
+        )
+        .await;
         let mut nodes = Vec::new();
         let mut failures = Vec::new();
         for attempt in attempts {
@@ -76,16 +112,16 @@ impl RedlockStore {
                 Err(e) => failures.push(e.message().to_string()),
             }
         }
-        let quorum = config.nodes.len() / 2 + 1;
+        let quorum = node_count / 2 + 1;
         if nodes.len() < quorum {
             return Err(Error::unavailable(format!(
                 "only {} of {} Redlock nodes answered (a majority of {quorum} is needed): {}",
                 nodes.len(),
-                config.nodes.len(),
+                node_count,
                 failures.join("; ")
             )));
         }
-        if nodes.len() < config.nodes.len() {
+        if nodes.len() < node_count {
             // The others may come back; ConnectionManager cannot be created
             // for a node that never answered, so those stay out until the
             // client reconnects. Documented in docs/backends/redis.md.
@@ -93,7 +129,9 @@ impl RedlockStore {
         }
         Ok(RedlockStore {
             inner: Arc::new(Inner {
-                config,
+                options,
+                shown,
+                node_count,
                 nodes,
                 scripts: Scripts::new(),
                 local_waiters: LocalWaiters::default(),
@@ -102,7 +140,7 @@ impl RedlockStore {
     }
 
     fn quorum(&self) -> usize {
-        self.inner.config.nodes.len() / 2 + 1
+        self.inner.node_count / 2 + 1
     }
 
     fn drift(ttl: Duration) -> Duration {
@@ -112,12 +150,12 @@ impl RedlockStore {
     /// One parallel round on every node.
     async fn round(&self, request: &AcquireRequest) -> Result<Outcome> {
         let inner = &self.inner;
-        let keys = Keys::new(&inner.config.prefix, request.name.as_str());
+        let keys = Keys::new(&inner.options.prefix, request.name.as_str());
         let started = Instant::now();
         let calls = inner.nodes.iter().map(|node| {
             let mut conn = node.conn.clone();
             let keys = &keys;
-            let timeout = inner.config.response_timeout;
+            let timeout = inner.options.response_timeout;
             async move {
                 let mut script = inner.scripts.acquire.key(&keys.lock);
                 script
@@ -128,7 +166,7 @@ impl RedlockStore {
                     .arg(request.ttl.as_millis() as u64)
                     .arg(if request.reentrant { 1 } else { 0 })
                     .arg("")
-                    .arg(inner.config.waiter_lease.as_millis() as u64)
+                    .arg(inner.options.waiter_lease.as_millis() as u64)
                     .arg("");
                 let call = script.invoke_async::<(i64, i64)>(&mut conn);
                 match tokio::time::timeout(timeout, call).await {
@@ -189,7 +227,7 @@ impl RedlockStore {
         if answered < self.quorum() {
             return Err(Error::unavailable(format!(
                 "only {answered} of {} Redlock nodes answered: {}",
-                inner.config.nodes.len(),
+                inner.node_count,
                 failures.join("; ")
             )));
         }
@@ -233,12 +271,12 @@ impl RedlockStore {
     /// Runs the release script on each node with `Some(token)` ('' = any).
     async fn release_on(&self, request: &AcquireRequest, tokens: &[Option<String>]) -> Released {
         let inner = &self.inner;
-        let keys = Keys::new(&inner.config.prefix, request.name.as_str());
+        let keys = Keys::new(&inner.options.prefix, request.name.as_str());
         let calls = inner.nodes.iter().zip(tokens).filter_map(|(node, token)| {
             let token = token.as_deref()?;
             let mut conn = node.conn.clone();
             let keys = &keys;
-            let timeout = inner.config.response_timeout;
+            let timeout = inner.options.response_timeout;
             Some(async move {
                 let mut script = inner.scripts.release.key(&keys.lock);
                 script
@@ -353,7 +391,7 @@ impl Backend for RedlockStore {
             released,
             unanswered,
         } = self.release_tokens(request, &tokens).await;
-        let (quorum, nodes) = (self.quorum(), self.inner.config.nodes.len());
+        let (quorum, nodes) = (self.quorum(), self.inner.node_count);
         if released >= quorum {
             return Ok(());
         }
@@ -375,13 +413,13 @@ impl Backend for RedlockStore {
     async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
         let inner = &self.inner;
         let tokens = grant.state::<NodeTokens>().cloned().unwrap_or_default();
-        let keys = Keys::new(&inner.config.prefix, request.name.as_str());
+        let keys = Keys::new(&inner.options.prefix, request.name.as_str());
         let started = Instant::now();
         let calls = inner.nodes.iter().zip(&tokens).filter_map(|(node, token)| {
             let token = (*token)?;
             let mut conn = node.conn.clone();
             let keys = &keys;
-            let timeout = inner.config.response_timeout;
+            let timeout = inner.options.response_timeout;
             Some(async move {
                 let mut script = inner.scripts.renew.key(&keys.lock);
                 script
@@ -398,7 +436,7 @@ impl Backend for RedlockStore {
         if extended >= self.quorum() && elapsed + Self::drift(request.ttl) < request.ttl {
             return Ok(started + request.ttl - Self::drift(request.ttl));
         }
-        if refused > inner.config.nodes.len() - self.quorum() {
+        if refused > inner.node_count - self.quorum() {
             return Err(Error::new(
                 ErrorKind::LockLost,
                 "a majority of nodes no longer holds the lock for this owner",
@@ -411,7 +449,7 @@ impl Backend for RedlockStore {
 
     async fn break_lock(&self, name: &LockName) -> Result<bool> {
         let inner = &self.inner;
-        let keys = Keys::new(&inner.config.prefix, name.as_str());
+        let keys = Keys::new(&inner.options.prefix, name.as_str());
         let calls = inner.nodes.iter().map(|node| {
             let mut conn = node.conn.clone();
             let keys = &keys;

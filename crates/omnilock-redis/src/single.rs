@@ -11,21 +11,26 @@ use omnilock_core::{
     ErrorKind, Grant, LockName, Result,
 };
 use rand::Rng;
+use redis::aio::ConnectionManager;
 use tokio::sync::Notify;
 
-use crate::config::RedisConfig;
+use crate::builder::RedisBuilder;
+use crate::config::{RedisConfig, RedisOptions};
 use crate::node::{Keys, Node};
 use crate::scripts::Scripts;
 
 /// A lock store on one Redis instance. Create it with
-/// [`RedisStore::connect`] or `omnilock::connect("redis://...")`.
+/// `omnilock::connect("redis://...")`, [`RedisStore::connect`], or on the
+/// application's own client with [`RedisStore::builder`].
 #[derive(Clone)]
 pub struct RedisStore {
     inner: Arc<Inner>,
 }
 
 struct Inner {
-    config: RedisConfig,
+    options: RedisOptions,
+    /// Where the store is, for `Debug` (no credentials).
+    shown: String,
     node: Node,
     scripts: Scripts,
     /// This client's id: waiter entries are `<client id>:<waiter id>` and
@@ -49,7 +54,7 @@ impl Drop for Inner {
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore")
-            .field("store", &self.inner.config.shown)
+            .field("store", &self.inner.shown)
             .finish()
     }
 }
@@ -65,23 +70,57 @@ impl RedisStore {
     }
 
     pub(crate) fn prefix(&self) -> &str {
-        &self.inner.config.prefix
+        &self.inner.options.prefix
     }
 
     /// Connects (checking the server answers and accepts the credentials)
     /// and subscribes to this client's wake-up channel.
     pub async fn connect(config: RedisConfig) -> Result<Self> {
-        let node = Node::connect(&config, &config.nodes[0]).await?;
+        let client = Node::client(&config, &config.nodes[0])?;
+        Self::open(config.options, client, None, config.shown).await
+    }
+
+    /// Starts building a store on the application's own `client` (its
+    /// address, credentials, database and TLS settings). See
+    /// [`RedisBuilder`].
+    pub fn builder(client: redis::Client) -> RedisBuilder {
+        RedisBuilder::new(client)
+    }
+
+    /// The one way a store is made, from a URL or from a builder: checked
+    /// `options`, the client, and optionally the application's connection
+    /// for commands (else omnilock opens its own from `client`).
+    pub(crate) async fn open(
+        options: RedisOptions,
+        client: redis::Client,
+        manager: Option<ConnectionManager>,
+        shown: String,
+    ) -> Result<Self> {
+        options.check()?;
+        let shared = manager.is_some();
+        let node = Node::open(client, manager, &options).await?;
         let client_id = format!("{:016x}", rand::random::<u64>());
-        let channel_prefix = format!("{}:wake:", config.prefix);
+        let channel_prefix = format!("{}:wake:", options.prefix);
         let channel = format!("{channel_prefix}{client_id}");
-        let pubsub = subscribe(&node.client, &channel)
-            .await
-            .map_err(|e| node.err(e))?;
+        // redis-rs gives the subscription no timeout of its own.
+        let pubsub =
+            tokio::time::timeout(options.connect_timeout, subscribe(&node.client, &channel))
+                .await
+                .map_err(|_| {
+                    Error::unavailable(format!(
+                        "cannot reach Redis at {} (timed out subscribing)",
+                        node.address
+                    ))
+                })?
+                .map_err(|e| node.err(e))?;
+        if shared {
+            check_same_server(&node, &channel).await?;
+        }
         let listener_client = node.client.clone();
         let store = RedisStore {
             inner: Arc::new(Inner {
-                config,
+                options,
+                shown,
                 node,
                 scripts: Scripts::new(),
                 client_id,
@@ -117,7 +156,7 @@ impl RedisStore {
     }
 
     fn keys(&self, name: &LockName) -> Keys {
-        Keys::new(&self.inner.config.prefix, name.as_str())
+        Keys::new(&self.inner.options.prefix, name.as_str())
     }
 
     async fn attempt(&self, request: &AcquireRequest, entry: &str) -> Result<Attempt> {
@@ -135,7 +174,7 @@ impl RedisStore {
             .arg(request.ttl.as_millis() as u64)
             .arg(if request.reentrant { 1 } else { 0 })
             .arg(entry)
-            .arg(inner.config.waiter_lease.as_millis() as u64)
+            .arg(inner.options.waiter_lease.as_millis() as u64)
             .arg(&inner.channel_prefix)
             .invoke_async(&mut conn)
             .await
@@ -254,6 +293,29 @@ async fn subscribe(
     Ok(pubsub)
 }
 
+/// Wake-ups are published through the command connection and arrive on the
+/// subscription that `client` opened: with the application's own
+/// `ConnectionManager` the two must reach the same server, or every waiter
+/// would wait for its periodic re-check. The channel is new and random, so
+/// exactly one subscriber there means the same server.
+async fn check_same_server(node: &Node, channel: &str) -> Result<()> {
+    let mut conn = node.conn.clone();
+    let (_, subscribers): (String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| node.err(e))?;
+    if subscribers != 1 {
+        return Err(Error::config(format!(
+            "the ConnectionManager does not reach the Redis server that the client reaches \
+             ({}): give both for the same server",
+            node.address
+        )));
+    }
+    Ok(())
+}
+
 /// A waiter's place in the queue, left (in the background) if the acquire
 /// ends without the lock.
 struct Place {
@@ -341,7 +403,7 @@ impl Backend for RedisStore {
             entry: entry.clone(),
             granted: false,
         };
-        let recheck = inner.config.waiter_lease / 3;
+        let recheck = inner.options.waiter_lease / 3;
         let mut backoff = Backoff::new(Duration::from_millis(10), recheck);
         loop {
             let woken = notify.notified();

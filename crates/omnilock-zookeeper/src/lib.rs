@@ -3,13 +3,20 @@
 //! fencing token, the session timeout as lease. See
 //! `docs/backends/zookeeper.md`.
 
+mod builder;
 mod config;
 mod measure;
 mod session;
 mod store;
 
-pub use config::ZkConfig;
+pub use builder::ZkBuilder;
+pub use config::{ZkConfig, ZkOptions};
+
 pub use store::ZkStore;
+/// The zookeeper-client crate this backend is built on, so that an
+/// application names the same version when it builds the client for
+/// [`ZkStore::builder`].
+pub use zookeeper_client;
 
 use omnilock_core::{Locks, Result};
 

@@ -1,7 +1,7 @@
 //! Benchmark hooks: the servers' own packet counters (`mntr`) and the
 //! recipe's floor (ephemeral-sequential create + getChildren + delete).
 
-use omnilock_core::{async_trait, Error, Measure, Result};
+use omnilock_core::{async_trait, Error, ErrorKind, Measure, Result};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use zookeeper_client::CreateMode;
 
@@ -11,8 +11,14 @@ use crate::store::ZkStore;
 impl Measure for ZkStore {
     /// `zk_packets_received` summed over the servers (requests and pings).
     async fn requests_served(&self) -> Result<u64> {
+        let Some(hosts) = self.hosts() else {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                "the servers of the application's ZooKeeper client are not known",
+            ));
+        };
         let mut total = 0;
-        for host in self.config().hosts.split(',') {
+        for host in hosts.split(',') {
             let answer = mntr(host)
                 .await
                 .map_err(|e| Error::unavailable(format!("mntr on {host}: {e}")))?;

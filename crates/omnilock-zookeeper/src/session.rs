@@ -45,16 +45,23 @@ impl Session {
             None => connector,
         };
         let connecting = connector.connect(&config.hosts);
-        let client = match tokio::time::timeout(config.connect_timeout, connecting).await {
+        let connect_timeout = config.options.connect_timeout;
+        let client = match tokio::time::timeout(connect_timeout, connecting).await {
             Ok(Ok(client)) => client,
             Ok(Err(e)) => return Err(classify(e, &config.shown)),
             Err(_) => {
                 return Err(Error::unavailable(format!(
                     "no ZooKeeper server of {} answered within {:?}",
-                    config.shown, config.connect_timeout
+                    config.shown, connect_timeout
                 )))
             }
         };
+        Ok(Session::adopt(client))
+    }
+
+    /// Follows an already connected client's session: one omnilock opened,
+    /// or the application's own.
+    pub(crate) fn adopt(client: Client) -> Arc<Session> {
         let session = Arc::new(Session {
             timeout: client.session_timeout(),
             client,
@@ -63,7 +70,7 @@ impl Session {
         });
         let task = tokio::spawn(watch_states(Arc::downgrade(&session)));
         *lock(&session.watcher) = Some(task);
-        Ok(session)
+        session
     }
 
     /// Why the session is over, if it is.
@@ -91,7 +98,8 @@ impl Session {
     }
 
     /// Marks the session over; the connection (and with it every ephemeral
-    /// node) closes when the last handle to it is dropped.
+    /// node) closes when the last handle to it is dropped: for the
+    /// application's own client, when the application drops its handle.
     pub(crate) fn close(&self) {
         if let Some(task) = lock(&self.watcher).take() {
             task.abort();

@@ -14,9 +14,10 @@ use omnilock_core::{
     ErrorKind, Grant, Holder, LockName, Owner, Result,
 };
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
-use zookeeper_client::{Acls, Client, CreateMode};
+use zookeeper_client::{Acls, Client, CreateMode, SessionState};
 
-use crate::config::ZkConfig;
+use crate::builder::ZkBuilder;
+use crate::config::{ZkConfig, ZkOptions};
 use crate::session::Session;
 
 /// Everything but letters, digits and `-_.~` is percent-encoded, so a name is
@@ -27,7 +28,9 @@ const NODE: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'.')
     .remove(b'~');
 
-/// Locks in a ZooKeeper ensemble. See `docs/backends/zookeeper.md`.
+/// Locks in a ZooKeeper ensemble. See `docs/backends/zookeeper.md`. Open it
+/// from a URL as below, or on the application's own client and session with
+/// [`ZkStore::builder`].
 ///
 /// ```no_run
 /// # async fn demo() -> omnilock_core::Result<()> {
@@ -41,9 +44,33 @@ const NODE: &AsciiSet = &NON_ALPHANUMERIC
 /// # Ok(()) }
 /// ```
 pub struct ZkStore {
-    config: ZkConfig,
-    /// One session per TTL asked for: the session timeout is the lease.
-    sessions: tokio::sync::Mutex<HashMap<Duration, Arc<Session>>>,
+    ctx: Ctx,
+    sessions: Sessions,
+}
+
+/// What every request needs to know about the store.
+#[derive(Clone)]
+pub(crate) struct Ctx {
+    pub options: ZkOptions,
+    /// Where the store is, for messages (never the password).
+    pub shown: String,
+    /// Nodes are created `creator_all` (the session has credentials), else
+    /// `anyone_all`.
+    pub creator_only: bool,
+}
+
+/// Where sessions come from: the session timeout is the lease of every node
+/// a session creates.
+enum Sessions {
+    /// From a URL: one session per TTL asked for, opened on demand.
+    PerTtl {
+        config: Box<ZkConfig>,
+        open: tokio::sync::Mutex<HashMap<Duration, Arc<Session>>>,
+    },
+    /// The application's own session (a client it gave): every lock lives on
+    /// it, so a lease is that session's timeout; when it ends, no other can
+    /// be opened.
+    Given(Arc<Session>),
 }
 
 /// What a grant carries.
@@ -72,10 +99,14 @@ impl Drop for Entry {
 impl std::fmt::Debug for ZkStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ZkStore")
-            .field("ensemble", &self.config.shown)
+            .field("ensemble", &self.ctx.shown)
             .finish_non_exhaustive()
     }
 }
+
+/// What messages call a store on the application's client: a
+/// `zookeeper_client::Client` does not say which servers it has.
+const GIVEN: &str = "(application's client)";
 
 impl ZkStore {
     /// Connects (one session, for the default TTL, is opened to prove the
@@ -83,21 +114,68 @@ impl ZkStore {
     pub async fn connect(config: ZkConfig) -> Result<Self> {
         let ttl = config.session_timeout.unwrap_or(omnilock_core::DEFAULT_TTL);
         let store = ZkStore {
-            config,
-            sessions: tokio::sync::Mutex::new(HashMap::new()),
+            ctx: Ctx {
+                options: config.options.clone(),
+                shown: config.shown.clone(),
+                creator_only: config.digest.is_some(),
+            },
+            sessions: Sessions::PerTtl {
+                config: Box::new(config),
+                open: tokio::sync::Mutex::new(HashMap::new()),
+            },
         };
         let session = store.session(ttl).await?;
         // Credentials are checked on first use: create the prefix now.
-        call(&store.config, mkdir_prefix(&store.config, &session)).await?;
+        call(&store.ctx, mkdir_prefix(&store.ctx, &session)).await?;
         Ok(store)
     }
 
-    pub(crate) fn config(&self) -> &ZkConfig {
-        &self.config
+    /// Starts building a store on the application's own `client` and its
+    /// session. See [`ZkBuilder`].
+    pub fn builder(client: Client) -> ZkBuilder {
+        ZkBuilder::new(client)
+    }
+
+    /// A store on the application's session: learns whether the session
+    /// has credentials (ACLs then as with `zk://user:pw@`) and creates the
+    /// prefix, which proves the ensemble answers and accepts them, within
+    /// the connect timeout.
+    pub(crate) async fn adopt(client: Client, options: ZkOptions) -> Result<Self> {
+        if let state @ (SessionState::Expired | SessionState::Closed | SessionState::AuthFailed) =
+            client.state()
+        {
+            return Err(Error::config(format!(
+                "the application's ZooKeeper session is over ({state})"
+            )));
+        }
+        let deadline = options.connect_timeout;
+        let creator_only = has_identity(&client, &options).await?;
+        let store = ZkStore {
+            ctx: Ctx {
+                options,
+                shown: GIVEN.to_string(),
+                creator_only,
+            },
+            sessions: Sessions::Given(Session::adopt(client)),
+        };
+        let session = store.any_session().await?;
+        let made = tokio::time::timeout(deadline, mkdir_prefix(&store.ctx, &session))
+            .await
+            .map_err(|_| no_answer(&store.ctx.shown, deadline))?;
+        made.map_err(|e| classify(e, &store.ctx.shown))?;
+        Ok(store)
+    }
+
+    /// The ensemble's connection string, when the store opened it from a URL.
+    pub(crate) fn hosts(&self) -> Option<&str> {
+        match &self.sessions {
+            Sessions::PerTtl { config, .. } => Some(&config.hosts),
+            Sessions::Given(_) => None,
+        }
     }
 
     pub(crate) fn node_acls(&self) -> Acls<'static> {
-        acls(&self.config)
+        acls(&self.ctx)
     }
 
     /// One request under the request deadline.
@@ -105,30 +183,53 @@ impl ZkStore {
         &self,
         request: impl std::future::Future<Output = std::result::Result<T, zookeeper_client::Error>>,
     ) -> Result<T> {
-        call(&self.config, request).await
+        call(&self.ctx, request).await
     }
 
     /// The default session and the parent floor rounds create nodes in.
     pub(crate) async fn floor_parent(&self) -> Result<(Arc<Session>, String)> {
-        let session = self.session(omnilock_core::DEFAULT_TTL).await?;
-        let parent = format!("{}/.floor", self.config.prefix);
-        let options = CreateMode::Persistent.with_acls(acls(&self.config));
-        match call_raw(&self.config, session.client.create(&parent, &[], &options)).await? {
+        let session = self.any_session().await?;
+        let parent = format!("{}/.floor", self.ctx.options.prefix);
+        let options = CreateMode::Persistent.with_acls(acls(&self.ctx));
+        match call_raw(&self.ctx, session.client.create(&parent, &[], &options)).await? {
             Ok(_) | Err(zookeeper_client::Error::NodeExists) => Ok((session, parent)),
-            Err(e) => Err(classify(e, &self.config.shown)),
+            Err(e) => Err(classify(e, &self.ctx.shown)),
         }
     }
 
+    /// The session whose nodes live `ttl`: from a URL, one per TTL; on the
+    /// application's session, that one, if its timeout is not longer than
+    /// `ttl` (a crashed holder's lock must free within the TTL).
     async fn session(&self, ttl: Duration) -> Result<Arc<Session>> {
-        let mut sessions = self.sessions.lock().await;
-        if let Some(session) = sessions.get(&ttl) {
-            if session.death().is_none() {
-                return Ok(session.clone());
+        match &self.sessions {
+            Sessions::PerTtl { config, open } => {
+                let mut sessions = open.lock().await;
+                if let Some(session) = sessions.get(&ttl) {
+                    if session.death().is_none() {
+                        return Ok(session.clone());
+                    }
+                }
+                let session = Session::open(config, ttl).await?;
+                sessions.insert(ttl, session.clone());
+                Ok(session)
+            }
+            Sessions::Given(session) => {
+                given_alive(session)?;
+                ttl_fits_session(ttl, session.timeout)?;
+                Ok(session.clone())
             }
         }
-        let session = Session::open(&self.config, ttl).await?;
-        sessions.insert(ttl, session.clone());
-        Ok(session)
+    }
+
+    /// A session for reads and housekeeping, whatever its timeout.
+    async fn any_session(&self) -> Result<Arc<Session>> {
+        match &self.sessions {
+            Sessions::PerTtl { .. } => self.session(omnilock_core::DEFAULT_TTL).await,
+            Sessions::Given(session) => {
+                given_alive(session)?;
+                Ok(session.clone())
+            }
+        }
     }
 
     /// The container of lock `name`. A name spelt exactly like a contender
@@ -147,7 +248,7 @@ impl ZkStore {
                  (<32 hex digits>-lock-<10 digits>)",
             ));
         }
-        Ok(format!("{}/{encoded}", self.config.prefix))
+        Ok(format!("{}/{encoded}", self.ctx.options.prefix))
     }
 
     /// Where our node stands: `Ok(None)` when it is first (the lock is
@@ -158,7 +259,7 @@ impl ZkStore {
         lock_path: &str,
         path: &str,
     ) -> Result<Option<String>> {
-        let mut children = call(&self.config, session.client.list_children(lock_path)).await?;
+        let mut children = call(&self.ctx, session.client.list_children(lock_path)).await?;
         contenders(&mut children);
         let mine = path.rsplit('/').next().unwrap_or_default();
         let Some(at) = children.iter().position(|c| c == mine) else {
@@ -192,7 +293,7 @@ impl ZkStore {
                 }
                 Ok((None, _)) => {}
                 Err(e) => {
-                    let err = classify(e, &self.config.shown);
+                    let err = classify(e, &self.ctx.shown);
                     if !err.is_retryable() {
                         return Err(session.death().unwrap_or(err));
                     }
@@ -226,7 +327,7 @@ impl ZkStore {
         let lock_path = self.lock_path(request.name.as_str())?;
         let started = Instant::now();
         let (path, czxid) = {
-            let config = self.config.clone();
+            let ctx = self.ctx.clone();
             let (s, l, o) = (
                 session.clone(),
                 lock_path.clone(),
@@ -234,7 +335,7 @@ impl ZkStore {
             );
             let client = session.client.clone();
             complete_or_undo(
-                async move { create_node(&config, &s, &l, &o).await },
+                async move { create_node(&ctx, &s, &l, &o).await },
                 move |created: Result<(String, i64)>| async move {
                     if let Ok((path, _)) = created {
                         abandon(&client, path);
@@ -283,7 +384,7 @@ impl ZkStore {
         mine: &str,
         request: &AcquireRequest,
     ) -> Result<()> {
-        let mut children = call(&self.config, session.client.list_children(lock_path)).await?;
+        let mut children = call(&self.ctx, session.client.list_children(lock_path)).await?;
         contenders(&mut children);
         if let Some(first) = children.first() {
             let path = format!("{lock_path}/{first}");
@@ -313,16 +414,16 @@ impl ZkStore {
 /// Creates our ephemeral-sequential node (and the parents it needs),
 /// finding it by its guid if the connection dropped mid-create.
 async fn create_node(
-    config: &ZkConfig,
+    ctx: &Ctx,
     session: &Session,
     lock_path: &str,
     owner: &str,
 ) -> Result<(String, i64)> {
     let guid = format!("{:032x}", rand::random::<u128>());
     let node_prefix = format!("{lock_path}/{guid}-lock-");
-    let acls = acls(config);
+    let acls = acls(ctx);
     let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
-    let deadline = Instant::now() + config.request_timeout * 2;
+    let deadline = Instant::now() + ctx.options.request_timeout * 2;
     loop {
         let options = CreateMode::EphemeralSequential.with_acls(acls);
         let created = session
@@ -338,12 +439,12 @@ async fn create_node(
                 match session.client.create(lock_path, &[], &container).await {
                     Ok(_) | Err(zookeeper_client::Error::NodeExists) => {}
                     Err(zookeeper_client::Error::NoNode) => {
-                        call(config, mkdir_prefix(config, session)).await?;
+                        call(ctx, mkdir_prefix(ctx, session)).await?;
                     }
                     Err(e) if connection_trouble(&e) && Instant::now() < deadline => {
                         tokio::time::sleep(backoff.next_delay()).await;
                     }
-                    Err(e) => return Err(classify(e, &config.shown)),
+                    Err(e) => return Err(classify(e, &ctx.shown)),
                 }
             }
             Err(e) if connection_trouble(&e) => {
@@ -357,11 +458,11 @@ async fn create_node(
                     }
                 }
                 if Instant::now() >= deadline {
-                    return Err(classify(e, &config.shown));
+                    return Err(classify(e, &ctx.shown));
                 }
                 tokio::time::sleep(backoff.next_delay()).await;
             }
-            Err(e) => return Err(classify(e, &config.shown)),
+            Err(e) => return Err(classify(e, &ctx.shown)),
         }
     }
 }
@@ -393,10 +494,10 @@ fn sequence(child: &str) -> i64 {
         .unwrap_or(i64::MAX)
 }
 
-/// With digest credentials, nodes are `creator_all`: only clients with the
-/// same credentials can read, delete or add to them.
-fn acls(config: &ZkConfig) -> Acls<'static> {
-    if config.digest.is_some() {
+/// With credentials, nodes are `creator_all`: only clients with the same
+/// credentials can read, delete or add to them.
+fn acls(ctx: &Ctx) -> Acls<'static> {
+    if ctx.creator_only {
         Acls::creator_all()
     } else {
         Acls::anyone_all()
@@ -404,41 +505,94 @@ fn acls(config: &ZkConfig) -> Acls<'static> {
 }
 
 async fn mkdir_prefix(
-    config: &ZkConfig,
+    ctx: &Ctx,
     session: &Session,
 ) -> std::result::Result<(), zookeeper_client::Error> {
     session
         .client
         .mkdir(
-            &config.prefix,
-            &CreateMode::Persistent.with_acls(acls(config)),
+            &ctx.options.prefix,
+            &CreateMode::Persistent.with_acls(acls(ctx)),
         )
         .await
 }
 
+/// Whether the application's session carries credentials (any scheme but
+/// the implicit `ip`), so that its nodes can be `creator_all` as with
+/// `zk://user:pw@`. Asks the server (`whoami`, ZooKeeper 3.7+); an older
+/// server cannot say, and the nodes are then `anyone_all`.
+async fn has_identity(client: &Client, options: &ZkOptions) -> Result<bool> {
+    let asked = tokio::time::timeout(options.connect_timeout, client.list_auth_users()).await;
+    match asked {
+        Ok(Ok(users)) => Ok(users.iter().any(|user| user.scheme() != "ip")),
+        Ok(Err(zookeeper_client::Error::Unimplemented)) => {
+            tracing::warn!(
+                "omnilock ZooKeeper: the server cannot say whether the session has credentials \
+                 (whoami needs 3.7+); lock nodes get the ACL anyone_all"
+            );
+            Ok(false)
+        }
+        Ok(Err(e)) => Err(classify(e, GIVEN)),
+        Err(_) => Err(no_answer(GIVEN, options.connect_timeout)),
+    }
+}
+
+/// On the application's session a lock's node lives as long as the
+/// session: a holder that dies keeps the lock for the session timeout. A
+/// shorter TTL would be a promise the store cannot keep, so it is refused.
+pub(crate) fn ttl_fits_session(ttl: Duration, session_timeout: Duration) -> Result<()> {
+    if ttl < session_timeout {
+        return Err(Error::config(format!(
+            "a TTL of {ttl:?} is shorter than the timeout of the application's ZooKeeper \
+             session ({session_timeout:?}), which is the lease of every lock on it: ask for \
+             at least {session_timeout:?}, or open the store from a zk:// URL (a session per TTL)"
+        )));
+    }
+    Ok(())
+}
+
+/// The application's session, if it has not ended: omnilock cannot open
+/// another on a client it was given.
+fn given_alive(session: &Session) -> Result<()> {
+    match session.death() {
+        None => Ok(()),
+        Some(cause) => Err(Error::unavailable(format!(
+            "the application's ZooKeeper session has ended ({}); omnilock cannot open another \
+             on a client it was given: build the store again on a new client",
+            cause.message()
+        ))
+        .with_retryable(false)),
+    }
+}
+
+fn no_answer(shown: &str, timeout: Duration) -> Error {
+    Error::unavailable(format!(
+        "no ZooKeeper server of {shown} answered within {timeout:?}"
+    ))
+}
+
 async fn call<T>(
-    config: &ZkConfig,
+    ctx: &Ctx,
     request: impl std::future::Future<Output = std::result::Result<T, zookeeper_client::Error>>,
 ) -> Result<T> {
-    call_raw(config, request)
+    call_raw(ctx, request)
         .await?
-        .map_err(|e| classify(e, &config.shown))
+        .map_err(|e| classify(e, &ctx.shown))
 }
 
 /// One request under the request deadline; only the deadline is mapped, so
 /// callers can match the client's own errors (`NoNode`...).
 async fn call_raw<T>(
-    config: &ZkConfig,
+    ctx: &Ctx,
     request: impl std::future::Future<Output = std::result::Result<T, zookeeper_client::Error>>,
 ) -> Result<std::result::Result<T, zookeeper_client::Error>> {
-    tokio::time::timeout(config.request_timeout, request)
-        .await
-        .map_err(|_| {
-            Error::unavailable(format!(
-                "ZooKeeper at {} did not answer within {:?}",
-                config.shown, config.request_timeout
-            ))
-        })
+    let timeout = ctx.options.request_timeout;
+    tokio::time::timeout(timeout, request).await.map_err(|_| {
+        Error::unavailable(format!(
+            "ZooKeeper at {} did not answer within {timeout:?}",
+            ctx.shown
+        ))
+    })
 }
 
 /// Deletes a node nobody will use, in the background.
@@ -526,11 +680,11 @@ impl Backend for ZkStore {
         let client = &held.session.client;
         let mut uncertain = false;
         let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
-        let deadline = Instant::now() + self.config.request_timeout * 2;
+        let deadline = Instant::now() + self.ctx.options.request_timeout * 2;
         loop {
             // The node's path is unique to this acquisition (guid + sequence),
             // so deleting it can never touch another owner's hold.
-            let deleted = call_raw(&self.config, client.delete(&held.path, None)).await;
+            let deleted = call_raw(&self.ctx, client.delete(&held.path, None)).await;
             let retry = match deleted {
                 Ok(Ok(())) => return Ok(()),
                 // Expired, broken, or deleted by our own earlier attempt.
@@ -538,7 +692,7 @@ impl Backend for ZkStore {
                 Ok(Err(zookeeper_client::Error::NoNode))
                 | Ok(Err(zookeeper_client::Error::SessionExpired))
                 | Ok(Err(zookeeper_client::Error::ClientClosed)) => return Err(Error::not_owner()),
-                Ok(Err(e)) => classify(e, &self.config.shown),
+                Ok(Err(e)) => classify(e, &self.ctx.shown),
                 Err(timeout) => timeout,
             };
             if !retry.is_retryable() || Instant::now() >= deadline {
@@ -555,7 +709,7 @@ impl Backend for ZkStore {
             return Err(cause.with_retryable(false));
         }
         let sent = Instant::now();
-        let stat = call(&self.config, held.session.client.check_stat(&held.path)).await?;
+        let stat = call(&self.ctx, held.session.client.check_stat(&held.path)).await?;
         match stat {
             Some(stat) if stat.czxid == held.czxid => {
                 Ok(sent + request.ttl.min(held.session.timeout))
@@ -568,42 +722,42 @@ impl Backend for ZkStore {
     }
 
     async fn break_lock(&self, name: &LockName) -> Result<bool> {
-        let session = self.session(omnilock_core::DEFAULT_TTL).await?;
+        let session = self.any_session().await?;
         let lock_path = self.lock_path(name.as_str())?;
         let mut children =
-            match call_raw(&self.config, session.client.list_children(&lock_path)).await? {
+            match call_raw(&self.ctx, session.client.list_children(&lock_path)).await? {
                 Ok(children) => children,
                 Err(zookeeper_client::Error::NoNode) => return Ok(false),
-                Err(e) => return Err(classify(e, &self.config.shown)),
+                Err(e) => return Err(classify(e, &self.ctx.shown)),
             };
         contenders(&mut children);
         let Some(first) = children.first() else {
             return Ok(false);
         };
         let path = format!("{lock_path}/{first}");
-        match call_raw(&self.config, session.client.delete(&path, None)).await? {
+        match call_raw(&self.ctx, session.client.delete(&path, None)).await? {
             Ok(()) => Ok(true),
             Err(zookeeper_client::Error::NoNode) => Ok(false),
-            Err(e) => Err(classify(e, &self.config.shown)),
+            Err(e) => Err(classify(e, &self.ctx.shown)),
         }
     }
 
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
-        let session = self.session(omnilock_core::DEFAULT_TTL).await?;
+        let session = self.any_session().await?;
         let lock_path = self.lock_path(name.as_str())?;
         loop {
             let mut children =
-                match call_raw(&self.config, session.client.list_children(&lock_path)).await? {
+                match call_raw(&self.ctx, session.client.list_children(&lock_path)).await? {
                     Ok(children) => children,
                     Err(zookeeper_client::Error::NoNode) => return Ok(None),
-                    Err(e) => return Err(classify(e, &self.config.shown)),
+                    Err(e) => return Err(classify(e, &self.ctx.shown)),
                 };
             contenders(&mut children);
             let Some(first) = children.first() else {
                 return Ok(None);
             };
             let path = format!("{lock_path}/{first}");
-            match call_raw(&self.config, session.client.get_data(&path)).await? {
+            match call_raw(&self.ctx, session.client.get_data(&path)).await? {
                 Ok((data, stat)) => {
                     let owner = Owner::new(&String::from_utf8_lossy(&data))?;
                     return Ok(Some(Holder {
@@ -613,7 +767,7 @@ impl Backend for ZkStore {
                 }
                 // Released between the two reads: look again.
                 Err(zookeeper_client::Error::NoNode) => continue,
-                Err(e) => return Err(classify(e, &self.config.shown)),
+                Err(e) => return Err(classify(e, &self.ctx.shown)),
             }
         }
     }
@@ -622,9 +776,18 @@ impl Backend for ZkStore {
         Some(self)
     }
 
+    /// From a URL, closes omnilock's sessions. On the application's
+    /// session, only ends omnilock's use of it: the application's client
+    /// stays open, so the nodes of guards still alive go when they are
+    /// dropped or when the application's session ends.
     async fn close(&self) {
-        for (_, session) in self.sessions.lock().await.drain() {
-            session.close();
+        match &self.sessions {
+            Sessions::PerTtl { open, .. } => {
+                for (_, session) in open.lock().await.drain() {
+                    session.close();
+                }
+            }
+            Sessions::Given(session) => session.close(),
         }
     }
 }

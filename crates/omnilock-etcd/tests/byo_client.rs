@@ -1,0 +1,228 @@
+//! Bring your own client: the whole conformance suite through
+//! `EtcdStore::builder` in both modes and on the member with authentication,
+//! and proof that the lock runs on the client it was given: credentials and
+//! TLS identity that only that client has, keys and leases as the builder's
+//! options say. (`OMNILOCK_TEST_ETCD_URL`, `OMNILOCK_TEST_ETCD_AUTH_URL`,
+//! `OMNILOCK_TEST_ETCD_TLS_URL`)
+
+use std::time::Duration;
+
+use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, Identity, TlsOptions};
+use omnilock_core::{ErrorKind, StoreUrl};
+use omnilock_etcd::{EtcdConfig, EtcdStore, Mode};
+use omnilock_testkit::{store_url, Subject};
+
+/// The settings in `OMNILOCK_TEST_<store>_URL`, read only to learn where
+/// the test cluster is and what it needs.
+fn settings(store: &str) -> Option<EtcdConfig> {
+    let url = store_url(store)?;
+    Some(EtcdConfig::from_url(&StoreUrl::parse(&url).unwrap()).unwrap())
+}
+
+/// The application's client, built with etcd-client alone.
+async fn app_client(config: &EtcdConfig) -> Result<Client, etcd_client::Error> {
+    let mut options = ConnectOptions::new();
+    if let (Some(user), Some(password)) = (&config.username, &config.password) {
+        options = options.with_user(user.clone(), password.expose());
+    }
+    if config.tls {
+        let mut tls = TlsOptions::new();
+        if let Some(ca) = &config.tls_ca {
+            tls = tls.ca_certificate(Certificate::from_pem(std::fs::read(ca).unwrap()));
+        }
+        if let Some((cert, key)) = &config.tls_identity {
+            tls = tls.identity(Identity::from_pem(
+                std::fs::read(cert).unwrap(),
+                std::fs::read(key).unwrap(),
+            ));
+        }
+        options = options.with_tls(tls);
+    }
+    Client::connect(&config.endpoints, Some(options)).await
+}
+
+fn subject(store: &str, mode: Mode) -> Option<Subject> {
+    let config = settings(store)?;
+    Some(Subject::new(
+        format!("{}-byo", store.to_lowercase()),
+        move || {
+            let config = config.clone();
+            async move {
+                let client = app_client(&config)
+                    .await
+                    .map_err(|e| omnilock_core::Error::unavailable(e.to_string()))?;
+                EtcdStore::builder(client)
+                    .prefix(config.options.prefix.clone())
+                    .mode(mode)
+                    .build()
+                    .await
+            }
+        },
+    ))
+}
+
+mod etcd {
+    omnilock_testkit::conformance_tests!(super::subject("ETCD", omnilock_etcd::Mode::Recipe));
+}
+
+mod etcd_lockapi {
+    omnilock_testkit::conformance_tests!(super::subject("ETCD", omnilock_etcd::Mode::LockApi));
+}
+
+mod etcd_auth {
+    omnilock_testkit::conformance_tests!(super::subject("ETCD_AUTH", omnilock_etcd::Mode::Recipe));
+}
+
+/// The lock's key is where the builder's prefix says, on a lease of the
+/// builder's TTL, and the application's own client sees it.
+#[tokio::test(flavor = "multi_thread")]
+async fn keys_and_leases_follow_the_builder() {
+    let Some(config) = settings("ETCD") else {
+        return;
+    };
+    let mut client = app_client(&config).await.expect("client");
+    let prefix = format!("byo{}/app", std::process::id());
+    let locks = EtcdStore::builder(client.clone())
+        .prefix(prefix.clone())
+        .ttl(Duration::from_secs(42))
+        .build()
+        .await
+        .expect("build");
+    let guard = locks.acquire("job").await.expect("acquire");
+    // `/` in the prefix stays inside one key segment, as with a URL path.
+    let range = format!("byo{}%2Fapp/job/", std::process::id());
+    let found = client
+        .get(range.as_str(), Some(GetOptions::new().with_prefix()))
+        .await
+        .expect("get");
+    assert_eq!(found.kvs().len(), 1, "keys under {range}");
+    let lease = found.kvs()[0].lease();
+    assert_ne!(lease, 0, "the lock's key has no lease");
+    let granted = client
+        .lease_time_to_live(lease, None)
+        .await
+        .expect("lease TTL")
+        .granted_ttl();
+    assert_eq!(granted, 42, "the lease is not the builder's TTL");
+    guard.release().await.expect("release");
+    let left = client
+        .get(range.as_str(), Some(GetOptions::new().with_prefix()))
+        .await
+        .expect("get");
+    assert!(left.kvs().is_empty(), "release left {:?}", left.kvs());
+}
+
+/// Credentials only the application's client has: on the member with
+/// authentication the client with them locks, and one without them is
+/// refused with a clear `InvalidConfig`.
+#[tokio::test(flavor = "multi_thread")]
+async fn credentials_come_from_the_client() {
+    let Some(mut config) = settings("ETCD_AUTH") else {
+        return;
+    };
+    let client = app_client(&config).await.expect("client");
+    let locks = EtcdStore::builder(client).build().await.expect("build");
+    let name = format!("byo-auth/{}", std::process::id());
+    let guard = locks
+        .acquire(&name)
+        .await
+        .expect("acquire with the client's credentials");
+    guard.release().await.expect("release");
+
+    config.username = None;
+    config.password = None;
+    let anonymous = app_client(&config)
+        .await
+        .expect("client without credentials");
+    let err = EtcdStore::builder(anonymous)
+        .build()
+        .await
+        .expect_err("the member requires authentication");
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    assert!(err.to_string().contains("refused the credentials"), "{err}");
+}
+
+/// A TLS client with a client certificate (mutual TLS) that only the
+/// application's client carries: omnilock locks through it.
+#[tokio::test(flavor = "multi_thread")]
+async fn tls_identity_comes_from_the_client() {
+    let Some(config) = settings("ETCD_TLS") else {
+        return;
+    };
+    assert!(
+        config.tls_identity.is_some(),
+        "the TLS URL names a client certificate"
+    );
+    let client = app_client(&config).await.expect("client");
+    let locks = EtcdStore::builder(client)
+        .build()
+        .await
+        .expect("build over TLS");
+    let guard = locks.acquire("byo-tls").await.expect("acquire over TLS");
+    guard.release().await.expect("release");
+}
+
+/// Options are checked before any I/O, with the URL's messages: the client
+/// here points at a port where nothing listens, so any I/O would answer
+/// `Unavailable` instead.
+#[tokio::test(flavor = "multi_thread")]
+async fn builder_checks_options_like_urls() {
+    let nowhere = || async {
+        Client::connect(["http://127.0.0.1:1"], None)
+            .await
+            .expect("etcd-client connects lazily")
+    };
+    let cases = [
+        (
+            EtcdStore::builder(nowhere().await)
+                .prefix("a//b")
+                .build()
+                .await,
+            "prefix",
+        ),
+        (
+            EtcdStore::builder(nowhere().await).prefix("").build().await,
+            "prefix",
+        ),
+        (
+            EtcdStore::builder(nowhere().await)
+                .timeout(Duration::ZERO)
+                .build()
+                .await,
+            "timeout",
+        ),
+        (
+            EtcdStore::builder(nowhere().await)
+                .ttl(Duration::from_millis(1))
+                .build()
+                .await,
+            "TTL",
+        ),
+    ];
+    for (result, expected) in cases {
+        let err = result.expect_err(expected);
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+        assert!(err.to_string().contains(expected), "{err}");
+    }
+    let from_url =
+        EtcdConfig::from_url(&StoreUrl::parse("etcd://127.0.0.1:1/a//b").unwrap()).unwrap_err();
+    let from_builder = EtcdStore::builder(nowhere().await)
+        .prefix("a//b")
+        .build()
+        .await
+        .unwrap_err();
+    assert_eq!(from_url.message(), from_builder.message());
+    // Valid options, unreachable cluster: Unavailable within connect_timeout.
+    let started = std::time::Instant::now();
+    let err = EtcdStore::builder(nowhere().await)
+        .connect_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .expect_err("nothing listens on port 1");
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}

@@ -1,0 +1,385 @@
+//! Bring your own client: the whole conformance suite through
+//! `RedisStore::builder` (with and without the application's
+//! `ConnectionManager`) and `RedlockStore::builder`, and proof that the lock
+//! runs on the clients it was given. (`OMNILOCK_TEST_REDIS_URL`,
+//! `OMNILOCK_TEST_REDLOCK_URL`, `OMNILOCK_TEST_REDIS_ACL_URL`,
+//! `OMNILOCK_TEST_REDIS_TLS_URL`)
+
+use std::time::Duration;
+
+use omnilock_core::{ErrorKind, HostPort, StoreUrl};
+use omnilock_redis::{RedisStore, RedlockStore};
+use omnilock_testkit::{store_url, Subject};
+use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo};
+
+/// The application's client for one node of a test URL: its credentials,
+/// database `db`, and nothing from omnilock's URL parser.
+fn app_client(url: &StoreUrl, host: &HostPort, db: i64) -> redis::Client {
+    let mut settings = RedisConnectionInfo::default().set_db(db);
+    if let Some(user) = url.username() {
+        settings = settings.set_username(user);
+    }
+    if let Some(password) = url.password() {
+        settings = settings.set_password(password.expose());
+    }
+    let info = ConnectionAddr::Tcp(host.host.clone(), host.port.unwrap_or(6379))
+        .into_connection_info()
+        .unwrap()
+        .set_redis_settings(settings);
+    redis::Client::open(info).unwrap()
+}
+
+/// The application's client for the one instance in `OMNILOCK_TEST_<store>_URL`.
+fn single_client(store: &str, db: i64) -> Option<redis::Client> {
+    let url = StoreUrl::parse(&store_url(store)?).unwrap();
+    Some(app_client(&url, &url.hosts()[0], db))
+}
+
+/// One client per Redlock node.
+fn redlock_clients() -> Option<Vec<redis::Client>> {
+    let url = StoreUrl::parse(&store_url("REDLOCK")?).unwrap();
+    Some(
+        url.hosts()
+            .iter()
+            .map(|host| app_client(&url, host, 0))
+            .collect(),
+    )
+}
+
+/// A connection for looking at the server behind omnilock's back.
+/// Named `ADMIN`, so that connection counts leave it out.
+async fn admin(store: &str, db: i64) -> redis::aio::MultiplexedConnection {
+    let mut conn = single_client(store, db)
+        .expect("store URL")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("admin connection");
+    let _: () = redis::cmd("CLIENT")
+        .arg("SETNAME")
+        .arg(ADMIN)
+        .query_async(&mut conn)
+        .await
+        .expect("CLIENT SETNAME");
+    conn
+}
+
+const ADMIN: &str = "omnilock-test-admin";
+
+fn redis_client_subject() -> Option<Subject> {
+    single_client("REDIS", 0)?;
+    Some(Subject::new("redis-byo-client", || async {
+        let client = single_client("REDIS", 0).expect("checked above");
+        RedisStore::builder(client).build().await
+    }))
+}
+
+fn redis_manager_subject() -> Option<Subject> {
+    single_client("REDIS", 0)?;
+    Some(Subject::new("redis-byo-manager", || async {
+        let client = single_client("REDIS", 0).expect("checked above");
+        let manager = client
+            .get_connection_manager()
+            .await
+            .map_err(|e| omnilock_core::Error::unavailable(e.to_string()))?;
+        RedisStore::builder(client)
+            .connection_manager(manager)
+            .build()
+            .await
+    }))
+}
+
+fn redlock_subject() -> Option<Subject> {
+    redlock_clients()?;
+    Some(Subject::new("redlock-byo", || async {
+        RedlockStore::builder(redlock_clients().expect("checked above"))
+            .build()
+            .await
+    }))
+}
+
+mod redis_client {
+    omnilock_testkit::conformance_tests!(super::redis_client_subject());
+}
+
+mod redis_manager {
+    omnilock_testkit::conformance_tests!(super::redis_manager_subject());
+}
+
+mod redlock {
+    omnilock_testkit::conformance_tests!(super::redlock_subject());
+}
+
+/// `CLIENT LIST` lines of the given type whose database is `db`, except
+/// this test's admin connections.
+async fn connections_on_db(
+    admin: &mut redis::aio::MultiplexedConnection,
+    kind: &str,
+    db: i64,
+) -> Vec<String> {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("TYPE")
+        .arg(kind)
+        .query_async(admin)
+        .await
+        .unwrap();
+    list.lines()
+        .filter(|line| line.split(' ').any(|field| field == format!("db={db}")))
+        .filter(|line| !line.contains(&format!(" name={ADMIN} ")))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The lock lives where the application's client points (its database),
+/// under the builder's prefix, with the builder's TTL; omnilock opened its
+/// command connection and its subscription from that client.
+#[tokio::test(flavor = "multi_thread")]
+async fn builder_uses_the_clients_database_and_the_options() {
+    let Some(client) = single_client("REDIS", 8) else {
+        return;
+    };
+    let prefix = format!("byo{}", std::process::id());
+    let locks = RedisStore::builder(client)
+        .prefix(prefix.clone())
+        .ttl(Duration::from_secs(42))
+        .build()
+        .await
+        .expect("build");
+    let guard = locks.acquire("job").await.expect("acquire");
+    let key = format!("{{{prefix}:job}}");
+    let mut db8 = admin("REDIS", 8).await;
+    let mut db0 = admin("REDIS", 0).await;
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(&key)
+        .query_async(&mut db8)
+        .await
+        .unwrap();
+    assert!(
+        (40_000..=42_000).contains(&ttl),
+        "the lock's key in the client's db 8 has PTTL {ttl} ms, not the builder's 42 s"
+    );
+    let elsewhere: i64 = redis::cmd("EXISTS")
+        .arg(&key)
+        .query_async(&mut db0)
+        .await
+        .unwrap();
+    assert_eq!(
+        elsewhere, 0,
+        "the lock was written to db 0, not the client's"
+    );
+    // Nothing else in this test binary uses db 8: exactly omnilock's command
+    // connection and its wake-up subscription, both from this client.
+    assert_eq!(
+        connections_on_db(&mut db0, "normal", 8).await.len(),
+        1,
+        "command connections on db 8"
+    );
+    assert_eq!(
+        connections_on_db(&mut db0, "pubsub", 8).await.len(),
+        1,
+        "subscriptions on db 8"
+    );
+    guard.release().await.expect("release");
+}
+
+/// With the application's `ConnectionManager`, omnilock's commands run on
+/// that very connection and omnilock opens no command connection of its own
+/// (only the wake-up subscription).
+#[tokio::test(flavor = "multi_thread")]
+async fn commands_run_on_the_applications_connection_manager() {
+    let Some(client) = single_client("REDIS", 9) else {
+        return;
+    };
+    let mut manager = client.get_connection_manager().await.expect("manager");
+    let name = format!("app-{}", std::process::id());
+    let _: () = redis::cmd("CLIENT")
+        .arg("SETNAME")
+        .arg(&name)
+        .query_async(&mut manager)
+        .await
+        .unwrap();
+    let locks = RedisStore::builder(client)
+        .connection_manager(manager)
+        .build()
+        .await
+        .expect("build");
+    let guard = locks.acquire("shared-connection").await.expect("acquire");
+    let mut db0 = admin("REDIS", 0).await;
+    let normal = connections_on_db(&mut db0, "normal", 9).await;
+    assert_eq!(
+        normal.len(),
+        1,
+        "omnilock opened a command connection: {normal:?}"
+    );
+    let line = &normal[0];
+    assert!(
+        line.contains(&format!("name={name} ")),
+        "not the application's connection: {line}"
+    );
+    // The acquire script was the last command on it (EVALSHA, or EVAL the
+    // first time the server sees the script).
+    assert!(line.contains(" cmd=eval"), "{line}");
+    assert_eq!(connections_on_db(&mut db0, "pubsub", 9).await.len(), 1);
+    guard.release().await.expect("release");
+}
+
+/// A `ConnectionManager` that reaches another server than the client would
+/// never see wake-ups published: `build` refuses it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_manager_for_another_server_is_refused() {
+    let (Some(client), Some(nodes)) = (single_client("REDIS", 0), redlock_clients()) else {
+        return;
+    };
+    let other = nodes[0].get_connection_manager().await.expect("manager");
+    let err = RedisStore::builder(client)
+        .connection_manager(other)
+        .build()
+        .await
+        .expect_err("different servers");
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    assert!(err.to_string().contains("does not reach"), "{err}");
+}
+
+/// Options are checked before any I/O, with the URL's messages: the client
+/// here points at a port where nothing listens, so any I/O would answer
+/// `Unavailable` instead.
+#[tokio::test(flavor = "multi_thread")]
+async fn builders_check_options_like_urls() {
+    let nowhere = || redis::Client::open("redis://127.0.0.1:1/").unwrap();
+    let cases = [
+        (
+            RedisStore::builder(nowhere()).prefix("{x}").build().await,
+            "prefix",
+        ),
+        (
+            RedisStore::builder(nowhere())
+                .waiter_lease(Duration::from_millis(1))
+                .build()
+                .await,
+            "waiter_lease",
+        ),
+        (
+            RedisStore::builder(nowhere())
+                .timeout(Duration::ZERO)
+                .build()
+                .await,
+            "timeout",
+        ),
+        (
+            RedisStore::builder(nowhere())
+                .ttl(Duration::from_millis(1))
+                .build()
+                .await,
+            "TTL",
+        ),
+        (
+            RedlockStore::builder([nowhere(), nowhere()]).build().await,
+            "at least 3",
+        ),
+        (
+            RedlockStore::builder([nowhere(), nowhere(), nowhere()])
+                .ttl(Duration::from_secs(365 * 86_400))
+                .build()
+                .await,
+            "TTL",
+        ),
+    ];
+    for (result, expected) in cases {
+        let err = result.expect_err(expected);
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+        assert!(err.to_string().contains(expected), "{err}");
+    }
+    // The same rules as the URL, word for word.
+    let from_url = omnilock_redis::RedisConfig::from_url(
+        &StoreUrl::parse("redis://127.0.0.1:1?waiter_lease=1ms").unwrap(),
+    )
+    .unwrap_err();
+    let from_builder = RedisStore::builder(nowhere())
+        .waiter_lease(Duration::from_millis(1))
+        .build()
+        .await
+        .unwrap_err();
+    assert_eq!(from_url.message(), from_builder.message());
+    // Valid options, unreachable client: Unavailable, naming the node.
+    let err = RedisStore::builder(nowhere())
+        .connect_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .expect_err("nothing listens on port 1");
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(err.to_string().contains("127.0.0.1:1"), "{err}");
+}
+
+/// The credentials are the client's only: an ACL user's client locks; the
+/// same client with a wrong password is `InvalidConfig`, without the password.
+#[tokio::test(flavor = "multi_thread")]
+async fn credentials_come_from_the_client() {
+    let Some(acl) = single_client("REDIS_ACL", 0) else {
+        return;
+    };
+    let locks = RedisStore::builder(acl)
+        .build()
+        .await
+        .expect("the ACL user builds");
+    let name = format!("byo-acl/{}", std::process::id());
+    let guard = locks.acquire(&name).await.expect("acquire as the ACL user");
+    guard.release().await.expect("release");
+
+    let url = StoreUrl::parse(&store_url("REDIS_ACL").unwrap()).unwrap();
+    let info = ConnectionAddr::Tcp(url.hosts()[0].host.clone(), url.hosts()[0].port.unwrap())
+        .into_connection_info()
+        .unwrap()
+        .set_redis_settings(
+            RedisConnectionInfo::default()
+                .set_username("locker")
+                .set_password("not-the-password"),
+        );
+    let err = RedisStore::builder(redis::Client::open(info).unwrap())
+        .build()
+        .await
+        .expect_err("wrong password");
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    let shown = format!("{err} {err:?}");
+    assert!(shown.contains("credentials"), "{shown}");
+    assert!(!shown.contains("not-the-password"), "{shown}");
+}
+
+/// A TLS client the application built (with its own CA) works as given:
+/// omnilock adds nothing to its TLS settings.
+#[tokio::test(flavor = "multi_thread")]
+async fn tls_client_as_given() {
+    let Some(url) = store_url("REDIS_TLS") else {
+        return;
+    };
+    let url = StoreUrl::parse(&url).unwrap();
+    let host = &url.hosts()[0];
+    let ca_path = url
+        .clone()
+        .take("tls_ca")
+        .expect("the TLS URL names its CA");
+    let info = ConnectionAddr::TcpTls {
+        host: host.host.clone(),
+        port: host.port.unwrap(),
+        insecure: false,
+        tls_params: None,
+    }
+    .into_connection_info()
+    .unwrap()
+    .set_redis_settings(
+        RedisConnectionInfo::default().set_password(url.password().unwrap().expose()),
+    );
+    let client = redis::Client::build_with_tls(
+        info,
+        redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(std::fs::read(ca_path).unwrap()),
+        },
+    )
+    .unwrap();
+    let locks = RedisStore::builder(client)
+        .build()
+        .await
+        .expect("TLS build");
+    let guard = locks.acquire("byo-tls").await.expect("acquire over TLS");
+    guard.release().await.expect("release");
+}
