@@ -33,6 +33,14 @@ pub struct Capabilities {
     pub cross_process: bool,
     /// [`Backend::break_lock`] is implemented.
     pub break_lock: bool,
+    /// [`Backend::holder`] says who holds a lock (owner and token);
+    /// without it, `Locks::holder` answers `Unsupported`.
+    pub holder: bool,
+    /// Leader elections work (`Locks::election`: campaign, `leader()`,
+    /// observe); they need a store that can say who holds a lock. The next
+    /// leader is the longest-waiting candidate only where the store is
+    /// `fair`. Without it, `leader()` answers `Unsupported`.
+    pub election: bool,
 }
 
 /// One acquisition, as the backend sees it.

@@ -306,6 +306,8 @@ impl Backend for MemStore {
             lease_renewal: true,
             cross_process: false,
             break_lock: true,
+            holder: true,
+            election: true,
         }
     }
 

@@ -503,6 +503,8 @@ impl Backend for EtcdStore {
             lease_renewal: true,
             cross_process: true,
             break_lock: true,
+            holder: self.mode == Mode::Recipe,
+            election: self.mode == Mode::Recipe,
         }
     }
 

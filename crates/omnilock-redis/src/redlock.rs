@@ -342,6 +342,8 @@ impl Backend for RedlockStore {
             lease_renewal: true,
             cross_process: true,
             break_lock: true,
+            holder: false,
+            election: false,
         }
     }
 

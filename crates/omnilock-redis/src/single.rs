@@ -377,6 +377,8 @@ impl Backend for RedisStore {
             lease_renewal: true,
             cross_process: true,
             break_lock: true,
+            holder: true,
+            election: true,
         }
     }
 

@@ -444,6 +444,8 @@ impl Backend for SqlStore {
             lease_renewal: true,
             cross_process: true,
             break_lock: true,
+            holder: true,
+            election: true,
         }
     }
 

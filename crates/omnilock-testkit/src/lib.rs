@@ -139,6 +139,7 @@ macro_rules! conformance_tests {
             reentrancy_across_clients,
             non_reentrant_reacquire_fails,
             fifo_order,
+            capabilities_tell_the_truth,
             abandoned_holder_expires,
             renewal_keeps_lock,
             lost_signal_fires,

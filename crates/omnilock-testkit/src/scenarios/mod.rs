@@ -742,6 +742,38 @@ async fn quiet_count(counter: &Locks) -> u64 {
     last
 }
 
+/// The `holder` and `election` flags against the calls they name: claimed,
+/// the call answers; not claimed, it answers `Unsupported` (never a wrong
+/// answer, never a different error).
+pub async fn capabilities_tell_the_truth(subject: &Subject) {
+    let locks = subject.client().await;
+    let caps = locks.capabilities();
+    let label = subject.label();
+    match locks.holder(&unique("caps")).await {
+        Ok(None) => assert!(caps.holder, "{label}: holder() answers, yet holder=false"),
+        Ok(Some(h)) => panic!("{label}: a lock never taken has a holder: {h:?}"),
+        Err(e) if e.kind() == ErrorKind::Unsupported => {
+            assert!(
+                !caps.holder,
+                "{label}: holder=true, yet holder() is unsupported"
+            )
+        }
+        Err(e) => panic!("{label}: holder(): {e}"),
+    }
+    let election = locks.election(&unique("caps")).expect("an election handle");
+    match election.leader().await {
+        Ok(None) => assert!(caps.election, "{label}: elections work, yet election=false"),
+        Ok(Some(_)) => panic!("{label}: an election never held has a leader"),
+        Err(e) if e.kind() == ErrorKind::Unsupported => {
+            assert!(
+                !caps.election,
+                "{label}: election=true, yet leader() is unsupported"
+            )
+        }
+        Err(e) => panic!("{label}: leader(): {e}"),
+    }
+}
+
 /// Whether the subject can run elections: a fair store that can say who
 /// holds a lock.
 async fn elects(subject: &Subject, scenario: &str) -> bool {
