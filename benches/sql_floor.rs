@@ -135,8 +135,8 @@ async fn uncontended(store: &str, url: &str, iterations: usize) {
         "DELETE FROM omnilock_floor WHERE name = {} AND owner = {}",
         placeholder[0], placeholder[1]
     );
-    let [insert, delete] = [insert, delete]
-        .map(|sql| AssertSqlSafe(std::sync::Arc::<str>::from(sql)).into_sql_str());
+    let [insert, delete] =
+        [insert, delete].map(|sql| AssertSqlSafe(std::sync::Arc::<str>::from(sql)).into_sql_str());
     let locks = omnilock::connect(url).await.expect("omnilock");
     let (mut floor, mut same, mut fresh) = (Vec::new(), Vec::new(), Vec::new());
     let batches = 20;
