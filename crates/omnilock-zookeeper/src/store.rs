@@ -661,8 +661,8 @@ impl Backend for ZkStore {
             lease_renewal: true,
             cross_process: true,
             break_lock: true,
-            holder: false,
-            election: false,
+            holder: true,
+            election: true,
         }
     }
 
