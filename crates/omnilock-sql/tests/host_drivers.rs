@@ -25,8 +25,9 @@ async fn works(locks: &Locks, name: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_applications_driver_list_is_its_own() {
-    let postgres = store_url("POSTGRES").unwrap();
-    let sqlite = store_url("SQLITE").unwrap();
+    let (Some(postgres), Some(sqlite)) = (store_url("POSTGRES"), store_url("SQLITE")) else {
+        return;
+    };
     // omnilock first: the application may still install its list.
     let before = connect(&postgres).await;
     works(&before, "host-drivers/before").await;

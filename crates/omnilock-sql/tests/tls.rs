@@ -25,12 +25,13 @@ async fn works(url: &str, name: &str) {
     guard.release().await.expect("release");
 }
 
-/// Both TLS URLs (verify-full against the test CA), by store.
-fn tls_urls() -> [(&'static str, String); 2] {
-    [
-        ("POSTGRES", store_url("POSTGRES_TLS").unwrap()),
-        ("MYSQL", store_url("MYSQL_TLS").unwrap()),
-    ]
+/// The TLS URLs (verify-full against the test CA) that are configured, by
+/// store (under the test command, both: a missing one fails there).
+fn tls_urls() -> Vec<(&'static str, String)> {
+    [("POSTGRES", "POSTGRES_TLS"), ("MYSQL", "MYSQL_TLS")]
+        .into_iter()
+        .filter_map(|(store, var)| Some((store, store_url(var)?)))
+        .collect()
 }
 
 /// `url` with its options replaced by `options`.
@@ -107,7 +108,9 @@ async fn an_untrusted_certificate_fails_verify_ca() {
 #[tokio::test(flavor = "multi_thread")]
 async fn client_certificates_log_in() {
     for store in ["POSTGRES_CERT", "MYSQL_CERT"] {
-        let url = store_url(store).unwrap();
+        let Some(url) = store_url(store) else {
+            continue;
+        };
         works(&url, &format!("tls/{store}/cert")).await;
         // The same account without its certificate is refused, clearly.
         let ca_only: String = url
@@ -128,9 +131,11 @@ async fn client_certificates_log_in() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_missing_certificate_file_is_named_before_connecting() {
-    let (_, url) = &tls_urls()[0];
+    let Some((_, url)) = tls_urls().into_iter().next() else {
+        return;
+    };
     let err = connect(&with_options(
-        url,
+        &url,
         "sslmode=verify-full&sslrootcert=/nonexistent/ca.crt",
     ))
     .await
