@@ -165,10 +165,7 @@ impl SqlStore {
         map_err(e, &self.inner.config)
     }
 
-    pub(crate) fn config(&self) -> &SqlConfig {
-        &self.inner.config
-    }
-
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub(crate) fn pool(&self) -> &Pool {
         &self.inner.pool
     }
@@ -339,6 +336,7 @@ impl SqlStore {
                             .map_err(err)?;
                         Ok(done.last_insert_id() as i64)
                     }
+                    #[allow(unreachable_patterns)] // when MySQL is the only dialect built
                     pool => with_pool!(pool, p => {
                         let row = query(&tickets.enqueue, &args).fetch_one(p).await.map_err(err)?;
                         row.try_get::<i64, _>(0).map_err(err)

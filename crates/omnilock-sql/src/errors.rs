@@ -36,6 +36,7 @@ fn sqlite_code(err: &sqlx::Error) -> Option<i64> {
 /// pragmas fail this way is kept, so that the statement that needs it fails
 /// at once with this error, instead of the pool retrying the connection until
 /// its timeout and reporting only "pool timed out".
+#[cfg(feature = "sqlite")]
 pub(crate) fn sqlite_is_permanent(err: &sqlx::Error) -> bool {
     matches!(
         sqlite_code(err),

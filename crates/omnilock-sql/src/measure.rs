@@ -4,40 +4,36 @@
 
 use omnilock_core::{async_trait, Error, ErrorKind, Measure, Result};
 
-use sqlx::Row;
-
 use crate::backend::SqlStore;
-use crate::config::Dialect;
 #[cfg(feature = "mysql")]
 use crate::pool::Pool;
 use crate::queries::Args;
+#[cfg(feature = "mysql")]
+use sqlx::Row;
 
 #[async_trait]
 impl Measure for SqlStore {
     /// MySQL/MariaDB `Questions` (statements from clients, the `SHOW` itself
     /// included). PostgreSQL's statistics arrive late and SQLite has none.
     async fn requests_served(&self) -> Result<u64> {
-        if self.config().dialect != Dialect::MySql {
-            return Err(Error::new(
-                ErrorKind::Unsupported,
-                "no request counter for this database",
-            ));
-        }
-        let err = |e| self.err(e);
-        let questions: String = match self.pool() {
-            #[cfg(feature = "mysql")]
-            Pool::MySql(p) => sqlx::query("SHOW GLOBAL STATUS LIKE 'Questions'")
+        #[cfg(feature = "mysql")]
+        #[allow(irrefutable_let_patterns)] // when MySQL is the only dialect built
+        if let Pool::MySql(p) = self.pool() {
+            let err = |e| self.err(e);
+            let questions: String = sqlx::query("SHOW GLOBAL STATUS LIKE 'Questions'")
                 .fetch_one(p)
                 .await
                 .map_err(err)?
                 .try_get(1)
-                .map_err(err)?,
-            #[allow(unreachable_patterns)]
-            _ => unreachable!("checked above: MySQL"),
-        };
-        questions
-            .parse()
-            .map_err(|_| Error::new(ErrorKind::Backend, "Questions is not a number"))
+                .map_err(err)?;
+            return questions
+                .parse()
+                .map_err(|_| Error::new(ErrorKind::Backend, "Questions is not a number"));
+        }
+        Err(Error::new(
+            ErrorKind::Unsupported,
+            "no request counter for this database",
+        ))
     }
 
     fn floor_ops(&self) -> &'static str {

@@ -7,10 +7,14 @@ use std::str::FromStr;
 
 use omnilock_core::{Error, Result};
 use sqlx::query::Query;
-use sqlx::{Connection, Database, Encode, Executor, Type};
+#[cfg(feature = "sqlite")]
+use sqlx::Executor;
+use sqlx::{Connection, Database, Encode, Type};
 
 use crate::config::{Dialect, SqlConfig};
-use crate::errors::{map_err, sqlite_is_permanent};
+use crate::errors::map_err;
+#[cfg(feature = "sqlite")]
+use crate::errors::sqlite_is_permanent;
 use crate::queries::{Args, Param, Statement};
 
 #[cfg(not(any(feature = "sqlite", feature = "mysql", feature = "postgres")))]

@@ -18,11 +18,14 @@
 use std::time::Duration;
 
 use omnilock_core::{Error, Result};
+// Which of these a build uses depends on the dialect features.
+#[allow(unused_imports)]
 use sqlx::{AssertSqlSafe, Connection, Executor, Row};
 
 use crate::config::{Dialect, SqlConfig};
 use crate::errors::map_err;
 use crate::pool::Conn;
+#[allow(unused_imports)]
 use crate::queries::{ident, queue_names, text_type, Queries};
 
 /// The PostgreSQL advisory lock key that serializes omnilock's DDL in a

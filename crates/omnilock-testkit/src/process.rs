@@ -274,10 +274,18 @@ pub trait WithoutTerminal {
 
 impl WithoutTerminal for Command {
     fn without_terminal(&mut self) -> &mut Self {
-        // SAFETY: setsid between fork and exec is async-signal-safe.
+        // SAFETY: setsid and signal between fork and exec are
+        // async-signal-safe.
         unsafe {
             self.pre_exec(|| {
                 libc::setsid();
+                // A test harness started as a background job of a
+                // non-interactive shell (`cmd &`) inherits SIGINT and SIGQUIT
+                // ignored, and omnilock keeps ignored signals ignored: the
+                // signal tests would test the harness. Start from the
+                // defaults; a test that wants a signal ignored sets it after.
+                libc::signal(libc::SIGINT, libc::SIG_DFL);
+                libc::signal(libc::SIGQUIT, libc::SIG_DFL);
                 Ok(())
             })
         }

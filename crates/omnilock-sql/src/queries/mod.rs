@@ -101,6 +101,7 @@ pub(crate) enum Acquire {
     /// reporting the token through `LAST_INSERT_ID(expr)`; when no row
     /// matched, `INSERT IGNORE` creates the row for a name never used (one
     /// row inserted = taken with token 1).
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     UpdateThenInsert {
         update: Statement,
         insert: Statement,
