@@ -8,6 +8,20 @@ use omnilock_core::{ErrorKind, StoreUrl};
 use omnilock_redis::RedisConfig;
 use omnilock_testkit::store_url;
 
+/// A test's own connection to a node, without connection or response
+/// timeouts (redis 1.x's defaults are 1 s and 500 ms): the scenarios of this
+/// binary run at once, and one that pauses nodes for 3 s must not make
+/// another's handshake or commands time out.
+async fn raw(client: &redis::Client) -> redis::aio::MultiplexedConnection {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(None)
+        .set_response_timeout(None);
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap()
+}
+
 async fn pause(url: &str, nodes: usize, millis: u64) {
     let parsed = StoreUrl::parse(url).unwrap();
     let password = parsed.password().unwrap().expose().to_string();
@@ -18,7 +32,7 @@ async fn pause(url: &str, nodes: usize, millis: u64) {
             host.port.unwrap()
         ))
         .unwrap();
-        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let mut conn = raw(&client).await;
         let _: () = redis::cmd("CLIENT")
             .arg("PAUSE")
             .arg(millis)
@@ -109,7 +123,7 @@ async fn wakeups_survive_a_lost_subscription() {
         host.port.unwrap()
     ))
     .unwrap();
-    let mut admin = admin.get_multiplexed_async_connection().await.unwrap();
+    let mut admin = raw(&admin).await;
     let killed: i64 = redis::cmd("CLIENT")
         .arg("KILL")
         .arg("TYPE")
@@ -193,7 +207,7 @@ async fn release_without_a_majority_reports_the_loss() {
             host.port.unwrap()
         ))
         .unwrap();
-        raws.push(client.get_multiplexed_async_connection().await.unwrap());
+        raws.push(raw(&client).await);
     }
     for conn in raws.iter_mut().take(3) {
         let deleted: i64 = redis::cmd("DEL").arg(&key).query_async(conn).await.unwrap();
