@@ -5,13 +5,13 @@
 //! when omnilock went first). Its own test binary: the list is per process.
 #![cfg(all(feature = "postgres", feature = "sqlite"))]
 
-use omnilock_core::{Locks, StoreUrl};
-use omnilock_sql::{SqlConfig, SqlStore};
+mod common;
+
+use omnilock_core::Locks;
 use omnilock_testkit::store_url;
 
 async fn connect(url: &str) -> Locks {
-    let config = SqlConfig::from_url(&StoreUrl::parse(url).unwrap()).unwrap();
-    Locks::new(SqlStore::connect(config).await.expect("connect"))
+    common::connect(url).await.expect("connect")
 }
 
 async fn works(locks: &Locks, name: &str) {

@@ -4,16 +4,13 @@
 //! the password. The whole conformance suite over TLS is in conformance.rs.
 #![cfg(all(feature = "mysql", feature = "postgres"))]
 
-use omnilock_core::{ErrorKind, Locks, Result, StoreUrl};
-use omnilock_sql::{SqlConfig, SqlStore};
+mod common;
+
+use common::connect;
+use omnilock_core::ErrorKind;
 use omnilock_testkit::store_url;
 
 const PASSWORD: &str = "omnilock-test-pw";
-
-async fn connect(url: &str) -> Result<Locks> {
-    let config = SqlConfig::from_url(&StoreUrl::parse(url)?)?;
-    Ok(Locks::new(SqlStore::connect(config).await?))
-}
 
 async fn works(url: &str, name: &str) {
     let locks = connect(url).await.expect("connect over TLS");
