@@ -13,6 +13,7 @@ use crate::backend::{AcquireRequest, Backend, Capabilities};
 use crate::error::{Error, ErrorKind, Operation, Result};
 use crate::guard::LockGuard;
 use crate::hold::Hold;
+use crate::metrics;
 use crate::name::{LockName, Owner};
 use crate::signal::{LostNotifier, WaitNotice};
 
@@ -59,6 +60,7 @@ struct Defaults {
     ttl: Duration,
     owner: Option<Owner>,
     reentrant: bool,
+    metrics_names: bool,
 }
 
 /// A handle to one lock store: the type applications hold, whatever the
@@ -100,6 +102,7 @@ impl Locks {
                 ttl: DEFAULT_TTL,
                 owner: None,
                 reentrant: true,
+                metrics_names: false,
             },
         }
     }
@@ -124,6 +127,24 @@ impl Locks {
     pub fn with_reentrant(&self, reentrant: bool) -> Self {
         let mut locks = self.clone();
         locks.defaults.reentrant = reentrant;
+        locks
+    }
+
+    /// A handle whose acquisitions label their metrics with the lock name
+    /// (label `name`) as well as the store (label `store`). Off by default:
+    /// every distinct lock name becomes a series of its own in the metrics
+    /// exporter, so turn it on only for a bounded set of names. Without the
+    /// cargo feature `metrics` there are no metrics and this changes nothing.
+    /// See `docs/observability.md`.
+    ///
+    /// ```
+    /// let locks = omnilock_core::Locks::new(omnilock_core::MemStore::new());
+    /// let labelled = locks.with_metrics_names(true);
+    /// # let _ = labelled;
+    /// ```
+    pub fn with_metrics_names(&self, names: bool) -> Self {
+        let mut locks = self.clone();
+        locks.defaults.metrics_names = names;
         locks
     }
 
@@ -312,7 +333,7 @@ impl LockRequest<'_> {
         self.obtain(false).await
     }
 
-    async fn obtain(self, wait: bool) -> Result<Option<LockGuard>> {
+    async fn obtain(mut self, wait: bool) -> Result<Option<LockGuard>> {
         let backend = self.locks.shared.backend.clone();
         let operation = if wait {
             Operation::Acquire
@@ -336,29 +357,43 @@ impl LockRequest<'_> {
             wait,
         );
         let started = Instant::now();
+        let labels = self.labels(&name);
+        let (wait_clock, waiting) = metrics::WaitClock::watch(std::mem::take(&mut self.waiting));
+        self.waiting = waiting;
         let timeout = self.timeout.filter(|_| wait);
         let attempt = self.attempt(name, wait).instrument(span);
         let result = match timeout {
             None => attempt.await,
             Some(limit) => match tokio::time::timeout(limit, attempt).await {
                 Ok(result) => result,
-                Err(_) => Err(Error::new(
-                    ErrorKind::Timeout,
-                    format!("lock not acquired within {limit:?}"),
-                )),
+                Err(_) => {
+                    metrics::timed_out(&labels);
+                    Err(Error::new(
+                        ErrorKind::Timeout,
+                        format!("lock not acquired within {limit:?}"),
+                    ))
+                }
             },
         };
         match &result {
-            Ok(Some(guard)) => tracing::debug!(
-                lock = %guard.name(),
-                token = guard.token(),
-                waited = ?started.elapsed(),
-                "omnilock acquired"
-            ),
+            Ok(Some(guard)) => {
+                metrics::granted(&labels, started, &wait_clock);
+                tracing::debug!(
+                    lock = %guard.name(),
+                    token = guard.token(),
+                    waited = ?started.elapsed(),
+                    "omnilock acquired"
+                )
+            }
             Ok(None) => tracing::debug!("omnilock busy"),
             Err(e) => tracing::debug!(error = %e, "omnilock acquire failed"),
         }
         result.map_err(context)
+    }
+
+    fn labels(&self, name: &LockName) -> metrics::Labels {
+        let with_name = self.locks.defaults.metrics_names;
+        metrics::Labels::new(self.locks.backend_kind(), name.as_str(), with_name)
     }
 
     async fn attempt(self, name: LockName, wait: bool) -> Result<Option<LockGuard>> {
@@ -398,6 +433,7 @@ impl LockRequest<'_> {
         wait: bool,
     ) -> Result<Option<LockGuard>> {
         let shared = self.locks.shared.clone();
+        let labels = self.labels(&name);
         let request = AcquireRequest {
             name,
             owner,
@@ -413,6 +449,9 @@ impl LockRequest<'_> {
         };
         // No await between the grant and `Hold::start`: a cancellation here
         // is handled by the backend's own drop path.
-        Ok(grant.map(|grant| LockGuard::new(Hold::start(shared, request, grant))))
+        Ok(grant.map(|grant| {
+            let metrics = metrics::HoldMetrics::start(&labels, &request.lost);
+            LockGuard::new(Hold::start(shared, request, grant, metrics))
+        }))
     }
 }

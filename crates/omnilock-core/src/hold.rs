@@ -11,6 +11,7 @@ use tokio::task::JoinHandle;
 use crate::backend::{AcquireRequest, Backend, Grant};
 use crate::client::Shared;
 use crate::error::{Error, ErrorKind, Operation, Result};
+use crate::metrics::HoldMetrics;
 use crate::retry::{retry, Backoff};
 
 pub(crate) struct Hold {
@@ -21,6 +22,7 @@ pub(crate) struct Hold {
     state: Mutex<HoldState>,
     renewal: Mutex<Option<JoinHandle<()>>>,
     runtime: Handle,
+    metrics: HoldMetrics,
 }
 
 struct HoldState {
@@ -38,7 +40,12 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Hold {
     /// Starts tracking a fresh grant and its renewal. Must run inside a runtime.
-    pub(crate) fn start(shared: Arc<Shared>, request: AcquireRequest, grant: Grant) -> Arc<Self> {
+    pub(crate) fn start(
+        shared: Arc<Shared>,
+        request: AcquireRequest,
+        grant: Grant,
+        metrics: HoldMetrics,
+    ) -> Arc<Self> {
         let runtime = Handle::current();
         let hold = Arc::new(Hold {
             valid_until: Mutex::new(grant.valid_until),
@@ -51,6 +58,7 @@ impl Hold {
             }),
             renewal: Mutex::new(None),
             runtime,
+            metrics,
         });
         let task = hold.runtime.spawn(renewal_loop(Arc::downgrade(&hold)));
         *lock(&hold.renewal) = Some(task);
@@ -106,6 +114,7 @@ impl Hold {
         state.holds = state.holds.saturating_sub(1);
         if state.holds == 0 && !state.released {
             state.released = true;
+            self.metrics.released();
             return true;
         }
         false
@@ -193,7 +202,10 @@ async fn renewal_loop(hold: Weak<Hold>) {
             return;
         }
         let renewal = hold.backend().renew(&hold.request, &hold.grant);
-        match tokio::time::timeout_at(deadline, renewal).await {
+        match hold
+            .metrics
+            .renewal(tokio::time::timeout_at(deadline, renewal).await)
+        {
             Ok(Ok(until)) => {
                 *lock(&hold.valid_until) = until;
                 backoff.reset();

@@ -39,6 +39,7 @@ mod hold;
 mod local;
 mod measure;
 pub mod mem;
+pub mod metrics;
 mod name;
 mod retry;
 mod signal;
