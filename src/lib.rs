@@ -38,12 +38,40 @@
 //! | SQLite | `sqlite:///abs/path.db` | `sqlite` |
 //!
 //! Every URL accepts `?ttl=DUR` (the default lease, 15 s unless set).
+//!
+//! ## Without an async runtime
+//! [`blocking`] has the same API for synchronous programs, with a small
+//! runtime of its own inside (always built: it needs nothing beyond what the
+//! async API already uses). Do not call it from inside an async runtime:
+//! it refuses with [`ErrorKind::WouldDeadlock`] there.
+//!
+//! ```
+//! let locks = omnilock::blocking::connect("mem://")?;
+//! let total = locks.with_lock("billing/close-month", || 40 + 2)?;
+//! assert_eq!(total, 42);
+//! # Ok::<(), omnilock::Error>(())
+//! ```
+//!
+//! ## Metrics
+//! With the cargo feature `metrics`, acquire latency, wait time, grants,
+//! timeouts, losses, renewal failures and locks held are reported through
+//! the [`metrics`](https://docs.rs/metrics) facade to whatever recorder the
+//! application installs (a Prometheus or OpenTelemetry exporter), labelled
+//! by store and, on request ([`Locks::with_metrics_names`]), by lock name.
+//! `docs/observability.md` lists the series; [`metrics`] has their names.
 
 pub use omnilock_core::{
     check_ttl, mem, parse_duration, Backend, Candidate, Capabilities, Election, Error, ErrorKind,
     Holder, Leader, Leadership, LockGuard, LockName, LockRequest, Locks, Measure, MemStore,
     Observer, Operation, Owner, Result, StoreUrl, DEFAULT_TTL,
 };
+
+pub mod blocking;
+
+/// The names of the metric series and [`metrics::describe`] (cargo feature
+/// `metrics`).
+#[cfg(feature = "metrics")]
+pub use omnilock_core::metrics;
 
 /// The SQL backend (MySQL/MariaDB, PostgreSQL, SQLite).
 #[cfg(any(feature = "mysql", feature = "postgres", feature = "sqlite"))]

@@ -1,0 +1,865 @@
+//! A synchronous API for programs without an async runtime, in the manner of
+//! `reqwest::blocking`: the same stores, semantics and errors as the async
+//! API, with calls that block the calling thread until they are done.
+//!
+//! ```
+//! use std::time::Duration;
+//!
+//! let locks = omnilock::blocking::connect("mem://blocking-intro?ttl=10s")?;
+//! let guard = locks.lock("billing/close-month").timeout(Duration::from_secs(30)).acquire()?;
+//! println!("token {}", guard.token());
+//! guard.release()?;
+//! # Ok::<(), omnilock::Error>(())
+//! ```
+//!
+//! # The runtime inside
+//! Each [`connect`] starts a small tokio runtime of its own (one worker
+//! thread, named `omnilock-blocking`) that renews leases, watches for lost
+//! locks and drives the store's connections. Every clone of the [`Locks`]
+//! handle and every guard share it; it stops when the last of them is
+//! dropped. Connect once and clone the handle rather than connecting per
+//! call. A handle can be used from many threads at once: each call blocks
+//! only its own thread.
+//!
+//! # Not inside an async runtime
+//! Blocking a thread of an async runtime stalls every task scheduled on it,
+//! and on omnilock's own runtime it could deadlock. So every blocking call
+//! made on a thread that is inside a tokio runtime (a task, a runtime worker,
+//! or `tokio::task::spawn_blocking`) returns at once an error of kind
+//! [`ErrorKind::WouldDeadlock`] saying so, instead of blocking. Use the async
+//! API ([`crate::connect`]) there, or call from a thread of your own
+//! (`std::thread::spawn`).
+//!
+//! A guard dropped on such a thread cannot wait for its release: it releases
+//! on a short-lived thread of its own instead, so dropping never blocks a
+//! runtime, deadlocks or panics (see [`LockGuard`]).
+//!
+//! Leader elections are not wrapped here; use [`crate::Locks::election`] on
+//! an async runtime.
+
+use std::fmt;
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinHandle;
+
+use crate::{Capabilities, Error, ErrorKind, Holder, LockName, Operation, Owner, Result};
+
+/// How long dropping the last handle waits for the runtime's threads to stop.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+
+/// Connects to the store named by `url` (the same URLs as
+/// [`crate::connect`]), starting the runtime this handle and its clones
+/// share.
+///
+/// Errors: those of [`crate::connect`]; [`ErrorKind::Unavailable`] if the
+/// runtime cannot start; [`ErrorKind::WouldDeadlock`] when called inside an
+/// async runtime (see the [module docs](self)).
+///
+/// ```
+/// let locks = omnilock::blocking::connect("mem://")?;
+/// assert_eq!(locks.backend_kind(), "mem");
+/// let err = omnilock::blocking::connect("nosuch://host").unwrap_err();
+/// assert_eq!(err.kind(), omnilock::ErrorKind::InvalidConfig);
+/// # Ok::<(), omnilock::Error>(())
+/// ```
+pub fn connect(url: &str) -> Result<Locks> {
+    refuse_inside_async(Some(Operation::Connect))?;
+    let runtime = Runtime::start()?;
+    let inner = runtime.block_on(Operation::Connect, crate::connect(url))??;
+    Ok(Locks { inner, runtime })
+}
+
+/// Whether this thread is inside a tokio runtime, where blocking is refused.
+fn inside_async() -> bool {
+    tokio::runtime::Handle::try_current().is_ok()
+}
+
+fn refuse_inside_async(operation: Option<Operation>) -> Result<()> {
+    if inside_async() {
+        let err = Error::new(
+            ErrorKind::WouldDeadlock,
+            "omnilock::blocking was called inside an async runtime, where blocking would \
+             stall (or deadlock) it: use the async API (omnilock::connect) there, or call \
+             from a thread of your own (std::thread::spawn)",
+        )
+        .with_retryable(false);
+        return Err(match operation {
+            Some(operation) => err.with_operation(operation),
+            None => err,
+        });
+    }
+    Ok(())
+}
+
+/// The runtime one [`connect`] started, shared by its handles and guards.
+struct Runtime {
+    /// `None` only while being dropped.
+    tokio: Option<tokio::runtime::Runtime>,
+}
+
+impl Runtime {
+    fn start() -> Result<Arc<Self>> {
+        // One worker is plenty: it only renews leases, watches signals and
+        // drives connections; the callers' threads poll their own calls.
+        let tokio = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("omnilock-blocking")
+            .enable_all()
+            .build()
+            .map_err(|e| {
+                Error::unavailable(format!("cannot start omnilock's runtime: {e}"))
+                    .with_operation(Operation::Connect)
+            })?;
+        Ok(Arc::new(Runtime { tokio: Some(tokio) }))
+    }
+
+    fn tokio(&self) -> &tokio::runtime::Runtime {
+        self.tokio
+            .as_ref()
+            .expect("the runtime lives until dropped")
+    }
+
+    /// Runs `future` to completion on the calling thread; refused inside an
+    /// async runtime.
+    fn block_on<F: Future>(
+        &self,
+        operation: impl Into<Option<Operation>>,
+        future: F,
+    ) -> Result<F::Output> {
+        refuse_inside_async(operation.into())?;
+        Ok(self.tokio().block_on(future))
+    }
+
+    fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) -> JoinHandle<()> {
+        self.tokio().spawn(task)
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        let Some(tokio) = self.tokio.take() else {
+            return;
+        };
+        // Waiting for the worker to stop is not allowed on a runtime thread
+        // (tokio panics), and the last handle may well be dropped there, e.g.
+        // by an `on_lost` callback that owned it.
+        if inside_async() {
+            tokio.shutdown_background();
+        } else {
+            tokio.shutdown_timeout(SHUTDOWN_GRACE);
+        }
+    }
+}
+
+impl fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Runtime")
+    }
+}
+
+/// A handle to one lock store, for synchronous code: the blocking
+/// counterpart of [`crate::Locks`]. Cheap to clone; clones share the
+/// connections and the runtime. Made by [`connect`].
+///
+/// ```
+/// let locks = omnilock::blocking::connect("mem://blocking-locks")?;
+/// let guard = locks.acquire("reports/daily")?;
+/// assert!(locks.try_acquire("reports/daily")?.is_none());
+/// drop(guard); // released before `drop` returns
+/// assert!(locks.try_acquire("reports/daily")?.is_some());
+/// # Ok::<(), omnilock::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Locks {
+    // Declared before the runtime, so connections close while it still runs.
+    inner: crate::Locks,
+    runtime: Arc<Runtime>,
+}
+
+impl Locks {
+    /// A handle whose acquisitions use `ttl` unless they set their own.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let locks = omnilock::blocking::connect("mem://")?.with_ttl(Duration::from_secs(30))?;
+    /// assert_eq!(locks.default_ttl(), Duration::from_secs(30));
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn with_ttl(&self, ttl: Duration) -> Result<Self> {
+        Ok(self.wrap(self.inner.with_ttl(ttl)?))
+    }
+
+    /// A handle whose acquisitions all belong to `owner`, so they re-enter
+    /// each other's locks.
+    ///
+    /// ```
+    /// use omnilock::Owner;
+    /// let locks = omnilock::blocking::connect("mem://")?.with_owner(Owner::random());
+    /// let outer = locks.acquire("a")?;
+    /// let inner = locks.acquire("a")?; // re-entered: same owner
+    /// assert_eq!(inner.token(), outer.token());
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn with_owner(&self, owner: Owner) -> Self {
+        self.wrap(self.inner.with_owner(owner))
+    }
+
+    /// A handle whose acquisitions are non-reentrant (or reentrant) by default.
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?.with_reentrant(false);
+    /// # let _ = locks;
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn with_reentrant(&self, reentrant: bool) -> Self {
+        self.wrap(self.inner.with_reentrant(reentrant))
+    }
+
+    /// A handle whose metrics carry the lock name as label `name` (see
+    /// [`crate::Locks::with_metrics_names`]).
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?.with_metrics_names(true);
+    /// # let _ = locks;
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn with_metrics_names(&self, names: bool) -> Self {
+        self.wrap(self.inner.with_metrics_names(names))
+    }
+
+    fn wrap(&self, inner: crate::Locks) -> Self {
+        Locks {
+            inner,
+            runtime: self.runtime.clone(),
+        }
+    }
+
+    /// The lease TTL acquisitions use by default.
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://?ttl=20s")?;
+    /// assert_eq!(locks.default_ttl(), std::time::Duration::from_secs(20));
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn default_ttl(&self) -> Duration {
+        self.inner.default_ttl()
+    }
+
+    /// The store's short name (`"mem"`, `"sqlite"`, ...).
+    ///
+    /// ```
+    /// assert_eq!(omnilock::blocking::connect("mem://")?.backend_kind(), "mem");
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn backend_kind(&self) -> &'static str {
+        self.inner.backend_kind()
+    }
+
+    /// What the store promises (see [`Capabilities`]).
+    ///
+    /// ```
+    /// let caps = omnilock::blocking::connect("mem://")?.capabilities();
+    /// assert!(caps.fencing);
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    /// Starts building an acquisition of `name`. An invalid name is reported
+    /// by `acquire`/`try_acquire`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let guard = locks
+    ///     .lock("jobs/nightly")
+    ///     .ttl(Duration::from_secs(30))
+    ///     .timeout(Duration::from_secs(5))
+    ///     .acquire()?;
+    /// assert_eq!(guard.ttl(), Duration::from_secs(30));
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn lock(&self, name: &str) -> LockRequest<'_> {
+        LockRequest {
+            locks: self,
+            name: name.to_string(),
+            ttl: None,
+            owner: None,
+            reentrant: None,
+            timeout: None,
+            on_wait: None,
+        }
+    }
+
+    /// Waits for `name` with the handle's defaults and no timeout.
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let guard = locks.acquire("inventory")?;
+    /// assert!(guard.is_held());
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn acquire(&self, name: &str) -> Result<LockGuard> {
+        self.lock(name).acquire()
+    }
+
+    /// Takes `name` if it is free; `Ok(None)` if someone else holds it.
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let first = locks.try_acquire("x")?;
+    /// assert!(first.is_some());
+    /// assert!(locks.try_acquire("x")?.is_none());
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn try_acquire(&self, name: &str) -> Result<Option<LockGuard>> {
+        self.lock(name).try_acquire()
+    }
+
+    /// Runs `work` on this thread while holding `name`, then releases it.
+    ///
+    /// Synchronous work cannot be cancelled, so it always runs to its end;
+    /// if the lock was lost meanwhile the work ran unprotected, and the loss
+    /// ([`ErrorKind::LockLost`]) is returned instead of its value. For long
+    /// work, watch [`LockGuard::lost_receiver`] and stop early instead.
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let total = locks.with_lock("sum", || 1 + 1)?;
+    /// assert_eq!(total, 2);
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn with_lock<T>(&self, name: &str, work: impl FnOnce() -> T) -> Result<T> {
+        let guard = self.acquire(name)?;
+        let value = work();
+        if let Some(loss) = guard.loss() {
+            return Err(loss);
+        }
+        guard.release()?;
+        Ok(value)
+    }
+
+    /// Removes `name` whatever its owner (an administrative action; see
+    /// [`Capabilities::break_lock`]). Returns whether it was held.
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let guard = locks.acquire("stuck")?;
+    /// assert!(locks.break_lock("stuck")?);
+    /// # drop(guard);
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn break_lock(&self, name: &str) -> Result<bool> {
+        self.runtime
+            .block_on(Operation::BreakLock, self.inner.break_lock(name))?
+    }
+
+    /// Who holds `name` now (owner and fencing token), read from the store;
+    /// [`ErrorKind::Unsupported`] on stores that cannot say.
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let guard = locks.acquire("leader")?;
+    /// assert_eq!(locks.holder("leader")?.map(|h| h.token), Some(guard.token()));
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn holder(&self, name: &str) -> Result<Option<Holder>> {
+        self.runtime.block_on(None, self.inner.holder(name))?
+    }
+
+    /// Closes the store's connections; guards still alive lose their locks.
+    /// The runtime stops once the last handle and guard are dropped.
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// locks.close()?;
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn close(&self) -> Result<()> {
+        self.runtime.block_on(None, self.inner.close())
+    }
+}
+
+impl fmt::Debug for Locks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("blocking::Locks")
+            .field("inner", &self.inner)
+            .finish()
+    }
+}
+
+/// One acquisition being configured: the blocking counterpart of
+/// [`crate::LockRequest`], with the same options. Finish with
+/// [`acquire`](Self::acquire) or [`try_acquire`](Self::try_acquire).
+///
+/// ```
+/// use std::time::Duration;
+/// let locks = omnilock::blocking::connect("mem://")?;
+/// let guard = locks.lock("a").ttl(Duration::from_secs(10)).try_acquire()?;
+/// assert!(guard.is_some());
+/// # Ok::<(), omnilock::Error>(())
+/// ```
+#[must_use = "a lock request does nothing until acquired"]
+pub struct LockRequest<'a> {
+    locks: &'a Locks,
+    name: String,
+    ttl: Option<Duration>,
+    owner: Option<Owner>,
+    reentrant: Option<bool>,
+    timeout: Option<Duration>,
+    on_wait: Option<Box<dyn FnOnce() + Send + 'static>>,
+}
+
+impl<'a> LockRequest<'a> {
+    /// The lease TTL for this acquisition.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let guard = locks.lock("a").ttl(Duration::from_secs(5)).acquire()?;
+    /// assert_eq!(guard.ttl(), Duration::from_secs(5));
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// Acquire as `owner` (see [`Owner`]); by default a fresh random owner.
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let me = omnilock::Owner::random();
+    /// let guard = locks.lock("a").owner(&me).acquire()?;
+    /// assert_eq!(guard.owner(), &me);
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn owner(mut self, owner: &Owner) -> Self {
+        self.owner = Some(owner.clone());
+        self
+    }
+
+    /// Whether the owner may re-enter a lock it holds (default: the
+    /// handle's, normally yes). When not, a re-acquire by the holder fails
+    /// at once with [`ErrorKind::WouldDeadlock`].
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let me = omnilock::Owner::random();
+    /// let held = locks.lock("a").owner(&me).acquire()?;
+    /// let err = locks.lock("a").owner(&me).reentrant(false).acquire().unwrap_err();
+    /// assert_eq!(err.kind(), omnilock::ErrorKind::WouldDeadlock);
+    /// # drop(held);
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn reentrant(mut self, reentrant: bool) -> Self {
+        self.reentrant = Some(reentrant);
+        self
+    }
+
+    /// Gives up waiting after `timeout` with [`ErrorKind::Timeout`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let held = locks.acquire("busy")?;
+    /// let err = locks.lock("busy").timeout(Duration::from_millis(50)).acquire().unwrap_err();
+    /// assert_eq!(err.kind(), omnilock::ErrorKind::Timeout);
+    /// # drop(held);
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Calls `callback` once, when the acquire starts to wait because the
+    /// lock is busy. It may run on the runtime's thread: keep it short and do
+    /// not block in it (sending on a channel is the usual thing to do).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let held = locks.acquire("queue")?;
+    /// let (tx, rx) = std::sync::mpsc::channel();
+    /// let waiter = {
+    ///     let locks = locks.clone();
+    ///     std::thread::spawn(move || locks.lock("queue").on_wait(move || tx.send(()).unwrap()).acquire())
+    /// };
+    /// rx.recv_timeout(Duration::from_secs(10)).expect("the waiter waits");
+    /// drop(held);
+    /// assert!(waiter.join().unwrap().is_ok());
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn on_wait(mut self, callback: impl FnOnce() + Send + 'static) -> Self {
+        self.on_wait = Some(Box::new(callback));
+        self
+    }
+
+    /// Waits for the lock (up to the timeout, if one is set).
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let guard = locks.lock("a").acquire()?;
+    /// guard.release()?;
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn acquire(self) -> Result<LockGuard> {
+        let (locks, request) = self.into_async();
+        let guard = locks
+            .runtime
+            .block_on(Operation::Acquire, request.acquire())??;
+        Ok(locks.guard(guard))
+    }
+
+    /// Takes the lock only if that needs no waiting: `Ok(None)` when another
+    /// owner holds it.
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// assert!(locks.lock("a").try_acquire()?.is_some());
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn try_acquire(self) -> Result<Option<LockGuard>> {
+        let (locks, request) = self.into_async();
+        let guard = locks
+            .runtime
+            .block_on(Operation::TryAcquire, request.try_acquire())??;
+        Ok(guard.map(|guard| locks.guard(guard)))
+    }
+
+    fn into_async(self) -> (&'a Locks, crate::LockRequest<'a>) {
+        let locks = self.locks;
+        let mut request = locks.inner.lock(&self.name);
+        if let Some(ttl) = self.ttl {
+            request = request.ttl(ttl);
+        }
+        if let Some(owner) = &self.owner {
+            request = request.owner(owner);
+        }
+        if let Some(reentrant) = self.reentrant {
+            request = request.reentrant(reentrant);
+        }
+        if let Some(timeout) = self.timeout {
+            request = request.timeout(timeout);
+        }
+        if let Some(callback) = self.on_wait {
+            request = request.on_wait(callback);
+        }
+        (locks, request)
+    }
+}
+
+impl fmt::Debug for LockRequest<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("blocking::LockRequest")
+            .field("name", &self.name)
+            .field("ttl", &self.ttl)
+            .field("owner", &self.owner)
+            .field("reentrant", &self.reentrant)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Locks {
+    fn guard(&self, inner: crate::LockGuard) -> LockGuard {
+        LockGuard {
+            inner: Some(inner),
+            watchers: Mutex::new(Vec::new()),
+            runtime: self.runtime.clone(),
+        }
+    }
+}
+
+/// A held lock, for synchronous code: the blocking counterpart of
+/// [`crate::LockGuard`]. The lease is renewed in the background while it
+/// lives.
+///
+/// Dropping it releases the lock before `drop` returns (errors are ignored;
+/// call [`release`](Self::release) to see them). Dropped on a thread inside an
+/// async runtime, where waiting is not allowed, it releases on a short-lived
+/// thread of its own instead; if even that is impossible (the process is
+/// exiting), the store frees the lock when its lease runs out. It never
+/// panics.
+///
+/// A loss (the lease ran out, the lock was broken, the store said it is
+/// gone) is reported through [`lost_receiver`](Self::lost_receiver) or
+/// [`on_lost`](Self::on_lost), and [`is_held`](Self::is_held) turns false.
+///
+/// ```
+/// use std::time::Duration;
+/// let locks = omnilock::blocking::connect("mem://blocking-guard")?;
+/// let guard = locks.acquire("inventory")?;
+/// let lost = guard.lost_receiver();
+/// // ... work, checking now and then:
+/// assert!(lost.recv_timeout(Duration::from_millis(10)).is_err()); // not lost
+/// guard.release()?;
+/// # Ok::<(), omnilock::Error>(())
+/// ```
+#[must_use = "dropping the guard releases the lock at once"]
+pub struct LockGuard {
+    /// `None` only once released or dropped.
+    inner: Option<crate::LockGuard>,
+    /// Tasks forwarding the lost signal; they never end by themselves after
+    /// a clean release, so the guard stops them.
+    watchers: Mutex<Vec<JoinHandle<()>>>,
+    runtime: Arc<Runtime>,
+}
+
+impl LockGuard {
+    fn inner(&self) -> &crate::LockGuard {
+        self.inner
+            .as_ref()
+            .expect("a guard's lock is only taken out by release or drop")
+    }
+
+    /// The lock's name.
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// assert_eq!(locks.acquire("a/b")?.name().as_str(), "a/b");
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn name(&self) -> &LockName {
+        self.inner().name()
+    }
+
+    /// The owner holding it.
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let guard = locks.acquire("a")?;
+    /// assert!(!guard.owner().as_str().is_empty());
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn owner(&self) -> &Owner {
+        self.inner().owner()
+    }
+
+    /// The fencing token: strictly increasing per lock name (where
+    /// [`Capabilities::fencing`] holds). Send it with every write to the
+    /// resource the lock protects.
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let first = locks.acquire("a")?.token();
+    /// let second = locks.acquire("a")?.token();
+    /// assert!(second > first);
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn token(&self) -> u64 {
+        self.inner().token()
+    }
+
+    /// The lease TTL.
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://?ttl=12s")?;
+    /// assert_eq!(locks.acquire("a")?.ttl(), std::time::Duration::from_secs(12));
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn ttl(&self) -> Duration {
+        self.inner().ttl()
+    }
+
+    /// How many guards of this owner hold this acquisition in this process.
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?.with_owner(omnilock::Owner::random());
+    /// let outer = locks.acquire("a")?;
+    /// let inner = locks.acquire("a")?;
+    /// assert_eq!(outer.hold_count(), 2);
+    /// # drop(inner);
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn hold_count(&self) -> u32 {
+        self.inner().hold_count()
+    }
+
+    /// Whether the lock is still known to be held: not lost, and the lease
+    /// still valid by the local clock.
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let guard = locks.acquire("a")?;
+    /// assert!(guard.is_held());
+    /// locks.break_lock("a")?;
+    /// let _ = guard.lost_receiver().recv(); // the loss arrives
+    /// assert!(!guard.is_held());
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn is_held(&self) -> bool {
+        self.inner().is_held()
+    }
+
+    /// Until when, by this process's clock, the lock is known to be held.
+    /// Work that must finish under the lock should finish before it.
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let guard = locks.acquire("a")?;
+    /// assert!(guard.safe_until() > std::time::Instant::now());
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn safe_until(&self) -> Instant {
+        self.inner().safe_until()
+    }
+
+    /// A channel that receives the loss ([`ErrorKind::LockLost`]) if the
+    /// lock is lost while this guard lives. After a clean release or drop
+    /// it disconnects instead (`recv` returns `Err`). Each call makes a new
+    /// channel; a loss that already happened arrives at once.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let guard = locks.acquire("a")?;
+    /// let lost = guard.lost_receiver();
+    /// locks.break_lock("a")?;
+    /// let loss = lost.recv_timeout(Duration::from_secs(10)).expect("lost");
+    /// assert_eq!(loss.kind(), omnilock::ErrorKind::LockLost);
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn lost_receiver(&self) -> mpsc::Receiver<Error> {
+        let (tx, rx) = mpsc::channel();
+        let lost = self.inner().lost();
+        self.watch(async move {
+            let _ = tx.send(lost.await);
+        });
+        rx
+    }
+
+    /// Calls `callback` with the loss ([`ErrorKind::LockLost`]) if the lock
+    /// is lost while this guard lives; never after a clean release or drop.
+    /// It runs on a thread of its own, so it may block and may use this API.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let guard = locks.acquire("a")?;
+    /// let (tx, rx) = std::sync::mpsc::channel();
+    /// guard.on_lost(move |loss| {
+    ///     eprintln!("stop writing: {loss}");
+    ///     let _ = tx.send(loss.kind());
+    /// });
+    /// locks.break_lock("a")?;
+    /// assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(omnilock::ErrorKind::LockLost));
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn on_lost(&self, callback: impl FnOnce(Error) + Send + 'static) {
+        let lost = self.inner().lost();
+        self.watch(async move {
+            let loss = lost.await;
+            // Not on the runtime's only worker: the callback may block, or
+            // call this API, which refuses to run on a runtime thread.
+            let spawned = std::thread::Builder::new()
+                .name("omnilock-on-lost".into())
+                .spawn(move || callback(loss));
+            if let Err(e) = spawned {
+                tracing::warn!(error = %e, "omnilock: cannot start a thread for on_lost");
+            }
+        });
+    }
+
+    fn watch(&self, task: impl Future<Output = ()> + Send + 'static) {
+        let task = self.runtime.spawn(task);
+        lock(&self.watchers).push(task);
+    }
+
+    fn stop_watchers(&self) {
+        for task in lock(&self.watchers).drain(..) {
+            task.abort();
+        }
+    }
+
+    /// The loss, if the lock has been lost (without waiting).
+    fn loss(&self) -> Option<Error> {
+        let lost = std::pin::pin!(self.inner().lost());
+        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+        match lost.poll(&mut context) {
+            std::task::Poll::Ready(loss) => Some(loss),
+            std::task::Poll::Pending => None,
+        }
+    }
+
+    /// Releases this hold and waits for the store to confirm. A stale guard
+    /// (lost, or its lease ran out and someone else took the lock) gets
+    /// [`ErrorKind::NotOwner`] and changes nothing.
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// locks.acquire("a")?.release()?;
+    /// assert!(locks.try_acquire("a")?.is_some());
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn release(mut self) -> Result<()> {
+        // Checked first: refused here, the guard's drop releases it instead.
+        refuse_inside_async(Some(Operation::Release))?;
+        self.stop_watchers();
+        let Some(inner) = self.inner.take() else {
+            return Ok(());
+        };
+        self.runtime.block_on(Operation::Release, inner.release())?
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // The list of watcher tasks cannot be left half-updated by a panic.
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        self.stop_watchers();
+        let Some(inner) = self.inner.take() else {
+            return;
+        };
+        let runtime = self.runtime.clone();
+        if !inside_async() {
+            // Released before `drop` returns, as blocking code expects: the
+            // next `acquire` anywhere can succeed at once. A panic in here
+            // (tokio's thread-locals already gone at thread exit) must not
+            // escape a destructor; the core guard then releases in the
+            // background or the lease frees the lock.
+            let released = catch_unwind(AssertUnwindSafe(move || {
+                let _ = runtime.tokio().block_on(inner.release());
+            }));
+            if released.is_err() {
+                tracing::warn!("omnilock: could not release on drop; the lease frees the lock");
+            }
+            return;
+        }
+        // On a runtime thread (possibly omnilock's own worker, which the
+        // release needs), blocking could stall or deadlock: release on a
+        // thread of its own. If none can start, the closure and the core
+        // guard in it are dropped, and the core guard releases in the
+        // background.
+        let spawned = std::thread::Builder::new()
+            .name("omnilock-release".into())
+            .spawn(move || {
+                let _ = runtime.tokio().block_on(inner.release());
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "omnilock: cannot start a thread to release on drop");
+        }
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.inner {
+            Some(inner) => f
+                .debug_struct("blocking::LockGuard")
+                .field("name", inner.name())
+                .field("token", &inner.token())
+                .field("held", &inner.is_held())
+                .finish(),
+            None => f.write_str("blocking::LockGuard(released)"),
+        }
+    }
+}
