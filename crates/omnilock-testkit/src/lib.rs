@@ -24,6 +24,8 @@ use std::sync::Arc;
 
 use omnilock_core::{Locks, Result};
 
+#[cfg(feature = "blocking")]
+pub mod blocking;
 pub mod faults;
 pub mod process;
 pub mod scenarios;
