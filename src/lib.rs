@@ -58,7 +58,8 @@
 //! the [`metrics`](https://docs.rs/metrics) facade to whatever recorder the
 //! application installs (a Prometheus or OpenTelemetry exporter), labelled
 //! by store and, on request ([`Locks::with_metrics_names`]), by lock name.
-//! `docs/observability.md` lists the series; [`metrics`] has their names.
+//! `docs/observability.md` lists the series; the module `omnilock::metrics`
+//! (with the feature) has their names.
 
 pub use omnilock_core::{
     check_ttl, mem, parse_duration, Backend, Candidate, Capabilities, Election, Error, ErrorKind,

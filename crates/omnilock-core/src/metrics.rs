@@ -9,13 +9,16 @@
 //!
 //! | series | type | unit | when |
 //! |---|---|---|---|
-//! | [`ACQUIRE_SECONDS`] | histogram | seconds | a successful `acquire`/`try_acquire`: from the call to the grant |
-//! | [`WAIT_SECONDS`] | histogram | seconds | a successful `acquire` that had to wait: from the moment it started waiting to the grant |
-//! | [`GRANTS_TOTAL`] | counter | | every guard handed out (reentrant ones too) |
-//! | [`TIMEOUTS_TOTAL`] | counter | | an `acquire` that gave up at its timeout |
-//! | [`LOSSES_TOTAL`] | counter | | a lost signal that fired before the lock was released |
-//! | [`RENEW_FAILURES_TOTAL`] | counter | | a lease renewal that failed or did not answer in time |
-//! | [`HELD`] | gauge | | locks this process holds in the store (reentrant holds of one acquisition count once) |
+//! | `omnilock_acquire_seconds` | histogram | seconds | a successful `acquire`/`try_acquire`: from the call to the grant |
+//! | `omnilock_wait_seconds` | histogram | seconds | a successful `acquire` that had to wait: from the moment it started waiting to the grant |
+//! | `omnilock_grants_total` | counter | | every guard handed out (reentrant ones too) |
+//! | `omnilock_timeouts_total` | counter | | an `acquire` that gave up at its timeout |
+//! | `omnilock_losses_total` | counter | | a lost signal that fired before the lock was released |
+//! | `omnilock_renew_failures_total` | counter | | a lease renewal that failed or did not answer in time |
+//! | `omnilock_held` | gauge | | locks this process holds in the store (reentrant holds of one acquisition count once) |
+//!
+//! The names are also constants here (`ACQUIRE_SECONDS`, ...), with the
+//! feature on.
 //!
 //! Labels: `store` (the backend kind, as [`crate::Locks::backend_kind`]) on
 //! every series, and `name` (the lock name) only on handles made with
