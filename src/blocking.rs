@@ -34,8 +34,8 @@
 //! on a short-lived thread of its own instead, so dropping never blocks a
 //! runtime, deadlocks or panics (see [`LockGuard`]).
 //!
-//! Leader elections are not wrapped here; use [`crate::Locks::election`] on
-//! an async runtime.
+//! Leader elections are here too ([`Locks::election`]), without the async
+//! API's `observe` (poll [`Election::leader`] instead).
 
 use std::fmt;
 use std::future::Future;
@@ -569,9 +569,160 @@ impl fmt::Debug for LockRequest<'_> {
 impl Locks {
     fn guard(&self, inner: crate::LockGuard) -> LockGuard {
         LockGuard {
+            holding: Holding::new(inner, self.runtime.clone()),
+        }
+    }
+}
+
+/// What a blocking guard or leadership wraps: something held that can be
+/// lost and must be given back.
+trait Held: Send + 'static {
+    fn lost(&self) -> impl Future<Output = Error> + Send + 'static;
+    fn give_back(self) -> impl Future<Output = Result<()>>;
+}
+
+impl Held for crate::LockGuard {
+    fn lost(&self) -> impl Future<Output = Error> + Send + 'static {
+        crate::LockGuard::lost(self)
+    }
+
+    fn give_back(self) -> impl Future<Output = Result<()>> {
+        self.release()
+    }
+}
+
+impl Held for crate::Leadership {
+    fn lost(&self) -> impl Future<Output = Error> + Send + 'static {
+        crate::Leadership::lost(self)
+    }
+
+    fn give_back(self) -> impl Future<Output = Result<()>> {
+        self.resign()
+    }
+}
+
+/// The machinery shared by [`LockGuard`] and [`Leadership`]: the lost
+/// signal as a channel or a callback, giving back on request, and giving
+/// back on drop without blocking a runtime.
+struct Holding<T: Held> {
+    /// `None` only once given back or dropped.
+    inner: Option<T>,
+    /// Tasks forwarding the lost signal; they never end by themselves after
+    /// a clean release, so the holding stops them.
+    watchers: Mutex<Vec<JoinHandle<()>>>,
+    runtime: Arc<Runtime>,
+}
+
+impl<T: Held> Holding<T> {
+    fn new(inner: T, runtime: Arc<Runtime>) -> Self {
+        Holding {
             inner: Some(inner),
             watchers: Mutex::new(Vec::new()),
-            runtime: self.runtime.clone(),
+            runtime,
+        }
+    }
+
+    fn inner(&self) -> &T {
+        self.inner
+            .as_ref()
+            .expect("only taken out by give_back or drop, which end the holding")
+    }
+
+    fn lost_receiver(&self) -> mpsc::Receiver<Error> {
+        let (tx, rx) = mpsc::channel();
+        let lost = self.inner().lost();
+        self.watch(async move {
+            let _ = tx.send(lost.await);
+        });
+        rx
+    }
+
+    fn on_lost(&self, callback: impl FnOnce(Error) + Send + 'static) {
+        let lost = self.inner().lost();
+        self.watch(async move {
+            let loss = lost.await;
+            // Not on the runtime's only worker: the callback may block, or
+            // call this API, which refuses to run on a runtime thread.
+            let spawned = std::thread::Builder::new()
+                .name("omnilock-on-lost".into())
+                .spawn(move || callback(loss));
+            if let Err(e) = spawned {
+                tracing::warn!(error = %e, "omnilock: cannot start a thread for on_lost");
+            }
+        });
+    }
+
+    fn watch(&self, task: impl Future<Output = ()> + Send + 'static) {
+        let task = self.runtime.spawn(task);
+        lock(&self.watchers).push(task);
+    }
+
+    fn stop_watchers(&self) {
+        for task in lock(&self.watchers).drain(..) {
+            task.abort();
+        }
+    }
+
+    /// The loss, if it has happened (without waiting).
+    fn loss(&self) -> Option<Error> {
+        let lost = std::pin::pin!(self.inner().lost());
+        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+        match lost.poll(&mut context) {
+            std::task::Poll::Ready(loss) => Some(loss),
+            std::task::Poll::Pending => None,
+        }
+    }
+
+    fn give_back(mut self) -> Result<()> {
+        // Checked first: refused here, the drop gives it back instead.
+        refuse_inside_async(Some(Operation::Release))?;
+        self.stop_watchers();
+        let Some(inner) = self.inner.take() else {
+            return Ok(());
+        };
+        self.runtime
+            .block_on(Operation::Release, inner.give_back())?
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // The list of watcher tasks cannot be left half-updated by a panic.
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl<T: Held> Drop for Holding<T> {
+    fn drop(&mut self) {
+        self.stop_watchers();
+        let Some(inner) = self.inner.take() else {
+            return;
+        };
+        let runtime = self.runtime.clone();
+        if !inside_async() {
+            // Given back before `drop` returns, as blocking code expects: the
+            // next `acquire` anywhere can succeed at once. A panic in here
+            // (tokio's thread-locals already gone at thread exit) must not
+            // escape a destructor; the core guard then releases in the
+            // background or the lease frees the lock.
+            let released = catch_unwind(AssertUnwindSafe(move || {
+                let _ = runtime.tokio().block_on(inner.give_back());
+            }));
+            if released.is_err() {
+                tracing::warn!("omnilock: could not release on drop; the lease frees the lock");
+            }
+            return;
+        }
+        // On a runtime thread (possibly omnilock's own worker, which the
+        // release needs), blocking could stall or deadlock: release on a
+        // thread of its own. If none can start, the closure and the core
+        // guard in it are dropped, and the core guard releases in the
+        // background.
+        let spawned = std::thread::Builder::new()
+            .name("omnilock-release".into())
+            .spawn(move || {
+                let _ = runtime.tokio().block_on(inner.give_back());
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "omnilock: cannot start a thread to release on drop");
         }
     }
 }
@@ -603,19 +754,12 @@ impl Locks {
 /// ```
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct LockGuard {
-    /// `None` only once released or dropped.
-    inner: Option<crate::LockGuard>,
-    /// Tasks forwarding the lost signal; they never end by themselves after
-    /// a clean release, so the guard stops them.
-    watchers: Mutex<Vec<JoinHandle<()>>>,
-    runtime: Arc<Runtime>,
+    holding: Holding<crate::LockGuard>,
 }
 
 impl LockGuard {
     fn inner(&self) -> &crate::LockGuard {
-        self.inner
-            .as_ref()
-            .expect("a guard's lock is only taken out by release or drop")
+        self.holding.inner()
     }
 
     /// The lock's name.
@@ -726,12 +870,7 @@ impl LockGuard {
     /// # Ok::<(), omnilock::Error>(())
     /// ```
     pub fn lost_receiver(&self) -> mpsc::Receiver<Error> {
-        let (tx, rx) = mpsc::channel();
-        let lost = self.inner().lost();
-        self.watch(async move {
-            let _ = tx.send(lost.await);
-        });
-        rx
+        self.holding.lost_receiver()
     }
 
     /// Calls `callback` with the loss ([`ErrorKind::LockLost`]) if the lock
@@ -752,39 +891,11 @@ impl LockGuard {
     /// # Ok::<(), omnilock::Error>(())
     /// ```
     pub fn on_lost(&self, callback: impl FnOnce(Error) + Send + 'static) {
-        let lost = self.inner().lost();
-        self.watch(async move {
-            let loss = lost.await;
-            // Not on the runtime's only worker: the callback may block, or
-            // call this API, which refuses to run on a runtime thread.
-            let spawned = std::thread::Builder::new()
-                .name("omnilock-on-lost".into())
-                .spawn(move || callback(loss));
-            if let Err(e) = spawned {
-                tracing::warn!(error = %e, "omnilock: cannot start a thread for on_lost");
-            }
-        });
+        self.holding.on_lost(callback)
     }
 
-    fn watch(&self, task: impl Future<Output = ()> + Send + 'static) {
-        let task = self.runtime.spawn(task);
-        lock(&self.watchers).push(task);
-    }
-
-    fn stop_watchers(&self) {
-        for task in lock(&self.watchers).drain(..) {
-            task.abort();
-        }
-    }
-
-    /// The loss, if the lock has been lost (without waiting).
     fn loss(&self) -> Option<Error> {
-        let lost = std::pin::pin!(self.inner().lost());
-        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
-        match lost.poll(&mut context) {
-            std::task::Poll::Ready(loss) => Some(loss),
-            std::task::Poll::Pending => None,
-        }
+        self.holding.loss()
     }
 
     /// Releases this hold and waits for the store to confirm. A stale guard
@@ -797,62 +908,14 @@ impl LockGuard {
     /// assert!(locks.try_acquire("a")?.is_some());
     /// # Ok::<(), omnilock::Error>(())
     /// ```
-    pub fn release(mut self) -> Result<()> {
-        // Checked first: refused here, the guard's drop releases it instead.
-        refuse_inside_async(Some(Operation::Release))?;
-        self.stop_watchers();
-        let Some(inner) = self.inner.take() else {
-            return Ok(());
-        };
-        self.runtime.block_on(Operation::Release, inner.release())?
-    }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // The list of watcher tasks cannot be left half-updated by a panic.
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-impl Drop for LockGuard {
-    fn drop(&mut self) {
-        self.stop_watchers();
-        let Some(inner) = self.inner.take() else {
-            return;
-        };
-        let runtime = self.runtime.clone();
-        if !inside_async() {
-            // Released before `drop` returns, as blocking code expects: the
-            // next `acquire` anywhere can succeed at once. A panic in here
-            // (tokio's thread-locals already gone at thread exit) must not
-            // escape a destructor; the core guard then releases in the
-            // background or the lease frees the lock.
-            let released = catch_unwind(AssertUnwindSafe(move || {
-                let _ = runtime.tokio().block_on(inner.release());
-            }));
-            if released.is_err() {
-                tracing::warn!("omnilock: could not release on drop; the lease frees the lock");
-            }
-            return;
-        }
-        // On a runtime thread (possibly omnilock's own worker, which the
-        // release needs), blocking could stall or deadlock: release on a
-        // thread of its own. If none can start, the closure and the core
-        // guard in it are dropped, and the core guard releases in the
-        // background.
-        let spawned = std::thread::Builder::new()
-            .name("omnilock-release".into())
-            .spawn(move || {
-                let _ = runtime.tokio().block_on(inner.release());
-            });
-        if let Err(e) = spawned {
-            tracing::warn!(error = %e, "omnilock: cannot start a thread to release on drop");
-        }
+    pub fn release(self) -> Result<()> {
+        self.holding.give_back()
     }
 }
 
 impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.inner {
+        match &self.holding.inner {
             Some(inner) => f
                 .debug_struct("blocking::LockGuard")
                 .field("name", inner.name())
@@ -860,6 +923,321 @@ impl fmt::Debug for LockGuard {
                 .field("held", &inner.is_held())
                 .finish(),
             None => f.write_str("blocking::LockGuard(released)"),
+        }
+    }
+}
+
+impl Locks {
+    /// A leader election named `name` on this store: the blocking
+    /// counterpart of [`crate::Locks::election`] (same store requirements:
+    /// see [`Capabilities::election`]).
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let election = locks.election("scheduler")?;
+    /// let leadership = election.campaign("10.0.0.7:8080")?;
+    /// assert_eq!(election.leader()?.map(|l| l.value), Some("10.0.0.7:8080".to_string()));
+    /// leadership.resign()?;
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn election(&self, name: &str) -> Result<Election> {
+        Ok(Election {
+            inner: self.inner.election(name)?,
+            runtime: self.runtime.clone(),
+        })
+    }
+}
+
+/// A leader election, for synchronous code: the blocking counterpart of
+/// [`crate::Election`]. Made by [`Locks::election`]. To follow who leads,
+/// call [`leader`](Self::leader) now and then (the async API's `observe`
+/// is a loop doing just that).
+///
+/// ```
+/// let locks = omnilock::blocking::connect("mem://")?;
+/// let election = locks.election("scheduler")?;
+/// assert!(election.leader()?.is_none());
+/// # Ok::<(), omnilock::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Election {
+    inner: crate::Election,
+    runtime: Arc<Runtime>,
+}
+
+impl Election {
+    /// Waits to become leader, announcing `value` (at most 200 bytes, no
+    /// control characters).
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let leadership = locks.election("jobs")?.campaign("worker-1")?;
+    /// assert!(leadership.is_leader());
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn campaign(&self, value: &str) -> Result<Leadership> {
+        self.candidate(value).campaign()
+    }
+
+    /// A candidacy with options (TTL, timeout, a "now waiting" callback).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let election = locks.election("jobs")?;
+    /// let leader = election.campaign("worker-1")?;
+    /// let err = election.candidate("worker-2").timeout(Duration::from_millis(50)).campaign().unwrap_err();
+    /// assert_eq!(err.kind(), omnilock::ErrorKind::Timeout);
+    /// # drop(leader);
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn candidate(&self, value: &str) -> Candidate<'_> {
+        Candidate {
+            election: self,
+            value: value.to_string(),
+            ttl: None,
+            timeout: None,
+            on_wait: None,
+        }
+    }
+
+    /// Who leads now, read from the store.
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let election = locks.election("jobs")?;
+    /// let me = election.campaign("worker-1")?;
+    /// let leader = election.leader()?.expect("someone leads");
+    /// assert_eq!(leader.term, me.term());
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn leader(&self) -> Result<Option<crate::Leader>> {
+        self.runtime.block_on(None, self.inner.leader())?
+    }
+}
+
+impl fmt::Debug for Election {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("blocking::Election")
+            .field("inner", &self.inner)
+            .finish()
+    }
+}
+
+/// How one candidate campaigns; see [`Election::candidate`].
+#[must_use = "a candidacy does nothing until it campaigns"]
+pub struct Candidate<'a> {
+    election: &'a Election,
+    value: String,
+    ttl: Option<Duration>,
+    timeout: Option<Duration>,
+    on_wait: Option<Box<dyn FnOnce() + Send + 'static>>,
+}
+
+impl Candidate<'_> {
+    /// The leadership lease: a dead leader is replaced this long after it
+    /// stopped renewing (default: the handle's TTL).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let leadership = locks.election("e")?.candidate("v").ttl(Duration::from_secs(5)).campaign()?;
+    /// # drop(leadership);
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// Gives up after `timeout` with [`ErrorKind::Timeout`] (withdrawing
+    /// the candidacy).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let leadership = locks.election("e")?.candidate("v").timeout(Duration::from_secs(5)).campaign()?;
+    /// # drop(leadership);
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Runs `callback` once the candidate is queued behind a leader. It may
+    /// run on the runtime's thread: keep it short and do not block in it.
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let leadership = locks.election("e")?.candidate("v").on_wait(|| println!("queued")).campaign()?;
+    /// # drop(leadership);
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn on_wait(mut self, callback: impl FnOnce() + Send + 'static) -> Self {
+        self.on_wait = Some(Box::new(callback));
+        self
+    }
+
+    /// Waits until this candidate leads (up to the timeout, if one is set).
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let leadership = locks.election("e")?.candidate("v").campaign()?;
+    /// assert_eq!(leadership.value(), "v");
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn campaign(self) -> Result<Leadership> {
+        let election = self.election;
+        let mut candidate = election.inner.candidate(&self.value);
+        if let Some(ttl) = self.ttl {
+            candidate = candidate.ttl(ttl);
+        }
+        if let Some(callback) = self.on_wait {
+            candidate = candidate.on_wait(callback);
+        }
+        let timeout = self.timeout;
+        let campaign = async move {
+            match timeout {
+                None => candidate.campaign().await,
+                Some(limit) => tokio::time::timeout(limit, candidate.campaign())
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(
+                            Error::new(ErrorKind::Timeout, format!("not elected within {limit:?}"))
+                                .with_operation(Operation::Acquire),
+                        )
+                    }),
+            }
+        };
+        let leadership = election.runtime.block_on(Operation::Acquire, campaign)??;
+        Ok(Leadership {
+            holding: Holding::new(leadership, election.runtime.clone()),
+        })
+    }
+}
+
+impl fmt::Debug for Candidate<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("blocking::Candidate")
+            .field("value", &self.value)
+            .field("ttl", &self.ttl)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// This client's leadership, for synchronous code: the blocking
+/// counterpart of [`crate::Leadership`]. It ends with
+/// [`resign`](Self::resign), on drop (resigning before `drop` returns, as
+/// [`LockGuard`] releases), or when lost.
+///
+/// ```
+/// use std::time::Duration;
+/// let locks = omnilock::blocking::connect("mem://")?;
+/// let leadership = locks.election("e")?.campaign("me")?;
+/// let lost = leadership.lost_receiver();
+/// assert!(lost.recv_timeout(Duration::from_millis(10)).is_err()); // still leading
+/// leadership.resign()?;
+/// # Ok::<(), omnilock::Error>(())
+/// ```
+#[must_use = "dropping the leadership resigns at once"]
+pub struct Leadership {
+    holding: Holding<crate::Leadership>,
+}
+
+impl Leadership {
+    /// The value this leader campaigned with.
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// assert_eq!(locks.election("e")?.campaign("me")?.value(), "me");
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn value(&self) -> &str {
+        self.holding.inner().value()
+    }
+
+    /// The term: the fencing token of the leadership; it rises with every
+    /// new leader.
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let election = locks.election("e")?;
+    /// let first = election.campaign("a")?.term();
+    /// let second = election.campaign("b")?.term();
+    /// assert!(second > first);
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn term(&self) -> u64 {
+        self.holding.inner().term()
+    }
+
+    /// Whether this client still surely leads.
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// assert!(locks.election("e")?.campaign("me")?.is_leader());
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn is_leader(&self) -> bool {
+        self.holding.inner().is_leader()
+    }
+
+    /// A channel that receives the loss if leadership is lost without
+    /// resigning; disconnects after a resignation (see
+    /// [`LockGuard::lost_receiver`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let leadership = locks.election("e")?.campaign("me")?;
+    /// let lost = leadership.lost_receiver();
+    /// locks.break_lock("election/e")?;
+    /// assert!(lost.recv_timeout(Duration::from_secs(10)).is_ok());
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn lost_receiver(&self) -> mpsc::Receiver<Error> {
+        self.holding.lost_receiver()
+    }
+
+    /// Calls `callback` with the loss if leadership is lost without
+    /// resigning, on a thread of its own (see [`LockGuard::on_lost`]).
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let leadership = locks.election("e")?.campaign("me")?;
+    /// leadership.on_lost(|loss| eprintln!("no longer leader: {loss}"));
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn on_lost(&self, callback: impl FnOnce(Error) + Send + 'static) {
+        self.holding.on_lost(callback)
+    }
+
+    /// Steps down and waits for the store to confirm; the next candidate in
+    /// line becomes leader.
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let election = locks.election("e")?;
+    /// election.campaign("me")?.resign()?;
+    /// assert!(election.leader()?.is_none());
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn resign(self) -> Result<()> {
+        self.holding.give_back()
+    }
+}
+
+impl fmt::Debug for Leadership {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.holding.inner {
+            Some(inner) => f
+                .debug_struct("blocking::Leadership")
+                .field("value", &inner.value())
+                .field("term", &inner.term())
+                .finish(),
+            None => f.write_str("blocking::Leadership(resigned)"),
         }
     }
 }

@@ -91,6 +91,7 @@ macro_rules! blocking_tests {
             blocking_with_lock,
             blocking_close,
             blocking_invalid_names,
+            blocking_election,
         );
     };
     (@each $subject:expr; $($scenario:ident),* $(,)?) => {
@@ -574,4 +575,58 @@ pub fn blocking_invalid_names(subject: &BlockingSubject) {
         let err = locks.with_lock(bad, || ()).expect_err("with_lock");
         assert_eq!(err.kind(), ErrorKind::InvalidName, "{bad:?}: {err}");
     }
+}
+
+/// One leader at a time: a second candidate waits (and times out when told
+/// to), takes over when the leader drops its leadership, with a higher
+/// term, and after the last resignation nobody leads.
+pub fn blocking_election(subject: &BlockingSubject) {
+    let [a, b] = subject.clients();
+    if !a.capabilities().election {
+        return skip(subject, "blocking_election", "no elections");
+    }
+    let name = unique("election").replace('/', "-");
+    let (ea, eb) = (
+        a.election(&name).expect("election"),
+        b.election(&name).expect("election"),
+    );
+    let first = ea.campaign("a").expect("the first candidate leads");
+    assert!(first.is_leader());
+    let leader = eb.leader().expect("leader").expect("someone leads");
+    assert_eq!(leader.value, "a");
+    assert_eq!(leader.term, first.term());
+    let err = eb
+        .candidate("late")
+        .timeout(Duration::from_millis(200))
+        .campaign()
+        .expect_err("a second candidate must not lead at once");
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+
+    let (queued_tx, queued) = mpsc::channel();
+    let next = {
+        let eb = eb.clone();
+        thread::spawn(move || {
+            eb.candidate("b")
+                .on_wait(move || {
+                    let _ = queued_tx.send(());
+                })
+                .campaign()
+        })
+    };
+    queued
+        .recv_timeout(PATIENCE)
+        .expect("the second candidate queues");
+    let first_term = first.term();
+    drop(first); // resigns before drop returns
+    let second = join_soon("the next candidate takes over", next).expect("elected");
+    assert!(second.term() > first_term, "term did not rise");
+    assert_eq!(
+        ea.leader().expect("leader").map(|l| l.value),
+        Some("b".into())
+    );
+    second.resign().expect("resign");
+    assert!(
+        ea.leader().expect("leader").is_none(),
+        "a leader after the last resignation"
+    );
 }
