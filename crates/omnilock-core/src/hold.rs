@@ -202,10 +202,8 @@ async fn renewal_loop(hold: Weak<Hold>) {
             return;
         }
         let renewal = hold.backend().renew(&hold.request, &hold.grant);
-        match hold
-            .metrics
-            .renewal(tokio::time::timeout_at(deadline, renewal).await)
-        {
+        let outcome = tokio::time::timeout_at(deadline, renewal).await;
+        match hold.metrics.renewal(outcome) {
             Ok(Ok(until)) => {
                 *lock(&hold.valid_until) = until;
                 backoff.reset();
