@@ -42,7 +42,7 @@
 pub use omnilock_core::{
     check_ttl, mem, parse_duration, Backend, Candidate, Capabilities, Election, Error, ErrorKind,
     Holder, Leader, Leadership, LockGuard, LockName, LockRequest, Locks, Measure, MemStore,
-    Observer, Operation, Owner, Result, StoreUrl, DEFAULT_TTL,
+    Observer, Operation, Owner, Result, StoreUrl, DEFAULT_TTL, MAX_ELECTION_VALUE_BYTES,
 };
 
 /// The SQL backend (MySQL/MariaDB, PostgreSQL, SQLite).
