@@ -11,7 +11,14 @@
 #   scripts/stores.sh restart etcd N | zookeeper N | redis N
 #                            start a node the fault tests killed (Redis comes
 #                            back empty: no persistence)
-#   scripts/stores.sh deps   install what the build needs (protoc)
+#   scripts/stores.sh deps   install what the build needs (nothing today:
+#                            kept so older CI scripts still run)
+#
+# Run as root, it installs missing Debian packages with apt-get; run as
+# another user, with `sudo apt-get` (which may ask for a password), and if
+# there is no sudo it names the packages to install. The stores themselves
+# run as whoever runs this script (PostgreSQL, which refuses root, as the
+# postgres user when that is root).
 #
 # Each backend adds a start_<store> function below and lists it in STORES.
 # A store's processes are recorded in target/stores/pids as "PID NAME"; `down`
@@ -24,7 +31,7 @@ DIR=${OMNILOCK_STORES_DIR:-$ROOT/target/stores}
 ENV_FILE=$DIR/env
 PIDS=$DIR/pids
 
-# The stores the test suite needs today. Backend issues append to this list.
+# The stores the test suite needs. A new backend appends its store here.
 # OMNILOCK_STORES="etcd zookeeper" starts only those (with OMNILOCK_STORES_DIR,
 # beside a full set).
 # shellcheck disable=SC2206
@@ -40,10 +47,9 @@ declare -A PACKAGES=(
   [zookeeper]="zookeeper netcat-openbsd"
 )
 
-# Debian packages the build itself needs (etcd-client compiles etcd's
-# protobuf definitions with protoc). `scripts/stores.sh deps` installs them;
-# .ci/run calls it before the first cargo command.
-BUILD_PACKAGES=(protobuf-compiler libprotobuf-dev)
+# Debian packages the build itself needs: none. etcd-client's protoc comes
+# with cargo's download (scripts/protoc, .cargo/config.toml).
+BUILD_PACKAGES=()
 
 # Private ports (override with OMNILOCK_<STORE>_PORT).
 MARIADB_PORT=${OMNILOCK_MARIADB_PORT:-33061}
@@ -68,16 +74,37 @@ need_packages() {
     dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
   done
   [ ${#missing[@]} -eq 0 ] && return 0
+  local as_root=()
   if [ "$(id -u)" -ne 0 ]; then
-    log "missing packages: ${missing[*]} (run as root, or install them)"
-    return 1
+    if ! command -v sudo >/dev/null; then
+      log "missing packages: ${missing[*]}; as root run: apt-get install ${missing[*]}"
+      return 1
+    fi
+    as_root=(sudo --preserve-env=DEBIAN_FRONTEND)
   fi
-  log "installing ${missing[*]}"
+  log "installing ${missing[*]}${as_root:+ (with sudo)}"
   if [ ! -f "$DIR/.apt-updated" ]; then
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get update -qq
     touch "$DIR/.apt-updated"
   fi
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# as_postgres COMMAND...: PostgreSQL refuses to run as root, so root runs its
+# programs as the postgres user (the package creates it); anyone else runs
+# them as themselves.
+as_postgres() {
+  if [ "$(id -u)" -eq 0 ]; then
+    runuser -u postgres -- "$@"
+  else
+    "$@"
+  fi
+}
+
+# mariadb_user: mariadbd's --user, which only root may (and must) give.
+mariadb_user() {
+  [ "$(id -u)" -eq 0 ] && echo "--user=root"
+  return 0
 }
 
 # record PID NAME [SIGNAL]: remember a process we started, the program name
@@ -152,7 +179,7 @@ sql_tls_options() {
 launch_mariadb() {
   local data=$DIR/mariadb/data sock=$DIR/mariadb/mysqld.sock
   mariadbd --no-defaults --datadir="$data" --socket="$sock" --port="$MARIADB_PORT" \
-    --bind-address=127.0.0.1 --user=root --skip-name-resolve --innodb-buffer-pool-size=64M \
+    --bind-address=127.0.0.1 $(mariadb_user) --skip-name-resolve --innodb-buffer-pool-size=64M \
     --ssl-ca="$SQL_TLS/ca.crt" --ssl-cert="$SQL_TLS/server.crt" --ssl-key="$SQL_TLS/server.key" \
     --log-error="$DIR/mariadb/error.log" --pid-file="$DIR/mariadb/mariadbd.pid" \
     >"$DIR/mariadb/stdout.log" 2>&1 </dev/null &
@@ -172,7 +199,7 @@ start_mariadb() {
   rm -rf "$DIR/mariadb"
   mkdir -p "$data"
   sql_tls_certs
-  mariadb-install-db --no-defaults --datadir="$data" --user=root \
+  mariadb-install-db --no-defaults --datadir="$data" $(mariadb_user) \
     --auth-root-authentication-method=normal --skip-test-db >"$DIR/mariadb/install.log" 2>&1
   launch_mariadb
   mariadb --no-defaults --socket="$sock" -uroot <<SQL
@@ -202,9 +229,9 @@ start_postgres() {
   # The server's key must belong to the server's user, mode 0600.
   cp "$SQL_TLS/ca.crt" "$SQL_TLS/server.crt" "$SQL_TLS/server.key" "$sock/tls/"
   chmod 0600 "$sock/tls/server.key"
-  # PostgreSQL refuses to run as root: its files belong to the postgres user.
-  chown -R postgres:postgres "$DIR/postgres"
-  runuser -u postgres -- "$bin/initdb" -D "$data" -U postgres --auth-local=trust \
+  # Its files belong to whoever runs it (see as_postgres).
+  [ "$(id -u)" -eq 0 ] && chown -R postgres:postgres "$DIR/postgres"
+  as_postgres "$bin/initdb" -D "$data" -U postgres --auth-local=trust \
     --auth-host=scram-sha-256 >"$sock/initdb.log" 2>&1
   # First match wins: the _tls account only over TLS, the _cert account only
   # with a client certificate; everyone else as initdb set up.
@@ -215,11 +242,11 @@ start_postgres() {
     cat "$data/pg_hba.conf"
   } >"$data/pg_hba.conf.new"
   mv "$data/pg_hba.conf.new" "$data/pg_hba.conf"
-  chown postgres:postgres "$data/pg_hba.conf"
-  runuser -u postgres -- "$bin/pg_ctl" -D "$data" -l "$sock/server.log" -w -t 60 \
+  [ "$(id -u)" -eq 0 ] && chown postgres:postgres "$data/pg_hba.conf"
+  as_postgres "$bin/pg_ctl" -D "$data" -l "$sock/server.log" -w -t 60 \
     -o "-c listen_addresses=127.0.0.1 -p $POSTGRES_PORT -k $sock -c fsync=off -c ssl=on -c ssl_cert_file=$sock/tls/server.crt -c ssl_key_file=$sock/tls/server.key -c ssl_ca_file=$sock/tls/ca.crt" start >/dev/null
   record "$(head -n 1 "$data/postmaster.pid")" postgres INT
-  runuser -u postgres -- psql -q -h "$sock" -p "$POSTGRES_PORT" -U postgres -v ON_ERROR_STOP=1 <<SQL
+  as_postgres psql -q -h "$sock" -p "$POSTGRES_PORT" -U postgres -v ON_ERROR_STOP=1 <<SQL
 CREATE USER $TEST_USER PASSWORD '$TEST_PASSWORD';
 CREATE DATABASE omnilock OWNER $TEST_USER;
 -- The TLS accounts act as $TEST_USER once logged in, so every test account
@@ -461,8 +488,7 @@ up() {
     # shellcheck disable=SC2206
     pkgs+=(${PACKAGES[$store]})
   done
-  pkgs+=("${BUILD_PACKAGES[@]}")
-  need_packages "${pkgs[@]}"
+  need_packages "${pkgs[@]}" "${BUILD_PACKAGES[@]}"
   for store in "${STORES[@]}"; do
     log "starting $store"
     "start_$store"

@@ -966,7 +966,8 @@ pub struct Election {
 }
 
 impl Election {
-    /// Waits to become leader, announcing `value` (at most 200 bytes, no
+    /// Waits to become leader, announcing `value` (at most
+    /// [`crate::MAX_ELECTION_VALUE_BYTES`] bytes, no
     /// control characters).
     ///
     /// ```

@@ -29,15 +29,17 @@
 //! | store | URL | cargo feature |
 //! |---|---|---|
 //! | in-memory (one process) | `mem://` or `mem://NAME` | always |
-//! | etcd | `etcd://h1:p1,h2:p2/prefix` | `etcd` |
-//! | ZooKeeper | `zk://h1:p1,h2:p2/prefix` | `zookeeper` |
-//! | Redis | `redis://[:pw@]host:port[/db]` | `redis` |
+//! | etcd | `etcd://h1:p1,h2:p2/prefix`, `etcds://` (TLS) | `etcd` |
+//! | ZooKeeper | `zk://h1:p1,h2:p2/prefix`, or `zookeeper://` | `zookeeper` |
+//! | Redis | `redis://[:pw@]host:port[/db]`, `rediss://` (TLS) | `redis` |
 //! | Redlock | `redlock://h1:p1,h2:p2,h3:p3/` | `redis` |
-//! | MySQL/MariaDB | `mysql://user:pw@host:port/db` | `mysql` |
-//! | PostgreSQL | `postgres://user@host:port/db` | `postgres` |
+//! | MySQL/MariaDB | `mysql://user:pw@host:port/db`, or `mariadb://` | `mysql` |
+//! | PostgreSQL | `postgres://user@host:port/db`, or `postgresql://` | `postgres` |
 //! | SQLite | `sqlite:///abs/path.db` | `sqlite` |
 //!
-//! Every URL accepts `?ttl=DUR` (the default lease, 15 s unless set).
+//! Every URL accepts `?ttl=DUR` (the default lease, 15 s unless set). The
+//! facade has no default features; [`SCHEMES`] lists every scheme with the
+//! feature it needs.
 //!
 //! ## Without an async runtime
 //! [`blocking`] has the same API for synchronous programs, with a small
@@ -64,7 +66,7 @@
 pub use omnilock_core::{
     check_ttl, mem, parse_duration, Backend, Candidate, Capabilities, Election, Error, ErrorKind,
     Holder, Leader, Leadership, LockGuard, LockName, LockRequest, Locks, Measure, MemStore,
-    Observer, Operation, Owner, Result, StoreUrl, DEFAULT_TTL,
+    Observer, Operation, Owner, Result, StoreUrl, DEFAULT_TTL, MAX_ELECTION_VALUE_BYTES,
 };
 
 pub mod blocking;
@@ -120,6 +122,29 @@ pub async fn connect(url: &str) -> Result<Locks> {
     }
 }
 
+/// Every scheme [`connect`] knows, aliases included, with the cargo feature
+/// it needs (`None`: always built in).
+///
+/// ```
+/// let (_, feature) = omnilock::SCHEMES.iter().find(|(s, _)| *s == "mariadb").unwrap();
+/// assert_eq!(*feature, Some("mysql"));
+/// ```
+pub const SCHEMES: &[(&str, Option<&str>)] = &[
+    ("mem", None),
+    ("etcd", Some("etcd")),
+    ("etcds", Some("etcd")),
+    ("zk", Some("zookeeper")),
+    ("zookeeper", Some("zookeeper")),
+    ("redis", Some("redis")),
+    ("rediss", Some("redis")),
+    ("redlock", Some("redis")),
+    ("mysql", Some("mysql")),
+    ("mariadb", Some("mysql")),
+    ("postgres", Some("postgres")),
+    ("postgresql", Some("postgres")),
+    ("sqlite", Some("sqlite")),
+];
+
 async fn open(url: &mut StoreUrl) -> Result<Locks> {
     let scheme = url.scheme().to_string();
     match scheme.as_str() {
@@ -153,7 +178,12 @@ async fn open(url: &mut StoreUrl) -> Result<Locks> {
         #[cfg(not(feature = "sqlite"))]
         "sqlite" => not_built(url, "sqlite"),
         other => Err(Error::config(format!(
-            "unknown store scheme {other:?}; known: mem, etcd, etcds, zk, redis, rediss, redlock, mysql, postgres, sqlite"
+            "unknown store scheme {other:?}; known: {}",
+            SCHEMES
+                .iter()
+                .map(|(scheme, _)| *scheme)
+                .collect::<Vec<_>>()
+                .join(", ")
         ))),
     }
 }

@@ -107,10 +107,11 @@ fn after_help() -> String {
 }
 
 const AFTER_HELP: &str = "\
-Store URLs: mem://, etcd://h1:p1,h2:p2/prefix, zk://h1:p1,h2:p2/prefix,
-  redis://[:pw@]host:port[/db], redlock://h1:p1,h2:p2,h3:p3/,
-  mysql://user:pw@host:port/db, postgres://user@host:port/db, sqlite:///abs/path.db
-  Options go in the query string, e.g. ?ttl=15s.
+Store URLs: mem://, etcd://h1:p1,h2:p2/prefix (etcds:// for TLS),
+  zk://h1:p1,h2:p2/prefix (or zookeeper://), redis://[:pw@]host:port[/db]
+  (rediss:// for TLS), redlock://h1:p1,h2:p2,h3:p3/, mysql://user:pw@host:port/db
+  (or mariadb://), postgres://user@host:port/db (or postgresql://),
+  sqlite:///abs/path.db. Options go in the query string, e.g. ?ttl=15s.
 The default store is $OMNILOCK_STORE, else the embedded default: a SQLite file
 in $XDG_DATA_HOME/omnilock (or ~/.local/share/omnilock), created on first use
 (directory 0700, file 0600), which coordinates the processes of one user (one

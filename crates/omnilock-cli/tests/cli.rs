@@ -244,6 +244,20 @@ fn demo_runs_on_the_embedded_default() {
     assert!(text(&help.stdout).contains(&format!("{}/omnilock/locks.db", dir.display())));
 }
 
+/// `--help` shows every scheme the library knows, aliases included.
+#[test]
+fn help_lists_every_scheme() {
+    let help = omnilock(&["--help"]).output().expect("help");
+    assert_eq!(help.status.code(), Some(0));
+    let help = text(&help.stdout);
+    for (scheme, _) in omnilock::SCHEMES {
+        assert!(
+            help.contains(&format!("{scheme}://")),
+            "--help lacks {scheme}://:\n{help}"
+        );
+    }
+}
+
 /// Without HOME (or with a relative one) there is no embedded default, and
 /// `mem://` is never picked instead: it excludes nothing between processes.
 #[test]

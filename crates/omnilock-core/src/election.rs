@@ -20,6 +20,10 @@ use crate::name::{LockName, Owner, MAX_NAME_BYTES};
 
 const OWNER_TAG: &str = "leader:";
 
+/// The longest value a candidate may announce, in bytes: what an owner may
+/// hold ([`MAX_NAME_BYTES`]) less the `leader:<16 hex digits>:` around it.
+pub const MAX_ELECTION_VALUE_BYTES: usize = MAX_NAME_BYTES - OWNER_TAG.len() - 16 - 1;
+
 /// An election, as seen from one client. See [`Locks::election`].
 ///
 /// ```
@@ -162,8 +166,8 @@ impl Election {
         self
     }
 
-    /// Waits to become leader, announcing `value` (at most 200 bytes, no
-    /// control characters).
+    /// Waits to become leader, announcing `value` (at most
+    /// [`MAX_ELECTION_VALUE_BYTES`] bytes, no control characters).
     pub async fn campaign(&self, value: &str) -> Result<Leadership> {
         self.candidate(value).campaign().await
     }
@@ -250,8 +254,11 @@ impl Locks {
 }
 
 fn owner_for(value: &str) -> Result<Owner> {
-    if value.len() > MAX_NAME_BYTES - 64 {
-        return Err(Error::config("an election value is at most 200 bytes"));
+    if value.len() > MAX_ELECTION_VALUE_BYTES {
+        return Err(Error::config(format!(
+            "an election value is at most {MAX_ELECTION_VALUE_BYTES} bytes; this one is {}",
+            value.len()
+        )));
     }
     let nonce: u64 = rand::random();
     Owner::new(&format!("{OWNER_TAG}{nonce:016x}:{value}"))
@@ -267,4 +274,32 @@ fn value_of(owner: &Owner) -> String {
         .and_then(|rest| rest.split_once(':'))
         .map(|(_, value)| value.to_string())
         .unwrap_or_else(|| owner.as_str().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemStore;
+
+    /// The documented limit is the enforced one: a value of exactly
+    /// `MAX_ELECTION_VALUE_BYTES` campaigns and reads back whole; one byte
+    /// more is refused before any store call, with the limit in the message.
+    #[tokio::test]
+    async fn election_value_limit_is_exact() {
+        let locks = Locks::new(MemStore::new());
+        let election = locks.election("limits").unwrap();
+        let longest = "v".repeat(MAX_ELECTION_VALUE_BYTES);
+        let leadership = election.campaign(&longest).await.unwrap();
+        assert_eq!(leadership.value(), longest);
+        assert_eq!(election.leader().await.unwrap().unwrap().value, longest);
+        leadership.resign().await.unwrap();
+
+        let err = election.campaign(&format!("{longest}v")).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+        assert!(
+            err.to_string()
+                .contains(&MAX_ELECTION_VALUE_BYTES.to_string()),
+            "{err}"
+        );
+    }
 }

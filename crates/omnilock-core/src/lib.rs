@@ -48,7 +48,7 @@ mod url;
 pub use backend::{AcquireRequest, Backend, Capabilities, Grant, Holder};
 pub use client::{check_ttl, LockRequest, Locks, DEFAULT_TTL, MAX_TTL, MIN_TTL};
 pub use detach::{complete_or_undo, CompleteOrUndo};
-pub use election::{Candidate, Election, Leader, Leadership, Observer};
+pub use election::{Candidate, Election, Leader, Leadership, Observer, MAX_ELECTION_VALUE_BYTES};
 pub use error::{Error, ErrorKind, Operation, Result};
 pub use guard::LockGuard;
 pub use local::LocalWaiters;

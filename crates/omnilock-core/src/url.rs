@@ -6,6 +6,7 @@
 //! [`StoreUrl::finish`] so that a misspelt option is an error, not a silent default.
 
 use std::fmt;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use percent_encoding::percent_decode_str;
@@ -87,6 +88,9 @@ pub struct StoreUrl {
     path: String,
     query: Vec<(String, String)>,
     unread: Vec<String>,
+    /// Every option name asked for, given or not: what the readers understand.
+    /// Shared by clones, since backends read options from a copy.
+    consulted: Arc<Mutex<Vec<String>>>,
 }
 
 impl StoreUrl {
@@ -176,6 +180,7 @@ impl StoreUrl {
             path: decode(path, "path")?,
             query,
             unread,
+            consulted: Arc::default(),
         })
     }
 
@@ -207,6 +212,11 @@ impl StoreUrl {
     /// Reads option `key` and marks it as understood.
     pub fn take(&mut self, key: &str) -> Option<String> {
         self.unread.retain(|k| k != key);
+        let mut consulted = self.consulted.lock().unwrap_or_else(|e| e.into_inner());
+        if !consulted.iter().any(|k| k == key) {
+            consulted.push(key.to_string());
+        }
+        drop(consulted);
         self.query
             .iter()
             .find(|(k, _)| k == key)
@@ -242,6 +252,25 @@ impl StoreUrl {
                 })
             })
             .transpose()
+    }
+
+    /// Every option name read so far, whether the URL gave it or not, in the
+    /// order first asked for, by this URL or any clone of it. After a store's
+    /// `from_url` this is the list of options that store understands (the
+    /// docs check compares it with each backend's page).
+    ///
+    /// ```
+    /// use omnilock_core::StoreUrl;
+    /// let mut url = StoreUrl::parse("mem://?ttl=5s").unwrap();
+    /// url.take("ttl");
+    /// url.take("pool");
+    /// assert_eq!(url.consulted_options(), ["ttl", "pool"]);
+    /// ```
+    pub fn consulted_options(&self) -> Vec<String> {
+        self.consulted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Fails if an option was given that nobody read: a misspelt option must
