@@ -1,5 +1,6 @@
-//! The scenarios. Each takes any [`Subject`], checks the capability it needs,
-//! and asserts outcomes. Waits are bounded by generous timeouts (shared
+//! The scenarios. Each takes any [`Subject`] whose store claims what the
+//! scenario needs (listed with it in [`crate::registry`], which the runner
+//! checks first) and asserts outcomes. Waits are bounded by generous timeouts (shared
 //! machines stall now and then) and driven by events, not sleeps, except
 //! where the passing of time is the point (leases).
 
@@ -29,13 +30,6 @@ fn rand_u32() -> u32 {
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
     nanos ^ std::process::id().rotate_left(16)
-}
-
-fn skip(subject: &Subject, scenario: &str, why: &str) {
-    eprintln!(
-        "{}: {scenario}: not claimed ({why}); skipped",
-        subject.label()
-    );
 }
 
 async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
@@ -235,13 +229,6 @@ pub async fn reentrancy(subject: &Subject) {
 /// release; a non-reentrant re-acquire there is `WouldDeadlock`.
 pub async fn reentrancy_across_clients(subject: &Subject) {
     let [a, b, other] = <[Locks; 3]>::try_from(clients(subject, 3).await).unwrap();
-    if !a.capabilities().cross_process_reentrancy {
-        return skip(
-            subject,
-            "reentrancy_across_clients",
-            "holds are not shared across clients",
-        );
-    }
     let name = unique("reentrant-across");
     let me = Owner::random();
     let first = a
@@ -310,9 +297,6 @@ pub async fn non_reentrant_reacquire_fails(subject: &Subject) {
 
 /// Fair backends grant 10 queued waiters in the order they queued.
 pub async fn fifo_order(subject: &Subject) {
-    if !caps(subject).await.fair {
-        return skip(subject, "fifo_order", "not fair");
-    }
     let name = unique("fifo");
     let clients = clients(subject, 3).await;
     let held = clients[0].acquire(&name).await.expect("holder");
@@ -385,9 +369,6 @@ pub async fn abandoned_holder_expires(subject: &Subject) {
 
 /// Renewal keeps a lock held across 3 × TTL.
 pub async fn renewal_keeps_lock(subject: &Subject) {
-    if !caps(subject).await.lease_renewal {
-        return skip(subject, "renewal_keeps_lock", "no lease renewal");
-    }
     let name = unique("renewal");
     let ttl = Duration::from_secs(1);
     let [a, b] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
@@ -414,13 +395,6 @@ pub async fn renewal_keeps_lock(subject: &Subject) {
 
 /// The lost signal fires when the lock is taken away under its holder.
 pub async fn lost_signal_fires(subject: &Subject) {
-    if !caps(subject).await.break_lock {
-        return skip(
-            subject,
-            "lost_signal_fires",
-            "cannot break locks to take one away",
-        );
-    }
     let name = unique("lost");
     let [a, admin] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
     let guard = a
@@ -465,9 +439,6 @@ pub async fn release_is_not_a_loss(subject: &Subject) {
 
 /// A stale guard's release returns NotOwner and leaves the new holder's lock alone.
 pub async fn stale_release_is_not_owner(subject: &Subject) {
-    if !caps(subject).await.break_lock {
-        return skip(subject, "stale_release_is_not_owner", "cannot break locks");
-    }
     let name = unique("stale");
     let [a, b, c] = <[Locks; 3]>::try_from(clients(subject, 3).await).unwrap();
     let stale = a.acquire(&name).await.expect("first holder");
@@ -492,9 +463,6 @@ pub async fn stale_release_is_not_owner(subject: &Subject) {
 /// Fencing tokens strictly increase over 100 acquisitions by rotating owners
 /// and clients.
 pub async fn fencing_tokens_increase(subject: &Subject) {
-    if !caps(subject).await.fencing {
-        return skip(subject, "fencing_tokens_increase", "no fencing tokens");
-    }
     let name = unique("fencing");
     let clients = clients(subject, 3).await;
     let mut last = 0u64;
@@ -651,15 +619,9 @@ pub async fn errors_name_backend_and_lock(subject: &Subject) {
 /// hand-offs (each waiter releases as soon as it is granted) with 2 and with
 /// 32 waiters, from the store's own request counters. Needs push wake-ups
 /// and a request counter (`Measure::requests_served`); runs alone (see
-/// [`crate::herd_tests!`]).
+/// [`crate::herd_main!`]).
 pub async fn handoff_cost_is_flat(subject: &Subject) {
-    if !caps(subject).await.push_wakeups {
-        return skip(subject, "handoff_cost_is_flat", "no push wake-ups");
-    }
     let counter = subject.client().await;
-    if served(&counter).await.is_none() {
-        return skip(subject, "handoff_cost_is_flat", "no request counter");
-    }
     let few = handoff_cost(subject, &counter, 2).await;
     let many = handoff_cost(subject, &counter, 32).await;
     eprintln!(
@@ -774,26 +736,6 @@ pub async fn capabilities_tell_the_truth(subject: &Subject) {
     }
 }
 
-/// Whether the subject can run elections: a fair store that can say who
-/// holds a lock.
-async fn elects(subject: &Subject, scenario: &str) -> bool {
-    let locks = subject.client().await;
-    if !locks.capabilities().fair {
-        skip(subject, scenario, "not fair");
-        return false;
-    }
-    match locks.holder(&unique("probe")).await {
-        Err(err) if err.kind() == ErrorKind::Unsupported => {
-            skip(subject, scenario, "cannot say who holds a lock");
-            false
-        }
-        other => {
-            other.expect("holder of a free lock");
-            true
-        }
-    }
-}
-
 /// Queues a campaign for `value` and returns once it waits in line.
 async fn queue_candidate(
     locks: &Locks,
@@ -822,9 +764,6 @@ async fn queue_candidate(
 /// One leader at a time; candidates lead in the order they queued; each new
 /// leader has a higher term; everyone reads the same leader.
 pub async fn election_one_leader_at_a_time(subject: &Subject) {
-    if !elects(subject, "election_one_leader_at_a_time").await {
-        return;
-    }
     let name = unique("election");
     let [a, b, c, reader] = <[Locks; 4]>::try_from(clients(subject, 4).await).unwrap();
     let watch = reader.election(&name).expect("election");
@@ -870,9 +809,6 @@ pub async fn election_one_leader_at_a_time(subject: &Subject) {
 /// A leader that dies (its runtime gone, as if the process died) is replaced
 /// by the next candidate within TTL + 1 s.
 pub async fn election_successor_takes_over_when_leader_dies(subject: &Subject) {
-    if !elects(subject, "election_successor_takes_over_when_leader_dies").await {
-        return;
-    }
     let name = unique("election-death");
     let ttl = Duration::from_secs(2);
     let victim = subject.clone();
@@ -929,9 +865,6 @@ pub async fn election_successor_takes_over_when_leader_dies(subject: &Subject) {
 
 /// An observer sees every leader, in order, and then that nobody leads.
 pub async fn election_observers_see_every_change(subject: &Subject) {
-    if !elects(subject, "election_observers_see_every_change").await {
-        return;
-    }
     let name = unique("election-observe");
     let clients = clients(subject, 3).await;
     let mut observer = clients[0]
@@ -990,9 +923,7 @@ pub async fn election_observers_see_every_change(subject: &Subject) {
 /// counts it.
 pub async fn measure_hooks_work(subject: &Subject) {
     let locks = subject.client().await;
-    let Some(measure) = locks.measure() else {
-        return skip(subject, "measure_hooks_work", "no benchmark hooks");
-    };
+    let measure = locks.measure().expect("benchmark hooks (claimed)");
     assert!(!measure.floor_ops().is_empty());
     let before = match measure.requests_served().await {
         Ok(count) => Some(count),
