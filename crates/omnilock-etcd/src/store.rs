@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp};
 use omnilock_core::{
-    async_trait, complete_or_undo, retry, AcquireRequest, Backend, Backoff, Capabilities, Error,
-    ErrorKind, Grant, Holder, LockName, Owner, Result,
+    async_trait, complete_or_undo, lock_unpoisoned as lock, retry, AcquireRequest, Backend,
+    Backoff, Capabilities, Error, ErrorKind, Grant, Holder, LockName, Owner, Result,
+    SessionsPerTtl,
 };
 
 use crate::builder::EtcdBuilder;
@@ -35,7 +36,7 @@ pub struct EtcdStore {
     etcd: Etcd,
     mode: Mode,
     /// Recipe mode: one shared lease per TTL asked for.
-    sessions: tokio::sync::Mutex<HashMap<Duration, Arc<Session>>>,
+    sessions: SessionsPerTtl<Session>,
     /// Lock-protocol mode: one lease per acquisition, remembered to close them.
     own_sessions: Mutex<Vec<std::sync::Weak<Session>>>,
     /// Lock-protocol mode: leases whose acquisition was released, kept alive for
@@ -99,7 +100,7 @@ impl EtcdStore {
         EtcdStore {
             etcd,
             mode,
-            sessions: tokio::sync::Mutex::new(HashMap::new()),
+            sessions: SessionsPerTtl::new(|session| session.death().is_none()),
             own_sessions: Mutex::new(Vec::new()),
             idle: Mutex::new(HashMap::new()),
         }
@@ -108,15 +109,9 @@ impl EtcdStore {
     /// The shared session for `ttl`, granting a new lease if there is none
     /// or the last one died.
     async fn shared_session(&self, ttl: Duration) -> Result<Arc<Session>> {
-        let mut sessions = self.sessions.lock().await;
-        if let Some(session) = sessions.get(&ttl) {
-            if session.death().is_none() {
-                return Ok(session.clone());
-            }
-        }
-        let session = Session::grant(&self.etcd, ttl).await?;
-        sessions.insert(ttl, session.clone());
-        Ok(session)
+        self.sessions
+            .get(ttl, || Session::grant(&self.etcd, ttl))
+            .await
     }
 
     pub(crate) fn etcd(&self) -> &Etcd {
@@ -424,12 +419,6 @@ impl EtcdStore {
         revoke.armed = false;
         Ok(Some(self.grant(request, key, rev, session, None)))
     }
-
-    fn held<'g>(&self, grant: &'g Grant) -> Result<&'g Held> {
-        grant
-            .state::<Held>()
-            .ok_or_else(|| Error::new(ErrorKind::Backend, "grant from another backend"))
-    }
 }
 
 /// Revokes a per-acquisition lease when an acquire fails or is dropped.
@@ -524,7 +513,7 @@ impl Backend for EtcdStore {
     }
 
     async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
-        let held = self.held(grant)?;
+        let held = grant.backend_state::<Held>()?;
         held.session.unregister(held.ticket);
         let key = held.key.as_str();
         let mut uncertain = false;
@@ -602,7 +591,7 @@ impl Backend for EtcdStore {
     }
 
     async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
-        let held = self.held(grant)?;
+        let held = grant.backend_state::<Held>()?;
         if let Some(cause) = held.session.death() {
             return Err(cause.with_retryable(false));
         }
@@ -679,7 +668,7 @@ impl Backend for EtcdStore {
     }
 
     async fn close(&self) {
-        let shared: Vec<_> = self.sessions.lock().await.drain().map(|(_, s)| s).collect();
+        let shared = self.sessions.take_all();
         lock(&self.idle).clear();
         let own: Vec<_> = lock(&self.own_sessions)
             .drain(..)
@@ -689,8 +678,4 @@ impl Backend for EtcdStore {
             session.close(&self.etcd).await;
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }

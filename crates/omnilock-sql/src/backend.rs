@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use omnilock_core::{
-    async_trait, complete_or_undo, AcquireRequest, Backend, Backoff, Capabilities, Error,
-    ErrorKind, Grant, LocalWaiters, LockName, Owner, Result,
+    async_trait, complete_or_undo, lock_unpoisoned, AcquireRequest, Backend, Backoff, Capabilities,
+    Error, ErrorKind, Grant, LocalWaiters, LockName, Owner, Result,
 };
 use sqlx::Row;
 use tokio::sync::Notify;
@@ -148,11 +148,7 @@ impl SqlStore {
                 (*pool.connect_options()).clone(),
                 store.inner.config.table.clone(),
             ));
-            *store
-                .inner
-                .listener
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()) = Some(task);
+            *lock_unpoisoned(&store.inner.listener) = Some(task);
         }
         store
     }

@@ -5,13 +5,12 @@
 //! lowest sequence holds the lock; a waiter watches only the child just
 //! below its own and looks again when that one is deleted.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use omnilock_core::{
-    async_trait, complete_or_undo, AcquireRequest, Backend, Backoff, Capabilities, Error,
-    ErrorKind, Grant, Holder, LockName, Owner, Result,
+    async_trait, complete_or_undo, retry_in_background, AcquireRequest, Backend, Backoff,
+    Capabilities, Error, ErrorKind, Grant, Holder, LockName, Owner, Result, SessionsPerTtl,
 };
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use zookeeper_client::{Acls, Client, CreateMode, SessionState};
@@ -65,7 +64,7 @@ enum Sessions {
     /// From a URL: one session per TTL asked for, opened on demand.
     PerTtl {
         config: Box<ZkConfig>,
-        open: tokio::sync::Mutex<HashMap<Duration, Arc<Session>>>,
+        open: SessionsPerTtl<Session>,
     },
     /// The application's own session (a client it gave): every lock lives on
     /// it, so a lease is that session's timeout; when it ends, no other can
@@ -121,7 +120,7 @@ impl ZkStore {
             },
             sessions: Sessions::PerTtl {
                 config: Box::new(config),
-                open: tokio::sync::Mutex::new(HashMap::new()),
+                open: SessionsPerTtl::new(|session| session.death().is_none()),
             },
         };
         let session = store.session(ttl).await?;
@@ -202,17 +201,7 @@ impl ZkStore {
     /// `ttl` (a crashed holder's lock must free within the TTL).
     async fn session(&self, ttl: Duration) -> Result<Arc<Session>> {
         match &self.sessions {
-            Sessions::PerTtl { config, open } => {
-                let mut sessions = open.lock().await;
-                if let Some(session) = sessions.get(&ttl) {
-                    if session.death().is_none() {
-                        return Ok(session.clone());
-                    }
-                }
-                let session = Session::open(config, ttl).await?;
-                sessions.insert(ttl, session.clone());
-                Ok(session)
-            }
+            Sessions::PerTtl { config, open } => open.get(ttl, || Session::open(config, ttl)).await,
             Sessions::Given(session) => {
                 given_alive(session)?;
                 ttl_fits_session(ttl, session.timeout)?;
@@ -403,12 +392,6 @@ impl ZkStore {
         }
         Ok(())
     }
-
-    fn held<'g>(&self, grant: &'g Grant) -> Result<&'g Held> {
-        grant
-            .state::<Held>()
-            .ok_or_else(|| Error::new(ErrorKind::Backend, "grant from another backend"))
-    }
 }
 
 /// Creates our ephemeral-sequential node (and the parents it needs),
@@ -597,20 +580,20 @@ async fn call_raw<T>(
 
 /// Deletes a node nobody will use, in the background.
 fn abandon(client: &Client, path: String) {
-    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        let client = client.clone();
-        runtime.spawn(async move {
-            let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(1));
-            for _ in 0..10 {
-                match client.delete(&path, None).await {
-                    Err(e) if connection_trouble(&e) => {
-                        tokio::time::sleep(backoff.next_delay()).await
-                    }
-                    _ => return,
+    let client = client.clone();
+    retry_in_background(move || {
+        let (client, path) = (client.clone(), path.clone());
+        async move {
+            match client.delete(&path, None).await {
+                // Only a request that may not have reached the server is
+                // worth repeating; any other answer settles it.
+                Err(e) if connection_trouble(&e) => {
+                    Err(Error::unavailable(format!("deleting {path}: {e}")))
                 }
+                _ => Ok(()),
             }
-        });
-    }
+        }
+    });
 }
 
 /// Whether the request may or may not have reached the server: the
@@ -677,7 +660,7 @@ impl Backend for ZkStore {
     }
 
     async fn release(&self, _request: &AcquireRequest, grant: &Grant) -> Result<()> {
-        let held = self.held(grant)?;
+        let held = grant.backend_state::<Held>()?;
         held.session.unregister(held.ticket);
         let client = &held.session.client;
         let mut uncertain = false;
@@ -706,7 +689,7 @@ impl Backend for ZkStore {
     }
 
     async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
-        let held = self.held(grant)?;
+        let held = grant.backend_state::<Held>()?;
         if let Some(cause) = held.session.death() {
             return Err(cause.with_retryable(false));
         }
@@ -785,7 +768,7 @@ impl Backend for ZkStore {
     async fn close(&self) {
         match &self.sessions {
             Sessions::PerTtl { open, .. } => {
-                for (_, session) in open.lock().await.drain() {
+                for session in open.take_all() {
                     session.close();
                 }
             }
