@@ -5,24 +5,51 @@
 //! Every input is checked, and every store connected, before the first run:
 //! a typo never costs a half-finished benchmark.
 
+use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use clap::ValueEnum;
 use omnilock::Locks;
 
 use crate::args::BenchArgs;
 use crate::exit::{self, fail};
 use crate::plots;
 
-/// The workloads, in the order they run.
-pub const WORKLOADS: &[&str] = &[
-    "floor",
-    "uncontended",
-    "contended",
-    "many-locks",
-    "handoff",
-    "herd",
-];
+/// The workloads, in the order they run by default. `--workload` is parsed
+/// into these (clap's `ValueEnum`: an unknown name is a usage error), and
+/// every `match` on them is exhaustive, so a new one cannot fall through to
+/// another's code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Workload {
+    /// The store's own cheapest lock-like round trip, without omnilock.
+    Floor,
+    /// Acquire and release of a lock nobody else wants.
+    Uncontended,
+    /// Several clients taking turns on one lock.
+    Contended,
+    /// Many clients over many lock names.
+    ManyLocks,
+    /// Release → next waiter's grant latency.
+    Handoff,
+    /// Store requests per hand-off as waiters grow.
+    Herd,
+}
+
+impl fmt::Display for Workload {
+    /// The name `--workload` takes (`many-locks`), also used in the table
+    /// and `results.json`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let value = self.to_possible_value().expect("no workload is hidden");
+        f.write_str(value.get_name())
+    }
+}
+
+impl serde::Serialize for Workload {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
 
 /// Clients of the many-locks workload, and the names they spread over.
 const MANY_CLIENTS: usize = 64;
@@ -33,7 +60,7 @@ const HERD_LIMIT: Duration = Duration::from_secs(60);
 /// One result row.
 struct Row {
     store: String,
-    workload: &'static str,
+    workload: Workload,
     clients: usize,
     ops: usize,
     per_second: f64,
@@ -53,23 +80,10 @@ struct Row {
 }
 
 pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
-    let workloads: Vec<&'static str> = if args.workload.is_empty() {
-        WORKLOADS.to_vec()
+    let workloads: Vec<Workload> = if args.workload.is_empty() {
+        Workload::value_variants().to_vec()
     } else {
-        let mut chosen = Vec::new();
-        for name in args.workload.iter().flat_map(|w| w.split(',')) {
-            match WORKLOADS.iter().find(|w| **w == name) {
-                Some(w) => chosen.push(*w),
-                None => {
-                    eprintln!(
-                        "omnilock: unknown workload {name:?}; known: {}",
-                        WORKLOADS.join(", ")
-                    );
-                    return exit::USAGE;
-                }
-            }
-        }
-        chosen
+        args.workload.clone()
     };
     // Connect to every store before running anything.
     let mut connected = Vec::new();
@@ -85,17 +99,21 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
             return exit::USAGE;
         }
     }
-    let interleaved = workloads.contains(&"floor") && workloads.contains(&"uncontended");
+    let interleaved =
+        workloads.contains(&Workload::Floor) && workloads.contains(&Workload::Uncontended);
     let runs: usize = connected
         .iter()
         .map(|(_, locks)| {
             workloads
                 .iter()
-                .map(|w| match *w {
-                    "contended" => args.clients.len(),
-                    "herd" => args.herd_waiters.len(),
-                    "floor" if interleaved && locks.measure().is_some() => 0,
-                    _ => 1,
+                .map(|w| match w {
+                    Workload::Contended => args.clients.len(),
+                    Workload::Herd => args.herd_waiters.len(),
+                    Workload::Floor if interleaved && locks.measure().is_some() => 0,
+                    Workload::Floor
+                    | Workload::Uncontended
+                    | Workload::ManyLocks
+                    | Workload::Handoff => 1,
                 })
                 .sum::<usize>()
         })
@@ -104,17 +122,17 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
     let mut rows = Vec::new();
     let tag = std::process::id();
     for (shown, locks) in &connected {
-        for workload in &workloads {
-            let client_counts: Vec<usize> = match *workload {
-                "contended" => args.clients.iter().map(|n| *n as usize).collect(),
-                "handoff" => vec![args.waiters as usize],
-                "herd" => args.herd_waiters.iter().map(|n| *n as usize).collect(),
-                "many-locks" => vec![MANY_CLIENTS],
-                _ => vec![1],
+        for &workload in &workloads {
+            let client_counts: Vec<usize> = match workload {
+                Workload::Contended => args.clients.iter().map(|n| *n as usize).collect(),
+                Workload::Handoff => vec![args.waiters as usize],
+                Workload::Herd => args.herd_waiters.iter().map(|n| *n as usize).collect(),
+                Workload::ManyLocks => vec![MANY_CLIENTS],
+                Workload::Floor | Workload::Uncontended => vec![1],
             };
             // The floor is then measured interleaved with the uncontended
             // run, so that drift on a shared machine hits both alike.
-            if *workload == "floor" && interleaved && locks.measure().is_some() {
+            if workload == Workload::Floor && interleaved && locks.measure().is_some() {
                 continue;
             }
             for clients in client_counts {
@@ -122,17 +140,21 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
                 let label = format!("[{done}/{runs}] {shown}: {workload}, {clients} client(s)");
                 // The herd workload runs until its chain completes, not for
                 // the duration.
-                let expected = (*workload != "herd").then_some(args.duration);
+                let expected = (workload != Workload::Herd).then_some(args.duration);
                 let _progress = Progress::start(label, expected);
                 let name = format!("omnilock-bench/{tag}/{workload}/{clients}");
                 let one = |row: omnilock::Result<Row>| row.map(|row| vec![row]);
-                let result = match *workload {
-                    "floor" => one(floor(locks, args.duration).await),
-                    "uncontended" => uncontended(locks, &name, args.duration, interleaved).await,
-                    "contended" => one(contended(locks, &name, clients, args.duration).await),
-                    "many-locks" => one(many_locks(locks, &name, args.duration).await),
-                    "handoff" => one(handoff(locks, &name, clients, args.duration).await),
-                    _ => one(herd(locks, &name, clients).await),
+                let result = match workload {
+                    Workload::Floor => one(floor(locks, args.duration).await),
+                    Workload::Uncontended => {
+                        uncontended(locks, &name, args.duration, interleaved).await
+                    }
+                    Workload::Contended => {
+                        one(contended(locks, &name, clients, args.duration).await)
+                    }
+                    Workload::ManyLocks => one(many_locks(locks, &name, args.duration).await),
+                    Workload::Handoff => one(handoff(locks, &name, clients, args.duration).await),
+                    Workload::Herd => one(herd(locks, &name, clients).await),
                 };
                 match result {
                     Ok(new) => rows.extend(new.into_iter().map(|mut row| {
@@ -147,10 +169,13 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
     // Each store's uncontended p50 as a ratio of its own floor.
     let floors: Vec<(String, Duration)> = rows
         .iter()
-        .filter(|r| r.workload == "floor" && r.ops > 0)
+        .filter(|r| r.workload == Workload::Floor && r.ops > 0)
         .map(|r| (r.store.clone(), r.p50))
         .collect();
-    for r in rows.iter_mut().filter(|r| r.workload == "uncontended") {
+    for r in rows
+        .iter_mut()
+        .filter(|r| r.workload == Workload::Uncontended)
+    {
         if let Some((_, floor)) = floors.iter().find(|(s, _)| *s == r.store) {
             r.ratio = Some(r.p50.as_secs_f64() / floor.as_secs_f64().max(1e-9));
         }
@@ -234,7 +259,7 @@ fn charts(rows: &[Row]) -> Vec<(&'static str, String)> {
             stores.push(&r.store);
         }
     }
-    let find = |store: &str, workload: &str| {
+    let find = |store: &str, workload: Workload| {
         rows.iter()
             .find(move |r| r.store == store && r.workload == workload && r.ops > 0)
     };
@@ -243,8 +268,8 @@ fn charts(rows: &[Row]) -> Vec<(&'static str, String)> {
     let latency: Vec<(String, Vec<f64>)> = stores
         .iter()
         .filter_map(|s| {
-            let lock = find(s, "uncontended")?;
-            let floor = find(s, "floor").map_or(0.0, |f| ms(f.p50));
+            let lock = find(s, Workload::Uncontended)?;
+            let floor = find(s, Workload::Floor).map_or(0.0, |f| ms(f.p50));
             Some((s.to_string(), vec![floor, ms(lock.p50), ms(lock.p99)]))
         })
         .collect();
@@ -255,7 +280,7 @@ fn charts(rows: &[Row]) -> Vec<(&'static str, String)> {
             plots::bars("Uncontended acquire + release", "ms", &series, &latency),
         ));
     }
-    let by_clients = |workload: &str, value: &dyn Fn(&Row) -> Option<f64>| {
+    let by_clients = |workload: Workload, value: &dyn Fn(&Row) -> Option<f64>| {
         stores
             .iter()
             .map(|s| plots::Series {
@@ -269,7 +294,7 @@ fn charts(rows: &[Row]) -> Vec<(&'static str, String)> {
             .filter(|s| !s.points.is_empty())
             .collect::<Vec<_>>()
     };
-    let contended = by_clients("contended", &|r| Some(r.per_second));
+    let contended = by_clients(Workload::Contended, &|r| Some(r.per_second));
     if !contended.is_empty() {
         charts.push((
             "contended.svg",
@@ -282,7 +307,7 @@ fn charts(rows: &[Row]) -> Vec<(&'static str, String)> {
             ),
         ));
     }
-    let herd = by_clients("herd", &|r| r.requests);
+    let herd = by_clients(Workload::Herd, &|r| r.requests);
     if !herd.is_empty() {
         charts.push((
             "herd.svg",
@@ -298,7 +323,7 @@ fn charts(rows: &[Row]) -> Vec<(&'static str, String)> {
     let handoff: Vec<(String, Vec<f64>)> = stores
         .iter()
         .filter_map(|s| {
-            let r = find(s, "handoff")?;
+            let r = find(s, Workload::Handoff)?;
             Some((s.to_string(), vec![ms(r.p50), ms(r.p99)]))
         })
         .collect();
@@ -311,7 +336,12 @@ fn charts(rows: &[Row]) -> Vec<(&'static str, String)> {
     }
     let many: Vec<(String, Vec<f64>)> = stores
         .iter()
-        .filter_map(|s| Some((s.to_string(), vec![find(s, "many-locks")?.per_second])))
+        .filter_map(|s| {
+            Some((
+                s.to_string(),
+                vec![find(s, Workload::ManyLocks)?.per_second],
+            ))
+        })
         .collect();
     if !many.is_empty() {
         charts.push((
@@ -331,7 +361,7 @@ fn charts(rows: &[Row]) -> Vec<(&'static str, String)> {
 /// same client library and connection ([`omnilock::Measure`]).
 async fn floor(locks: &Locks, duration: Duration) -> omnilock::Result<Row> {
     let Some(measure) = locks.measure() else {
-        return Ok(skipped("floor", 1, "no floor hook for this store"));
+        return Ok(skipped(Workload::Floor, 1, "no floor hook for this store"));
     };
     let started = Instant::now();
     let mut samples = Vec::new();
@@ -340,7 +370,7 @@ async fn floor(locks: &Locks, duration: Duration) -> omnilock::Result<Row> {
         measure.floor_round().await?;
         samples.push(at.elapsed());
     }
-    let mut row = row("floor", 1, samples, started.elapsed(), None);
+    let mut row = row(Workload::Floor, 1, samples, started.elapsed(), None);
     row.note = measure.floor_ops().to_string();
     Ok(row)
 }
@@ -371,7 +401,13 @@ async fn many_locks(locks: &Locks, name: &str, duration: Duration) -> omnilock::
     join(tasks).await?;
     let elapsed = started.elapsed();
     let samples = std::mem::take(&mut *samples.lock().unwrap());
-    Ok(row("many-locks", MANY_CLIENTS, samples, elapsed, None))
+    Ok(row(
+        Workload::ManyLocks,
+        MANY_CLIENTS,
+        samples,
+        elapsed,
+        None,
+    ))
 }
 
 /// Store requests per hand-off along a chain of `waiters` queued
@@ -380,7 +416,7 @@ async fn many_locks(locks: &Locks, name: &str, duration: Duration) -> omnilock::
 async fn herd(locks: &Locks, name: &str, waiters: usize) -> omnilock::Result<Row> {
     let Some(measure) = locks.measure() else {
         return Ok(skipped(
-            "herd",
+            Workload::Herd,
             waiters,
             "no request counter for this store",
         ));
@@ -388,7 +424,7 @@ async fn herd(locks: &Locks, name: &str, waiters: usize) -> omnilock::Result<Row
     if let Err(err) = measure.requests_served().await {
         if err.kind() == omnilock::ErrorKind::Unsupported {
             return Ok(skipped(
-                "herd",
+                Workload::Herd,
                 waiters,
                 "no request counter for this store",
             ));
@@ -432,14 +468,14 @@ async fn herd(locks: &Locks, name: &str, waiters: usize) -> omnilock::Result<Row
         // A stuck chain is a finding, not a reason to hang the whole run.
         aborts.iter().for_each(|a| a.abort());
         return Ok(skipped(
-            "herd",
+            Workload::Herd,
             waiters,
             &format!("the chain of hand-offs did not finish within {HERD_LIMIT:?}"),
         ));
     }
     let elapsed = started.elapsed();
     let end = measure.requests_served().await?;
-    let mut row = row("herd", waiters, Vec::new(), elapsed, None);
+    let mut row = row(Workload::Herd, waiters, Vec::new(), elapsed, None);
     row.ops = waiters;
     row.per_second = waiters as f64 / elapsed.as_secs_f64().max(1e-9);
     row.requests = Some(end.saturating_sub(start) as f64 / waiters as f64);
@@ -458,7 +494,7 @@ async fn until(
     }
 }
 
-fn skipped(workload: &'static str, clients: usize, why: &str) -> Row {
+fn skipped(workload: Workload, clients: usize, why: &str) -> Row {
     let mut row = row(workload, clients, Vec::new(), Duration::from_secs(1), None);
     row.note = why.to_string();
     row
@@ -508,11 +544,11 @@ async fn uncontended(
     }
     let mut rows = Vec::new();
     if let Some(measure) = measure {
-        let mut floor = row("floor", 1, floor_samples, floor_time, None);
+        let mut floor = row(Workload::Floor, 1, floor_samples, floor_time, None);
         floor.note = format!("{} (interleaved with uncontended)", measure.floor_ops());
         rows.push(floor);
     }
-    rows.push(row("uncontended", 1, samples, lock_time, None));
+    rows.push(row(Workload::Uncontended, 1, samples, lock_time, None));
     Ok(rows)
 }
 
@@ -550,7 +586,7 @@ async fn contended(
     let counts = counts.lock().unwrap().clone();
     let samples = std::mem::take(&mut *waits.lock().unwrap());
     Ok(row(
-        "contended",
+        Workload::Contended,
         clients,
         samples,
         elapsed,
@@ -593,11 +629,11 @@ async fn handoff(
     join(tasks).await?;
     let elapsed = started.elapsed();
     let samples = std::mem::take(&mut *samples.lock().unwrap());
-    Ok(row("handoff", waiters, samples, elapsed, None))
+    Ok(row(Workload::Handoff, waiters, samples, elapsed, None))
 }
 
 fn row(
-    workload: &'static str,
+    workload: Workload,
     clients: usize,
     mut samples: Vec<Duration>,
     elapsed: Duration,
@@ -672,50 +708,49 @@ fn print_table(rows: &[Row]) {
     }
 }
 
+/// `results.json`: one object per row, durations in milliseconds, figures
+/// rounded to the digits they are good for.
 fn json(rows: &[Row]) -> String {
-    let items: Vec<String> = rows
+    #[derive(serde::Serialize)]
+    struct JsonRow<'a> {
+        store: &'a str,
+        workload: Workload,
+        clients: usize,
+        ops: usize,
+        ops_per_second: f64,
+        p50_ms: f64,
+        p99_ms: f64,
+        p999_ms: f64,
+        fairness: Option<f64>,
+        ratio_to_floor: Option<f64>,
+        requests_per_handoff: Option<f64>,
+        note: &'a str,
+    }
+    let round = |v: f64, digits: i32| {
+        let scale = 10f64.powi(digits);
+        (v * scale).round() / scale
+    };
+    let ms = |d: Duration| round(d.as_secs_f64() * 1000.0, 3);
+    let json_rows: Vec<JsonRow> = rows
         .iter()
-        .map(|r| {
-            format!(
-                "  {{\"store\": {}, \"workload\": \"{}\", \"clients\": {}, \"ops\": {}, \
-                 \"ops_per_second\": {:.3}, \"p50_ms\": {}, \"p99_ms\": {}, \"p999_ms\": {}, \
-                 \"fairness\": {}, \"ratio_to_floor\": {}, \"requests_per_handoff\": {}, \"note\": {}}}",
-                json_string(&r.store),
-                r.workload,
-                r.clients,
-                r.ops,
-                r.per_second,
-                ms(r.p50),
-                ms(r.p99),
-                ms(r.p999),
-                r.fairness
-                    .map(|f| format!("{f:.4}"))
-                    .unwrap_or_else(|| "null".into()),
-                r.ratio
-                    .map(|f| format!("{f:.4}"))
-                    .unwrap_or_else(|| "null".into()),
-                r.requests
-                    .map(|f| format!("{f:.3}"))
-                    .unwrap_or_else(|| "null".into()),
-                json_string(&r.note)
-            )
+        .map(|r| JsonRow {
+            store: &r.store,
+            workload: r.workload,
+            clients: r.clients,
+            ops: r.ops,
+            ops_per_second: round(r.per_second, 3),
+            p50_ms: ms(r.p50),
+            p99_ms: ms(r.p99),
+            p999_ms: ms(r.p999),
+            fairness: r.fairness.map(|v| round(v, 4)),
+            ratio_to_floor: r.ratio.map(|v| round(v, 4)),
+            requests_per_handoff: r.requests.map(|v| round(v, 3)),
+            note: &r.note,
         })
         .collect();
-    format!("[\n{}\n]\n", items.join(",\n"))
-}
-
-fn json_string(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+    let mut text = serde_json::to_string_pretty(&json_rows).expect("rows serialize");
+    text.push('\n');
+    text
 }
 
 #[cfg(test)]
@@ -729,7 +764,40 @@ mod tests {
     }
 
     #[test]
-    fn json_escapes() {
-        assert_eq!(json_string("a\"b\\c\n"), "\"a\\\"b\\\\c\\u000a\"");
+    fn workloads_are_named_as_the_flag_takes_them() {
+        let names: Vec<String> = Workload::value_variants()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "floor",
+                "uncontended",
+                "contended",
+                "many-locks",
+                "handoff",
+                "herd"
+            ]
+        );
+    }
+
+    #[test]
+    fn json_is_json() {
+        let mut row = row(
+            Workload::ManyLocks,
+            3,
+            vec![Duration::from_micros(1500)],
+            Duration::from_secs(1),
+            None,
+        );
+        row.store = "redis://h\"x".to_string();
+        row.note = "a\nb".to_string();
+        let parsed: serde_json::Value = serde_json::from_str(&json(&[row])).expect("valid JSON");
+        assert_eq!(parsed[0]["store"], "redis://h\"x");
+        assert_eq!(parsed[0]["workload"], "many-locks");
+        assert_eq!(parsed[0]["p50_ms"], 1.5);
+        assert_eq!(parsed[0]["fairness"], serde_json::Value::Null);
+        assert_eq!(parsed[0]["note"], "a\nb");
     }
 }

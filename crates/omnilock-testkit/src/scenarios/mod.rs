@@ -393,7 +393,8 @@ pub async fn renewal_keeps_lock(subject: &Subject) {
     guard.release().await.expect("release");
 }
 
-/// The lost signal fires when the lock is taken away under its holder.
+/// The lost signal fires when the lock is taken away under its holder, and
+/// its error names the backend and the lock.
 pub async fn lost_signal_fires(subject: &Subject) {
     let name = unique("lost");
     let [a, admin] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
@@ -407,6 +408,8 @@ pub async fn lost_signal_fires(subject: &Subject) {
     assert!(admin.break_lock(&name).await.expect("break"));
     let loss = within("the lost signal fires", guard.lost()).await;
     assert_eq!(loss.kind(), ErrorKind::LockLost);
+    assert_eq!(loss.backend(), Some(a.backend_kind()), "{loss}");
+    assert_eq!(loss.lock(), Some(name.as_str()), "{loss}");
     assert!(!guard.is_held());
     let err = guard.release().await.expect_err("releasing a lost lock");
     assert_eq!(err.kind(), ErrorKind::NotOwner, "{err}");
