@@ -23,7 +23,7 @@ use tokio::task::JoinHandle;
 use zookeeper_client::{Client, SessionState};
 
 use crate::config::ZkConfig;
-use crate::store::classify;
+use crate::conn::classify;
 
 pub(crate) struct Session {
     pub client: Client,
