@@ -6,4 +6,4 @@ fn subject() -> Subject {
     Subject::new("mem", || omnilock::connect("mem://conformance"))
 }
 
-omnilock_testkit::conformance_tests!(subject());
+omnilock_testkit::conformance_main!(mem => subject());

@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::bench::Workload;
+
 use std::path::PathBuf;
 
 /// `$OMNILOCK_STORE`, else the embedded default. An error when there is
@@ -227,10 +229,10 @@ pub struct DemoArgs {
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Workloads to run: floor, uncontended, contended, many-locks, handoff,
-    /// herd (repeat the flag or separate with commas) [default: all]
-    #[arg(long, value_name = "NAME")]
-    pub workload: Vec<String>,
+    /// Workloads to run (repeat the flag or separate with commas)
+    /// [default: all]
+    #[arg(long, value_name = "NAME", value_enum, value_delimiter = ',')]
+    pub workload: Vec<Workload>,
 
     /// Client counts for the contended workload
     #[arg(long, value_name = "N,...", value_delimiter = ',', default_values_t = vec![1, 4, 16],

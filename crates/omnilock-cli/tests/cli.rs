@@ -568,26 +568,28 @@ fn bench_compares_stores_and_writes_json() {
         "{table}"
     );
     let json = std::fs::read_to_string(out_dir.join("results.json")).expect("results.json");
-    assert_eq!(json.matches("\"workload\"").count(), 14, "{json}");
-    let rows: Vec<&str> = json
-        .lines()
-        .filter(|l| l.contains("\"workload\""))
-        .collect();
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&json).expect("results.json is JSON");
+    assert_eq!(rows.len(), 14, "{json}");
     for row in &rows {
         let measured = ["uncontended", "contended", "many-locks", "handoff"]
             .iter()
-            .any(|w| row.contains(&format!("\"workload\": \"{w}\"")));
+            .any(|w| row["workload"] == *w);
         if measured {
-            assert!(!row.contains("\"ops\": 0,"), "a run did no work: {row}");
+            assert_ne!(row["ops"], 0, "a run did no work: {row}");
         }
     }
     // SQLite has a floor hook, so its uncontended row carries a ratio.
     let sqlite_uncontended = rows
         .iter()
-        .find(|r| r.contains("sqlite://") && r.contains("\"workload\": \"uncontended\""))
+        .find(|r| {
+            r["store"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("sqlite://"))
+                && r["workload"] == "uncontended"
+        })
         .expect("sqlite uncontended row");
     assert!(
-        !sqlite_uncontended.contains("\"ratio_to_floor\": null"),
+        sqlite_uncontended["ratio_to_floor"].is_f64(),
         "{sqlite_uncontended}"
     );
     // The in-memory store has neither hook: said, not faked.

@@ -95,6 +95,14 @@ impl Grant {
     pub fn state<T: Any>(&self) -> Option<&T> {
         self.state.downcast_ref()
     }
+
+    /// The state this backend attached (type `T`), or a
+    /// [`Backend`](ErrorKind::Backend) error for a grant that another
+    /// backend made: what a backend's release and renew start with.
+    pub fn backend_state<T: Any>(&self) -> Result<&T> {
+        self.state()
+            .ok_or_else(|| Error::new(ErrorKind::Backend, "grant from another backend"))
+    }
 }
 
 impl fmt::Debug for Grant {

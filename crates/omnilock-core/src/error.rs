@@ -223,6 +223,33 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         self.retryable
     }
+
+    /// This error as the reason a held lock was lost: kind
+    /// [`ErrorKind::LockLost`] (not retryable), the same backend, operation
+    /// and lock, and this error itself as the source, kind and cause intact
+    /// (see [`underlying`](Self::underlying)). A `LockLost` error is
+    /// returned as it is.
+    pub fn into_lock_lost(self) -> Error {
+        if self.kind == ErrorKind::LockLost {
+            return self;
+        }
+        Error {
+            kind: ErrorKind::LockLost,
+            message: format!("{} while the lock was held", self.kind),
+            backend: self.backend,
+            operation: self.operation,
+            lock: self.lock.clone(),
+            retryable: false,
+            cause: Some(Arc::new(self)),
+        }
+    }
+
+    /// The omnilock error this one wraps, if its cause is one: for a loss
+    /// made by [`into_lock_lost`](Self::into_lock_lost), the failure that
+    /// lost the lock.
+    pub fn underlying(&self) -> Option<&Error> {
+        self.cause.as_deref()?.downcast_ref()
+    }
 }
 
 impl fmt::Display for Error {
@@ -284,6 +311,28 @@ mod tests {
         assert_eq!(err.backend(), Some("mem"));
         assert_eq!(err.lock(), Some("a"));
         assert!(!err.is_retryable());
+    }
+
+    #[test]
+    fn a_loss_keeps_the_failure_that_caused_it() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        let failure = Error::new(ErrorKind::Backend, "NOSCRIPT")
+            .with_backend("redis")
+            .with_operation(Operation::Renew)
+            .with_cause(io);
+        let loss = failure.into_lock_lost().with_lock("jobs/a");
+        assert_eq!(loss.kind(), ErrorKind::LockLost);
+        assert!(!loss.is_retryable());
+        assert_eq!(loss.backend(), Some("redis"));
+        assert_eq!(loss.operation(), Some(Operation::Renew));
+        let original = loss.underlying().expect("the original error");
+        assert_eq!(original.kind(), ErrorKind::Backend);
+        assert_eq!(original.message(), "NOSCRIPT");
+        let io = std::error::Error::source(original).expect("its own cause");
+        assert_eq!(io.to_string(), "reset");
+        let lost = Error::new(ErrorKind::LockLost, "lease expired");
+        assert_eq!(lost.clone().into_lock_lost().message(), "lease expired");
+        assert!(lost.underlying().is_none());
     }
 
     #[test]

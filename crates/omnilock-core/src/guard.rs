@@ -94,9 +94,16 @@ impl LockGuard {
     /// lost; never completes once the lock is released without having been
     /// lost. Independent of the guard's lifetime, so it can be moved into
     /// another task (abort that task after releasing, or `select!` the
-    /// future against the work it guards).
+    /// future against the work it guards). The error names the backend and
+    /// the lock; when another failure lost the lock (a renewal the store
+    /// refused), that failure is its [`underlying`](Error::underlying) error.
     pub fn lost(&self) -> impl Future<Output = Error> + Send + 'static {
-        self.hold.request.lost.fired()
+        let fired = self.hold.request.lost.fired();
+        // Stores report losses without knowing the lock's name (a session
+        // ends for all its locks at once): add what this guard knows.
+        let backend = self.hold.backend().kind();
+        let lock = self.hold.request.name.as_str().to_string();
+        async move { fired.await.with_backend(backend).with_lock(lock) }
     }
 
     /// Releases this hold; the last hold of an acquisition releases the lock

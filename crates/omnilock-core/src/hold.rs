@@ -2,7 +2,7 @@
 //! (reentrancy within the process), its renewal task and its lost signal.
 //! Every [`crate::LockGuard`] for the same acquisition shares one `Hold`.
 
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use tokio::runtime::Handle;
@@ -13,6 +13,7 @@ use crate::client::Shared;
 use crate::error::{Error, ErrorKind, Operation, Result};
 use crate::metrics::HoldMetrics;
 use crate::retry::{retry, Backoff};
+use crate::sync::lock_unpoisoned as lock;
 
 pub(crate) struct Hold {
     pub(crate) shared: Arc<Shared>,
@@ -30,12 +31,6 @@ struct HoldState {
     holds: u32,
     /// The last guard is gone; the store release is under way or done.
     released: bool,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding one of these short critical sections cannot leave
-    // the data half-updated, so poisoning carries no information here.
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Hold {

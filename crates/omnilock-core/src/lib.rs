@@ -42,7 +42,9 @@ pub mod mem;
 pub mod metrics;
 mod name;
 mod retry;
+mod sessions;
 mod signal;
+mod sync;
 mod url;
 
 pub use backend::{AcquireRequest, Backend, Capabilities, Grant, Holder};
@@ -55,8 +57,10 @@ pub use local::LocalWaiters;
 pub use measure::Measure;
 pub use mem::MemStore;
 pub use name::{LockName, Owner, MAX_NAME_BYTES};
-pub use retry::{retry, Backoff};
+pub use retry::{retry, retry_in_background, Backoff};
+pub use sessions::SessionsPerTtl;
 pub use signal::{LostNotifier, SessionGuards, WaitNotice};
+pub use sync::lock_unpoisoned;
 pub use url::{parse_duration, HostPort, Secret, StoreUrl};
 
 /// Re-exported so backend crates implement [`Backend`] with the same macro.

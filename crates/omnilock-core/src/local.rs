@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, Weak};
 use tokio::sync::Notify;
 
 use crate::name::LockName;
+use crate::sync::lock_unpoisoned;
 
 /// A registry of per-lock wake-up signals, shared by the waiters of one
 /// backend instance. Entries go away with their last waiter.
@@ -32,7 +33,7 @@ pub struct LocalWaiters {
 impl LocalWaiters {
     /// The signal for `name`; keep it while waiting.
     pub fn register(&self, name: &LockName) -> Arc<Notify> {
-        let mut signals = self.signals.lock().unwrap_or_else(|e| e.into_inner());
+        let mut signals = lock_unpoisoned(&self.signals);
         if let Some(signal) = signals.get(name).and_then(Weak::upgrade) {
             return signal;
         }
@@ -60,7 +61,7 @@ impl LocalWaiters {
     }
 
     fn get(&self, name: &LockName) -> Option<Arc<Notify>> {
-        let signals = self.signals.lock().unwrap_or_else(|e| e.into_inner());
+        let signals = lock_unpoisoned(&self.signals);
         signals.get(name).and_then(Weak::upgrade)
     }
 }

@@ -16,6 +16,7 @@ use crate::backend::{AcquireRequest, Backend, Capabilities, Grant};
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::{LockName, Owner};
 use crate::signal::LostNotifier;
+use crate::sync::lock_unpoisoned;
 use crate::url::StoreUrl;
 
 /// The URL scheme of the in-memory store.
@@ -101,7 +102,7 @@ impl MemStore {
 
     /// The process-wide store called `name` (`""` is the one `mem://` uses).
     pub fn named(name: &str) -> Self {
-        let mut stores = registry().lock().unwrap_or_else(|e| e.into_inner());
+        let mut stores = lock_unpoisoned(registry());
         MemStore {
             state: stores.entry(name.to_string()).or_default().clone(),
         }
@@ -128,7 +129,7 @@ impl MemStore {
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        lock_unpoisoned(&self.state)
     }
 
     /// How many locks have a holder or waiters (for tests: nothing is left behind).

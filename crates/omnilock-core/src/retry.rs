@@ -78,6 +78,37 @@ where
     }
 }
 
+/// How often [`retry_in_background`] tries before it gives up.
+const BACKGROUND_ATTEMPTS: u32 = 10;
+
+/// Runs `attempt` in a background task on the current runtime, again after a
+/// backoff (20 ms doubling to 1 s) while it fails with a
+/// [retryable](crate::Error::is_retryable) error, at most 10 times.
+///
+/// For clean-up nobody waits for, such as deleting the queue entry of a
+/// dropped acquire: the caller must not wait (a dropped future cannot), and
+/// a store that stalls for a moment must not leave the entry behind until
+/// its lease runs out. Outside any runtime nothing runs: the lease then
+/// removes whatever was left.
+pub fn retry_in_background<F, Fut>(mut attempt: F)
+where
+    F: FnMut() -> Fut + Send + 'static,
+    Fut: Future<Output = Result<()>> + Send,
+{
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    runtime.spawn(async move {
+        let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(1));
+        for _ in 0..BACKGROUND_ATTEMPTS {
+            match attempt().await {
+                Err(err) if err.is_retryable() => tokio::time::sleep(backoff.next_delay()).await,
+                _ => return,
+            }
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,6 +148,33 @@ mod tests {
         .await;
         assert_eq!(result.unwrap_err().kind(), ErrorKind::NotOwner);
         assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn background_retries_stop_on_success_or_after_ten() {
+        let calls = std::sync::Arc::new(AtomicU32::new(0));
+        let counted = calls.clone();
+        retry_in_background(move || {
+            let n = counted.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if n < 2 {
+                    Err(Error::unavailable("flaky"))
+                } else {
+                    Ok(())
+                }
+            }
+        });
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+
+        let calls = std::sync::Arc::new(AtomicU32::new(0));
+        let counted = calls.clone();
+        retry_in_background(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async { Err(Error::unavailable("down")) }
+        });
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert_eq!(calls.load(Ordering::SeqCst), BACKGROUND_ATTEMPTS);
     }
 
     #[tokio::test(start_paused = true)]

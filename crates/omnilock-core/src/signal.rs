@@ -25,13 +25,11 @@ impl LostNotifier {
         LostNotifier { tx: Arc::new(tx) }
     }
 
-    /// Marks the lock as lost for `cause` (its kind becomes [`ErrorKind::LockLost`]).
+    /// Marks the lock as lost for `cause`. The loss is of kind
+    /// [`ErrorKind::LockLost`]; any other `cause` becomes its source, kind,
+    /// backend and cause intact (see [`Error::into_lock_lost`]).
     pub fn fire(&self, cause: Error) {
-        let cause = if cause.kind() == ErrorKind::LockLost {
-            cause
-        } else {
-            Error::new(ErrorKind::LockLost, cause.to_string()).with_retryable(false)
-        };
+        let cause = cause.into_lock_lost();
         self.tx.send_if_modified(|state| {
             if state.is_some() {
                 return false;
@@ -240,8 +238,9 @@ mod tests {
         lost.fire(Error::unavailable("second"));
         let err = fired.await;
         assert_eq!(err.kind(), ErrorKind::LockLost);
-        assert!(err.message().contains("first"));
-        assert!(lost.fired().await.message().contains("first"));
+        let first = |err: &Error| err.underlying().map(|e| e.message().to_string());
+        assert_eq!(first(&err).as_deref(), Some("first"));
+        assert_eq!(first(&lost.fired().await).as_deref(), Some("first"));
     }
 
     #[test]

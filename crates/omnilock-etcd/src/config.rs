@@ -24,7 +24,11 @@ pub enum Mode {
 /// Settings for one etcd cluster: where it is and how to log in (from the
 /// URL), plus the [`EtcdOptions`] that
 /// [`EtcdBuilder`](crate::EtcdBuilder) takes as well.
+///
+/// Made by `from_url` or a builder, never field by field
+/// (`#[non_exhaustive]`), so adding a setting breaks no caller.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct EtcdConfig {
     /// Client endpoints, as `http(s)://host:port`.
     pub endpoints: Vec<String>,
@@ -49,7 +53,11 @@ pub struct EtcdConfig {
 /// path and query options, and the setters of
 /// [`EtcdBuilder`](crate::EtcdBuilder). Both paths check them with the same
 /// rules and messages.
+///
+/// Made by `from_url` or a builder, never field by field
+/// (`#[non_exhaustive]`), so adding a setting breaks no caller.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct EtcdOptions {
     /// Key prefix: the URL path without its leading and trailing `/`
     /// (default `omnilock`). A lock's keys live under `<prefix>/<name>/`

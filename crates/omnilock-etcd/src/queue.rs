@@ -14,7 +14,7 @@ use etcd_client::{
     Compare, CompareOp, EventType, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn,
     TxnOp, TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
 };
-use omnilock_core::{Backoff, Error, ErrorKind, Result};
+use omnilock_core::{retry_in_background, Backoff, Error, ErrorKind, Result};
 
 use crate::conn::Etcd;
 use crate::session::Session;
@@ -234,18 +234,11 @@ impl Etcd {
 /// Deletes a queue key nobody will use, in the background (a dropped
 /// acquire must not delay the waiter behind it, nor wait itself).
 pub(crate) fn abandon(etcd: &Etcd, key: String, rev: i64) {
-    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        let etcd = etcd.clone();
-        runtime.spawn(async move {
-            let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(1));
-            for _ in 0..10 {
-                match etcd.delete_if_created(&key, rev).await {
-                    Err(e) if e.is_retryable() => tokio::time::sleep(backoff.next_delay()).await,
-                    _ => return,
-                }
-            }
-        });
-    }
+    let etcd = etcd.clone();
+    retry_in_background(move || {
+        let (etcd, key) = (etcd.clone(), key.clone());
+        async move { etcd.delete_if_created(&key, rev).await.map(drop) }
+    });
 }
 
 /// Get options for "the oldest key in the range".

@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use etcd_client::{LeaseKeepAliveStream, LeaseKeeper};
-use omnilock_core::{Backoff, Error, ErrorKind, LostNotifier, Result, SessionGuards};
+use omnilock_core::{
+    lock_unpoisoned as lock, Backoff, Error, ErrorKind, LostNotifier, Result, SessionGuards,
+};
 use tokio::task::JoinHandle;
 
 use crate::conn::Etcd;
@@ -212,8 +214,4 @@ async fn keep_alive(
 
 fn lease_lost(why: &str) -> Error {
     Error::new(ErrorKind::LockLost, format!("etcd session lost: {why}")).with_retryable(true)
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }

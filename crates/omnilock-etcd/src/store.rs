@@ -1,14 +1,20 @@
-//! [`EtcdStore`]: the [`Backend`] over one etcd cluster, in either mode.
+//! [`EtcdStore`]: the [`Backend`] over one etcd cluster, in either mode:
+//! its sessions, release, renewal and reads here; each mode's acquisition in
+//! `store/recipe.rs` and `store/lockapi.rs`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use omnilock_core::{
-    async_trait, complete_or_undo, retry, AcquireRequest, Backend, Backoff, Capabilities, Error,
-    ErrorKind, Grant, Holder, LockName, Owner, Result,
+    async_trait, complete_or_undo, lock_unpoisoned as lock, retry, AcquireRequest, Backend,
+    Backoff, Capabilities, Error, ErrorKind, Grant, Holder, LockName, Owner, Result,
+    SessionsPerTtl,
 };
+
+mod lockapi;
+mod recipe;
 
 use crate::builder::EtcdBuilder;
 use crate::config::{EtcdConfig, Mode};
@@ -35,7 +41,7 @@ pub struct EtcdStore {
     etcd: Etcd,
     mode: Mode,
     /// Recipe mode: one shared lease per TTL asked for.
-    sessions: tokio::sync::Mutex<HashMap<Duration, Arc<Session>>>,
+    sessions: SessionsPerTtl<Session>,
     /// Lock-protocol mode: one lease per acquisition, remembered to close them.
     own_sessions: Mutex<Vec<std::sync::Weak<Session>>>,
     /// Lock-protocol mode: leases whose acquisition was released, kept alive for
@@ -53,22 +59,6 @@ struct Held {
     /// Set when the key lives on another client's lease: the same owner
     /// re-entered a lock it holds in another process.
     foreign_lease: Option<i64>,
-}
-
-/// A queue key that is deleted if the acquire is dropped or fails.
-struct Entry {
-    etcd: Etcd,
-    key: String,
-    rev: i64,
-    armed: bool,
-}
-
-impl Drop for Entry {
-    fn drop(&mut self) {
-        if self.armed {
-            abandon(&self.etcd, std::mem::take(&mut self.key), self.rev);
-        }
-    }
 }
 
 impl std::fmt::Debug for EtcdStore {
@@ -99,7 +89,7 @@ impl EtcdStore {
         EtcdStore {
             etcd,
             mode,
-            sessions: tokio::sync::Mutex::new(HashMap::new()),
+            sessions: SessionsPerTtl::new(|session| session.death().is_none()),
             own_sessions: Mutex::new(Vec::new()),
             idle: Mutex::new(HashMap::new()),
         }
@@ -108,15 +98,9 @@ impl EtcdStore {
     /// The shared session for `ttl`, granting a new lease if there is none
     /// or the last one died.
     async fn shared_session(&self, ttl: Duration) -> Result<Arc<Session>> {
-        let mut sessions = self.sessions.lock().await;
-        if let Some(session) = sessions.get(&ttl) {
-            if session.death().is_none() {
-                return Ok(session.clone());
-            }
-        }
-        let session = Session::grant(&self.etcd, ttl).await?;
-        sessions.insert(ttl, session.clone());
-        Ok(session)
+        self.sessions
+            .get(ttl, || Session::grant(&self.etcd, ttl))
+            .await
     }
 
     pub(crate) fn etcd(&self) -> &Etcd {
@@ -164,129 +148,6 @@ impl EtcdStore {
             ticket,
             foreign_lease: foreign.map(|(lease, _)| lease),
         })
-    }
-
-    /// Until when a key on another client's lease is known to stay.
-    async fn foreign_valid_until(&self, lease: i64, ttl: Duration) -> Result<Instant> {
-        let sent = Instant::now();
-        let resp = self
-            .etcd
-            .call(|mut c| async move { c.lease_time_to_live(lease, None).await })
-            .await?;
-        if resp.ttl() <= 0 {
-            return Err(Error::new(
-                ErrorKind::LockLost,
-                "the holder's lease expired",
-            ));
-        }
-        Ok(sent + ttl.min(Duration::from_secs(resp.ttl() as u64)))
-    }
-
-    /// Adds one hold to a key our owner holds on another client's lease.
-    async fn reenter(&self, request: &AcquireRequest, kv: KeyValue) -> Result<Grant> {
-        let key = String::from_utf8_lossy(kv.key()).into_owned();
-        let (rev, lease) = (kv.create_revision(), kv.lease());
-        let mut kv = kv;
-        loop {
-            let txn = Txn::new()
-                .when([Compare::mod_revision(
-                    key.as_str(),
-                    CompareOp::Equal,
-                    kv.mod_revision(),
-                )])
-                .and_then([TxnOp::put(
-                    key.as_str(),
-                    (hold_count(&kv) + 1).to_string(),
-                    Some(PutOptions::new().with_ignore_lease()),
-                )])
-                .or_else([TxnOp::get(key.as_str(), None)]);
-            let resp = self.etcd.txn(txn).await?;
-            if resp.succeeded() {
-                break;
-            }
-            match gets(&resp).next().and_then(|kvs| kvs.into_iter().next()) {
-                Some(now) if now.create_revision() == rev => kv = now,
-                _ => {
-                    return Err(Error::new(
-                        ErrorKind::LockLost,
-                        "the owner's hold vanished while re-entering",
-                    )
-                    .with_retryable(true))
-                }
-            }
-        }
-        let until = self.foreign_valid_until(lease, request.ttl).await?;
-        let session = self.shared_session(request.ttl).await?;
-        Ok(self.grant(request, key, rev, session, Some((lease, until))))
-    }
-
-    async fn acquire_recipe(&self, request: &AcquireRequest, wait: bool) -> Result<Option<Grant>> {
-        let session = self.shared_session(request.ttl).await?;
-        let lock_prefix = self.etcd.lock_prefix(request.name.as_str());
-        let key = Etcd::owner_key(&lock_prefix, request.owner.as_str());
-        let enqueued = if wait {
-            self.enqueue_safely(&lock_prefix, &key, session.id).await?
-        } else {
-            match self.try_put(&lock_prefix, &key, session.id).await? {
-                Some(enqueued) => enqueued,
-                None => return Ok(None),
-            }
-        };
-        match enqueued {
-            Enqueued::Mine { rev, turn } => {
-                let mut entry = Entry {
-                    etcd: self.etcd.clone(),
-                    key: key.clone(),
-                    rev,
-                    armed: true,
-                };
-                if let Turn::After { .. } = turn {
-                    if !wait {
-                        return Ok(None); // the entry deletes the key
-                    }
-                    request.waiting.raise();
-                }
-                self.etcd
-                    .wait_turn(&session, &lock_prefix, &key, rev, turn)
-                    .await?;
-                entry.armed = false;
-                Ok(Some(self.grant(request, key, rev, session, None)))
-            }
-            Enqueued::Elsewhere { kv, first } => {
-                if !request.reentrant {
-                    return Err(Error::would_deadlock());
-                }
-                if !first {
-                    if !wait {
-                        return Ok(None);
-                    }
-                    // Our owner waits in another process: wait behind the
-                    // same key (it is not ours to delete), then re-enter.
-                    request.waiting.raise();
-                    let rev = kv.create_revision();
-                    let turn = self.etcd.recheck(&lock_prefix, &key, rev).await?;
-                    self.etcd
-                        .wait_turn(&session, &lock_prefix, &key, rev, turn)
-                        .await?;
-                }
-                let current = self
-                    .etcd
-                    .call(|mut c| {
-                        let key = key.clone();
-                        async move { c.get(key, None).await }
-                    })
-                    .await?
-                    .take_kvs()
-                    .into_iter()
-                    .next()
-                    .filter(|now| now.create_revision() == kv.create_revision())
-                    .ok_or_else(|| {
-                        Error::new(ErrorKind::LockLost, "the owner's hold vanished")
-                            .with_retryable(true)
-                    })?;
-                self.reenter(request, current).await.map(Some)
-            }
-        }
     }
 
     /// The enqueue, retried over transient errors and finished in the
@@ -373,78 +234,6 @@ impl EtcdStore {
     fn clone_handle(&self) -> Etcd {
         self.etcd.clone()
     }
-
-    /// etcd's lock protocol (`concurrency.Mutex`, which `etcdctl lock` runs
-    /// in the client and the Lock RPC runs inside the server): a lease per
-    /// acquisition, the key `<range><lease hex>`, the same queue order. The
-    /// waiting happens here, on our own watch of the predecessor, never in
-    /// the server's Lock RPC: etcd 3.4's server-side wait shares one
-    /// in-process watch stream per member, which a burst of cancelled
-    /// waiters deadlocks for good (docs/backends/etcd.md, `mass_cancel`).
-    async fn acquire_lockapi(&self, request: &AcquireRequest, wait: bool) -> Result<Option<Grant>> {
-        let session = self.own_session(request.ttl).await?;
-        // Revoking the lease deletes whatever key it got, at any stage.
-        let mut revoke = Revoke {
-            etcd: self.etcd.clone(),
-            lease: session.id,
-            armed: true,
-        };
-        let lock_prefix = self.etcd.lock_prefix(request.name.as_str());
-        let key = format!("{lock_prefix}{:x}", session.id);
-        let enqueued = if wait {
-            self.enqueue_safely(&lock_prefix, &key, session.id).await?
-        } else {
-            match self.try_put(&lock_prefix, &key, session.id).await? {
-                Some(enqueued) => enqueued,
-                None => return Ok(None),
-            }
-        };
-        let (rev, turn) = match enqueued {
-            Enqueued::Mine { rev, turn } => (rev, turn),
-            // The key is named after a lease granted for this acquisition.
-            Enqueued::Elsewhere { kv, .. } => {
-                return Err(Error::new(
-                    ErrorKind::Backend,
-                    format!(
-                        "etcd key {key} exists on lease {:x}, not on this acquisition's lease",
-                        kv.lease()
-                    ),
-                ))
-            }
-        };
-        if let Turn::After { .. } = turn {
-            if !wait {
-                return Ok(None); // the revoke deletes the key
-            }
-            request.waiting.raise();
-        }
-        self.etcd
-            .wait_turn(&session, &lock_prefix, &key, rev, turn)
-            .await?;
-        revoke.armed = false;
-        Ok(Some(self.grant(request, key, rev, session, None)))
-    }
-
-    fn held<'g>(&self, grant: &'g Grant) -> Result<&'g Held> {
-        grant
-            .state::<Held>()
-            .ok_or_else(|| Error::new(ErrorKind::Backend, "grant from another backend"))
-    }
-}
-
-/// Revokes a per-acquisition lease when an acquire fails or is dropped.
-struct Revoke {
-    etcd: Etcd,
-    lease: i64,
-    armed: bool,
-}
-
-impl Drop for Revoke {
-    fn drop(&mut self) {
-        if self.armed {
-            revoke_in_background(&self.etcd, self.lease);
-        }
-    }
 }
 
 /// The enqueue as an owned future (it may outlive the caller).
@@ -524,7 +313,7 @@ impl Backend for EtcdStore {
     }
 
     async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
-        let held = self.held(grant)?;
+        let held = grant.backend_state::<Held>()?;
         held.session.unregister(held.ticket);
         let key = held.key.as_str();
         let mut uncertain = false;
@@ -602,7 +391,7 @@ impl Backend for EtcdStore {
     }
 
     async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
-        let held = self.held(grant)?;
+        let held = grant.backend_state::<Held>()?;
         if let Some(cause) = held.session.death() {
             return Err(cause.with_retryable(false));
         }
@@ -679,7 +468,7 @@ impl Backend for EtcdStore {
     }
 
     async fn close(&self) {
-        let shared: Vec<_> = self.sessions.lock().await.drain().map(|(_, s)| s).collect();
+        let shared = self.sessions.take_all();
         lock(&self.idle).clear();
         let own: Vec<_> = lock(&self.own_sessions)
             .drain(..)
@@ -689,8 +478,4 @@ impl Backend for EtcdStore {
             session.close(&self.etcd).await;
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -61,21 +61,19 @@ fn subject(store: &str, mode: Mode) -> Option<Subject> {
     ))
 }
 
-mod etcd {
-    omnilock_testkit::conformance_tests!(super::subject("ETCD", omnilock_etcd::Mode::Recipe));
-}
-
-mod etcd_lockapi {
-    omnilock_testkit::conformance_tests!(super::subject("ETCD", omnilock_etcd::Mode::LockApi));
-}
-
-mod etcd_auth {
-    omnilock_testkit::conformance_tests!(super::subject("ETCD_AUTH", omnilock_etcd::Mode::Recipe));
+omnilock_testkit::conformance_main! {
+    etcd => subject("ETCD", omnilock_etcd::Mode::Recipe),
+    etcd_lockapi => subject("ETCD", omnilock_etcd::Mode::LockApi),
+    etcd_auth => subject("ETCD_AUTH", omnilock_etcd::Mode::Recipe);
+    tests:
+        keys_and_leases_follow_the_builder,
+        credentials_come_from_the_client,
+        tls_identity_comes_from_the_client,
+        builder_checks_options_like_urls,
 }
 
 /// The lock's key is where the builder's prefix says, on a lease of the
 /// builder's TTL, and the application's own client sees it.
-#[tokio::test(flavor = "multi_thread")]
 async fn keys_and_leases_follow_the_builder() {
     let Some(config) = settings("ETCD") else {
         return;
@@ -115,7 +113,6 @@ async fn keys_and_leases_follow_the_builder() {
 /// Credentials only the application's client has: on the member with
 /// authentication the client with them locks, and one without them is
 /// refused with a clear `InvalidConfig`.
-#[tokio::test(flavor = "multi_thread")]
 async fn credentials_come_from_the_client() {
     let Some(mut config) = settings("ETCD_AUTH") else {
         return;
@@ -144,7 +141,6 @@ async fn credentials_come_from_the_client() {
 
 /// A TLS client with a client certificate (mutual TLS) that only the
 /// application's client carries: omnilock locks through it.
-#[tokio::test(flavor = "multi_thread")]
 async fn tls_identity_comes_from_the_client() {
     let Some(config) = settings("ETCD_TLS") else {
         return;
@@ -165,7 +161,6 @@ async fn tls_identity_comes_from_the_client() {
 /// Options are checked before any I/O, with the URL's messages: the client
 /// here points at a port where nothing listens, so any I/O would answer
 /// `Unavailable` instead.
-#[tokio::test(flavor = "multi_thread")]
 async fn builder_checks_options_like_urls() {
     let nowhere = || async {
         Client::connect(["http://127.0.0.1:1"], None)

@@ -4,14 +4,8 @@
 
 mod common;
 
-mod etcd {
-    omnilock_testkit::conformance_tests!(super::common::subject("ETCD"));
-}
-
-mod etcd_lockapi {
-    omnilock_testkit::conformance_tests!(super::common::subject("ETCD_LOCKAPI"));
-}
-
-mod etcd_auth {
-    omnilock_testkit::conformance_tests!(super::common::subject("ETCD_AUTH"));
+omnilock_testkit::conformance_main! {
+    etcd => common::subject("ETCD"),
+    etcd_lockapi => common::subject("ETCD_LOCKAPI"),
+    etcd_auth => common::subject("ETCD_AUTH"),
 }

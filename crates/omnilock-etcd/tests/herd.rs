@@ -4,10 +4,7 @@
 
 mod common;
 
-mod etcd {
-    omnilock_testkit::herd_tests!(super::common::subject("ETCD"));
-}
-
-mod etcd_lockapi {
-    omnilock_testkit::herd_tests!(super::common::subject("ETCD_LOCKAPI"));
+omnilock_testkit::herd_main! {
+    etcd => common::subject("ETCD"),
+    etcd_lockapi => common::subject("ETCD_LOCKAPI"),
 }

@@ -11,7 +11,11 @@ use omnilock_core::{Error, HostPort, Result, Secret, StoreUrl};
 /// Settings for one Redis store: where it is and how to log in (from the
 /// URL), plus the [`RedisOptions`] that a bring-your-own-client builder
 /// takes as well.
+///
+/// Made by `from_url` or a builder, never field by field
+/// (`#[non_exhaustive]`), so adding a setting breaks no caller.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct RedisConfig {
     /// The nodes: one for `redis://`, N for `redlock://`.
     pub nodes: Vec<HostPort>,
@@ -40,7 +44,11 @@ pub struct RedisConfig {
 /// [`RedisBuilder`](crate::RedisBuilder) and
 /// [`RedlockBuilder`](crate::RedlockBuilder). Both paths check them with the
 /// same rules and messages.
+///
+/// Made by `from_url` or a builder, never field by field
+/// (`#[non_exhaustive]`), so adding a setting breaks no caller.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct RedisOptions {
     /// Key prefix (`?prefix=`, default `omnilock`): keys are `{prefix:name}...`.
     pub prefix: String,

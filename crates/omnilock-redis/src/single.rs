@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use omnilock_core::{
-    async_trait, complete_or_undo, AcquireRequest, Backend, Backoff, Capabilities, Error,
-    ErrorKind, Grant, LockName, Result,
+    async_trait, complete_or_undo, lock_unpoisoned, AcquireRequest, Backend, Backoff, Capabilities,
+    Error, ErrorKind, Grant, LockName, Result,
 };
 use rand::Rng;
 use redis::aio::ConnectionManager;
@@ -137,11 +137,7 @@ impl RedisStore {
             listener_client,
             store.wake_channel(),
         ));
-        *store
-            .inner
-            .listener
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some(task);
+        *lock_unpoisoned(&store.inner.listener) = Some(task);
         Ok(store)
     }
 
@@ -264,19 +260,14 @@ async fn listen(
                 continue;
             };
             inner.wakeups.fetch_add(1, Ordering::Relaxed);
-            let waiters = inner.waiters.lock().unwrap_or_else(|e| e.into_inner());
+            let waiters = lock_unpoisoned(&inner.waiters);
             if let Some(notify) = waiters.get(&entry) {
                 notify.notify_one();
             }
         }
         let Some(inner) = store.upgrade() else { return };
         tracing::warn!("omnilock redis: wake-up subscription lost; re-subscribing");
-        for notify in inner
-            .waiters
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-        {
+        for notify in lock_unpoisoned(&inner.waiters).values() {
             notify.notify_one();
         }
         drop(inner);
@@ -328,11 +319,7 @@ struct Place {
 impl Drop for Place {
     fn drop(&mut self) {
         let inner = &self.store.inner;
-        inner
-            .waiters
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&self.entry);
+        lock_unpoisoned(&inner.waiters).remove(&self.entry);
         if self.granted {
             return;
         }
@@ -394,11 +381,7 @@ impl Backend for RedisStore {
         let waiter = inner.next_waiter.fetch_add(1, Ordering::Relaxed);
         let entry = format!("{}:{waiter}", inner.client_id);
         let notify = Arc::new(Notify::new());
-        inner
-            .waiters
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(entry.clone(), notify.clone());
+        lock_unpoisoned(&inner.waiters).insert(entry.clone(), notify.clone());
         let mut place = Place {
             store: self.clone(),
             request: request.clone(),

@@ -97,16 +97,17 @@ fn redlock_subject() -> Option<Subject> {
     }))
 }
 
-mod redis_client {
-    omnilock_testkit::conformance_tests!(super::redis_client_subject());
-}
-
-mod redis_manager {
-    omnilock_testkit::conformance_tests!(super::redis_manager_subject());
-}
-
-mod redlock {
-    omnilock_testkit::conformance_tests!(super::redlock_subject());
+omnilock_testkit::conformance_main! {
+    redis_client => redis_client_subject(),
+    redis_manager => redis_manager_subject(),
+    redlock => redlock_subject();
+    tests:
+        builder_uses_the_clients_database_and_the_options,
+        commands_run_on_the_applications_connection_manager,
+        a_manager_for_another_server_is_refused,
+        builders_check_options_like_urls,
+        credentials_come_from_the_client,
+        tls_client_as_given,
 }
 
 /// `CLIENT LIST` lines of the given type whose database is `db`, except
@@ -133,7 +134,6 @@ async fn connections_on_db(
 /// The lock lives where the application's client points (its database),
 /// under the builder's prefix, with the builder's TTL; omnilock opened its
 /// command connection and its subscription from that client.
-#[tokio::test(flavor = "multi_thread")]
 async fn builder_uses_the_clients_database_and_the_options() {
     let Some(client) = single_client("REDIS", 8) else {
         return;
@@ -185,7 +185,6 @@ async fn builder_uses_the_clients_database_and_the_options() {
 /// With the application's `ConnectionManager`, omnilock's commands run on
 /// that very connection and omnilock opens no command connection of its own
 /// (only the wake-up subscription).
-#[tokio::test(flavor = "multi_thread")]
 async fn commands_run_on_the_applications_connection_manager() {
     let Some(client) = single_client("REDIS", 9) else {
         return;
@@ -225,7 +224,6 @@ async fn commands_run_on_the_applications_connection_manager() {
 
 /// A `ConnectionManager` that reaches another server than the client would
 /// never see wake-ups published: `build` refuses it.
-#[tokio::test(flavor = "multi_thread")]
 async fn a_manager_for_another_server_is_refused() {
     let (Some(client), Some(nodes)) = (single_client("REDIS", 0), redlock_clients()) else {
         return;
@@ -243,7 +241,6 @@ async fn a_manager_for_another_server_is_refused() {
 /// Options are checked before any I/O, with the URL's messages: the client
 /// here points at a port where nothing listens, so any I/O would answer
 /// `Unavailable` instead.
-#[tokio::test(flavor = "multi_thread")]
 async fn builders_check_options_like_urls() {
     let nowhere = || redis::Client::open("redis://127.0.0.1:1/").unwrap();
     let cases = [
@@ -312,7 +309,6 @@ async fn builders_check_options_like_urls() {
 
 /// The credentials are the client's only: an ACL user's client locks; the
 /// same client with a wrong password is `InvalidConfig`, without the password.
-#[tokio::test(flavor = "multi_thread")]
 async fn credentials_come_from_the_client() {
     let Some(acl) = single_client("REDIS_ACL", 0) else {
         return;
@@ -346,7 +342,6 @@ async fn credentials_come_from_the_client() {
 
 /// A TLS client the application built (with its own CA) works as given:
 /// omnilock adds nothing to its TLS settings.
-#[tokio::test(flavor = "multi_thread")]
 async fn tls_client_as_given() {
     let Some(url) = store_url("REDIS_TLS") else {
         return;

@@ -3,14 +3,8 @@
 
 mod common;
 
-mod redis {
-    omnilock_testkit::conformance_tests!(super::common::subject("REDIS"));
-}
-
-mod redlock {
-    omnilock_testkit::conformance_tests!(super::common::subject("REDLOCK"));
-}
-
-mod redis_tls {
-    omnilock_testkit::conformance_tests!(super::common::subject("REDIS_TLS"));
+omnilock_testkit::conformance_main! {
+    redis => common::subject("REDIS"),
+    redlock => common::subject("REDLOCK"),
+    redis_tls => common::subject("REDIS_TLS"),
 }

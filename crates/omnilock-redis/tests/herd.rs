@@ -4,6 +4,6 @@
 
 mod common;
 
-mod redis_single {
-    omnilock_testkit::herd_tests!(super::common::subject("REDIS"));
+omnilock_testkit::herd_main! {
+    redis_single => common::subject("REDIS"),
 }

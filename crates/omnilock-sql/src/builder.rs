@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use omnilock_core::{check_ttl, Error, Locks, Result, Secret};
 
-use crate::backend::{prepare, SqlStore};
 use crate::config::{self, Dialect, SqlConfig, DEFAULT_TABLE};
 use crate::pool::{Conn, Pool};
 use crate::queries::Queries;
+use crate::store::{prepare, SqlStore};
 use crate::tls::TlsOptions;
 
 /// An application's sqlx pool, of any dialect omnilock was built with:

@@ -65,7 +65,11 @@ const LONGEST_SUFFIX: &str = "_queue_name";
 pub const DEFAULT_TABLE: &str = "omnilock_locks";
 
 /// Settings for one SQL store.
+///
+/// Made by `from_url` or a builder, never field by field
+/// (`#[non_exhaustive]`), so adding a setting breaks no caller.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct SqlConfig {
     /// Which SQL to speak.
     pub dialect: Dialect,

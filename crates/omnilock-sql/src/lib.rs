@@ -22,7 +22,6 @@
 //! # Ok(()) }
 //! ```
 
-mod backend;
 mod builder;
 mod config;
 mod errors;
@@ -31,13 +30,15 @@ mod measure;
 mod notify;
 mod pool;
 mod queries;
+mod queue;
 mod schema;
+mod store;
 mod tls;
 
-pub use backend::SqlStore;
 pub use builder::{SqlPool, SqlStoreBuilder};
 pub use config::{Dialect, SqlConfig, DEFAULT_TABLE};
 pub use pool::SQLITE_PRAGMAS;
+pub use store::SqlStore;
 pub use tls::{SslMode, TlsOptions};
 
 /// URL schemes this crate serves.

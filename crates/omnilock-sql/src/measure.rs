@@ -4,10 +4,10 @@
 
 use omnilock_core::{async_trait, Error, ErrorKind, Measure, Result};
 
-use crate::backend::SqlStore;
 #[cfg(feature = "mysql")]
 use crate::pool::Pool;
 use crate::queries::Args;
+use crate::store::SqlStore;
 #[cfg(feature = "mysql")]
 use sqlx::Row;
 

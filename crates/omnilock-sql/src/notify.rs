@@ -10,7 +10,7 @@ use std::time::Duration;
 use omnilock_core::{Backoff, LockName};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 
-use crate::backend::Inner;
+use crate::store::Inner;
 
 /// Listens with a connection of its own (from a one-connection pool on the
 /// store's connect options), so the store's pool, or the application's pool

@@ -60,7 +60,11 @@ impl SslMode {
 }
 
 /// The TLS settings of one SQL store (all unset: the driver's defaults).
+///
+/// Read from the store URL, or `Default` with fields set one by one; never a
+/// struct literal (`#[non_exhaustive]`), so adding a setting breaks no caller.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TlsOptions {
     /// `sslmode` / `ssl-mode`.
     pub mode: Option<SslMode>,

@@ -82,57 +82,27 @@ pub fn pool_subject(store: &str) -> Option<Subject> {
     )
 }
 
-#[cfg(feature = "postgres")]
-mod postgres_tls {
-    omnilock_testkit::conformance_tests!(super::tls_subject("POSTGRES"));
-}
-
-#[cfg(feature = "mysql")]
-mod mysql_tls {
-    omnilock_testkit::conformance_tests!(super::tls_subject("MYSQL"));
-}
-
-#[cfg(feature = "postgres")]
-mod postgres_pool {
-    omnilock_testkit::conformance_tests!(super::pool_subject("POSTGRES"));
-}
-
-#[cfg(feature = "mysql")]
-mod mysql_pool {
-    omnilock_testkit::conformance_tests!(super::pool_subject("MYSQL"));
-}
-
-#[cfg(feature = "sqlite")]
-mod sqlite_pool {
-    omnilock_testkit::conformance_tests!(super::pool_subject("SQLITE"));
-}
-
-#[cfg(feature = "sqlite")]
-mod sqlite {
-    omnilock_testkit::conformance_tests!(super::subject("SQLITE"));
-}
-
-#[cfg(feature = "mysql")]
-mod mysql {
-    omnilock_testkit::conformance_tests!(super::subject("MYSQL"));
-}
-
-#[cfg(feature = "postgres")]
-mod postgres {
-    omnilock_testkit::conformance_tests!(super::subject("POSTGRES"));
-}
-
-#[cfg(feature = "sqlite")]
-mod sqlite_fair {
-    omnilock_testkit::conformance_tests!(super::fair_subject("SQLITE"));
-}
-
-#[cfg(feature = "mysql")]
-mod mysql_fair {
-    omnilock_testkit::conformance_tests!(super::fair_subject("MYSQL"));
-}
-
-#[cfg(feature = "postgres")]
-mod postgres_fair {
-    omnilock_testkit::conformance_tests!(super::fair_subject("POSTGRES"));
+omnilock_testkit::conformance_main! {
+    #[cfg(feature = "postgres")]
+    postgres_tls => tls_subject("POSTGRES"),
+    #[cfg(feature = "mysql")]
+    mysql_tls => tls_subject("MYSQL"),
+    #[cfg(feature = "postgres")]
+    postgres_pool => pool_subject("POSTGRES"),
+    #[cfg(feature = "mysql")]
+    mysql_pool => pool_subject("MYSQL"),
+    #[cfg(feature = "sqlite")]
+    sqlite_pool => pool_subject("SQLITE"),
+    #[cfg(feature = "sqlite")]
+    sqlite => subject("SQLITE"),
+    #[cfg(feature = "mysql")]
+    mysql => subject("MYSQL"),
+    #[cfg(feature = "postgres")]
+    postgres => subject("POSTGRES"),
+    #[cfg(feature = "sqlite")]
+    sqlite_fair => fair_subject("SQLITE"),
+    #[cfg(feature = "mysql")]
+    mysql_fair => fair_subject("MYSQL"),
+    #[cfg(feature = "postgres")]
+    postgres_fair => fair_subject("POSTGRES"),
 }

@@ -1,16 +1,19 @@
 //! The omnilock conformance suite: one set of scenarios, written once, that
 //! every backend runs against its real store.
 //!
-//! A backend's test file is a few lines:
+//! A backend's conformance test is a `harness = false` test binary of one
+//! line:
 //!
 //! ```ignore
-//! omnilock_testkit::conformance_tests!(omnilock_testkit::Subject::from_env("REDIS"));
+//! omnilock_testkit::conformance_main!(redis => common::subject("REDIS"));
 //! ```
 //!
-//! [`conformance_tests!`] expands to one `#[test]` per scenario. A scenario
-//! whose guarantee the backend does not claim in its
-//! [`Capabilities`](omnilock_core::Capabilities) returns early and says so on
-//! stderr; every other scenario asserts outcomes and fails loudly.
+//! [`conformance_main!`] runs every scenario of [`registry::CONFORMANCE`] as
+//! a trial `redis::<scenario>`. A scenario whose guarantee the store does not
+//! claim (its [`Capabilities`](omnilock_core::Capabilities), known once
+//! connected) shows as *ignored*, with the reason; every other scenario
+//! asserts outcomes and fails loudly. A test in this crate fails when a
+//! public scenario is missing from the registry.
 //!
 //! Stores are found through environment variables `OMNILOCK_TEST_<STORE>_URL`
 //! (written by `scripts/stores.sh` into `target/stores/env`). A missing
@@ -28,7 +31,9 @@ use omnilock_core::{Locks, Result};
 pub mod blocking;
 pub mod faults;
 pub mod process;
+pub mod registry;
 pub mod scenarios;
+pub mod suite;
 
 pub use tokio;
 
@@ -104,71 +109,15 @@ pub fn store_url(store: &str) -> Option<String> {
     }
 }
 
-/// Expands to the scenarios that read store-wide request counters (the
-/// backend's [`Measure`](omnilock_core::Measure) hook). Put them in a test
-/// binary of their own: any other test running at the same time would add to
-/// the counts.
-#[macro_export]
-macro_rules! herd_tests {
-    ($subject:expr) => {
-        $crate::conformance_tests!(@each $subject; handoff_cost_is_flat);
-    };
-}
-
-/// Runs an async test body on a fresh multi-threaded runtime, as
-/// [`conformance_tests!`] does for each scenario.
-pub fn run<F: Future<Output = ()>>(body: F) {
+/// Runs an async test body on a fresh multi-threaded runtime, as the
+/// [`suite`] does for each trial, and returns what the body returns.
+pub fn run<F: Future>(body: F) -> F::Output {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
         .enable_all()
         .build()
         .expect("test runtime");
-    runtime.block_on(body);
+    let output = runtime.block_on(body);
     runtime.shutdown_timeout(std::time::Duration::from_secs(5));
-}
-
-/// Expands to one `#[test]` per conformance scenario for the subject that
-/// `$subject` evaluates to (an `Option<Subject>`, or a `Subject`; `None`
-/// skips, see [`store_url`]).
-#[macro_export]
-macro_rules! conformance_tests {
-    ($subject:expr) => {
-        $crate::conformance_tests!(@each $subject;
-            mutual_exclusion,
-            try_acquire_and_timeout,
-            cancelled_acquire_leaves_nothing,
-            reentrancy,
-            reentrancy_across_clients,
-            non_reentrant_reacquire_fails,
-            fifo_order,
-            capabilities_tell_the_truth,
-            abandoned_holder_expires,
-            renewal_keeps_lock,
-            lost_signal_fires,
-            release_is_not_a_loss,
-            stale_release_is_not_owner,
-            fencing_tokens_increase,
-            invalid_names_rejected,
-            distinct_names_are_distinct_locks,
-            many_locks_at_once,
-            drop_releases_in_background,
-            drop_outside_runtime,
-            errors_name_backend_and_lock,
-            election_one_leader_at_a_time,
-            election_successor_takes_over_when_leader_dies,
-            election_observers_see_every_change,
-            measure_hooks_work,
-        );
-    };
-    (@each $subject:expr; $($scenario:ident),* $(,)?) => {
-        $(
-            #[test]
-            fn $scenario() {
-                let subject: Option<$crate::Subject> = ($subject).into();
-                if let Some(subject) = subject {
-                    $crate::run(async move { $crate::scenarios::$scenario(&subject).await });
-                }
-            }
-        )*
-    };
+    output
 }

@@ -10,7 +10,11 @@ use omnilock_core::{Error, Result, Secret, StoreUrl};
 /// Settings for one ZooKeeper ensemble: where it is and how to log in (from
 /// the URL), plus the [`ZkOptions`] that [`ZkBuilder`](crate::ZkBuilder)
 /// takes as well.
+///
+/// Made by `from_url` or a builder, never field by field
+/// (`#[non_exhaustive]`), so adding a setting breaks no caller.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ZkConfig {
     /// The connection string handed to the client: `h1:p1,h2:p2,...`.
     pub hosts: String,
@@ -32,7 +36,11 @@ pub struct ZkConfig {
 /// URL's path and query options, and the setters of
 /// [`ZkBuilder`](crate::ZkBuilder). Both paths check them with the same
 /// rules and messages.
+///
+/// Made by `from_url` or a builder, never field by field
+/// (`#[non_exhaustive]`), so adding a setting breaks no caller.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ZkOptions {
     /// The path under which lock nodes live (the URL path, default
     /// `/omnilock`): lock N is the node `<prefix>/<encoded N>`.

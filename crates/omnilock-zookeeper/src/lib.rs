@@ -5,7 +5,9 @@
 
 mod builder;
 mod config;
+mod conn;
 mod measure;
+mod queue;
 mod session;
 mod store;
 

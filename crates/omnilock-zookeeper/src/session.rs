@@ -16,12 +16,14 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use omnilock_core::{Error, ErrorKind, LostNotifier, Result, SessionGuards};
+use omnilock_core::{
+    lock_unpoisoned as lock, Error, ErrorKind, LostNotifier, Result, SessionGuards,
+};
 use tokio::task::JoinHandle;
 use zookeeper_client::{Client, SessionState};
 
 use crate::config::ZkConfig;
-use crate::store::classify;
+use crate::conn::classify;
 
 pub(crate) struct Session {
     pub client: Client,
@@ -148,8 +150,4 @@ async fn watch_states(session: std::sync::Weak<Session>) {
 
 fn lost(why: &str) -> Error {
     Error::new(ErrorKind::LockLost, why).with_retryable(true)
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }

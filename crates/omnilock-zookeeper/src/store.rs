@@ -1,23 +1,24 @@
-//! [`ZkStore`]: the [`Backend`] over one ZooKeeper ensemble.
-//!
-//! Lock N is the container node `<prefix>/<encoded N>`; each contender
-//! creates one EPHEMERAL_SEQUENTIAL child `<guid>-lock-<seq>` there. The
-//! lowest sequence holds the lock; a waiter watches only the child just
-//! below its own and looks again when that one is deleted.
+//! [`ZkStore`]: the [`Backend`] over one ZooKeeper ensemble: its sessions,
+//! and the lock recipe of [`crate::queue`] run on them.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use omnilock_core::{
     async_trait, complete_or_undo, AcquireRequest, Backend, Backoff, Capabilities, Error,
-    ErrorKind, Grant, Holder, LockName, Owner, Result,
+    ErrorKind, Grant, Holder, LockName, Owner, Result, SessionsPerTtl,
 };
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use zookeeper_client::{Acls, Client, CreateMode, SessionState};
 
 use crate::builder::ZkBuilder;
 use crate::config::{ZkConfig, ZkOptions};
+use crate::conn::{
+    acls, call, call_raw, classify, has_identity, mkdir_prefix, no_answer, Ctx, GIVEN,
+};
+use crate::queue::{
+    abandon, contenders, create_node, is_contender, position, refuse_own_holder, wait_turn, Entry,
+};
 use crate::session::Session;
 
 /// Everything but letters, digits and `-_.~` is percent-encoded, so a name is
@@ -48,24 +49,13 @@ pub struct ZkStore {
     sessions: Sessions,
 }
 
-/// What every request needs to know about the store.
-#[derive(Clone)]
-pub(crate) struct Ctx {
-    pub options: ZkOptions,
-    /// Where the store is, for messages (never the password).
-    pub shown: String,
-    /// Nodes are created `creator_all` (the session has credentials), else
-    /// `anyone_all`.
-    pub creator_only: bool,
-}
-
 /// Where sessions come from: the session timeout is the lease of every node
 /// a session creates.
 enum Sessions {
     /// From a URL: one session per TTL asked for, opened on demand.
     PerTtl {
         config: Box<ZkConfig>,
-        open: tokio::sync::Mutex<HashMap<Duration, Arc<Session>>>,
+        open: SessionsPerTtl<Session>,
     },
     /// The application's own session (a client it gave): every lock lives on
     /// it, so a lease is that session's timeout; when it ends, no other can
@@ -81,21 +71,6 @@ struct Held {
     ticket: u64,
 }
 
-/// A lock node that is deleted if the acquire is dropped or fails.
-struct Entry {
-    client: Client,
-    path: String,
-    armed: bool,
-}
-
-impl Drop for Entry {
-    fn drop(&mut self) {
-        if self.armed {
-            abandon(&self.client, std::mem::take(&mut self.path));
-        }
-    }
-}
-
 impl std::fmt::Debug for ZkStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ZkStore")
@@ -103,10 +78,6 @@ impl std::fmt::Debug for ZkStore {
             .finish_non_exhaustive()
     }
 }
-
-/// What messages call a store on the application's client: a
-/// `zookeeper_client::Client` does not say which servers it has.
-const GIVEN: &str = "(application's client)";
 
 impl ZkStore {
     /// Connects (one session, for the default TTL, is opened to prove the
@@ -121,7 +92,7 @@ impl ZkStore {
             },
             sessions: Sessions::PerTtl {
                 config: Box::new(config),
-                open: tokio::sync::Mutex::new(HashMap::new()),
+                open: SessionsPerTtl::new(|session| session.death().is_none()),
             },
         };
         let session = store.session(ttl).await?;
@@ -202,17 +173,7 @@ impl ZkStore {
     /// `ttl` (a crashed holder's lock must free within the TTL).
     async fn session(&self, ttl: Duration) -> Result<Arc<Session>> {
         match &self.sessions {
-            Sessions::PerTtl { config, open } => {
-                let mut sessions = open.lock().await;
-                if let Some(session) = sessions.get(&ttl) {
-                    if session.death().is_none() {
-                        return Ok(session.clone());
-                    }
-                }
-                let session = Session::open(config, ttl).await?;
-                sessions.insert(ttl, session.clone());
-                Ok(session)
-            }
+            Sessions::PerTtl { config, open } => open.get(ttl, || Session::open(config, ttl)).await,
             Sessions::Given(session) => {
                 given_alive(session)?;
                 ttl_fits_session(ttl, session.timeout)?;
@@ -251,77 +212,6 @@ impl ZkStore {
         Ok(format!("{}/{encoded}", self.ctx.options.prefix))
     }
 
-    /// Where our node stands: `Ok(None)` when it is first (the lock is
-    /// ours), `Ok(Some(predecessor))` otherwise; `LockLost` if it is gone.
-    async fn position(
-        &self,
-        session: &Session,
-        lock_path: &str,
-        path: &str,
-    ) -> Result<Option<String>> {
-        let mut children = call(&self.ctx, session.client.list_children(lock_path)).await?;
-        contenders(&mut children);
-        let mine = path.rsplit('/').next().unwrap_or_default();
-        let Some(at) = children.iter().position(|c| c == mine) else {
-            return Err(Error::new(
-                ErrorKind::LockLost,
-                "this client's lock node is gone (session expired or lock broken)",
-            )
-            .with_retryable(true));
-        };
-        Ok(at
-            .checked_sub(1)
-            .map(|before| format!("{lock_path}/{}", children[before])))
-    }
-
-    /// Waits until our node is first: watch the predecessor only.
-    async fn wait_turn(
-        &self,
-        session: &Session,
-        lock_path: &str,
-        path: &str,
-        mut predecessor: String,
-    ) -> Result<()> {
-        let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(1));
-        loop {
-            match session.client.check_and_watch_stat(&predecessor).await {
-                Ok((Some(_), watcher)) => {
-                    tokio::select! {
-                        _ = watcher.changed() => {}
-                        cause = session.died() => return Err(cause),
-                    }
-                }
-                Ok((None, _)) => {}
-                Err(e) => {
-                    let err = classify(e, &self.ctx.shown);
-                    if !err.is_retryable() {
-                        return Err(session.death().unwrap_or(err));
-                    }
-                    tokio::select! {
-                        _ = tokio::time::sleep(backoff.next_delay()) => {}
-                        cause = session.died() => return Err(cause),
-                    }
-                }
-            }
-            let next = loop {
-                match self.position(session, lock_path, path).await {
-                    Ok(next) => break next,
-                    Err(err) if err.kind() == ErrorKind::Unavailable => {
-                        if let Some(cause) = session.death() {
-                            return Err(cause);
-                        }
-                        tokio::time::sleep(backoff.next_delay()).await;
-                    }
-                    Err(err) => return Err(session.death().unwrap_or(err)),
-                }
-            };
-            match next {
-                None => return Ok(()),
-                Some(p) => predecessor = p,
-            }
-        }
-    }
-
     async fn take(&self, request: &AcquireRequest, wait: bool) -> Result<Option<Grant>> {
         let session = self.session(request.ttl).await?;
         let lock_path = self.lock_path(request.name.as_str())?;
@@ -350,15 +240,13 @@ impl ZkStore {
             armed: true,
         };
         let mut checked = started;
-        if let Some(predecessor) = self.position(&session, &lock_path, &path).await? {
+        if let Some(predecessor) = position(&self.ctx, &session, &lock_path, &path).await? {
             if !wait {
                 return Ok(None);
             }
-            self.refuse_own_holder(&session, &lock_path, &path, request)
-                .await?;
+            refuse_own_holder(&self.ctx, &session, &lock_path, &path, request).await?;
             request.waiting.raise();
-            self.wait_turn(&session, &lock_path, &path, predecessor)
-                .await?;
+            wait_turn(&self.ctx, &session, &lock_path, &path, predecessor).await?;
             checked = Instant::now();
         }
         entry.armed = false;
@@ -372,168 +260,6 @@ impl ZkStore {
                 ticket,
             },
         )))
-    }
-
-    /// An owner cannot share a hold across ZooKeeper sessions (nodes are
-    /// ephemeral per session): if the holder is our own owner elsewhere,
-    /// waiting would deadlock, so say so.
-    async fn refuse_own_holder(
-        &self,
-        session: &Session,
-        lock_path: &str,
-        mine: &str,
-        request: &AcquireRequest,
-    ) -> Result<()> {
-        let mut children = call(&self.ctx, session.client.list_children(lock_path)).await?;
-        contenders(&mut children);
-        if let Some(first) = children.first() {
-            let path = format!("{lock_path}/{first}");
-            if path == mine {
-                return Ok(()); // the holder left meanwhile: we are first
-            }
-            if let Ok((data, _)) = session.client.get_data(&path).await {
-                if data == request.owner.as_str().as_bytes() {
-                    return Err(Error::new(
-                        ErrorKind::WouldDeadlock,
-                        "this owner holds the lock through another ZooKeeper session; \
-                         holds cannot be shared across sessions",
-                    ));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn held<'g>(&self, grant: &'g Grant) -> Result<&'g Held> {
-        grant
-            .state::<Held>()
-            .ok_or_else(|| Error::new(ErrorKind::Backend, "grant from another backend"))
-    }
-}
-
-/// Creates our ephemeral-sequential node (and the parents it needs),
-/// finding it by its guid if the connection dropped mid-create.
-async fn create_node(
-    ctx: &Ctx,
-    session: &Session,
-    lock_path: &str,
-    owner: &str,
-) -> Result<(String, i64)> {
-    let guid = format!("{:032x}", rand::random::<u128>());
-    let node_prefix = format!("{lock_path}/{guid}-lock-");
-    let acls = acls(ctx);
-    let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
-    let deadline = Instant::now() + ctx.options.request_timeout * 2;
-    loop {
-        let options = CreateMode::EphemeralSequential.with_acls(acls);
-        let created = session
-            .client
-            .create(&node_prefix, owner.as_bytes(), &options)
-            .await;
-        match created {
-            Ok((stat, sequence)) => return Ok((format!("{node_prefix}{sequence}"), stat.czxid)),
-            Err(zookeeper_client::Error::NoNode) => {
-                // The lock's container does not exist (first use, or the
-                // server removed it when it was last empty): make it.
-                let container = CreateMode::Container.with_acls(acls);
-                match session.client.create(lock_path, &[], &container).await {
-                    Ok(_) | Err(zookeeper_client::Error::NodeExists) => {}
-                    Err(zookeeper_client::Error::NoNode) => {
-                        call(ctx, mkdir_prefix(ctx, session)).await?;
-                    }
-                    Err(e) if connection_trouble(&e) && Instant::now() < deadline => {
-                        tokio::time::sleep(backoff.next_delay()).await;
-                    }
-                    Err(e) => return Err(classify(e, &ctx.shown)),
-                }
-            }
-            Err(e) if connection_trouble(&e) => {
-                // The create may have happened: look for our guid first.
-                if let Ok(children) = session.client.list_children(lock_path).await {
-                    if let Some(child) = children.iter().find(|c| c.starts_with(&guid)) {
-                        let path = format!("{lock_path}/{child}");
-                        if let Ok(Some(stat)) = session.client.check_stat(&path).await {
-                            return Ok((path, stat.czxid));
-                        }
-                    }
-                }
-                if Instant::now() >= deadline {
-                    return Err(classify(e, &ctx.shown));
-                }
-                tokio::time::sleep(backoff.next_delay()).await;
-            }
-            Err(e) => return Err(classify(e, &ctx.shown)),
-        }
-    }
-}
-
-/// Keeps the children of a lock's container that are contenders, in queue
-/// order. Anything else there (the container of a lock whose prefix nests
-/// inside this one) is not part of this lock.
-fn contenders(children: &mut Vec<String>) {
-    children.retain(|c| is_contender(c));
-    children.sort_by_key(|c| sequence(c));
-}
-
-/// Whether `child` is a lock node: `<32 hex digits>-lock-<10 digits>`, as
-/// [`create_protected`]-style creation names them.
-fn is_contender(child: &str) -> bool {
-    let bytes = child.as_bytes();
-    bytes.len() == 48
-        && bytes[..32].iter().all(|b| b.is_ascii_hexdigit())
-        && &bytes[32..38] == b"-lock-"
-        && bytes[38..].iter().all(u8::is_ascii_digit)
-}
-
-/// The sequence number at the end of a child's name (`<guid>-lock-<seq>`).
-fn sequence(child: &str) -> i64 {
-    child
-        .rsplit('-')
-        .next()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(i64::MAX)
-}
-
-/// With credentials, nodes are `creator_all`: only clients with the same
-/// credentials can read, delete or add to them.
-fn acls(ctx: &Ctx) -> Acls<'static> {
-    if ctx.creator_only {
-        Acls::creator_all()
-    } else {
-        Acls::anyone_all()
-    }
-}
-
-async fn mkdir_prefix(
-    ctx: &Ctx,
-    session: &Session,
-) -> std::result::Result<(), zookeeper_client::Error> {
-    session
-        .client
-        .mkdir(
-            &ctx.options.prefix,
-            &CreateMode::Persistent.with_acls(acls(ctx)),
-        )
-        .await
-}
-
-/// Whether the application's session carries credentials (any scheme but
-/// the implicit `ip`), so that its nodes can be `creator_all` as with
-/// `zk://user:pw@`. Asks the server (`whoami`, ZooKeeper 3.7+); an older
-/// server cannot say, and the nodes are then `anyone_all`.
-async fn has_identity(client: &Client, options: &ZkOptions) -> Result<bool> {
-    let asked = tokio::time::timeout(options.connect_timeout, client.list_auth_users()).await;
-    match asked {
-        Ok(Ok(users)) => Ok(users.iter().any(|user| user.scheme() != "ip")),
-        Ok(Err(zookeeper_client::Error::Unimplemented)) => {
-            tracing::warn!(
-                "omnilock ZooKeeper: the server cannot say whether the session has credentials \
-                 (whoami needs 3.7+); lock nodes get the ACL anyone_all"
-            );
-            Ok(false)
-        }
-        Ok(Err(e)) => Err(classify(e, GIVEN)),
-        Err(_) => Err(no_answer(GIVEN, options.connect_timeout)),
     }
 }
 
@@ -563,87 +289,6 @@ fn given_alive(session: &Session) -> Result<()> {
         ))
         .with_retryable(false)),
     }
-}
-
-fn no_answer(shown: &str, timeout: Duration) -> Error {
-    Error::unavailable(format!(
-        "no ZooKeeper server of {shown} answered within {timeout:?}"
-    ))
-}
-
-async fn call<T>(
-    ctx: &Ctx,
-    request: impl std::future::Future<Output = std::result::Result<T, zookeeper_client::Error>>,
-) -> Result<T> {
-    call_raw(ctx, request)
-        .await?
-        .map_err(|e| classify(e, &ctx.shown))
-}
-
-/// One request under the request deadline; only the deadline is mapped, so
-/// callers can match the client's own errors (`NoNode`...).
-async fn call_raw<T>(
-    ctx: &Ctx,
-    request: impl std::future::Future<Output = std::result::Result<T, zookeeper_client::Error>>,
-) -> Result<std::result::Result<T, zookeeper_client::Error>> {
-    let timeout = ctx.options.request_timeout;
-    tokio::time::timeout(timeout, request).await.map_err(|_| {
-        Error::unavailable(format!(
-            "ZooKeeper at {} did not answer within {timeout:?}",
-            ctx.shown
-        ))
-    })
-}
-
-/// Deletes a node nobody will use, in the background.
-fn abandon(client: &Client, path: String) {
-    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        let client = client.clone();
-        runtime.spawn(async move {
-            let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(1));
-            for _ in 0..10 {
-                match client.delete(&path, None).await {
-                    Err(e) if connection_trouble(&e) => {
-                        tokio::time::sleep(backoff.next_delay()).await
-                    }
-                    _ => return,
-                }
-            }
-        });
-    }
-}
-
-/// Whether the request may or may not have reached the server: the
-/// connection broke (the client reports socket errors as `Custom`).
-fn connection_trouble(e: &zookeeper_client::Error) -> bool {
-    use zookeeper_client::Error as E;
-    matches!(e, E::ConnectionLoss | E::Timeout | E::Custom(_))
-}
-
-/// Maps a ZooKeeper client error to a portable one; messages name the
-/// servers, never the password.
-pub(crate) fn classify(e: zookeeper_client::Error, shown: &str) -> Error {
-    use zookeeper_client::Error as E;
-    let kind = match &e {
-        _ if connection_trouble(&e) => ErrorKind::Unavailable,
-        E::NoHosts | E::Throttled | E::SessionMoved => ErrorKind::Unavailable,
-        E::AuthFailed => {
-            return Error::config(format!(
-                "ZooKeeper at {shown} refused the credentials (user name or password)"
-            ))
-        }
-        E::NoAuth => {
-            return Error::config(format!(
-                "ZooKeeper at {shown} denied access to the lock nodes (their ACL requires other credentials)"
-            ))
-        }
-        E::SessionExpired | E::ClientClosed => {
-            return Error::new(ErrorKind::LockLost, format!("ZooKeeper session ended: {e}"))
-                .with_retryable(true)
-        }
-        _ => ErrorKind::Backend,
-    };
-    Error::new(kind, format!("ZooKeeper at {shown}: {e}")).with_cause(e)
 }
 
 #[async_trait]
@@ -677,7 +322,7 @@ impl Backend for ZkStore {
     }
 
     async fn release(&self, _request: &AcquireRequest, grant: &Grant) -> Result<()> {
-        let held = self.held(grant)?;
+        let held = grant.backend_state::<Held>()?;
         held.session.unregister(held.ticket);
         let client = &held.session.client;
         let mut uncertain = false;
@@ -706,7 +351,7 @@ impl Backend for ZkStore {
     }
 
     async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
-        let held = self.held(grant)?;
+        let held = grant.backend_state::<Held>()?;
         if let Some(cause) = held.session.death() {
             return Err(cause.with_retryable(false));
         }
@@ -785,7 +430,7 @@ impl Backend for ZkStore {
     async fn close(&self) {
         match &self.sessions {
             Sessions::PerTtl { open, .. } => {
-                for (_, session) in open.lock().await.drain() {
+                for session in open.take_all() {
                     session.close();
                 }
             }

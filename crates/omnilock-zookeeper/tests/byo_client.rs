@@ -54,12 +54,15 @@ fn subject(store: &str) -> Option<Subject> {
     ))
 }
 
-mod zk {
-    omnilock_testkit::conformance_tests!(super::subject("ZK"));
-}
-
-mod zk_digest {
-    omnilock_testkit::conformance_tests!(super::subject("ZK_DIGEST"));
+omnilock_testkit::conformance_main! {
+    zk => subject("ZK"),
+    zk_digest => subject("ZK_DIGEST");
+    tests:
+        locks_live_on_the_applications_session,
+        credentials_come_from_the_client,
+        ttls_shorter_than_the_session_are_refused,
+        the_end_of_the_applications_session_is_reported,
+        builder_checks_options_like_urls,
 }
 
 fn unique(what: &str) -> String {
@@ -81,7 +84,6 @@ async fn lock_node(client: &Client, container: &str) -> (String, zookeeper_clien
 
 /// The lock's node is an ephemeral of the application's session, under the
 /// builder's prefix; the handle's default lease is that session's timeout.
-#[tokio::test(flavor = "multi_thread")]
 async fn locks_live_on_the_applications_session() {
     let Some(config) = settings("ZK") else {
         return;
@@ -111,7 +113,6 @@ async fn locks_live_on_the_applications_session() {
 /// With digest credentials on the application's client (and nowhere else),
 /// lock nodes carry `creator_all` for that identity: an anonymous client
 /// cannot read them.
-#[tokio::test(flavor = "multi_thread")]
 async fn credentials_come_from_the_client() {
     let Some(config) = settings("ZK_DIGEST") else {
         return;
@@ -145,7 +146,6 @@ async fn credentials_come_from_the_client() {
 /// A TTL shorter than the session timeout cannot be kept (a dead holder's
 /// node lives as long as the session): refused at build and at acquisition,
 /// as `InvalidConfig` naming the session timeout. Longer ones are fine.
-#[tokio::test(flavor = "multi_thread")]
 async fn ttls_shorter_than_the_session_are_refused() {
     let Some(config) = settings("ZK") else {
         return;
@@ -181,7 +181,6 @@ async fn ttls_shorter_than_the_session_are_refused() {
 /// When the application's session ends, guards on it are lost at once and
 /// later acquisitions fail (non-retryable `Unavailable`), since omnilock
 /// cannot open a session on a client it was given.
-#[tokio::test(flavor = "multi_thread")]
 async fn the_end_of_the_applications_session_is_reported() {
     let Some(config) = settings("ZK") else {
         return;
@@ -215,7 +214,6 @@ async fn the_end_of_the_applications_session_is_reported() {
 }
 
 /// Options are checked before any I/O, with the URL's messages.
-#[tokio::test(flavor = "multi_thread")]
 async fn builder_checks_options_like_urls() {
     let Some(config) = settings("ZK") else {
         return;

@@ -5,14 +5,8 @@
 
 mod common;
 
-mod zk {
-    omnilock_testkit::conformance_tests!(super::common::subject("ZK"));
-}
-
-mod zk_standalone {
-    omnilock_testkit::conformance_tests!(super::common::subject("ZK_STANDALONE"));
-}
-
-mod zk_digest {
-    omnilock_testkit::conformance_tests!(super::common::subject("ZK_DIGEST"));
+omnilock_testkit::conformance_main! {
+    zk => common::subject("ZK"),
+    zk_standalone => common::subject("ZK_STANDALONE"),
+    zk_digest => common::subject("ZK_DIGEST"),
 }

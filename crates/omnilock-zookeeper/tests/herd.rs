@@ -4,6 +4,6 @@
 
 mod common;
 
-mod zk {
-    omnilock_testkit::herd_tests!(super::common::subject("ZK"));
+omnilock_testkit::herd_main! {
+    zk => common::subject("ZK"),
 }

@@ -1,13 +1,13 @@
 //! The SQL lock store: one row per lock, taken and released by single
 //! atomic statements, waited for by polling with backoff and jitter.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use omnilock_core::{
-    async_trait, complete_or_undo, AcquireRequest, Backend, Backoff, Capabilities, Error,
-    ErrorKind, Grant, LocalWaiters, LockName, Owner, Result,
+    async_trait, AcquireRequest, Backend, Backoff, Capabilities, Error, ErrorKind, Grant,
+    LocalWaiters, LockName, Owner, Result,
 };
 use sqlx::Row;
 use tokio::sync::Notify;
@@ -16,20 +16,21 @@ use crate::config::SqlConfig;
 use crate::errors::map_err;
 use crate::pool::Conn;
 use crate::pool::{query, with_pool, Pool, Target};
-use crate::queries::{Acquire, Args, Queries, Statement};
+use crate::queries::{Args, Queries, Statement};
+use crate::queue::{Attempt, Ticket};
 use crate::schema::{self, DDL_WAIT};
 
 /// A lock store on a SQL database. Create it with [`SqlStore::connect`] or
 /// through `omnilock::connect("sqlite:///...")`.
 #[derive(Clone)]
 pub struct SqlStore {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 pub(crate) struct Inner {
-    config: SqlConfig,
-    pool: Pool,
-    queries: Queries,
+    pub(crate) config: SqlConfig,
+    pub(crate) pool: Pool,
+    pub(crate) queries: Queries,
     /// Waiters in this process, per lock: a release here (or, on
     /// PostgreSQL, a NOTIFY from any process) wakes one of them at once
     /// instead of at its next poll.
@@ -37,8 +38,8 @@ pub(crate) struct Inner {
     /// Fair mode: tickets of abandoned waits still being deleted. An
     /// attempt from this client waits for them first, so that its own
     /// cancelled waits never stand in its way (see `settle_tickets`).
-    leaving: AtomicUsize,
-    left: Notify,
+    pub(crate) leaving: AtomicUsize,
+    pub(crate) left: Notify,
     /// The PostgreSQL LISTEN task, stopped with the store.
     listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
@@ -60,33 +61,6 @@ impl Inner {
             self.local_waiters.wake_one(name);
         }
     }
-}
-
-/// A place in the fair waiting line; dropping it leaves the line.
-struct Ticket {
-    id: i64,
-    store: SqlStore,
-    refreshed: Instant,
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        let (store, id) = (self.store.clone(), self.id);
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            self.store.inner.leaving.fetch_add(1, Ordering::SeqCst);
-            runtime.spawn(async move {
-                store.dequeue(id).await;
-                if store.inner.leaving.fetch_sub(1, Ordering::SeqCst) == 1 {
-                    store.inner.left.notify_waiters();
-                }
-            });
-        }
-    }
-}
-
-enum Attempt {
-    Taken { token: u64 },
-    Busy { remaining: Option<Duration> },
 }
 
 impl std::fmt::Debug for SqlStore {
@@ -148,11 +122,7 @@ impl SqlStore {
                 (*pool.connect_options()).clone(),
                 store.inner.config.table.clone(),
             ));
-            *store
-                .inner
-                .listener
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()) = Some(task);
+            *omnilock_core::lock_unpoisoned(&store.inner.listener) = Some(task);
         }
         store
     }
@@ -174,219 +144,12 @@ impl SqlStore {
         &self.inner.queries
     }
 
-    /// The atomic statement(s) that take the lock: `Some(token)` if taken.
-    async fn take(&self, request: &AcquireRequest, ticket: Option<i64>) -> Result<Option<u64>> {
-        let inner = &self.inner;
-        let args = Args {
-            name: request.name.as_str(),
-            owner: request.owner.as_str(),
-            ttl_ms: request.ttl.as_millis() as i64,
-            reentrant: request.reentrant as i64,
-            // Without a ticket (try-acquire, or a first look) any live
-            // ticket is ahead.
-            ticket: ticket.unwrap_or(i64::MAX),
-            ..Args::default()
-        };
-        let err = |e| self.err(e);
-        match (&inner.queries.acquire, &inner.pool) {
-            (Acquire::Upsert(statement), pool) => with_pool!(pool, p => {
-                let row = query(statement, &args).fetch_optional(p).await.map_err(err)?;
-                row.map(|row| row.try_get::<i64, _>(0).map(|t| t as u64))
-                    .transpose()
-                    .map_err(err)
-            }),
-            #[cfg(feature = "mysql")]
-            (Acquire::UpdateThenInsert { update, insert }, Pool::MySql(p)) => {
-                let updated = query(update, &args).execute(p).await.map_err(err)?;
-                if updated.rows_affected() == 1 {
-                    return Ok(Some(updated.last_insert_id()));
-                }
-                let inserted = query(insert, &args).execute(p).await.map_err(err)?;
-                Ok((inserted.rows_affected() == 1).then_some(1))
-            }
-            #[allow(unreachable_patterns)]
-            _ => Err(Error::new(
-                ErrorKind::Backend,
-                "internal: statements of another dialect",
-            )),
-        }
-    }
-
-    /// One atomic attempt to take the lock; `waiting` when it comes from a
-    /// waiting acquire (which then marks the row as waited for).
-    async fn attempt(
+    pub(crate) async fn release_row(
         &self,
-        request: &AcquireRequest,
-        waiting: bool,
-        ticket: Option<i64>,
-    ) -> Result<Attempt> {
-        let inner = &self.inner;
-        if let Some(token) = self.take(request, ticket).await? {
-            // Leave the line in the same (cancellation-proof) call that took
-            // the lock, so no one behind ever sees a granted waiter's ticket.
-            if let Some(id) = ticket {
-                self.dequeue(id).await;
-            }
-            return Ok(Attempt::Taken { token });
-        }
-        let args = Args {
-            name: request.name.as_str(),
-            lease_ms: inner.config.waiting_mark.as_millis() as i64,
-            ..Args::default()
-        };
-        let err = |e| self.err(e);
-        let (owner, remaining, marked) = with_pool!(&inner.pool, p => {
-            match query(&inner.queries.probe, &args).fetch_optional(p).await.map_err(err)? {
-                Some(row) => (
-                    row.try_get::<Option<String>, _>(0).map_err(err)?,
-                    row.try_get::<Option<i64>, _>(1).map_err(err)?,
-                    row.try_get::<Option<i64>, _>(2).map_err(err)?,
-                ),
-                None => (None, None, None),
-            }
-        });
-        // A waiter keeps the row marked as waited for (so releases send
-        // NOTIFY), writing only when the mark is half gone: most polls of a
-        // busy lock stay read-only.
-        if waiting && inner.config.notify && marked.is_none_or(|left| left < args.lease_ms / 2) {
-            self.execute(&inner.queries.mark_waiting, &args).await?;
-        }
-        if owner.as_deref() == Some(request.owner.as_str()) && !request.reentrant {
-            return Err(Error::would_deadlock());
-        }
-        Ok(Attempt::Busy {
-            remaining: remaining.map(|ms| Duration::from_millis(ms.max(0) as u64)),
-        })
-    }
-
-    /// An attempt that runs to completion even if the caller is cancelled;
-    /// a lock it took for a caller that has gone is released at once.
-    /// Waits (briefly) until this client's abandoned tickets are deleted.
-    async fn settle_tickets(&self) {
-        let inner = &self.inner;
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
-        while inner.leaving.load(Ordering::SeqCst) > 0 {
-            let left = inner.left.notified();
-            tokio::pin!(left);
-            left.as_mut().enable();
-            if inner.leaving.load(Ordering::SeqCst) == 0 {
-                break;
-            }
-            if tokio::time::timeout_at(deadline, left).await.is_err() {
-                break;
-            }
-        }
-    }
-
-    async fn attempt_detached(
-        &self,
-        request: &AcquireRequest,
-        waiting: bool,
-        ticket: Option<i64>,
-    ) -> Result<(Attempt, Instant)> {
-        if self.inner.config.fair {
-            self.settle_tickets().await;
-        }
-        let store = self.clone();
-        let undo_store = self.clone();
-        let call_request = request.clone();
-        let undo_request = request.clone();
-        complete_or_undo(
-            async move {
-                let started = Instant::now();
-                store
-                    .attempt(&call_request, waiting, ticket)
-                    .await
-                    .map(|attempt| (attempt, started))
-            },
-            move |abandoned| async move {
-                if let Ok((Attempt::Taken { token }, _)) = abandoned {
-                    let _ = undo_store
-                        .release_row(&undo_request.name, &undo_request.owner, token)
-                        .await;
-                }
-            },
-        )
-        .await
-    }
-
-    /// Takes a ticket in the fair waiting line. A ticket whose insert
-    /// completes after the caller has gone is removed at once.
-    async fn enqueue(&self, request: &AcquireRequest) -> Result<Ticket> {
-        let tickets = self.inner.queries.tickets.clone().expect("fair mode");
-        let lease = self.inner.config.waiting_mark;
-        let (store, undo_store) = (self.clone(), self.clone());
-        let (name, owner) = (request.name.clone(), request.owner.clone());
-        let id = complete_or_undo(
-            async move {
-                let args = Args {
-                    name: name.as_str(),
-                    owner: owner.as_str(),
-                    lease_ms: lease.as_millis() as i64,
-                    ..Args::default()
-                };
-                let _ = store.execute(&tickets.sweep, &args).await;
-                let err = |e| store.err(e);
-                match &store.inner.pool {
-                    #[cfg(feature = "mysql")]
-                    Pool::MySql(p) => {
-                        let done = query(&tickets.enqueue, &args)
-                            .execute(p)
-                            .await
-                            .map_err(err)?;
-                        Ok(done.last_insert_id() as i64)
-                    }
-                    #[allow(unreachable_patterns)] // when MySQL is the only dialect built
-                    pool => with_pool!(pool, p => {
-                        let row = query(&tickets.enqueue, &args).fetch_one(p).await.map_err(err)?;
-                        row.try_get::<i64, _>(0).map_err(err)
-                    }),
-                }
-            },
-            move |abandoned: Result<i64>| async move {
-                if let Ok(id) = abandoned {
-                    undo_store.dequeue(id).await;
-                }
-            },
-        )
-        .await?;
-        Ok(Ticket {
-            id,
-            store: self.clone(),
-            refreshed: Instant::now(),
-        })
-    }
-
-    /// Keeps a waiter's ticket alive while it polls.
-    async fn refresh(&self, ticket: &mut Ticket) {
-        let lease = self.inner.config.waiting_mark;
-        if ticket.refreshed.elapsed() < lease / 3 {
-            return;
-        }
-        let tickets = self.inner.queries.tickets.as_ref().expect("fair mode");
-        let started = Instant::now();
-        let args = Args {
-            lease_ms: lease.as_millis() as i64,
-            id: ticket.id,
-            ..Args::default()
-        };
-        let refreshed = self.execute(&tickets.heartbeat, &args).await;
-        if refreshed.is_ok() {
-            ticket.refreshed = started;
-        }
-    }
-
-    async fn dequeue(&self, id: i64) {
-        if let Some(tickets) = &self.inner.queries.tickets {
-            let args = Args {
-                id,
-                ..Args::default()
-            };
-            let _ = self.execute(&tickets.dequeue, &args).await;
-        }
-    }
-
-    async fn release_row(&self, name: &LockName, owner: &Owner, token: u64) -> Result<bool> {
+        name: &LockName,
+        owner: &Owner,
+        token: u64,
+    ) -> Result<bool> {
         let queries = &self.inner.queries;
         let args = Args {
             name: name.as_str(),

@@ -1,0 +1,272 @@
+//! `omnilock bench`: the same workloads on every store given, through the
+//! same `connect(url)` path applications use; a table on stdout,
+//! `results.json` and SVG charts in `--out`.
+//!
+//! Every input is checked, and every store connected, before the first run:
+//! a typo never costs a half-finished benchmark.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use clap::ValueEnum;
+
+mod report;
+mod workloads;
+
+use self::report::{charts, json, print_table};
+use self::workloads::{contended, floor, handoff, herd, many_locks, uncontended, MANY_CLIENTS};
+use crate::args::BenchArgs;
+use crate::exit::{self, fail};
+
+/// The workloads, in the order they run by default. `--workload` is parsed
+/// into these (clap's `ValueEnum`: an unknown name is a usage error), and
+/// every `match` on them is exhaustive, so a new one cannot fall through to
+/// another's code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Workload {
+    /// The store's own cheapest lock-like round trip, without omnilock.
+    Floor,
+    /// Acquire and release of a lock nobody else wants.
+    Uncontended,
+    /// Several clients taking turns on one lock.
+    Contended,
+    /// Many clients over many lock names.
+    ManyLocks,
+    /// Release → next waiter's grant latency.
+    Handoff,
+    /// Store requests per hand-off as waiters grow.
+    Herd,
+}
+
+impl fmt::Display for Workload {
+    /// The name `--workload` takes (`many-locks`), also used in the table
+    /// and `results.json`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let value = self.to_possible_value().expect("no workload is hidden");
+        f.write_str(value.get_name())
+    }
+}
+
+impl serde::Serialize for Workload {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+/// One result row.
+struct Row {
+    store: String,
+    workload: Workload,
+    clients: usize,
+    ops: usize,
+    per_second: f64,
+    /// Latency (uncontended: acquire + release; contended: wait for the
+    /// grant; handoff: release → next grant).
+    p50: Duration,
+    p99: Duration,
+    p999: Duration,
+    /// Jain's fairness index over the clients' grant counts (contended).
+    fairness: Option<f64>,
+    /// p50 over the same store's floor p50 (uncontended).
+    ratio: Option<f64>,
+    /// Store requests per hand-off, from the store's counters (herd).
+    requests: Option<f64>,
+    /// What a floor round does, or why a run was skipped.
+    note: String,
+}
+
+pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
+    let workloads: Vec<Workload> = if args.workload.is_empty() {
+        Workload::value_variants().to_vec()
+    } else {
+        args.workload.clone()
+    };
+    // Connect to every store before running anything.
+    let mut connected = Vec::new();
+    for url in stores {
+        match omnilock::connect(url).await {
+            Ok(locks) => connected.push((exit::shown(url), locks)),
+            Err(err) => return fail(&err),
+        }
+    }
+    if let Some(out) = &args.out {
+        if let Err(err) = std::fs::create_dir_all(out) {
+            eprintln!("omnilock: cannot create {}: {err}", out.display());
+            return exit::USAGE;
+        }
+    }
+    let interleaved =
+        workloads.contains(&Workload::Floor) && workloads.contains(&Workload::Uncontended);
+    let runs: usize = connected
+        .iter()
+        .map(|(_, locks)| {
+            workloads
+                .iter()
+                .map(|w| match w {
+                    Workload::Contended => args.clients.len(),
+                    Workload::Herd => args.herd_waiters.len(),
+                    Workload::Floor if interleaved && locks.measure().is_some() => 0,
+                    Workload::Floor
+                    | Workload::Uncontended
+                    | Workload::ManyLocks
+                    | Workload::Handoff => 1,
+                })
+                .sum::<usize>()
+        })
+        .sum();
+    let mut done = 0;
+    let mut rows = Vec::new();
+    let tag = std::process::id();
+    for (shown, locks) in &connected {
+        for &workload in &workloads {
+            let client_counts: Vec<usize> = match workload {
+                Workload::Contended => args.clients.iter().map(|n| *n as usize).collect(),
+                Workload::Handoff => vec![args.waiters as usize],
+                Workload::Herd => args.herd_waiters.iter().map(|n| *n as usize).collect(),
+                Workload::ManyLocks => vec![MANY_CLIENTS],
+                Workload::Floor | Workload::Uncontended => vec![1],
+            };
+            // The floor is then measured interleaved with the uncontended
+            // run, so that drift on a shared machine hits both alike.
+            if workload == Workload::Floor && interleaved && locks.measure().is_some() {
+                continue;
+            }
+            for clients in client_counts {
+                done += 1;
+                let label = format!("[{done}/{runs}] {shown}: {workload}, {clients} client(s)");
+                // The herd workload runs until its chain completes, not for
+                // the duration.
+                let expected = (workload != Workload::Herd).then_some(args.duration);
+                let _progress = Progress::start(label, expected);
+                let name = format!("omnilock-bench/{tag}/{workload}/{clients}");
+                let one = |row: omnilock::Result<Row>| row.map(|row| vec![row]);
+                let result = match workload {
+                    Workload::Floor => one(floor(locks, args.duration).await),
+                    Workload::Uncontended => {
+                        uncontended(locks, &name, args.duration, interleaved).await
+                    }
+                    Workload::Contended => {
+                        one(contended(locks, &name, clients, args.duration).await)
+                    }
+                    Workload::ManyLocks => one(many_locks(locks, &name, args.duration).await),
+                    Workload::Handoff => one(handoff(locks, &name, clients, args.duration).await),
+                    Workload::Herd => one(herd(locks, &name, clients).await),
+                };
+                match result {
+                    Ok(new) => rows.extend(new.into_iter().map(|mut row| {
+                        row.store = shown.clone();
+                        row
+                    })),
+                    Err(err) => return fail(&err),
+                }
+            }
+        }
+    }
+    // Each store's uncontended p50 as a ratio of its own floor.
+    let floors: Vec<(String, Duration)> = rows
+        .iter()
+        .filter(|r| r.workload == Workload::Floor && r.ops > 0)
+        .map(|r| (r.store.clone(), r.p50))
+        .collect();
+    for r in rows
+        .iter_mut()
+        .filter(|r| r.workload == Workload::Uncontended)
+    {
+        if let Some((_, floor)) = floors.iter().find(|(s, _)| *s == r.store) {
+            r.ratio = Some(r.p50.as_secs_f64() / floor.as_secs_f64().max(1e-9));
+        }
+    }
+    print_table(&rows);
+    if let Some(out) = &args.out {
+        let path = out.join("results.json");
+        if let Err(err) = std::fs::write(&path, json(&rows)) {
+            eprintln!("omnilock: cannot write {}: {err}", path.display());
+            return exit::SOFTWARE;
+        }
+        eprintln!("omnilock: wrote {}", path.display());
+        for (file, svg) in charts(&rows) {
+            let path = out.join(file);
+            if let Err(err) = std::fs::write(&path, svg) {
+                eprintln!("omnilock: cannot write {}: {err}", path.display());
+                return exit::SOFTWARE;
+            }
+            eprintln!("omnilock: wrote {}", path.display());
+        }
+    }
+    0
+}
+
+/// A progress bar on standard error while one run executes: redrawn in place
+/// on a terminal, one line per run otherwise (logs, CI). Stops when dropped.
+struct Progress {
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Progress {
+    fn start(label: String, expected: Option<Duration>) -> Progress {
+        use std::io::{IsTerminal, Write};
+        if !std::io::stderr().is_terminal() {
+            eprintln!("{label}");
+            return Progress { task: None };
+        }
+        let started = Instant::now();
+        let task = tokio::spawn(async move {
+            loop {
+                let elapsed = started.elapsed();
+                let bar = match expected {
+                    Some(total) => {
+                        let done = (elapsed.as_secs_f64() / total.as_secs_f64().max(1e-9)).min(1.0);
+                        let filled = (done * 30.0).round() as usize;
+                        format!(
+                            "{}{} {:>3.0}%",
+                            "█".repeat(filled),
+                            "░".repeat(30 - filled),
+                            done * 100.0
+                        )
+                    }
+                    None => format!("{:.1} s", elapsed.as_secs_f64()),
+                };
+                {
+                    let mut err = std::io::stderr().lock();
+                    let _ = write!(err, "\r\x1b[2K{label} {bar}");
+                    let _ = err.flush();
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+        Progress { task: Some(task) }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+            eprintln!();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workloads_are_named_as_the_flag_takes_them() {
+        let names: Vec<String> = Workload::value_variants()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "floor",
+                "uncontended",
+                "contended",
+                "many-locks",
+                "handoff",
+                "herd"
+            ]
+        );
+    }
+}

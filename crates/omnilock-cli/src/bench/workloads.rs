@@ -1,0 +1,349 @@
+//! The workloads of `omnilock bench`, each measured into [`Row`]s.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use omnilock::Locks;
+
+use super::{Row, Workload};
+
+/// Clients of the many-locks workload, and the names they spread over.
+pub(super) const MANY_CLIENTS: usize = 64;
+
+const MANY_NAMES: usize = 10_000;
+
+/// How long a herd chain may take before the run reports it stuck.
+const HERD_LIMIT: Duration = Duration::from_secs(60);
+
+/// The raw store operations the backend's algorithm needs, made with the
+/// same client library and connection ([`omnilock::Measure`]).
+pub(super) async fn floor(locks: &Locks, duration: Duration) -> omnilock::Result<Row> {
+    let Some(measure) = locks.measure() else {
+        return Ok(skipped(Workload::Floor, 1, "no floor hook for this store"));
+    };
+    let started = Instant::now();
+    let mut samples = Vec::new();
+    while started.elapsed() < duration {
+        let at = Instant::now();
+        measure.floor_round().await?;
+        samples.push(at.elapsed());
+    }
+    let mut row = row(Workload::Floor, 1, samples, started.elapsed(), None);
+    row.note = measure.floor_ops().to_string();
+    Ok(row)
+}
+
+/// 64 clients over 10,000 names: grants per second when locks rarely collide.
+pub(super) async fn many_locks(
+    locks: &Locks,
+    name: &str,
+    duration: Duration,
+) -> omnilock::Result<Row> {
+    let samples = Arc::new(Mutex::new(Vec::new()));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for client in 0..MANY_CLIENTS {
+        let (locks, name, samples) = (locks.clone(), name.to_string(), samples.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut i = client * 7919;
+            while started.elapsed() < duration {
+                i = (i + 104_729) % MANY_NAMES;
+                let at = Instant::now();
+                let Some(guard) =
+                    until(started + duration, locks.acquire(&format!("{name}/{i}"))).await?
+                else {
+                    break;
+                };
+                samples.lock().unwrap().push(at.elapsed());
+                guard.release().await?;
+            }
+            Ok::<_, omnilock::Error>(())
+        }));
+    }
+    join(tasks).await?;
+    let elapsed = started.elapsed();
+    let samples = std::mem::take(&mut *samples.lock().unwrap());
+    Ok(row(
+        Workload::ManyLocks,
+        MANY_CLIENTS,
+        samples,
+        elapsed,
+        None,
+    ))
+}
+
+/// Store requests per hand-off along a chain of `waiters` queued
+/// acquisitions, from the store's own counters: flat in the number of
+/// waiters means no herd.
+pub(super) async fn herd(locks: &Locks, name: &str, waiters: usize) -> omnilock::Result<Row> {
+    let Some(measure) = locks.measure() else {
+        return Ok(skipped(
+            Workload::Herd,
+            waiters,
+            "no request counter for this store",
+        ));
+    };
+    if let Err(err) = measure.requests_served().await {
+        if err.kind() == omnilock::ErrorKind::Unsupported {
+            return Ok(skipped(
+                Workload::Herd,
+                waiters,
+                "no request counter for this store",
+            ));
+        }
+        return Err(err);
+    }
+    let ttl = Duration::from_secs(60);
+    let holder = locks.lock(name).ttl(ttl).acquire().await?;
+    let mut chain = Vec::new();
+    for _ in 0..waiters {
+        let (queued_tx, queued_rx) = tokio::sync::oneshot::channel();
+        let (locks, name) = (locks.clone(), name.to_string());
+        chain.push(tokio::spawn(async move {
+            let guard = locks
+                .lock(&name)
+                .ttl(ttl)
+                .on_wait(move || {
+                    let _ = queued_tx.send(());
+                })
+                .acquire()
+                .await?;
+            guard.release().await
+        }));
+        let _ = queued_rx.await;
+    }
+    // Count from the moment the store is quiet (waiters finish setting up
+    // their watches after they report waiting).
+    let mut start = measure.requests_served().await?;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = measure.requests_served().await?;
+        if now == start {
+            break;
+        }
+        start = now;
+    }
+    let started = Instant::now();
+    holder.release().await?;
+    let aborts: Vec<_> = chain.iter().map(|t| t.abort_handle()).collect();
+    if tokio::time::timeout(HERD_LIMIT, join(chain)).await.is_err() {
+        // A stuck chain is a finding, not a reason to hang the whole run.
+        aborts.iter().for_each(|a| a.abort());
+        return Ok(skipped(
+            Workload::Herd,
+            waiters,
+            &format!("the chain of hand-offs did not finish within {HERD_LIMIT:?}"),
+        ));
+    }
+    let elapsed = started.elapsed();
+    let end = measure.requests_served().await?;
+    let mut row = row(Workload::Herd, waiters, Vec::new(), elapsed, None);
+    row.ops = waiters;
+    row.per_second = waiters as f64 / elapsed.as_secs_f64().max(1e-9);
+    row.requests = Some(end.saturating_sub(start) as f64 / waiters as f64);
+    Ok(row)
+}
+
+/// An acquisition cut off by the end of the run (`None`) is not counted:
+/// on an unfair store a starved client would otherwise hold the run open.
+async fn until(
+    end: Instant,
+    acquire: impl std::future::Future<Output = omnilock::Result<omnilock::LockGuard>>,
+) -> omnilock::Result<Option<omnilock::LockGuard>> {
+    match tokio::time::timeout_at(tokio::time::Instant::from_std(end), acquire).await {
+        Ok(guard) => guard.map(Some),
+        Err(_) => Ok(None),
+    }
+}
+
+fn skipped(workload: Workload, clients: usize, why: &str) -> Row {
+    let mut row = row(workload, clients, Vec::new(), Duration::from_secs(1), None);
+    row.note = why.to_string();
+    row
+}
+
+async fn join(tasks: Vec<tokio::task::JoinHandle<omnilock::Result<()>>>) -> omnilock::Result<()> {
+    for task in tasks {
+        task.await
+            .map_err(|e| omnilock::Error::new(omnilock::ErrorKind::Backend, e.to_string()))??;
+    }
+    Ok(())
+}
+
+/// One client, acquire + release on a fresh name each time. With
+/// `with_floor`, batches of the store's floor round alternate with batches of
+/// acquire + release, and both rows come back: the p50/floor ratio then
+/// compares samples taken in the same minutes.
+pub(super) async fn uncontended(
+    locks: &Locks,
+    name: &str,
+    duration: Duration,
+    with_floor: bool,
+) -> omnilock::Result<Vec<Row>> {
+    const BATCH: usize = 20;
+    let measure = locks.measure().filter(|_| with_floor);
+    let started = Instant::now();
+    let (mut samples, mut floor_samples) = (Vec::new(), Vec::new());
+    let (mut lock_time, mut floor_time) = (Duration::ZERO, Duration::ZERO);
+    while started.elapsed() < duration {
+        if let Some(measure) = measure {
+            let batch = Instant::now();
+            for _ in 0..BATCH {
+                let at = Instant::now();
+                measure.floor_round().await?;
+                floor_samples.push(at.elapsed());
+            }
+            floor_time += batch.elapsed();
+        }
+        let batch = Instant::now();
+        for _ in 0..BATCH {
+            let at = Instant::now();
+            let guard = locks.acquire(&format!("{name}/{}", samples.len())).await?;
+            guard.release().await?;
+            samples.push(at.elapsed());
+        }
+        lock_time += batch.elapsed();
+    }
+    let mut rows = Vec::new();
+    if let Some(measure) = measure {
+        let mut floor = row(Workload::Floor, 1, floor_samples, floor_time, None);
+        floor.note = format!("{} (interleaved with uncontended)", measure.floor_ops());
+        rows.push(floor);
+    }
+    rows.push(row(Workload::Uncontended, 1, samples, lock_time, None));
+    Ok(rows)
+}
+
+/// `clients` tasks (sharing the handle's connection, each acquisition its own
+/// owner) take one lock in turn with an empty critical section; latency is
+/// the wait for each grant.
+pub(super) async fn contended(
+    locks: &Locks,
+    name: &str,
+    clients: usize,
+    duration: Duration,
+) -> omnilock::Result<Row> {
+    let waits = Arc::new(Mutex::new(Vec::new()));
+    let counts = Arc::new(Mutex::new(vec![0u64; clients]));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for client in 0..clients {
+        let (locks, name) = (locks.clone(), name.to_string());
+        let (waits, counts) = (waits.clone(), counts.clone());
+        tasks.push(tokio::spawn(async move {
+            while started.elapsed() < duration {
+                let at = Instant::now();
+                let Some(guard) = until(started + duration, locks.acquire(&name)).await? else {
+                    break;
+                };
+                waits.lock().unwrap().push(at.elapsed());
+                counts.lock().unwrap()[client] += 1;
+                guard.release().await?;
+            }
+            Ok::<_, omnilock::Error>(())
+        }));
+    }
+    join(tasks).await?;
+    let elapsed = started.elapsed();
+    let counts = counts.lock().unwrap().clone();
+    let samples = std::mem::take(&mut *waits.lock().unwrap());
+    Ok(row(
+        Workload::Contended,
+        clients,
+        samples,
+        elapsed,
+        Some(jain(&counts)),
+    ))
+}
+
+/// `waiters` tasks queue for one lock; each holds it for a moment and
+/// releases. Latency is from one holder's release call to the next grant.
+pub(super) async fn handoff(
+    locks: &Locks,
+    name: &str,
+    waiters: usize,
+    duration: Duration,
+) -> omnilock::Result<Row> {
+    let last_release: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+    let samples = Arc::new(Mutex::new(Vec::new()));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..waiters {
+        let (locks, name) = (locks.clone(), name.to_string());
+        let (last_release, samples) = (last_release.clone(), samples.clone());
+        tasks.push(tokio::spawn(async move {
+            while started.elapsed() < duration {
+                let Some(guard) = until(started + duration, locks.acquire(&name)).await? else {
+                    break;
+                };
+                let granted = Instant::now();
+                if let Some(released) = last_release.lock().unwrap().take() {
+                    samples.lock().unwrap().push(granted - released);
+                }
+                // Long enough for every other waiter to be queued again.
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                *last_release.lock().unwrap() = Some(Instant::now());
+                guard.release().await?;
+            }
+            Ok::<_, omnilock::Error>(())
+        }));
+    }
+    join(tasks).await?;
+    let elapsed = started.elapsed();
+    let samples = std::mem::take(&mut *samples.lock().unwrap());
+    Ok(row(Workload::Handoff, waiters, samples, elapsed, None))
+}
+
+pub(super) fn row(
+    workload: Workload,
+    clients: usize,
+    mut samples: Vec<Duration>,
+    elapsed: Duration,
+    fairness: Option<f64>,
+) -> Row {
+    samples.sort();
+    Row {
+        store: String::new(),
+        workload,
+        clients,
+        ops: samples.len(),
+        per_second: samples.len() as f64 / elapsed.as_secs_f64().max(1e-9),
+        p50: percentile(&samples, 0.5),
+        p99: percentile(&samples, 0.99),
+        p999: percentile(&samples, 0.999),
+        fairness,
+        ratio: None,
+        requests: None,
+        note: String::new(),
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let at = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[at.min(sorted.len() - 1)]
+}
+
+/// Jain's fairness index: 1 when every client got the same share, 1/n when
+/// one got everything.
+fn jain(counts: &[u64]) -> f64 {
+    let sum: f64 = counts.iter().map(|c| *c as f64).sum();
+    let squares: f64 = counts.iter().map(|c| (*c as f64).powi(2)).sum();
+    if squares == 0.0 {
+        return 1.0;
+    }
+    sum * sum / (counts.len() as f64 * squares)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fairness_index() {
+        assert!((jain(&[5, 5, 5, 5]) - 1.0).abs() < 1e-9);
+        assert!((jain(&[20, 0, 0, 0]) - 0.25).abs() < 1e-9);
+    }
+}

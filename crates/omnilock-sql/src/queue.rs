@@ -1,0 +1,260 @@
+//! The acquisition recipe on the lock table: one atomic statement takes a
+//! free (or expired, or re-entered) lock; a waiter polls it, woken early by
+//! a local release or a PostgreSQL NOTIFY. In fair mode a waiter first takes
+//! a ticket in the waiting line, and only the head of the line may take the
+//! lock.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use omnilock_core::{complete_or_undo, AcquireRequest, Error, ErrorKind, Result};
+use sqlx::Row;
+
+use crate::pool::{query, with_pool};
+use crate::queries::{Acquire, Args};
+use crate::store::SqlStore;
+
+/// A place in the fair waiting line; dropping it leaves the line.
+pub(crate) struct Ticket {
+    pub(crate) id: i64,
+    pub(crate) store: SqlStore,
+    pub(crate) refreshed: Instant,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let (store, id) = (self.store.clone(), self.id);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            self.store.inner.leaving.fetch_add(1, Ordering::SeqCst);
+            runtime.spawn(async move {
+                store.dequeue(id).await;
+                if store.inner.leaving.fetch_sub(1, Ordering::SeqCst) == 1 {
+                    store.inner.left.notify_waiters();
+                }
+            });
+        }
+    }
+}
+
+pub(crate) enum Attempt {
+    Taken { token: u64 },
+    Busy { remaining: Option<Duration> },
+}
+
+impl SqlStore {
+    /// The atomic statement(s) that take the lock: `Some(token)` if taken.
+    pub(crate) async fn take(
+        &self,
+        request: &AcquireRequest,
+        ticket: Option<i64>,
+    ) -> Result<Option<u64>> {
+        let inner = &self.inner;
+        let args = Args {
+            name: request.name.as_str(),
+            owner: request.owner.as_str(),
+            ttl_ms: request.ttl.as_millis() as i64,
+            reentrant: request.reentrant as i64,
+            // Without a ticket (try-acquire, or a first look) any live
+            // ticket is ahead.
+            ticket: ticket.unwrap_or(i64::MAX),
+            ..Args::default()
+        };
+        let err = |e| self.err(e);
+        match (&inner.queries.acquire, &inner.pool) {
+            (Acquire::Upsert(statement), pool) => with_pool!(pool, p => {
+                let row = query(statement, &args).fetch_optional(p).await.map_err(err)?;
+                row.map(|row| row.try_get::<i64, _>(0).map(|t| t as u64))
+                    .transpose()
+                    .map_err(err)
+            }),
+            #[cfg(feature = "mysql")]
+            (Acquire::UpdateThenInsert { update, insert }, crate::pool::Pool::MySql(p)) => {
+                let updated = query(update, &args).execute(p).await.map_err(err)?;
+                if updated.rows_affected() == 1 {
+                    return Ok(Some(updated.last_insert_id()));
+                }
+                let inserted = query(insert, &args).execute(p).await.map_err(err)?;
+                Ok((inserted.rows_affected() == 1).then_some(1))
+            }
+            #[allow(unreachable_patterns)]
+            _ => Err(Error::new(
+                ErrorKind::Backend,
+                "internal: statements of another dialect",
+            )),
+        }
+    }
+
+    /// One atomic attempt to take the lock; `waiting` when it comes from a
+    /// waiting acquire (which then marks the row as waited for).
+    pub(crate) async fn attempt(
+        &self,
+        request: &AcquireRequest,
+        waiting: bool,
+        ticket: Option<i64>,
+    ) -> Result<Attempt> {
+        let inner = &self.inner;
+        if let Some(token) = self.take(request, ticket).await? {
+            // Leave the line in the same (cancellation-proof) call that took
+            // the lock, so no one behind ever sees a granted waiter's ticket.
+            if let Some(id) = ticket {
+                self.dequeue(id).await;
+            }
+            return Ok(Attempt::Taken { token });
+        }
+        let args = Args {
+            name: request.name.as_str(),
+            lease_ms: inner.config.waiting_mark.as_millis() as i64,
+            ..Args::default()
+        };
+        let err = |e| self.err(e);
+        let (owner, remaining, marked) = with_pool!(&inner.pool, p => {
+            match query(&inner.queries.probe, &args).fetch_optional(p).await.map_err(err)? {
+                Some(row) => (
+                    row.try_get::<Option<String>, _>(0).map_err(err)?,
+                    row.try_get::<Option<i64>, _>(1).map_err(err)?,
+                    row.try_get::<Option<i64>, _>(2).map_err(err)?,
+                ),
+                None => (None, None, None),
+            }
+        });
+        // A waiter keeps the row marked as waited for (so releases send
+        // NOTIFY), writing only when the mark is half gone: most polls of a
+        // busy lock stay read-only.
+        if waiting && inner.config.notify && marked.is_none_or(|left| left < args.lease_ms / 2) {
+            self.execute(&inner.queries.mark_waiting, &args).await?;
+        }
+        if owner.as_deref() == Some(request.owner.as_str()) && !request.reentrant {
+            return Err(Error::would_deadlock());
+        }
+        Ok(Attempt::Busy {
+            remaining: remaining.map(|ms| Duration::from_millis(ms.max(0) as u64)),
+        })
+    }
+
+    /// Waits (briefly) until this client's abandoned tickets are deleted.
+    pub(crate) async fn settle_tickets(&self) {
+        let inner = &self.inner;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while inner.leaving.load(Ordering::SeqCst) > 0 {
+            let left = inner.left.notified();
+            tokio::pin!(left);
+            left.as_mut().enable();
+            if inner.leaving.load(Ordering::SeqCst) == 0 {
+                break;
+            }
+            if tokio::time::timeout_at(deadline, left).await.is_err() {
+                break;
+            }
+        }
+    }
+
+    /// An attempt that runs to completion even if the caller is cancelled;
+    /// a lock it took for a caller that has gone is released at once.
+    pub(crate) async fn attempt_detached(
+        &self,
+        request: &AcquireRequest,
+        waiting: bool,
+        ticket: Option<i64>,
+    ) -> Result<(Attempt, Instant)> {
+        if self.inner.config.fair {
+            self.settle_tickets().await;
+        }
+        let store = self.clone();
+        let undo_store = self.clone();
+        let call_request = request.clone();
+        let undo_request = request.clone();
+        complete_or_undo(
+            async move {
+                let started = Instant::now();
+                store
+                    .attempt(&call_request, waiting, ticket)
+                    .await
+                    .map(|attempt| (attempt, started))
+            },
+            move |abandoned| async move {
+                if let Ok((Attempt::Taken { token }, _)) = abandoned {
+                    let _ = undo_store
+                        .release_row(&undo_request.name, &undo_request.owner, token)
+                        .await;
+                }
+            },
+        )
+        .await
+    }
+
+    /// Takes a ticket in the fair waiting line. A ticket whose insert
+    /// completes after the caller has gone is removed at once.
+    pub(crate) async fn enqueue(&self, request: &AcquireRequest) -> Result<Ticket> {
+        let tickets = self.inner.queries.tickets.clone().expect("fair mode");
+        let lease = self.inner.config.waiting_mark;
+        let (store, undo_store) = (self.clone(), self.clone());
+        let (name, owner) = (request.name.clone(), request.owner.clone());
+        let id = complete_or_undo(
+            async move {
+                let args = Args {
+                    name: name.as_str(),
+                    owner: owner.as_str(),
+                    lease_ms: lease.as_millis() as i64,
+                    ..Args::default()
+                };
+                let _ = store.execute(&tickets.sweep, &args).await;
+                let err = |e| store.err(e);
+                match &store.inner.pool {
+                    #[cfg(feature = "mysql")]
+                    crate::pool::Pool::MySql(p) => {
+                        let done = query(&tickets.enqueue, &args)
+                            .execute(p)
+                            .await
+                            .map_err(err)?;
+                        Ok(done.last_insert_id() as i64)
+                    }
+                    #[allow(unreachable_patterns)] // when MySQL is the only dialect built
+                    pool => with_pool!(pool, p => {
+                        let row = query(&tickets.enqueue, &args).fetch_one(p).await.map_err(err)?;
+                        row.try_get::<i64, _>(0).map_err(err)
+                    }),
+                }
+            },
+            move |abandoned: Result<i64>| async move {
+                if let Ok(id) = abandoned {
+                    undo_store.dequeue(id).await;
+                }
+            },
+        )
+        .await?;
+        Ok(Ticket {
+            id,
+            store: self.clone(),
+            refreshed: Instant::now(),
+        })
+    }
+
+    /// Keeps a waiter's ticket alive while it polls.
+    pub(crate) async fn refresh(&self, ticket: &mut Ticket) {
+        let lease = self.inner.config.waiting_mark;
+        if ticket.refreshed.elapsed() < lease / 3 {
+            return;
+        }
+        let tickets = self.inner.queries.tickets.as_ref().expect("fair mode");
+        let started = Instant::now();
+        let args = Args {
+            lease_ms: lease.as_millis() as i64,
+            id: ticket.id,
+            ..Args::default()
+        };
+        let refreshed = self.execute(&tickets.heartbeat, &args).await;
+        if refreshed.is_ok() {
+            ticket.refreshed = started;
+        }
+    }
+
+    pub(crate) async fn dequeue(&self, id: i64) {
+        if let Some(tickets) = &self.inner.queries.tickets {
+            let args = Args {
+                id,
+                ..Args::default()
+            };
+            let _ = self.execute(&tickets.dequeue, &args).await;
+        }
+    }
+}

@@ -1,0 +1,229 @@
+//! The one list of scenarios the suite runs, and what each needs the store to
+//! claim. The runner ([`crate::suite`]) reads it to build its trials, and a
+//! test below fails when a public scenario function is missing from it, so a
+//! new scenario cannot be written and then never run.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use omnilock_core::{ErrorKind, Locks};
+
+use crate::scenarios;
+use crate::Subject;
+
+type ScenarioFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+
+/// One scenario: its name (the function's), the guarantees it tests, and
+/// how to run it.
+pub struct Scenario {
+    /// The scenario function's name; the trial is `<subject>::<name>`.
+    pub name: &'static str,
+    /// What the store must claim for the scenario to apply; a store that
+    /// does not claim one of these reports the scenario as ignored.
+    pub needs: &'static [Claim],
+    run: for<'a> fn(&'a Subject) -> ScenarioFuture<'a>,
+}
+
+impl Scenario {
+    /// Runs the scenario on `subject` (assumes the store claims `needs`).
+    pub fn run<'a>(&self, subject: &'a Subject) -> ScenarioFuture<'a> {
+        (self.run)(subject)
+    }
+
+    /// The first of `needs` the store behind `locks` does not claim, as a
+    /// reason to show for ignoring the scenario.
+    pub async fn unclaimed(&self, locks: &Locks) -> Option<&'static str> {
+        for claim in self.needs {
+            if !claim.is_offered_by(locks).await {
+                return Some(claim.missing());
+            }
+        }
+        None
+    }
+}
+
+/// A guarantee a store may or may not offer. Most are flags of
+/// [`Capabilities`](omnilock_core::Capabilities); the benchmark ones are
+/// found by asking the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// `Capabilities::fair`.
+    Fair,
+    /// `Capabilities::fencing`.
+    FencingTokens,
+    /// `Capabilities::lease_renewal`.
+    LeaseRenewal,
+    /// `Capabilities::break_lock`.
+    BreakLock,
+    /// `Capabilities::cross_process_reentrancy`.
+    CrossProcessReentrancy,
+    /// `Capabilities::push_wakeups`.
+    PushWakeups,
+    /// `Capabilities::election`.
+    Elections,
+    /// `Locks::measure` is there.
+    BenchmarkHooks,
+    /// `Measure::requests_served` counts (is not `Unsupported`).
+    RequestCounter,
+}
+
+impl Claim {
+    async fn is_offered_by(self, locks: &Locks) -> bool {
+        let caps = locks.capabilities();
+        match self {
+            Claim::Fair => caps.fair,
+            Claim::FencingTokens => caps.fencing,
+            Claim::LeaseRenewal => caps.lease_renewal,
+            Claim::BreakLock => caps.break_lock,
+            Claim::CrossProcessReentrancy => caps.cross_process_reentrancy,
+            Claim::PushWakeups => caps.push_wakeups,
+            Claim::Elections => caps.election,
+            Claim::BenchmarkHooks => locks.measure().is_some(),
+            // Any answer but `Unsupported` is a claim: a counter that fails
+            // for another reason must fail the scenario, not hide it.
+            Claim::RequestCounter => match locks.measure() {
+                Some(measure) => !matches!(
+                    measure.requests_served().await,
+                    Err(err) if err.kind() == ErrorKind::Unsupported
+                ),
+                None => false,
+            },
+        }
+    }
+
+    /// Why a scenario needing this is ignored, as shown in the test output.
+    fn missing(self) -> &'static str {
+        match self {
+            Claim::Fair => "not claimed: fair",
+            Claim::FencingTokens => "not claimed: fencing tokens",
+            Claim::LeaseRenewal => "not claimed: lease renewal",
+            Claim::BreakLock => "not claimed: break_lock",
+            Claim::CrossProcessReentrancy => "not claimed: cross-process reentrancy",
+            Claim::PushWakeups => "not claimed: push wake-ups",
+            Claim::Elections => "not claimed: elections",
+            Claim::BenchmarkHooks => "not claimed: benchmark hooks",
+            Claim::RequestCounter => "not claimed: a request counter",
+        }
+    }
+}
+
+/// A registry entry for `scenarios::$name`, needing `$needs`.
+macro_rules! scenario {
+    ($name:ident $(, $needs:expr)*) => {
+        Scenario {
+            name: stringify!($name),
+            needs: &[$($needs),*],
+            run: |subject| Box::pin(scenarios::$name(subject)),
+        }
+    };
+}
+
+/// Every scenario of the conformance suite, in the order they are listed.
+pub static CONFORMANCE: &[Scenario] = &[
+    scenario!(mutual_exclusion),
+    scenario!(try_acquire_and_timeout),
+    scenario!(cancelled_acquire_leaves_nothing),
+    scenario!(reentrancy),
+    scenario!(reentrancy_across_clients, Claim::CrossProcessReentrancy),
+    scenario!(non_reentrant_reacquire_fails),
+    scenario!(fifo_order, Claim::Fair),
+    scenario!(capabilities_tell_the_truth),
+    scenario!(abandoned_holder_expires),
+    scenario!(renewal_keeps_lock, Claim::LeaseRenewal),
+    scenario!(lost_signal_fires, Claim::BreakLock),
+    scenario!(release_is_not_a_loss),
+    scenario!(stale_release_is_not_owner, Claim::BreakLock),
+    scenario!(fencing_tokens_increase, Claim::FencingTokens),
+    scenario!(invalid_names_rejected),
+    scenario!(distinct_names_are_distinct_locks),
+    scenario!(many_locks_at_once),
+    scenario!(drop_releases_in_background),
+    scenario!(drop_outside_runtime),
+    scenario!(errors_name_backend_and_lock),
+    // Elections serve candidates in the order they queued: fair stores only.
+    scenario!(election_one_leader_at_a_time, Claim::Fair, Claim::Elections),
+    scenario!(
+        election_successor_takes_over_when_leader_dies,
+        Claim::Fair,
+        Claim::Elections
+    ),
+    scenario!(
+        election_observers_see_every_change,
+        Claim::Fair,
+        Claim::Elections
+    ),
+    scenario!(measure_hooks_work, Claim::BenchmarkHooks),
+];
+
+/// The scenarios that read store-wide request counters: a test binary of
+/// their own runs them, since any test running beside them adds to the
+/// counts.
+pub static HERD: &[Scenario] = &[scenario!(
+    handoff_cost_is_flat,
+    Claim::PushWakeups,
+    Claim::RequestCounter
+)];
+
+/// Public scenario functions that take more than one subject: each
+/// backend's own tests call them with the subjects they need.
+pub const MULTI_SUBJECT: &[&str] = &["namespaces_are_disjoint"];
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    /// Every `pub async fn` in the scenario sources, by name.
+    fn public_scenario_functions() -> BTreeSet<String> {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/scenarios");
+        let mut names = BTreeSet::new();
+        for entry in std::fs::read_dir(dir).expect("scenario sources") {
+            let path = entry.expect("directory entry").path();
+            if path.extension().is_some_and(|e| e == "rs") {
+                let source = std::fs::read_to_string(&path).expect("scenario source");
+                for line in source.lines() {
+                    if let Some(rest) = line.trim_start().strip_prefix("pub async fn ") {
+                        let name: String = rest
+                            .chars()
+                            .take_while(|c| c.is_alphanumeric() || *c == '_')
+                            .collect();
+                        names.insert(name);
+                    }
+                }
+            }
+        }
+        names
+    }
+
+    #[test]
+    fn every_public_scenario_is_registered() {
+        let registered: BTreeSet<String> = CONFORMANCE
+            .iter()
+            .chain(HERD)
+            .map(|s| s.name.to_string())
+            .chain(MULTI_SUBJECT.iter().map(|s| s.to_string()))
+            .collect();
+        let written = public_scenario_functions();
+        assert!(!written.is_empty(), "no scenario functions found");
+        let unregistered: Vec<_> = written.difference(&registered).collect();
+        assert!(
+            unregistered.is_empty(),
+            "public scenarios the suite never runs (add them to CONFORMANCE, HERD or \
+             MULTI_SUBJECT in registry.rs): {unregistered:?}"
+        );
+        let vanished: Vec<_> = registered.difference(&written).collect();
+        assert!(
+            vanished.is_empty(),
+            "registered but not found: {vanished:?}"
+        );
+    }
+
+    #[test]
+    fn scenario_names_are_unique() {
+        let mut seen = BTreeSet::new();
+        for scenario in CONFORMANCE.iter().chain(HERD) {
+            assert!(seen.insert(scenario.name), "{} twice", scenario.name);
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! The API's promises about itself: capabilities that tell the truth,
+//! invalid names refused before any I/O, errors that say where they happened.
+
+use std::time::Duration;
+
+use omnilock_core::ErrorKind;
+
+use super::unique;
+use crate::Subject;
+
+/// The `holder` and `election` flags against the calls they name: claimed,
+/// the call answers; not claimed, it answers `Unsupported` (never a wrong
+/// answer, never a different error).
+pub async fn capabilities_tell_the_truth(subject: &Subject) {
+    let locks = subject.client().await;
+    let caps = locks.capabilities();
+    let label = subject.label();
+    match locks.holder(&unique("caps")).await {
+        Ok(None) => assert!(caps.holder, "{label}: holder() answers, yet holder=false"),
+        Ok(Some(h)) => panic!("{label}: a lock never taken has a holder: {h:?}"),
+        Err(e) if e.kind() == ErrorKind::Unsupported => {
+            assert!(
+                !caps.holder,
+                "{label}: holder=true, yet holder() is unsupported"
+            )
+        }
+        Err(e) => panic!("{label}: holder(): {e}"),
+    }
+    let election = locks.election(&unique("caps")).expect("an election handle");
+    match election.leader().await {
+        Ok(None) => assert!(caps.election, "{label}: elections work, yet election=false"),
+        Ok(Some(_)) => panic!("{label}: an election never held has a leader"),
+        Err(e) if e.kind() == ErrorKind::Unsupported => {
+            assert!(
+                !caps.election,
+                "{label}: election=true, yet leader() is unsupported"
+            )
+        }
+        Err(e) => panic!("{label}: leader(): {e}"),
+    }
+}
+
+/// Invalid names are typed errors on every operation, before any I/O.
+pub async fn invalid_names_rejected(subject: &Subject) {
+    let locks = subject.client().await;
+    let long = "n".repeat(257);
+    for bad in ["", long.as_str(), "bad\nname", "nul\0", "tab\t"] {
+        let err = locks.acquire(bad).await.expect_err("acquire");
+        assert_eq!(err.kind(), ErrorKind::InvalidName, "{bad:?}: {err}");
+        let err = locks.try_acquire(bad).await.expect_err("try_acquire");
+        assert_eq!(err.kind(), ErrorKind::InvalidName, "{bad:?}: {err}");
+        let err = locks.break_lock(bad).await.expect_err("break_lock");
+        assert!(
+            matches!(err.kind(), ErrorKind::InvalidName),
+            "{bad:?}: {err}"
+        );
+    }
+    // Names that look like paths, patterns or SQL are just names, and distinct.
+    let tricky = [
+        "../../escape",
+        "a/b",
+        "a*",
+        "'; DROP TABLE locks; --",
+        "{tag}x",
+        "ключ 🔒",
+        &"x".repeat(256),
+    ];
+    let mut guards = Vec::new();
+    for name in tricky {
+        let guard = locks.try_acquire(name).await.expect("valid name");
+        guards.push(guard.unwrap_or_else(|| panic!("{name:?} was busy")));
+    }
+    let other = subject.client().await;
+    assert!(other.try_acquire("a").await.expect("a").is_some());
+    assert!(other.try_acquire("a/").await.expect("a/").is_some());
+    for guard in guards {
+        guard.release().await.expect("release");
+    }
+}
+
+/// Errors carry the backend, the operation and the lock name.
+pub async fn errors_name_backend_and_lock(subject: &Subject) {
+    let locks = subject.client().await;
+    let name = unique("errors");
+    let held = locks.acquire(&name).await.expect("acquire");
+    let err = locks
+        .lock(&name)
+        .timeout(Duration::from_millis(50))
+        .acquire()
+        .await
+        .expect_err("timeout");
+    assert_eq!(err.backend(), Some(locks.backend_kind()));
+    assert_eq!(err.lock(), Some(name.as_str()));
+    assert_eq!(err.operation(), Some(omnilock_core::Operation::Acquire));
+    let err = locks
+        .lock(&name)
+        .ttl(Duration::from_millis(1))
+        .acquire()
+        .await
+        .expect_err("TTL too short");
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+    held.release().await.expect("release");
+}

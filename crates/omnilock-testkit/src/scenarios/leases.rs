@@ -1,0 +1,173 @@
+//! Leases and their end: expiry of an abandoned holder, renewal, the lost
+//! signal, stale guards and fencing tokens.
+
+use std::time::{Duration, Instant};
+
+use omnilock_core::{ErrorKind, Locks};
+
+use super::{caps, clients, unique, within, PATIENCE};
+use crate::Subject;
+
+/// A holder that vanishes without releasing (its runtime is gone, as if the
+/// process died) stops renewing; another client gets the lock within TTL + 1 s.
+pub async fn abandoned_holder_expires(subject: &Subject) {
+    let name = unique("abandoned");
+    let ttl = Duration::from_secs(2);
+    let thief = subject.client().await;
+    let victim = subject.clone();
+    let victim_name = name.clone();
+    // Acquire on a separate runtime, leak the guard, then drop that runtime:
+    // its renewal task and its connections die with it, like a killed process.
+    let acquired_at = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let at = runtime.block_on(async {
+            let locks = victim.client().await;
+            let guard = locks
+                .lock(&victim_name)
+                .ttl(ttl)
+                .acquire()
+                .await
+                .expect("victim");
+            let at = Instant::now();
+            std::mem::forget(guard);
+            at
+        });
+        drop(runtime);
+        at
+    })
+    .join()
+    .expect("victim thread");
+    let guard = thief
+        .lock(&name)
+        .timeout(ttl + PATIENCE)
+        .acquire()
+        .await
+        .expect("the abandoned lock frees");
+    let waited = acquired_at.elapsed();
+    assert!(
+        waited <= ttl + Duration::from_secs(1),
+        "the lock freed {waited:?} after the holder vanished (TTL {ttl:?})"
+    );
+    guard.release().await.expect("release");
+}
+
+/// Renewal keeps a lock held across 3 × TTL.
+pub async fn renewal_keeps_lock(subject: &Subject) {
+    let name = unique("renewal");
+    let ttl = Duration::from_secs(1);
+    let [a, b] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
+    let guard = a.lock(&name).ttl(ttl).acquire().await.expect("acquire");
+    let first_deadline = guard.safe_until();
+    let lost = guard.lost();
+    tokio::pin!(lost);
+    let end = Instant::now() + 3 * ttl + ttl / 2;
+    while Instant::now() < end {
+        tokio::select! {
+            loss = &mut lost => panic!("lock lost while renewing: {loss}"),
+            _ = tokio::time::sleep(ttl / 2) => {}
+        }
+        assert!(guard.is_held(), "guard reports the lock not held");
+        let stolen = b.lock(&name).ttl(ttl).try_acquire().await.expect("probe");
+        assert!(stolen.is_none(), "another owner took a renewed lock");
+    }
+    assert!(
+        guard.safe_until() > first_deadline,
+        "safe deadline never moved"
+    );
+    guard.release().await.expect("release");
+}
+
+/// The lost signal fires when the lock is taken away under its holder, and
+/// its error names the backend and the lock.
+pub async fn lost_signal_fires(subject: &Subject) {
+    let name = unique("lost");
+    let [a, admin] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
+    let guard = a
+        .lock(&name)
+        .ttl(Duration::from_secs(1))
+        .acquire()
+        .await
+        .expect("acquire");
+    assert!(guard.is_held());
+    assert!(admin.break_lock(&name).await.expect("break"));
+    let loss = within("the lost signal fires", guard.lost()).await;
+    assert_eq!(loss.kind(), ErrorKind::LockLost);
+    assert_eq!(loss.backend(), Some(a.backend_kind()), "{loss}");
+    assert_eq!(loss.lock(), Some(name.as_str()), "{loss}");
+    assert!(!guard.is_held());
+    let err = guard.release().await.expect_err("releasing a lost lock");
+    assert_eq!(err.kind(), ErrorKind::NotOwner, "{err}");
+}
+
+/// A clean release is not a loss: a task watching the lost signal must not
+/// wake when its holder releases (a false alarm there makes applications
+/// abandon work or page someone).
+pub async fn release_is_not_a_loss(subject: &Subject) {
+    let name = unique("release-not-lost");
+    let [a, b] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
+    let guard = a.acquire(&name).await.expect("acquire");
+    let watcher = tokio::spawn(guard.lost());
+    guard.release().await.expect("release");
+    // The store has surely finished with the first hold once another client
+    // got the lock after it.
+    let next = within("another client acquires", b.acquire(&name)).await;
+    next.expect("acquire after release")
+        .release()
+        .await
+        .expect("release");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !watcher.is_finished(),
+        "the lost signal fired after a clean release: {:?}",
+        watcher.await
+    );
+    watcher.abort();
+}
+
+/// A stale guard's release returns NotOwner and leaves the new holder's lock alone.
+pub async fn stale_release_is_not_owner(subject: &Subject) {
+    let name = unique("stale");
+    let [a, b, c] = <[Locks; 3]>::try_from(clients(subject, 3).await).unwrap();
+    let stale = a.acquire(&name).await.expect("first holder");
+    assert!(c.break_lock(&name).await.expect("break"));
+    let fresh = within("a new holder takes the broken lock", b.acquire(&name))
+        .await
+        .expect("second holder");
+    if caps(subject).await.fencing {
+        assert!(fresh.token() > stale.token(), "token did not advance");
+    }
+    let err = stale.release().await.expect_err("stale release");
+    assert_eq!(err.kind(), ErrorKind::NotOwner, "{err}");
+    assert!(fresh.is_held());
+    let probe = c.try_acquire(&name).await.expect("probe");
+    assert!(
+        probe.is_none(),
+        "the stale release freed the new holder's lock"
+    );
+    fresh.release().await.expect("new holder releases");
+}
+
+/// Fencing tokens strictly increase over 100 acquisitions by rotating owners
+/// and clients.
+pub async fn fencing_tokens_increase(subject: &Subject) {
+    let name = unique("fencing");
+    let clients = clients(subject, 3).await;
+    let mut last = 0u64;
+    for i in 0..100 {
+        let guard = clients[i % clients.len()]
+            .acquire(&name)
+            .await
+            .expect("acquire");
+        assert!(guard.token() > last, "token {} after {last}", guard.token());
+        last = guard.token();
+        if i % 2 == 0 {
+            guard.release().await.expect("release");
+        } else {
+            // Release on drop must free the lock just as well.
+            drop(guard);
+        }
+    }
+}

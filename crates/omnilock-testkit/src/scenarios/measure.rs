@@ -1,0 +1,127 @@
+//! The benchmark hooks and the herd check that reads the store's request
+//! counters.
+
+use std::time::Duration;
+
+use omnilock_core::{ErrorKind, Locks};
+use tokio::sync::oneshot;
+
+use super::{clients, unique, within};
+use crate::Subject;
+
+/// No herd: a release wakes one waiter, so the store requests a hand-off
+/// costs do not grow with the number of waiters. Measured on a chain of
+/// hand-offs (each waiter releases as soon as it is granted) with 2 and with
+/// 32 waiters, from the store's own request counters. Needs push wake-ups
+/// and a request counter (`Measure::requests_served`); runs alone (see
+/// [`crate::herd_main!`]).
+pub async fn handoff_cost_is_flat(subject: &Subject) {
+    let counter = subject.client().await;
+    let few = handoff_cost(subject, &counter, 2).await;
+    let many = handoff_cost(subject, &counter, 32).await;
+    eprintln!(
+        "{}: store requests per hand-off: {few:.2} with 2 waiters, {many:.2} with 32",
+        subject.label()
+    );
+    assert!(
+        many <= few * 1.5 + 1.0,
+        "a hand-off costs {many:.2} requests with 32 waiters but {few:.2} with 2: \
+         releases wake more than one waiter"
+    );
+}
+
+/// Requests per hand-off along a chain of `waiters` queued acquisitions.
+async fn handoff_cost(subject: &Subject, counter: &Locks, waiters: usize) -> f64 {
+    let name = unique("herd");
+    let clients = clients(subject, 4).await;
+    let ttl = Duration::from_secs(60);
+    let holder = clients[0]
+        .lock(&name)
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect("holder");
+    let mut chain = Vec::new();
+    for i in 0..waiters {
+        let (queued_tx, queued_rx) = oneshot::channel();
+        let locks = clients[i % clients.len()].clone();
+        let name = name.clone();
+        chain.push(tokio::spawn(async move {
+            let guard = locks
+                .lock(&name)
+                .ttl(ttl)
+                .on_wait(move || {
+                    let _ = queued_tx.send(());
+                })
+                .acquire()
+                .await
+                .expect("waiter");
+            guard.release().await.expect("release");
+        }));
+        within("a waiter reports that it waits", queued_rx)
+            .await
+            .expect("queued");
+    }
+    // Waiters finish setting up (watches, subscriptions) after they report
+    // waiting: start counting once the store is quiet.
+    let start = quiet_count(counter).await;
+    holder.release().await.expect("release");
+    for task in chain {
+        within("the chain of hand-offs", task)
+            .await
+            .expect("waiter task");
+    }
+    let end = served(counter).await.expect("counter");
+    (end - start) as f64 / waiters as f64
+}
+
+/// The store's request count through the backend's benchmark hook, if it
+/// has one.
+async fn served(locks: &Locks) -> Option<u64> {
+    match locks.measure()?.requests_served().await {
+        Ok(count) => Some(count),
+        Err(err) if err.kind() == ErrorKind::Unsupported => None,
+        Err(err) => panic!("request counter: {err}"),
+    }
+}
+
+/// The request count once two reads 100 ms apart agree.
+async fn quiet_count(counter: &Locks) -> u64 {
+    let mut last = served(counter).await.expect("counter");
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = served(counter).await.expect("counter");
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+    last
+}
+
+/// The benchmark hooks, where a backend has them, work: a floor round runs
+/// and leaves the lock space as it was, and the request counter (if any)
+/// counts it.
+pub async fn measure_hooks_work(subject: &Subject) {
+    let locks = subject.client().await;
+    let measure = locks.measure().expect("benchmark hooks (claimed)");
+    assert!(!measure.floor_ops().is_empty());
+    let before = match measure.requests_served().await {
+        Ok(count) => Some(count),
+        Err(err) if err.kind() == ErrorKind::Unsupported => None,
+        Err(err) => panic!("request counter: {err}"),
+    };
+    for _ in 0..3 {
+        within("a floor round", measure.floor_round())
+            .await
+            .expect("floor round");
+    }
+    if let Some(before) = before {
+        let after = measure.requests_served().await.expect("request counter");
+        assert!(
+            after >= before + 3,
+            "3 floor rounds counted as {} requests",
+            after - before
+        );
+    }
+}

@@ -1,0 +1,122 @@
+//! The test runner behind [`conformance_main!`](crate::conformance_main) and
+//! [`herd_main!`](crate::herd_main): one trial per scenario and subject, on
+//! `libtest-mimic`, so that a scenario the store does not claim shows as
+//! *ignored* (with the reason) instead of passing without having run.
+//!
+//! What a store claims is known only once connected, so each trial connects
+//! first and decides then; a store whose URL is missing (allowed by
+//! `OMNILOCK_TEST_ALLOW_MISSING=1`) makes its trials ignored too.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::process::ExitCode;
+
+use libtest_mimic::{Arguments, Completion, Trial};
+
+use crate::registry::Scenario;
+use crate::Subject;
+
+/// The trials of one test binary.
+pub struct Suite {
+    scenarios: &'static [Scenario],
+    trials: Vec<Trial>,
+}
+
+impl Suite {
+    /// A suite of `scenarios` (see [`crate::registry`]), with no subject yet.
+    pub fn new(scenarios: &'static [Scenario]) -> Self {
+        Suite {
+            scenarios,
+            trials: Vec::new(),
+        }
+    }
+
+    /// Adds one trial per scenario, named `<label>::<scenario>`, on the
+    /// subject `subject` returns (`None`: the store is not configured).
+    /// `subject` is called inside each trial, so listing the tests needs no
+    /// store.
+    pub fn subject(&mut self, label: &str, subject: fn() -> Option<Subject>) {
+        for scenario in self.scenarios {
+            let name = format!("{label}::{}", scenario.name);
+            self.trials.push(Trial::ignorable_test(name, move || {
+                let Some(subject) = subject() else {
+                    return Ok(Completion::ignored_with("store not configured"));
+                };
+                crate::run(async move {
+                    if !scenario.needs.is_empty() {
+                        let probe = subject.client().await;
+                        if let Some(why) = scenario.unclaimed(&probe).await {
+                            return Ok(Completion::ignored_with(why));
+                        }
+                    }
+                    scenario.run(&subject).await;
+                    Ok(Completion::Completed)
+                })
+            }));
+        }
+    }
+
+    /// Adds a plain async test, run on a fresh runtime like the scenarios
+    /// (for test binaries that hold more than the suite).
+    pub fn test(&mut self, name: &str, body: fn() -> Pin<Box<dyn Future<Output = ()> + Send>>) {
+        self.trials.push(Trial::test(name, move || {
+            crate::run(body());
+            Ok(())
+        }));
+    }
+
+    /// Runs the trials the command line selects, as `cargo test` would.
+    pub fn main(self) -> ExitCode {
+        libtest_mimic::run(&Arguments::from_args(), self.trials).exit_code()
+    }
+}
+
+/// The `main` of a conformance test binary (`harness = false` in its
+/// `Cargo.toml`): every scenario of [`registry::CONFORMANCE`] on each
+/// subject, as trials `<label>::<scenario>`. Each subject expression gives
+/// an `Option<Subject>` or a `Subject` (see [`store_url`]); attributes such
+/// as `#[cfg(...)]` may precede a subject. Plain async tests of the same
+/// binary follow `tests:`.
+///
+/// ```ignore
+/// omnilock_testkit::conformance_main!(etcd => common::subject("ETCD"));
+/// ```
+///
+/// [`registry::CONFORMANCE`]: crate::registry::CONFORMANCE
+/// [`store_url`]: crate::store_url
+#[macro_export]
+macro_rules! conformance_main {
+    ($($rest:tt)*) => {
+        $crate::suite_main!($crate::registry::CONFORMANCE; $($rest)*);
+    };
+}
+
+/// Like [`conformance_main!`], with the scenarios of
+/// [`registry::HERD`](crate::registry::HERD), which read store-wide request
+/// counters and so run in a test binary of their own.
+#[macro_export]
+macro_rules! herd_main {
+    ($($rest:tt)*) => {
+        $crate::suite_main!($crate::registry::HERD; $($rest)*);
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! suite_main {
+    ($scenarios:expr;
+     $($(#[$attr:meta])* $label:ident => $subject:expr),+ $(,)?
+     $(; tests: $($test:ident),+ $(,)?)?) => {
+        fn main() -> ::std::process::ExitCode {
+            let mut suite = $crate::suite::Suite::new($scenarios);
+            $(
+                $(#[$attr])*
+                suite.subject(stringify!($label), || ($subject).into());
+            )+
+            $($(
+                suite.test(stringify!($test), || ::std::boxed::Box::pin($test()));
+            )+)?
+            suite.main()
+        }
+    };
+}
