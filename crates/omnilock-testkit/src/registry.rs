@@ -152,6 +152,11 @@ pub static CONFORMANCE: &[Scenario] = &[
         Claim::Fair,
         Claim::Elections
     ),
+    scenario!(
+        election_longest_value_round_trips,
+        Claim::Fair,
+        Claim::Elections
+    ),
     scenario!(measure_hooks_work, Claim::BenchmarkHooks),
 ];
 

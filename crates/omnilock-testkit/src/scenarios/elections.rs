@@ -78,6 +78,39 @@ pub async fn election_one_leader_at_a_time(subject: &Subject) {
     assert_eq!(watch.leader().await.expect("leader"), None);
 }
 
+/// The longest value a candidate may announce (`MAX_ELECTION_VALUE_BYTES`,
+/// multi-byte characters included) goes through the store and reads back
+/// whole from another client; one byte more is refused before any I/O.
+pub async fn election_longest_value_round_trips(subject: &Subject) {
+    let name = unique("election-limit");
+    let [a, reader] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
+    let max = omnilock_core::MAX_ELECTION_VALUE_BYTES;
+    // "é" is two bytes: the value is exactly `max` bytes, not characters.
+    let longest = format!("{}{}", "é".repeat(max / 4), "v".repeat(max - max / 4 * 2));
+    assert_eq!(longest.len(), max);
+    let leader = a
+        .election(&name)
+        .unwrap()
+        .campaign(&longest)
+        .await
+        .expect("the longest value campaigns");
+    let seen = reader
+        .election(&name)
+        .unwrap()
+        .leader()
+        .await
+        .expect("leader");
+    assert_eq!(seen.map(|l| l.value), Some(longest.clone()));
+    leader.resign().await.expect("resign");
+    let err = a
+        .election(&name)
+        .unwrap()
+        .campaign(&format!("{longest}v"))
+        .await
+        .expect_err("one byte too long");
+    assert_eq!(err.kind(), omnilock_core::ErrorKind::InvalidConfig, "{err}");
+}
+
 /// A leader that dies (its runtime gone, as if the process died) is replaced
 /// by the next candidate within TTL + 1 s.
 pub async fn election_successor_takes_over_when_leader_dies(subject: &Subject) {

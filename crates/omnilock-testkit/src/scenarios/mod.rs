@@ -25,8 +25,8 @@ pub use contract::{
     capabilities_tell_the_truth, errors_name_backend_and_lock, invalid_names_rejected,
 };
 pub use elections::{
-    election_observers_see_every_change, election_one_leader_at_a_time,
-    election_successor_takes_over_when_leader_dies,
+    election_longest_value_round_trips, election_observers_see_every_change,
+    election_one_leader_at_a_time, election_successor_takes_over_when_leader_dies,
 };
 pub use exclusion::{
     cancelled_acquire_leaves_nothing, fifo_order, many_locks_at_once, mutual_exclusion,
