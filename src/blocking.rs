@@ -45,7 +45,9 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 
-use crate::{Capabilities, Error, ErrorKind, Holder, LockName, Operation, Owner, Result};
+use crate::{
+    lock_unpoisoned, Capabilities, Error, ErrorKind, Holder, LockName, Operation, Owner, Result,
+};
 
 /// How long dropping the last handle waits for the runtime's threads to stop.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
@@ -654,11 +656,11 @@ impl<T: Held> Holding<T> {
 
     fn watch(&self, task: impl Future<Output = ()> + Send + 'static) {
         let task = self.runtime.spawn(task);
-        lock(&self.watchers).push(task);
+        lock_unpoisoned(&self.watchers).push(task);
     }
 
     fn stop_watchers(&self) {
-        for task in lock(&self.watchers).drain(..) {
+        for task in lock_unpoisoned(&self.watchers).drain(..) {
             task.abort();
         }
     }
@@ -683,11 +685,6 @@ impl<T: Held> Holding<T> {
         self.runtime
             .block_on(Operation::Release, inner.give_back())?
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // The list of watcher tasks cannot be left half-updated by a panic.
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl<T: Held> Drop for Holding<T> {

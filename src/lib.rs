@@ -64,9 +64,9 @@
 //! (with the feature) has their names.
 
 pub use omnilock_core::{
-    check_ttl, mem, parse_duration, Backend, Candidate, Capabilities, Election, Error, ErrorKind,
-    Holder, Leader, Leadership, LockGuard, LockName, LockRequest, Locks, Measure, MemStore,
-    Observer, Operation, Owner, Result, StoreUrl, DEFAULT_TTL, MAX_ELECTION_VALUE_BYTES,
+    check_ttl, lock_unpoisoned, mem, parse_duration, Backend, Candidate, Capabilities, Election,
+    Error, ErrorKind, Holder, Leader, Leadership, LockGuard, LockName, LockRequest, Locks, Measure,
+    MemStore, Observer, Operation, Owner, Result, StoreUrl, DEFAULT_TTL, MAX_ELECTION_VALUE_BYTES,
 };
 
 pub mod blocking;

@@ -48,7 +48,7 @@ pub async fn demo(store: &str, args: DemoArgs) -> u8 {
                 let waited = asked.elapsed();
                 let overlap = inside.fetch_add(1, Ordering::SeqCst) > 0;
                 {
-                    let mut ledger = ledger.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut ledger = omnilock::lock_unpoisoned(&ledger);
                     ledger.grants += 1;
                     if guard.token() <= ledger.last_token && caps.fencing {
                         ledger.tokens_increase = false;
@@ -87,7 +87,7 @@ pub async fn demo(store: &str, args: DemoArgs) -> u8 {
             }
         }
     }
-    let ledger = ledger.lock().unwrap_or_else(|e| e.into_inner());
+    let ledger = omnilock::lock_unpoisoned(&ledger);
     println!(
         "{} grants, one holder at a time{}",
         ledger.grants,

@@ -16,6 +16,7 @@ use crate::hold::Hold;
 use crate::metrics;
 use crate::name::{LockName, Owner};
 use crate::signal::{LostNotifier, WaitNotice};
+use crate::sync::lock_unpoisoned;
 
 /// The lease TTL when neither the URL nor the acquisition sets one.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
@@ -35,7 +36,7 @@ pub(crate) struct Shared {
 
 impl Shared {
     fn slot(&self, name: &LockName, owner: &Owner) -> HoldSlot {
-        let mut holds = self.holds.lock().unwrap_or_else(|e| e.into_inner());
+        let mut holds = lock_unpoisoned(&self.holds);
         holds
             .entry((name.clone(), owner.clone()))
             .or_default()
@@ -44,7 +45,7 @@ impl Shared {
 
     /// Drops the reentrancy slot of a released hold unless someone is using it.
     pub(crate) fn forget(&self, hold: &Hold) {
-        let mut holds = self.holds.lock().unwrap_or_else(|e| e.into_inner());
+        let mut holds = lock_unpoisoned(&self.holds);
         let key = (hold.request.name.clone(), hold.request.owner.clone());
         if let Some(slot) = holds.get(&key) {
             if Arc::strong_count(slot) == 1 {

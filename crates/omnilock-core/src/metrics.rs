@@ -43,6 +43,8 @@ mod on {
     use std::sync::{Arc, Mutex, OnceLock};
     use std::time::Instant;
 
+    use crate::sync::lock_unpoisoned;
+
     use metrics::{Counter, Gauge, Label, Unit};
     use tokio::sync::oneshot;
 
@@ -208,7 +210,7 @@ mod on {
         /// The last guard of the acquisition is gone.
         pub(crate) fn released(&self) {
             self.series.down();
-            let stop = self.stop.lock().unwrap_or_else(|e| e.into_inner()).take();
+            let stop = lock_unpoisoned(&self.stop).take();
             drop(stop);
         }
 

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 use crate::error::{Error, ErrorKind};
+use crate::sync::lock_unpoisoned;
 
 /// The sending side of a guard's lost signal, handed to the backend with each
 /// acquisition so that a store that learns of a loss by itself (a session
@@ -177,7 +178,7 @@ impl SessionGuards {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, LostNotifier>> {
-        self.guards.lock().unwrap_or_else(|e| e.into_inner())
+        lock_unpoisoned(&self.guards)
     }
 }
 

@@ -12,6 +12,7 @@ use std::time::Duration;
 use percent_encoding::percent_decode_str;
 
 use crate::error::{Error, Result};
+use crate::sync::lock_unpoisoned;
 
 /// A password or other credential. Its `Debug` and `Display` print `***`.
 #[derive(Clone, PartialEq, Eq)]
@@ -212,7 +213,7 @@ impl StoreUrl {
     /// Reads option `key` and marks it as understood.
     pub fn take(&mut self, key: &str) -> Option<String> {
         self.unread.retain(|k| k != key);
-        let mut consulted = self.consulted.lock().unwrap_or_else(|e| e.into_inner());
+        let mut consulted = lock_unpoisoned(&self.consulted);
         if !consulted.iter().any(|k| k == key) {
             consulted.push(key.to_string());
         }
@@ -267,10 +268,7 @@ impl StoreUrl {
     /// assert_eq!(url.consulted_options(), ["ttl", "pool"]);
     /// ```
     pub fn consulted_options(&self) -> Vec<String> {
-        self.consulted
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        lock_unpoisoned(&self.consulted).clone()
     }
 
     /// Fails if an option was given that nobody read: a misspelt option must
