@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command (README): starts the test stores, runs every
-# test of every crate with all features, and stops the stores, also on failure.
+# test of every crate with all features, then the examples, and stops the
+# stores, also on failure.
 # Under this script a backend test whose store is missing fails.
 set -euo pipefail
 
@@ -15,3 +16,14 @@ unset OMNILOCK_TEST_ALLOW_MISSING
 
 # One build of the whole workspace, shared by every test binary.
 cargo test --workspace --all-features --no-fail-fast "$@"
+
+# The examples run too (each asserts its own outcome); `cargo test` built
+# them with these features, so this builds nothing new. Skipped when the
+# caller filters tests.
+if [ $# -eq 0 ]; then
+  for example in examples/*.rs; do
+    example=$(basename "$example" .rs)
+    echo "example $example"
+    cargo run -q --all-features --example "$example" >/dev/null
+  done
+fi
