@@ -7,7 +7,7 @@ use std::time::Duration;
 use omnilock_core::{check_ttl, Error, Locks, Result, Secret};
 
 use crate::config::{self, Dialect, SqlConfig, DEFAULT_TABLE};
-use crate::pool::{Conn, Pool};
+use crate::conn::{Conn, Pool};
 use crate::queries::Queries;
 use crate::store::{prepare, SqlStore};
 use crate::tls::TlsOptions;
@@ -209,7 +209,7 @@ impl SqlStoreBuilder {
 /// connection is closed, not returned: it may hold MySQL's DDL lock or be
 /// inside a transaction.
 async fn prepare_on_pool(pool: &Pool, config: &SqlConfig, queries: &Queries) -> Result<()> {
-    let err = |e| crate::errors::map_err(e, config);
+    let err = |e| crate::conn::errors::map_err(e, config);
     macro_rules! on_one {
         ($p:expr, $variant:ident) => {{
             let mut conn = $p.acquire().await.map_err(err)?;

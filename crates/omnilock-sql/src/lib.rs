@@ -24,11 +24,10 @@
 
 mod builder;
 mod config;
-mod errors;
+mod conn;
 mod measure;
 #[cfg(feature = "postgres")]
 mod notify;
-mod pool;
 mod queries;
 mod queue;
 mod schema;
@@ -37,7 +36,7 @@ mod tls;
 
 pub use builder::{SqlPool, SqlStoreBuilder};
 pub use config::{Dialect, SqlConfig, DEFAULT_TABLE};
-pub use pool::SQLITE_PRAGMAS;
+pub use conn::SQLITE_PRAGMAS;
 pub use store::SqlStore;
 pub use tls::{SslMode, TlsOptions};
 

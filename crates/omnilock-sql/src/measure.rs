@@ -5,7 +5,7 @@
 use omnilock_core::{async_trait, Error, ErrorKind, Measure, Result};
 
 #[cfg(feature = "mysql")]
-use crate::pool::Pool;
+use crate::conn::Pool;
 use crate::queries::Args;
 use crate::store::SqlStore;
 #[cfg(feature = "mysql")]

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use omnilock_core::{complete_or_undo, AcquireRequest, Error, ErrorKind, Result};
 use sqlx::Row;
 
-use crate::pool::{query, with_pool};
+use crate::conn::{query, with_pool};
 use crate::queries::{Acquire, Args};
 use crate::store::SqlStore;
 
@@ -68,7 +68,7 @@ impl SqlStore {
                     .map_err(err)
             }),
             #[cfg(feature = "mysql")]
-            (Acquire::UpdateThenInsert { update, insert }, crate::pool::Pool::MySql(p)) => {
+            (Acquire::UpdateThenInsert { update, insert }, crate::conn::Pool::MySql(p)) => {
                 let updated = query(update, &args).execute(p).await.map_err(err)?;
                 if updated.rows_affected() == 1 {
                     return Ok(Some(updated.last_insert_id()));
@@ -201,7 +201,7 @@ impl SqlStore {
                 let err = |e| store.err(e);
                 match &store.inner.pool {
                     #[cfg(feature = "mysql")]
-                    crate::pool::Pool::MySql(p) => {
+                    crate::conn::Pool::MySql(p) => {
                         let done = query(&tickets.enqueue, &args)
                             .execute(p)
                             .await

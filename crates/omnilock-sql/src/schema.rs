@@ -23,8 +23,8 @@ use omnilock_core::{Error, Result};
 use sqlx::{AssertSqlSafe, Connection, Executor, Row};
 
 use crate::config::{Dialect, SqlConfig};
-use crate::errors::map_err;
-use crate::pool::Conn;
+use crate::conn::errors::map_err;
+use crate::conn::Conn;
 #[allow(unused_imports)]
 use crate::queries::{ident, queue_names, text_type, Queries};
 

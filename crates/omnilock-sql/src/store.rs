@@ -13,9 +13,9 @@ use sqlx::Row;
 use tokio::sync::Notify;
 
 use crate::config::SqlConfig;
-use crate::errors::map_err;
-use crate::pool::Conn;
-use crate::pool::{query, with_pool, Pool, Target};
+use crate::conn::errors::map_err;
+use crate::conn::Conn;
+use crate::conn::{query, with_pool, Pool, Target};
 use crate::queries::{Args, Queries, Statement};
 use crate::queue::{Attempt, Ticket};
 use crate::schema::{self, DDL_WAIT};

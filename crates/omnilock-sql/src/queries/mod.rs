@@ -7,7 +7,7 @@
 //! and SQLite number their placeholders (`$1` is the list's first value,
 //! and may appear more than once); MySQL's `?` are positional, so its list
 //! names a value once per placeholder. Code that runs a statement never
-//! lists values by position (see [`crate::pool::query`]).
+//! lists values by position (see [`crate::conn::query`]).
 //!
 //! One row per lock name, kept after release so that the fencing token (a
 //! per-name counter) survives release and takeover:

@@ -1,7 +1,7 @@
-//! One connection pool type per dialect (no sqlx `Any`: it needs the
+//! Connections: one pool type per dialect (no sqlx `Any`: it needs the
 //! process-wide driver list, which a host application may install itself),
-//! the code that opens them, and the one place that binds a statement's
-//! values.
+//! the code that opens them, the one place that binds a statement's values,
+//! and (in [`errors`]) how the databases' errors are classified.
 
 use std::str::FromStr;
 
@@ -11,11 +11,13 @@ use sqlx::query::Query;
 use sqlx::Executor;
 use sqlx::{Connection, Database, Encode, Type};
 
+pub(crate) mod errors;
+
 use crate::config::{Dialect, SqlConfig};
-use crate::errors::map_err;
-#[cfg(feature = "sqlite")]
-use crate::errors::sqlite_is_permanent;
 use crate::queries::{Args, Param, Statement};
+use errors::map_err;
+#[cfg(feature = "sqlite")]
+use errors::sqlite_is_permanent;
 
 #[cfg(not(any(feature = "sqlite", feature = "mysql", feature = "postgres")))]
 compile_error!("omnilock-sql needs at least one of the features sqlite, mysql, postgres");
@@ -48,11 +50,11 @@ macro_rules! with_pool {
     ($pool:expr, $p:ident => $body:expr) => {
         match $pool {
             #[cfg(feature = "sqlite")]
-            $crate::pool::Pool::Sqlite($p) => $body,
+            $crate::conn::Pool::Sqlite($p) => $body,
             #[cfg(feature = "mysql")]
-            $crate::pool::Pool::MySql($p) => $body,
+            $crate::conn::Pool::MySql($p) => $body,
             #[cfg(feature = "postgres")]
-            $crate::pool::Pool::Postgres($p) => $body,
+            $crate::conn::Pool::Postgres($p) => $body,
         }
     };
 }
