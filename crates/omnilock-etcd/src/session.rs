@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{LeaseKeepAliveStream, LeaseKeeper};
 use omnilock_core::{
-    lock_unpoisoned as lock, Backoff, Error, ErrorKind, LostNotifier, Result, SessionGuards,
+    lock_unpoisoned as lock, retry_in_background, Backoff, Error, ErrorKind, LostNotifier, Result,
+    SessionGuards,
 };
 use tokio::task::JoinHandle;
 
@@ -131,14 +132,17 @@ impl Drop for Session {
 
 /// Revokes a lease nobody will use, without waiting for the answer.
 pub(crate) fn revoke_in_background(etcd: &Etcd, id: i64) {
-    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+    let etcd = etcd.clone();
+    // Retried through a short stall: a lease left behind keeps its keys (and
+    // any waiter behind them) until its TTL runs out.
+    retry_in_background(move || {
         let etcd = etcd.clone();
-        runtime.spawn(async move {
-            let _ = etcd
-                .call(|mut c| async move { c.lease_revoke(id).await })
-                .await;
-        });
-    }
+        async move {
+            etcd.call(|mut c| async move { c.lease_revoke(id).await })
+                .await
+                .map(drop)
+        }
+    });
 }
 
 /// Sends a keep-alive every third of the TTL and moves the safe deadline on

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use omnilock_core::{
-    async_trait, complete_or_undo, lock_unpoisoned, AcquireRequest, Backend, Backoff, Capabilities,
-    Error, ErrorKind, Grant, LockName, Result,
+    async_trait, complete_or_undo, lock_unpoisoned, retry_in_background, AcquireRequest, Backend,
+    Backoff, Capabilities, Error, ErrorKind, Grant, LockName, Result,
 };
 use rand::Rng;
 use redis::aio::ConnectionManager;
@@ -323,28 +323,33 @@ impl Drop for Place {
         if self.granted {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
+        // Leave the queue in the background, retried through a short stall
+        // of the server (the waiter lease would otherwise hold up the next
+        // in line until it runs out).
         let (store, name, entry) = (
             self.store.clone(),
             self.request.name.clone(),
             self.entry.clone(),
         );
-        runtime.spawn(async move {
-            let inner = &store.inner;
-            let keys = store.keys(&name);
-            let mut conn = inner.node.conn.clone();
-            let _: redis::RedisResult<i64> = inner
-                .scripts
-                .cancel
-                .key(&keys.lock)
-                .key(&keys.queue)
-                .key(&keys.timeouts)
-                .arg(&entry)
-                .arg(&inner.channel_prefix)
-                .invoke_async(&mut conn)
-                .await;
+        retry_in_background(move || {
+            let (store, name, entry) = (store.clone(), name.clone(), entry.clone());
+            async move {
+                let inner = &store.inner;
+                let keys = store.keys(&name);
+                let mut conn = inner.node.conn.clone();
+                inner
+                    .scripts
+                    .cancel
+                    .key(&keys.lock)
+                    .key(&keys.queue)
+                    .key(&keys.timeouts)
+                    .arg(&entry)
+                    .arg(&inner.channel_prefix)
+                    .invoke_async::<i64>(&mut conn)
+                    .await
+                    .map(drop)
+                    .map_err(|e| inner.node.err(e))
+            }
         });
     }
 }
