@@ -32,6 +32,8 @@
 //! | etcd | `etcd://h1:p1,h2:p2/prefix`, `etcds://` (TLS) | `etcd` |
 //! | ZooKeeper | `zk://h1:p1,h2:p2/prefix`, or `zookeeper://` | `zookeeper` |
 //! | Redis | `redis://[:pw@]host:port[/db]`, `rediss://` (TLS) | `redis` |
+//! | Redis Cluster | `redis+cluster://[:pw@]h1:p1,h2:p2,h3:p3`, `rediss+cluster://` (TLS) | `redis` |
+//! | Redis Sentinel | `redis+sentinel://[:pw@]s1:p1,s2:p2,s3:p3/MASTER`, `rediss+sentinel://` (TLS) | `redis` |
 //! | Redlock | `redlock://h1:p1,h2:p2,h3:p3/` | `redis` |
 //! | MySQL/MariaDB | `mysql://user:pw@host:port/db`, or `mariadb://` | `mysql` |
 //! | PostgreSQL | `postgres://user@host:port/db`, or `postgresql://` | `postgres` |
@@ -137,6 +139,10 @@ pub const SCHEMES: &[(&str, Option<&str>)] = &[
     ("zookeeper", Some("zookeeper")),
     ("redis", Some("redis")),
     ("rediss", Some("redis")),
+    ("redis+cluster", Some("redis")),
+    ("rediss+cluster", Some("redis")),
+    ("redis+sentinel", Some("redis")),
+    ("rediss+sentinel", Some("redis")),
     ("redlock", Some("redis")),
     ("mysql", Some("mysql")),
     ("mariadb", Some("mysql")),
@@ -160,11 +166,13 @@ async fn open(url: &mut StoreUrl) -> Result<Locks> {
         #[cfg(not(feature = "zookeeper"))]
         "zk" | "zookeeper" => not_built(url, "zookeeper"),
         #[cfg(feature = "redis")]
-        "redis" | "rediss" | "redlock" => {
+        "redis" | "rediss" | "redlock" | "redis+cluster" | "rediss+cluster" | "redis+sentinel"
+        | "rediss+sentinel" => {
             omnilock_redis::connect(omnilock_redis::RedisConfig::from_url(url)?).await
         }
         #[cfg(not(feature = "redis"))]
-        "redis" | "rediss" | "redlock" => not_built(url, "redis"),
+        "redis" | "rediss" | "redlock" | "redis+cluster" | "rediss+cluster" | "redis+sentinel"
+        | "rediss+sentinel" => not_built(url, "redis"),
         #[cfg(feature = "mysql")]
         "mysql" | "mariadb" => sql(url).await,
         #[cfg(not(feature = "mysql"))]

@@ -301,6 +301,9 @@ impl fmt::Display for StoreUrl {
             write!(f, "/{}", self.path)?;
         }
         for (i, (k, v)) in self.query.iter().enumerate() {
+            // An option that carries a password (`sentinel_password=`) is
+            // redacted like the URL's own.
+            let v = if k.contains("password") { "***" } else { v };
             write!(f, "{}{k}={v}", if i == 0 { '?' } else { '&' })?;
         }
         Ok(())
@@ -415,6 +418,8 @@ mod tests {
         assert!(!format!("{err} {err:?}").contains("hunter2"));
         let err = StoreUrl::parse("postgres://admin:hun%FFter2@db/app").unwrap_err();
         assert!(!format!("{err} {err:?}").contains("hun"));
+        let url = StoreUrl::parse("redis+sentinel://s1/m?sentinel_password=hunter3").unwrap();
+        assert!(!format!("{url} {url:?}").contains("hunter3"));
     }
 
     #[test]

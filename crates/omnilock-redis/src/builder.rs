@@ -109,12 +109,20 @@ impl RedisBuilder {
         self
     }
 
+    /// Grants and renewals return only once `replicas` replicas have them
+    /// (`WAIT`, bounded by `timeout`), as `?wait_replicas=N&wait_timeout=`.
+    /// See [`WaitReplicas`](crate::WaitReplicas) for what it buys.
+    pub fn wait_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.options.wait_replicas = Some(crate::WaitReplicas { replicas, timeout });
+        self
+    }
+
     /// Checks the options (before any I/O), checks that the server answers
     /// and accepts the client's credentials, subscribes to this handle's
     /// wake-up channel, and returns the handle.
     pub async fn build(self) -> Result<Locks> {
         let context = |e: Error| e.with_backend("redis").with_operation(Operation::Connect);
-        check_before_io(&self.options, self.ttl).map_err(context)?;
+        check_before_io(&self.options, self.ttl, false).map_err(context)?;
         let shown = shown(&[&self.client], false);
         let store = RedisStore::open(self.options, self.client, self.manager, shown)
             .await
@@ -203,7 +211,7 @@ impl RedlockBuilder {
     /// the nodes, and returns the handle.
     pub async fn build(self) -> Result<Locks> {
         let context = |e: Error| e.with_backend("redlock").with_operation(Operation::Connect);
-        check_before_io(&self.options, self.ttl).map_err(context)?;
+        check_before_io(&self.options, self.ttl, true).map_err(context)?;
         let shown = shown(&self.clients.iter().collect::<Vec<_>>(), true);
         let store = RedlockStore::open(self.options, self.clients, shown)
             .await
@@ -214,8 +222,8 @@ impl RedlockBuilder {
 
 /// Every check a builder can make without the network, as `connect` makes
 /// them before any I/O.
-fn check_before_io(options: &RedisOptions, ttl: Option<Duration>) -> Result<()> {
-    options.check()?;
+fn check_before_io(options: &RedisOptions, ttl: Option<Duration>, redlock: bool) -> Result<()> {
+    options.check(redlock)?;
     if let Some(ttl) = ttl {
         check_ttl(ttl)?;
     }

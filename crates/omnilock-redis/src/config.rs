@@ -1,7 +1,13 @@
 //! Redis store URLs → settings.
 //!
-//! `redis://[user:pw@]host:port[/db]` (one instance) and
-//! `redlock://[user:pw@]h1:p1,h2:p2,...,hN:pN[/db]` (N independent nodes).
+//! - `redis://[user:pw@]host:port[/db]` (one instance),
+//! - `redlock://[user:pw@]h1:p1,h2:p2,...,hN:pN[/db]` (N independent nodes),
+//! - `redis+cluster://[user:pw@]h1:p1,h2:p2,...[/]` (Redis Cluster: any
+//!   reachable node finds the rest),
+//! - `redis+sentinel://[user:pw@]s1:p1,s2:p2,.../MASTER_NAME[?sentinel_password=..]`
+//!   (a master and its replicas watched by Sentinel),
+//!
+//! and `rediss://`, `rediss+cluster://`, `rediss+sentinel://` for TLS.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -17,14 +23,16 @@ use omnilock_core::{Error, HostPort, Result, Secret, StoreUrl};
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct RedisConfig {
-    /// The nodes: one for `redis://`, N for `redlock://`.
+    /// The nodes: one for `redis://`, N for `redlock://`, the seed nodes of
+    /// a cluster, or the sentinels.
     pub nodes: Vec<HostPort>,
-    /// Redlock over the nodes, rather than one instance.
-    pub redlock: bool,
-    /// ACL user, if any.
+    /// How the nodes make up the store.
+    pub deployment: Deployment,
+    /// ACL user of the data nodes, if any.
     pub username: Option<String>,
-    /// Password, if any.
+    /// Password of the data nodes, if any.
     pub password: Option<Secret>,
+
     /// Database number (`/db`).
     pub db: i64,
     /// Speak TLS to every node (`rediss://`, or `?tls=true`).
@@ -37,6 +45,62 @@ pub struct RedisConfig {
     pub options: RedisOptions,
     /// Where the store is, for messages (password redacted).
     pub shown: String,
+}
+
+/// How the nodes of a Redis URL make up the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Deployment {
+    /// One instance (`redis://`).
+    Single,
+    /// Redlock over N independent instances (`redlock://`).
+    Redlock,
+    /// Redis Cluster (`redis+cluster://`): the nodes are seeds; the client
+    /// learns the slot map from any of them.
+    Cluster,
+    /// A master found through Sentinel (`redis+sentinel://`): the nodes are
+    /// sentinels, which name the current master.
+    Sentinel {
+        /// The master's name in the sentinels' configuration (the URL's path).
+        master: String,
+        /// ACL user for the sentinels (`?sentinel_username=`), if they differ
+        /// from the data nodes'.
+        username: Option<String>,
+        /// Password for the sentinels (`?sentinel_password=`); without it the
+        /// sentinels are reached without a password.
+        password: Option<Secret>,
+    },
+}
+
+impl Deployment {
+    /// The store's short name, for messages and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Deployment::Single => "redis",
+            Deployment::Redlock => "redlock",
+            Deployment::Cluster => "redis-cluster",
+            Deployment::Sentinel { .. } => "redis-sentinel",
+        }
+    }
+}
+
+/// Grants confirmed by replicas (`?wait_replicas=N&wait_timeout=DUR`): after
+/// the script that grants or renews a lock, `WAIT N timeout` on the same
+/// connection. If fewer than N replicas have the write in time, the grant is
+/// undone and the acquire tries again (or fails `Unavailable` once its
+/// timeout passes); a renewal fails the same way and is retried by the
+/// renewal loop.
+///
+/// This narrows the window in which a failover to a replica loses a held
+/// lock; it does not close it. Replication stays asynchronous: the master
+/// may fail after the script and before `WAIT` returns, and a replica that
+/// acknowledged may still not be the one promoted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitReplicas {
+    /// How many replicas must acknowledge.
+    pub replicas: u32,
+    /// How long `WAIT` may block.
+    pub timeout: std::time::Duration,
 }
 
 /// The options of a Redis store that are not about reaching it: the URL's
@@ -61,6 +125,10 @@ pub struct RedisOptions {
     /// Reply timeout per command (`?timeout=`, default 2s; Redlock 250ms per
     /// node, which must stay far below the TTL).
     pub response_timeout: Duration,
+    /// Replicas that must confirm a grant or renewal before it is returned
+    /// (`?wait_replicas=N`, default none), and how long to wait for them
+    /// (`?wait_timeout=`, default 1s). Not for Redlock. See [`WaitReplicas`].
+    pub wait_replicas: Option<WaitReplicas>,
 }
 
 impl RedisOptions {
@@ -76,6 +144,7 @@ impl RedisOptions {
             } else {
                 Duration::from_secs(2)
             },
+            wait_replicas: None,
         }
     }
 
@@ -95,12 +164,26 @@ impl RedisOptions {
         if let Some(timeout) = url.take_duration("timeout")? {
             options.response_timeout = timeout;
         }
-        options.check()?;
+        let replicas = url.take_u64("wait_replicas")?;
+        let timeout = url.take_duration("wait_timeout")?;
+        options.wait_replicas = match (replicas, timeout) {
+            (None | Some(0), None) => None,
+            (None | Some(0), Some(_)) => {
+                return Err(Error::config(
+                    "option \"wait_timeout\" needs wait_replicas=N (N at least 1)",
+                ))
+            }
+            (Some(replicas), timeout) => Some(WaitReplicas {
+                replicas: u32::try_from(replicas).unwrap_or(u32::MAX),
+                timeout: timeout.unwrap_or(Duration::from_secs(1)),
+            }),
+        };
+        options.check(redlock)?;
         Ok(options)
     }
 
     /// The rules every path applies: `InvalidConfig` naming the option.
-    pub(crate) fn check(&self) -> Result<()> {
+    pub(crate) fn check(&self, redlock: bool) -> Result<()> {
         let prefix = &self.prefix;
         if prefix.is_empty() || prefix.contains(['{', '}']) || prefix.chars().any(char::is_control)
         {
@@ -122,40 +205,93 @@ impl RedisOptions {
         if self.response_timeout.is_zero() {
             return Err(Error::config("option \"timeout\" must be above zero"));
         }
+        if let Some(wait) = self.wait_replicas {
+            if redlock {
+                return Err(Error::config(
+                    "option \"wait_replicas\" is for a master with replicas (redis://, \
+                     redis+cluster://, redis+sentinel://); Redlock's nodes are independent",
+                ));
+            }
+            if !(1..=64).contains(&wait.replicas) {
+                return Err(Error::config(
+                    "option \"wait_replicas\" must be between 0 and 64",
+                ));
+            }
+            // WAIT 0 blocks for ever; a WAIT longer than the reply timeout
+            // would be cut off by it.
+            if wait.timeout < Duration::from_millis(1) || wait.timeout >= self.response_timeout {
+                return Err(Error::config(format!(
+                    "option \"wait_timeout\" must be at least 1ms and below the reply \
+                     timeout (\"timeout\", now {:?})",
+                    self.response_timeout
+                )));
+            }
+        }
         Ok(())
     }
 }
 
 impl RedisConfig {
-    /// Reads a `redis://` or `redlock://` URL. Unknown options are an error.
+    /// Reads a `redis://`, `redlock://`, `redis+cluster://` or
+    /// `redis+sentinel://` URL (and their TLS forms). Unknown options are an
+    /// error.
     pub fn from_url(url: &StoreUrl) -> Result<Self> {
         let mut url = url.clone();
-        let redlock = match url.scheme() {
-            "redis" => false,
-            "redlock" => true,
-            "rediss" => false,
+        let (kind, tls_scheme) = match url.scheme() {
+            "redis" => ("single", false),
+            "rediss" => ("single", true),
+            "redlock" => ("redlock", false),
+            "redis+cluster" => ("cluster", false),
+            "rediss+cluster" => ("cluster", true),
+            "redis+sentinel" => ("sentinel", false),
+            "rediss+sentinel" => ("sentinel", true),
             other => return Err(Error::config(format!("not a Redis scheme: {other}"))),
         };
+        let redlock = kind == "redlock";
         let nodes = url.hosts().to_vec();
         if nodes.is_empty() {
             return Err(Error::config("the URL names no Redis host"));
         }
-        if !redlock && nodes.len() > 1 {
+        if kind == "single" && nodes.len() > 1 {
             return Err(Error::config(
-                "redis:// names one instance; use redlock://h1,h2,h3/ for several independent nodes",
+                "redis:// names one instance; use redlock://h1,h2,h3/ for several independent \
+                 nodes, redis+cluster://h1,h2,h3/ for a cluster, or \
+                 redis+sentinel://s1,s2,s3/MASTER for sentinels",
             ));
         }
         check_redlock_nodes(redlock, nodes.len())?;
-        let db = match url.path() {
-            "" => 0,
-            db => db
-                .parse()
-                .ok()
-                .filter(|d| *d >= 0)
-                .ok_or_else(|| Error::config(format!("invalid database number {db:?}")))?,
+        let path = url.path().trim_end_matches('/').to_string();
+        let (deployment, db) = match kind {
+            "single" => (Deployment::Single, database(&path)?),
+            "redlock" => (Deployment::Redlock, database(&path)?),
+            "cluster" if path.is_empty() => (Deployment::Cluster, 0),
+            "cluster" => {
+                return Err(Error::config(format!(
+                    "Redis Cluster has only database 0; remove the path {path:?}"
+                )))
+            }
+            _ => {
+                // redis+sentinel://s1,s2/MASTER[/DB]
+                let (master, db) = match path.split_once('/') {
+                    Some((master, db)) => (master, database(db)?),
+                    None => (path.as_str(), 0),
+                };
+                if master.is_empty() {
+                    return Err(Error::config(
+                        "redis+sentinel:// needs the master's name as the path: \
+                         redis+sentinel://s1:26379,s2:26379/mymaster",
+                    ));
+                }
+                let deployment = Deployment::Sentinel {
+                    master: master.to_string(),
+                    username: url.take("sentinel_username"),
+                    password: url.take("sentinel_password").map(Secret::new),
+                };
+                (deployment, db)
+            }
         };
         let options = RedisOptions::take_from(&mut url, redlock)?;
-        let tls = url.scheme() == "rediss" || url.take_bool("tls")?.unwrap_or(false);
+        let tls = tls_scheme || url.take_bool("tls")?.unwrap_or(false);
         let tls_ca = url.take("tls_ca").map(PathBuf::from);
         if let Some(ca) = &tls_ca {
             if !tls {
@@ -170,7 +306,7 @@ impl RedisConfig {
         url.finish()?;
         Ok(RedisConfig {
             nodes,
-            redlock,
+            deployment,
             username: url.username().map(str::to_string),
             password: url.password().cloned(),
             db,
@@ -180,6 +316,22 @@ impl RedisConfig {
             shown: url.to_string(),
         })
     }
+
+    /// Redlock over the nodes, rather than one master.
+    pub fn is_redlock(&self) -> bool {
+        self.deployment == Deployment::Redlock
+    }
+}
+
+/// The database number of a URL's path (`""` is 0).
+fn database(path: &str) -> Result<i64> {
+    if path.is_empty() {
+        return Ok(0);
+    }
+    path.parse()
+        .ok()
+        .filter(|d| *d >= 0)
+        .ok_or_else(|| Error::config(format!("invalid database number {path:?}")))
 }
 
 /// Redlock's majority means nothing below three independent nodes.
@@ -209,7 +361,7 @@ mod tests {
         assert_eq!(c.password.unwrap().expose(), "pw");
         assert!(!c.shown.contains("pw"));
         let c = parse("redlock://a:1,b:2,c:3,d:4,e:5/").unwrap();
-        assert!(c.redlock);
+        assert!(c.is_redlock());
         assert_eq!(c.nodes.len(), 5);
         for bad in [
             "redis://a:1,b:2",

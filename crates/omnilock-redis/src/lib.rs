@@ -1,5 +1,8 @@
-//! Redis as a lock store: one instance (fair FIFO queue, one wake-up per
-//! release, reentrant, fencing tokens) and Redlock over N independent nodes.
+//! Redis as a lock store: one master (fair FIFO queue, one wake-up per
+//! release, reentrant, fencing tokens) reached as one server (`redis://`),
+//! through Redis Cluster (`redis+cluster://`) or through Sentinel
+//! (`redis+sentinel://`); and Redlock over N independent nodes
+//! (`redlock://`).
 //! See `docs/backends/redis.md` for the protocol and what breaks it.
 //!
 //! Open a store from a URL (`omnilock::connect("redis://...")`), or on the
@@ -7,15 +10,17 @@
 //! [`RedlockStore::builder`].
 
 mod builder;
+mod cluster;
 mod config;
 mod measure;
 mod node;
 mod redlock;
 mod scripts;
+mod sentinel;
 mod single;
 
 pub use builder::{RedisBuilder, RedlockBuilder};
-pub use config::{RedisConfig, RedisOptions};
+pub use config::{Deployment, RedisConfig, RedisOptions, WaitReplicas};
 pub use redlock::RedlockStore;
 pub use single::RedisStore;
 
@@ -26,10 +31,10 @@ pub use redis;
 
 use omnilock_core::{Locks, Result};
 
-/// Opens the store a `redis://` or `redlock://` URL names.
+/// Opens the store a Redis URL names.
 pub async fn connect(config: RedisConfig) -> Result<Locks> {
-    let kind = if config.redlock { "redlock" } else { "redis" };
-    let locks = if config.redlock {
+    let kind = config.deployment.kind();
+    let locks = if config.is_redlock() {
         Locks::new(
             RedlockStore::connect(config)
                 .await

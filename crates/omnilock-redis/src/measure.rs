@@ -1,10 +1,12 @@
-//! Benchmark hooks for one instance: the server's own command counters and
-//! the classic single-instance floor (`SET NX PX` + an owner-checked
-//! `EVALSHA` delete).
+//! Benchmark hooks for one master: the server's own command counters (on a
+//! cluster, summed over every master) and the classic single-instance floor
+//! (`SET NX PX` + an owner-checked `EVALSHA` delete).
 
 use omnilock_core::{async_trait, Measure, Result};
-use redis::Script;
+use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
+use redis::{Script, Value};
 
+use crate::node::Conn;
 use crate::single::RedisStore;
 
 /// The owner-checked delete every Redis lock needs at least.
@@ -16,32 +18,36 @@ return 0
 #[async_trait]
 impl Measure for RedisStore {
     /// Commands run (`INFO commandstats`, commands inside scripts included),
-    /// except `INFO` itself and connection housekeeping.
+    /// except `INFO` itself and connection housekeeping; on a cluster,
+    /// summed over every master.
     async fn requests_served(&self) -> Result<u64> {
         let node = self.node();
-        let mut conn = node.conn.clone();
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| node.err(e))?;
-        Ok(info
-            .lines()
-            .filter_map(|line| line.strip_prefix("cmdstat_"))
-            .filter(|line| {
-                !["info", "ping", "hello", "auth", "client", "select"]
-                    .iter()
-                    .any(|skip| line.starts_with(&format!("{skip}:")))
-            })
-            .filter_map(|line| {
-                line.split_once("calls=")?
-                    .1
-                    .split(',')
-                    .next()?
-                    .parse::<u64>()
-                    .ok()
-            })
-            .sum())
+        let mut info = redis::cmd("INFO");
+        info.arg("commandstats");
+        let replies: Vec<String> = match &node.conn {
+            Conn::Cluster(conn) => {
+                let all_masters =
+                    RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+                let value = conn
+                    .clone()
+                    .route_command(info, all_masters)
+                    .await
+                    .map_err(|e| node.err(e))?;
+                match value {
+                    // One reply per master, keyed by its address.
+                    Value::Map(replies) => replies
+                        .into_iter()
+                        .filter_map(|(_, reply)| redis::from_redis_value::<String>(reply).ok())
+                        .collect(),
+                    reply => vec![redis::from_redis_value(reply).map_err(|e| node.err(e.into()))?],
+                }
+            }
+            conn => vec![info
+                .query_async(&mut conn.clone())
+                .await
+                .map_err(|e| node.err(e))?],
+        };
+        Ok(replies.iter().map(|info| commands_run(info)).sum())
     }
 
     fn floor_ops(&self) -> &'static str {
@@ -70,4 +76,27 @@ impl Measure for RedisStore {
             .map_err(|e| node.err(e))?;
         Ok(())
     }
+}
+
+/// The commands one `INFO commandstats` reply counts, less `INFO` itself
+/// and connection housekeeping.
+fn commands_run(info: &str) -> u64 {
+    info.lines()
+        .filter_map(|line| line.strip_prefix("cmdstat_"))
+        .filter(|line| {
+            ![
+                "info", "ping", "hello", "auth", "client", "select", "cluster", "readonly",
+            ]
+            .iter()
+            .any(|skip| line.starts_with(&format!("{skip}:")))
+        })
+        .filter_map(|line| {
+            line.split_once("calls=")?
+                .1
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
 }

@@ -1,13 +1,23 @@
-//! One Redis server: its connection, its keys, its errors.
+//! One Redis master as the lock scripts see it (one server, the cluster's
+//! master for a key, or the master the sentinels name): its connection, its
+//! wake-up subscription, its keys, its errors.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use omnilock_core::{Error, ErrorKind, HostPort, Result};
 use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, RedisError};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::{
+    Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, RedisError,
+    RedisFuture, Value,
+};
 
-use crate::config::{RedisConfig, RedisOptions};
+use crate::config::{RedisConfig, RedisOptions, WaitReplicas};
+use crate::sentinel::SentinelConn;
 
 /// Braces would change the hash tag and `%` is the escape itself; everything
 /// else in a lock name is kept as is.
@@ -42,12 +52,82 @@ impl Keys {
     }
 }
 
-/// A connection (auto-reconnecting) to one node, and the client that opens
-/// further ones (the wake-up subscription).
+/// The connection the lock scripts run on. Every variant reconnects by
+/// itself; the cluster's also follows `MOVED`/`ASK` and slot-map changes, and
+/// the sentinel's asks the sentinels again when its master stops being one.
+#[derive(Clone)]
+pub(crate) enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+    Sentinel(SentinelConn),
+}
+
+impl redis::aio::ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(conn) => conn.req_packed_command(cmd),
+            Conn::Cluster(conn) => conn.req_packed_command(cmd),
+            Conn::Sentinel(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Conn::Sentinel(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(conn) => conn.get_db(),
+            Conn::Cluster(conn) => conn.get_db(),
+            Conn::Sentinel(conn) => conn.get_db(),
+        }
+    }
+}
+
+/// Where this client's wake-up subscription goes.
+#[derive(Clone)]
+pub(crate) enum Subscriber {
+    /// The one server.
+    Server(redis::Client),
+    /// Any node of a cluster: a `PUBLISH` on one node reaches subscribers on
+    /// every node. After a failure the next node in the list is tried.
+    AnyOf(Arc<Vec<redis::Client>>, Arc<AtomicUsize>),
+    /// The master the sentinels name now.
+    Sentinel(SentinelConn),
+}
+
+impl Subscriber {
+    /// Opens a subscription to `channel`.
+    pub(crate) async fn subscribe(&self, channel: &str) -> redis::RedisResult<redis::aio::PubSub> {
+        let client = match self {
+            Subscriber::Server(client) => client.clone(),
+            Subscriber::AnyOf(clients, next) => {
+                let i = next.fetch_add(1, Ordering::Relaxed) % clients.len();
+                clients[i].clone()
+            }
+            Subscriber::Sentinel(conn) => conn.master_client().await?,
+        };
+        let mut pubsub = client.get_async_pubsub().await?;
+        pubsub.subscribe(channel).await?;
+        Ok(pubsub)
+    }
+}
+
+/// The connection to the master(s) the lock scripts run on, where this
+/// client subscribes to its wake-ups, and where the store is, for messages.
 #[derive(Clone)]
 pub(crate) struct Node {
-    pub conn: ConnectionManager,
-    pub client: redis::Client,
+    pub conn: Conn,
+    pub subscriber: Subscriber,
     pub address: String,
 }
 
@@ -55,44 +135,58 @@ impl Node {
     /// The client that a URL's settings describe for `node`.
     pub(crate) fn client(config: &RedisConfig, node: &HostPort) -> Result<redis::Client> {
         let address = node.to_string();
-        let (host, port) = (node.host.clone(), node.port.unwrap_or(6379));
-        let addr = if config.tls {
-            ConnectionAddr::TcpTls {
-                host,
-                port,
-                insecure: false,
-                tls_params: None,
-            }
-        } else {
-            ConnectionAddr::Tcp(host, port)
-        };
-        let mut redis_info = RedisConnectionInfo::default().set_db(config.db);
-        if let Some(username) = &config.username {
-            redis_info = redis_info.set_username(username);
-        }
-        if let Some(password) = &config.password {
-            redis_info = redis_info.set_password(password.expose());
-        }
-        let info = addr
-            .into_connection_info()
-            .map_err(|e| map_err(e, &address))?
-            .set_redis_settings(redis_info);
+        let info = connection_info(config, node)?;
         match &config.tls_ca {
-            Some(path) => {
-                let pem = std::fs::read(path).map_err(|e| {
-                    Error::config(format!("cannot read tls_ca {}: {e}", path.display()))
-                })?;
-                let certificates = redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(pem),
-                };
-                redis::Client::build_with_tls(info, certificates)
-            }
+            Some(_) => redis::Client::build_with_tls(info, tls_certificates(config)?),
             None => redis::Client::open(info),
         }
         .map_err(|e| map_err(e, &address))
     }
+}
 
+/// The CA certificates of `?tls_ca=`, for redis-rs.
+pub(crate) fn tls_certificates(config: &RedisConfig) -> Result<redis::TlsCertificates> {
+    let root_cert =
+        match &config.tls_ca {
+            Some(path) => Some(std::fs::read(path).map_err(|e| {
+                Error::config(format!("cannot read tls_ca {}: {e}", path.display()))
+            })?),
+            None => None,
+        };
+    Ok(redis::TlsCertificates {
+        client_tls: None,
+        root_cert,
+    })
+}
+
+/// The address, credentials and database a URL's settings give a data node.
+pub(crate) fn connection_info(config: &RedisConfig, node: &HostPort) -> Result<ConnectionInfo> {
+    let address = node.to_string();
+    let (host, port) = (node.host.clone(), node.port.unwrap_or(6379));
+    let addr = if config.tls {
+        ConnectionAddr::TcpTls {
+            host,
+            port,
+            insecure: false,
+            tls_params: None,
+        }
+    } else {
+        ConnectionAddr::Tcp(host, port)
+    };
+    let mut redis_info = RedisConnectionInfo::default().set_db(config.db);
+    if let Some(username) = &config.username {
+        redis_info = redis_info.set_username(username);
+    }
+    if let Some(password) = &config.password {
+        redis_info = redis_info.set_password(password.expose());
+    }
+    Ok(addr
+        .into_connection_info()
+        .map_err(|e| map_err(e, &address))?
+        .set_redis_settings(redis_info))
+}
+
+impl Node {
     /// Opens omnilock's connection to the node `client` reaches, or adopts
     /// the application's `manager` (which must reach the same node), and
     /// checks that the node answers and accepts the credentials.
@@ -102,37 +196,16 @@ impl Node {
         options: &RedisOptions,
     ) -> Result<Self> {
         let address = address_of(&client);
-        if matches!(
-            client.get_connection_info().addr(),
-            ConnectionAddr::TcpTls { .. }
-        ) {
-            ensure_crypto_provider();
-        }
-        let mut conn = match manager {
-            Some(manager) => manager,
-            None => {
-                let manager_config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(options.connect_timeout))
-                    // Redlock's short per-node bound is applied per round by
-                    // the caller; connecting and one-off commands get the
-                    // longer one.
-                    .set_response_timeout(Some(
-                        options.response_timeout.max(options.connect_timeout),
-                    ))
-                    .set_number_of_retries(1)
-                    .set_max_delay(Duration::from_secs(1));
-                ConnectionManager::new_with_config(client.clone(), manager_config)
-                    .await
-                    .map_err(|e| map_err(e, &address))?
+        let conn = match manager {
+            Some(mut manager) => {
+                ping(&mut manager, &address).await?;
+                manager
             }
+            None => connection_manager(&client, options).await?,
         };
-        let _: String = redis::cmd("PING")
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| map_err(e, &address))?;
         Ok(Node {
-            conn,
-            client,
+            conn: Conn::Single(conn),
+            subscriber: Subscriber::Server(client),
             address,
         })
     }
@@ -140,6 +213,70 @@ impl Node {
     pub(crate) fn err(&self, e: RedisError) -> Error {
         map_err(e, &self.address)
     }
+
+    /// `WAIT`s until `wait.replicas` replicas of the master that holds `key`
+    /// have every write this connection sent so far (so the script that just
+    /// ran), or `wait.timeout` passes. Returns how many acknowledged.
+    pub(crate) async fn wait_for_replicas(&self, key: &str, wait: WaitReplicas) -> Result<u32> {
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(wait.replicas).arg(wait.timeout.as_millis() as u64);
+        let acknowledged: i64 = match &self.conn {
+            // The cluster keeps one connection per node: WAIT goes on the one
+            // the script ran on, that of the key's master.
+            Conn::Cluster(conn) => {
+                let route = Route::with_key(key.as_bytes(), SlotAddr::Master);
+                let value = conn
+                    .clone()
+                    .route_command(
+                        cmd,
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+                    )
+                    .await
+                    .map_err(|e| self.err(e))?;
+                redis::from_redis_value(value).map_err(|e| self.err(e.into()))?
+            }
+            conn => cmd
+                .query_async(&mut conn.clone())
+                .await
+                .map_err(|e| self.err(e))?,
+        };
+        Ok(acknowledged.max(0) as u32)
+    }
+}
+
+/// omnilock's own auto-reconnecting connection to the server `client`
+/// reaches, checked to answer and to accept the credentials.
+pub(crate) async fn connection_manager(
+    client: &redis::Client,
+    options: &RedisOptions,
+) -> Result<ConnectionManager> {
+    let address = address_of(client);
+    if matches!(
+        client.get_connection_info().addr(),
+        ConnectionAddr::TcpTls { .. }
+    ) {
+        ensure_crypto_provider();
+    }
+    let manager_config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(options.connect_timeout))
+        // Redlock's short per-node bound is applied per round by the caller;
+        // connecting and one-off commands get the longer one.
+        .set_response_timeout(Some(options.response_timeout.max(options.connect_timeout)))
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_secs(1));
+    let mut conn = ConnectionManager::new_with_config(client.clone(), manager_config)
+        .await
+        .map_err(|e| map_err(e, &address))?;
+    ping(&mut conn, &address).await?;
+    Ok(conn)
+}
+
+async fn ping(conn: &mut ConnectionManager, address: &str) -> Result<()> {
+    let _: String = redis::cmd("PING")
+        .query_async(conn)
+        .await
+        .map_err(|e| map_err(e, address))?;
+    Ok(())
 }
 
 /// Where `client` connects, for messages: `host:port` or the socket path,
@@ -153,7 +290,7 @@ pub(crate) fn address_of(client: &redis::Client) -> String {
 /// a provider has installed it by now and keeps it; otherwise omnilock
 /// installs ring's (the one the etcd backend uses too), so that `rediss://`
 /// works without set-up and never panics.
-fn ensure_crypto_provider() {
+pub(crate) fn ensure_crypto_provider() {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         // Losing a race to another installer is fine: any provider will do.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -173,7 +310,10 @@ pub(crate) fn map_err(e: RedisError, address: &str) -> Error {
         || e.is_timeout()
         || e.is_connection_refusal()
         || e.is_connection_dropped()
-        || matches!(code, "LOADING" | "BUSY" | "TRYAGAIN" | "MASTERDOWN")
+        || matches!(
+            code,
+            "LOADING" | "BUSY" | "TRYAGAIN" | "MASTERDOWN" | "READONLY" | "CLUSTERDOWN"
+        )
     {
         // The reason in the message too: Redlock joins several nodes'
         // messages into one line, without their causes.

@@ -94,7 +94,7 @@ impl RedlockStore {
         clients: Vec<redis::Client>,
         shown: String,
     ) -> Result<Self> {
-        options.check()?;
+        options.check(true)?;
         check_redlock_nodes(true, clients.len())?;
         let node_count = clients.len();
         let attempts = join_all(

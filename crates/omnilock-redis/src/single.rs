@@ -1,4 +1,6 @@
-//! One Redis instance: a fair, herd-free, reentrant lock with fencing.
+//! One Redis master: a fair, herd-free, reentrant lock with fencing, on one
+//! server, a cluster (the master of the lock's slot) or the master the
+//! sentinels name.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,19 +17,23 @@ use redis::aio::ConnectionManager;
 use tokio::sync::Notify;
 
 use crate::builder::RedisBuilder;
-use crate::config::{RedisConfig, RedisOptions};
-use crate::node::{Keys, Node};
+use crate::config::{Deployment, RedisConfig, RedisOptions};
+use crate::node::{Keys, Node, Subscriber};
 use crate::scripts::Scripts;
 
-/// A lock store on one Redis instance. Create it with
-/// `omnilock::connect("redis://...")`, [`RedisStore::connect`], or on the
-/// application's own client with [`RedisStore::builder`].
+/// A lock store on one Redis master: one server (`redis://`), Redis Cluster
+/// (`redis+cluster://`) or a master watched by Sentinel
+/// (`redis+sentinel://`). Create it with `omnilock::connect(url)`,
+/// [`RedisStore::connect`], or on the application's own client with
+/// [`RedisStore::builder`].
 #[derive(Clone)]
 pub struct RedisStore {
     inner: Arc<Inner>,
 }
 
 struct Inner {
+    /// `redis`, `redis-cluster` or `redis-sentinel`.
+    kind: &'static str,
     options: RedisOptions,
     /// Where the store is, for `Debug` (no credentials).
     shown: String,
@@ -73,11 +79,27 @@ impl RedisStore {
         &self.inner.options.prefix
     }
 
-    /// Connects (checking the server answers and accepts the credentials)
-    /// and subscribes to this client's wake-up channel.
+    /// Connects (checking the server answers and accepts the credentials;
+    /// for a cluster, through any reachable seed; for Sentinel, to the
+    /// master the sentinels name) and subscribes to this client's wake-up
+    /// channel.
     pub async fn connect(config: RedisConfig) -> Result<Self> {
-        let client = Node::client(&config, &config.nodes[0])?;
-        Self::open(config.options, client, None, config.shown).await
+        config.options.check(false)?;
+        let node = match &config.deployment {
+            Deployment::Single => {
+                let client = Node::client(&config, &config.nodes[0])?;
+                Node::open(client, None, &config.options).await?
+            }
+            Deployment::Cluster => crate::cluster::open(&config).await?,
+            Deployment::Sentinel { .. } => crate::sentinel::open(&config).await?,
+            Deployment::Redlock => {
+                return Err(Error::config(
+                    "a redlock:// store is a RedlockStore, not a RedisStore",
+                ))
+            }
+        };
+        let kind = config.deployment.kind();
+        Self::start(config.options, node, false, config.shown, kind).await
     }
 
     /// Starts building a store on the application's own `client` (its
@@ -96,15 +118,27 @@ impl RedisStore {
         manager: Option<ConnectionManager>,
         shown: String,
     ) -> Result<Self> {
-        options.check()?;
+        options.check(false)?;
         let shared = manager.is_some();
         let node = Node::open(client, manager, &options).await?;
+        Self::start(options, node, shared, shown, "redis").await
+    }
+
+    /// Subscribes to this client's wake-up channel on `node` and starts the
+    /// listener. `shared`: the command connection is the application's.
+    async fn start(
+        options: RedisOptions,
+        node: Node,
+        shared: bool,
+        shown: String,
+        kind: &'static str,
+    ) -> Result<Self> {
         let client_id = format!("{:016x}", rand::random::<u64>());
         let channel_prefix = format!("{}:wake:", options.prefix);
         let channel = format!("{channel_prefix}{client_id}");
         // redis-rs gives the subscription no timeout of its own.
         let pubsub =
-            tokio::time::timeout(options.connect_timeout, subscribe(&node.client, &channel))
+            tokio::time::timeout(options.connect_timeout, node.subscriber.subscribe(&channel))
                 .await
                 .map_err(|_| {
                     Error::unavailable(format!(
@@ -116,9 +150,10 @@ impl RedisStore {
         if shared {
             check_same_server(&node, &channel).await?;
         }
-        let listener_client = node.client.clone();
+        let subscriber = node.subscriber.clone();
         let store = RedisStore {
             inner: Arc::new(Inner {
+                kind,
                 options,
                 shown,
                 node,
@@ -134,7 +169,7 @@ impl RedisStore {
         let task = tokio::spawn(listen(
             Arc::downgrade(&store.inner),
             Some(pubsub),
-            listener_client,
+            subscriber,
             store.wake_channel(),
         ));
         *lock_unpoisoned(&store.inner.listener) = Some(task);
@@ -172,11 +207,21 @@ impl RedisStore {
             .arg(entry)
             .arg(inner.options.waiter_lease.as_millis() as u64)
             .arg(&inner.channel_prefix)
+            .arg(nonce())
             .invoke_async(&mut conn)
             .await
             .map_err(|e| inner.node.err(e))?;
         match status {
-            1 => Ok(Attempt::Taken(value as u64)),
+            1 => {
+                let token = value as u64;
+                if let Err(err) = self.confirm_on_replicas(&keys.lock).await {
+                    // Not on enough replicas: undo, so that nobody holds a
+                    // lock a failover could hand to a second owner.
+                    let _ = self.release_token(request, token).await;
+                    return Err(err);
+                }
+                Ok(Attempt::Taken(token))
+            }
             -1 => Err(Error::would_deadlock()),
             _ => Ok(Attempt::Busy(
                 (value > 0).then(|| Duration::from_millis(value as u64)),
@@ -211,6 +256,23 @@ impl RedisStore {
         .await
     }
 
+    /// With `?wait_replicas=N`: `WAIT` until N replicas have the write the
+    /// script just made on the master of `key`, else `Unavailable`.
+    async fn confirm_on_replicas(&self, key: &str) -> Result<()> {
+        let Some(wait) = self.inner.options.wait_replicas else {
+            return Ok(());
+        };
+        let acknowledged = self.inner.node.wait_for_replicas(key, wait).await?;
+        if acknowledged < wait.replicas {
+            return Err(Error::unavailable(format!(
+                "only {acknowledged} of {} replicas of {} confirmed the write within {:?} \
+                 (wait_replicas, wait_timeout)",
+                wait.replicas, self.inner.node.address, wait.timeout
+            )));
+        }
+        Ok(())
+    }
+
     async fn release_token(&self, request: &AcquireRequest, token: u64) -> Result<i64> {
         let inner = &self.inner;
         let keys = self.keys(&request.name);
@@ -224,6 +286,7 @@ impl RedisStore {
             .arg(request.owner.as_str())
             .arg(token)
             .arg(&inner.channel_prefix)
+            .arg(nonce())
             .invoke_async(&mut conn)
             .await
             .map_err(|e| inner.node.err(e))
@@ -236,14 +299,14 @@ impl RedisStore {
 async fn listen(
     store: std::sync::Weak<Inner>,
     mut pubsub: Option<redis::aio::PubSub>,
-    client: redis::Client,
+    subscriber: Subscriber,
     channel: String,
 ) {
     let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
     loop {
         let subscribed = match pubsub.take() {
             Some(subscribed) => subscribed,
-            None => match subscribe(&client, &channel).await {
+            None => match subscriber.subscribe(&channel).await {
                 Ok(subscribed) => subscribed,
                 Err(err) => {
                     tracing::debug!(error = %err, "omnilock redis: cannot re-subscribe yet");
@@ -275,15 +338,6 @@ async fn listen(
     }
 }
 
-async fn subscribe(
-    client: &redis::Client,
-    channel: &str,
-) -> redis::RedisResult<redis::aio::PubSub> {
-    let mut pubsub = client.get_async_pubsub().await?;
-    pubsub.subscribe(channel).await?;
-    Ok(pubsub)
-}
-
 /// Wake-ups are published through the command connection and arrive on the
 /// subscription that `client` opened: with the application's own
 /// `ConnectionManager` the two must reach the same server, or every waiter
@@ -305,6 +359,14 @@ async fn check_same_server(node: &Node, channel: &str) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// A fresh id for one script call. The cluster connection re-sends a command
+/// after a dropped connection, so a script may run twice; the acquire and
+/// release scripts recognise their own second run by this id and do not
+/// count a hold twice.
+fn nonce() -> String {
+    format!("{:016x}", rand::random::<u64>())
 }
 
 /// A waiter's place in the queue, left (in the background) if the acquire
@@ -357,7 +419,7 @@ impl Drop for Place {
 #[async_trait]
 impl Backend for RedisStore {
     fn kind(&self) -> &'static str {
-        "redis"
+        self.inner.kind
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -447,6 +509,7 @@ impl Backend for RedisStore {
             .await
             .map_err(|e| inner.node.err(e))?;
         if renewed == 1 {
+            self.confirm_on_replicas(&keys.lock).await?;
             Ok(started + request.ttl)
         } else {
             Err(Error::new(

@@ -1,9 +1,11 @@
-//! The herd scenario on the single test instance, counting commands with the
-//! backend's `Measure` hook (`INFO commandstats`). A test binary of its own:
-//! the counters are server-wide.
+//! The herd scenario on the single test instance and on the cluster,
+//! counting commands with the backend's `Measure` hook (`INFO commandstats`,
+//! summed over every master of the cluster). A test binary of its own: the
+//! counters are server-wide.
 
 mod common;
 
 omnilock_testkit::herd_main! {
     redis_single => common::subject("REDIS"),
+    redis_cluster => common::subject("REDIS_CLUSTER"),
 }

@@ -1,0 +1,338 @@
+//! A master watched by Sentinel (`redis+sentinel://s1,s2,s3/NAME`): the
+//! sentinels name the current master, and omnilock runs the lock scripts on
+//! it exactly as on one server.
+//!
+//! After a failover the old master's address stops working (refused, timed
+//! out) or, once it is back as a replica, answers writes with `READONLY`.
+//! Either error makes the connection ask the sentinels again and move to the
+//! master they name; the failed call itself returns its error, which the
+//! acquire and renewal loops retry.
+
+use std::sync::{Arc, RwLock};
+
+use omnilock_core::{Error, HostPort, Result};
+use redis::aio::ConnectionManager;
+use redis::{AsyncConnectionConfig, Cmd, ConnectionAddr, IntoConnectionInfo, RedisFuture, Value};
+
+use crate::config::{Deployment, RedisConfig};
+use crate::node::{connection_manager, map_err, Conn, Node, Subscriber};
+
+/// The command connection to whichever server the sentinels name as master.
+#[derive(Clone)]
+pub(crate) struct SentinelConn {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    config: RedisConfig,
+    master_name: String,
+    sentinels: Vec<(String, redis::Client)>,
+    current: RwLock<Master>,
+    /// One re-resolution at a time; the others wait for its outcome.
+    refreshing: tokio::sync::Mutex<()>,
+}
+
+#[derive(Clone)]
+struct Master {
+    address: String,
+    client: redis::Client,
+    conn: ConnectionManager,
+}
+
+/// Asks the sentinels for the master, connects to it, and returns the node
+/// the lock scripts run on.
+pub(crate) async fn open(config: &RedisConfig) -> Result<Node> {
+    let Deployment::Sentinel {
+        master,
+        username,
+        password,
+    } = &config.deployment
+    else {
+        return Err(Error::config("not a redis+sentinel:// store"));
+    };
+    let sentinels = config
+        .nodes
+        .iter()
+        .map(|node| {
+            let address = node.to_string();
+            sentinel_client(config, node, username.as_deref(), password.as_ref())
+                .map(|client| (address, client))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let shared_config = config.clone();
+    let resolve = async {
+        let address = resolve(&sentinels, master, config).await?;
+        connect_master(&shared_config, &address).await
+    };
+    let current = tokio::time::timeout(config.options.connect_timeout, resolve)
+        .await
+        .map_err(|_| {
+            Error::unavailable(format!(
+                "cannot reach the sentinels at {} and the master they name (timed out)",
+                sentinel_list(&sentinels)
+            ))
+        })??;
+    let address = format!("{} (master {master})", current.address);
+    let conn = SentinelConn {
+        shared: Arc::new(Shared {
+            config: shared_config,
+            master_name: master.clone(),
+            sentinels,
+            current: RwLock::new(current),
+            refreshing: tokio::sync::Mutex::new(()),
+        }),
+    };
+    Ok(Node {
+        conn: Conn::Sentinel(conn.clone()),
+        subscriber: Subscriber::Sentinel(conn),
+        address,
+    })
+}
+
+impl SentinelConn {
+    fn current(&self) -> Master {
+        match self.shared.current.read() {
+            Ok(master) => master.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// The client of the current master (for the wake-up subscription),
+    /// after asking the sentinels again: the subscription is re-opened only
+    /// after a failure, which may be a failover.
+    pub(crate) async fn master_client(&self) -> redis::RedisResult<redis::Client> {
+        let stale = self.current().address;
+        self.refresh(&stale).await;
+        Ok(self.current().client)
+    }
+
+    /// Moves to the master the sentinels name now, unless another call has
+    /// already moved away from `stale`. Failures are logged: the caller's
+    /// own error is what it reports, and the next failure tries again.
+    async fn refresh(&self, stale: &str) {
+        let shared = &self.shared;
+        let _one_at_a_time = shared.refreshing.lock().await;
+        if self.current().address != stale {
+            return;
+        }
+        let moved = async {
+            let address = resolve(&shared.sentinels, &shared.master_name, &shared.config).await?;
+            if address.to_string() == stale {
+                return Ok(None);
+            }
+            connect_master(&shared.config, &address).await.map(Some)
+        };
+        match tokio::time::timeout(shared.config.options.connect_timeout, moved).await {
+            Ok(Ok(Some(master))) => {
+                tracing::warn!(
+                    from = stale,
+                    to = %master.address,
+                    "omnilock redis: the sentinels name a new master; moving to it"
+                );
+                match shared.current.write() {
+                    Ok(mut current) => *current = master,
+                    Err(poisoned) => *poisoned.into_inner() = master,
+                }
+            }
+            Ok(Ok(None)) => {}
+            Ok(Err(err)) => {
+                tracing::debug!(error = %err, "omnilock redis: sentinels not settled yet")
+            }
+            Err(_) => tracing::debug!("omnilock redis: asking the sentinels timed out"),
+        }
+    }
+}
+
+/// An error after which the master may have changed.
+fn may_have_failed_over(e: &redis::RedisError) -> bool {
+    e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_refusal()
+        || e.is_connection_dropped()
+        || matches!(e.code(), Some("READONLY" | "MASTERDOWN" | "LOADING"))
+}
+
+impl redis::aio::ConnectionLike for SentinelConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let master = self.current();
+            let mut conn = master.conn;
+            let result = conn.req_packed_command(cmd).await;
+            if let Err(e) = &result {
+                if may_have_failed_over(e) {
+                    self.refresh(&master.address).await;
+                }
+            }
+            result
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            let master = self.current();
+            let mut conn = master.conn;
+            let result = conn.req_packed_commands(pipeline, offset, count).await;
+            if let Err(e) = &result {
+                if may_have_failed_over(e) {
+                    self.refresh(&master.address).await;
+                }
+            }
+            result
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.shared.config.db
+    }
+}
+
+/// A client for one sentinel: the sentinels' own credentials (none unless
+/// `sentinel_username`/`sentinel_password` are given), the URL's TLS.
+fn sentinel_client(
+    config: &RedisConfig,
+    node: &HostPort,
+    username: Option<&str>,
+    password: Option<&omnilock_core::Secret>,
+) -> Result<redis::Client> {
+    let address = node.to_string();
+    let (host, port) = (node.host.clone(), node.port.unwrap_or(26379));
+    let addr = if config.tls {
+        ConnectionAddr::TcpTls {
+            host,
+            port,
+            insecure: false,
+            tls_params: None,
+        }
+    } else {
+        ConnectionAddr::Tcp(host, port)
+    };
+    let mut settings = redis::RedisConnectionInfo::default();
+    if let Some(username) = username {
+        settings = settings.set_username(username);
+    }
+    if let Some(password) = password {
+        settings = settings.set_password(password.expose());
+    }
+    let info = addr
+        .into_connection_info()
+        .map_err(|e| map_err(e, &address))?
+        .set_redis_settings(settings);
+    match &config.tls_ca {
+        Some(_) => redis::Client::build_with_tls(info, crate::node::tls_certificates(config)?),
+        None => redis::Client::open(info),
+    }
+    .map_err(|e| map_err(e, &address))
+}
+
+fn sentinel_list(sentinels: &[(String, redis::Client)]) -> String {
+    sentinels
+        .iter()
+        .map(|(address, _)| address.as_str())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The master's `host:port` according to the first sentinel that knows it.
+/// A sentinel that answers but does not know `master` is remembered: if no
+/// sentinel knows it, the error says so (a wrong name is a configuration
+/// error, not an outage).
+async fn resolve(
+    sentinels: &[(String, redis::Client)],
+    master: &str,
+    config: &RedisConfig,
+) -> Result<HostPort> {
+    let mut failures = Vec::new();
+    let mut unknown = 0;
+    for (address, client) in sentinels {
+        let connection = client
+            .get_multiplexed_async_connection_with_config(
+                &AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(config.options.connect_timeout))
+                    .set_response_timeout(Some(config.options.response_timeout)),
+            )
+            .await;
+        let answer = match connection {
+            Ok(mut connection) => {
+                redis::cmd("SENTINEL")
+                    .arg("GET-MASTER-ADDR-BY-NAME")
+                    .arg(master)
+                    .query_async::<Option<(String, u16)>>(&mut connection)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        match answer {
+            Ok(Some((host, port))) => {
+                return Ok(HostPort {
+                    host,
+                    port: Some(port),
+                })
+            }
+            Ok(None) => unknown += 1,
+            Err(e) => {
+                let e = sentinel_error(e, address);
+                if !e.is_retryable() {
+                    return Err(e);
+                }
+                failures.push(e.message().to_string());
+            }
+        }
+    }
+    if unknown > 0 {
+        return Err(Error::config(format!(
+            "no sentinel at {} knows a master named {master:?} ({unknown} answered); \
+             check the name in the URL's path",
+            sentinel_list(sentinels)
+        )));
+    }
+    Err(Error::unavailable(format!(
+        "cannot reach any sentinel: {}",
+        failures.join("; ")
+    )))
+}
+
+/// Sentinel errors name the sentinels' own credentials, which differ from
+/// the data nodes'.
+fn sentinel_error(e: redis::RedisError, address: &str) -> Error {
+    let mapped = map_err(e, address);
+    if mapped.kind() == omnilock_core::ErrorKind::InvalidConfig {
+        return Error::config(format!(
+            "the sentinel at {address} refused the credentials: give the sentinels' own with \
+             sentinel_username= and sentinel_password= (the URL's user and password are the \
+             data nodes')"
+        ));
+    }
+    mapped
+}
+
+/// Connects to the server at `address`, checking it is a master: a
+/// sentinel that has not yet noticed a failover may name a server that has
+/// become a replica.
+async fn connect_master(config: &RedisConfig, address: &HostPort) -> Result<Master> {
+    let client = Node::client(config, address)?;
+    let mut conn = connection_manager(&client, &config.options).await?;
+    let shown = address.to_string();
+    let role: Vec<Value> = redis::cmd("ROLE")
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| map_err(e, &shown))?;
+    let role = role
+        .first()
+        .and_then(|r| redis::from_redis_value_ref::<String>(r).ok())
+        .unwrap_or_default();
+    if role != "master" {
+        return Err(Error::unavailable(format!(
+            "the sentinels name {shown} as master, but it is a {role} (failover in progress)"
+        )));
+    }
+    Ok(Master {
+        address: shown,
+        client,
+        conn,
+    })
+}

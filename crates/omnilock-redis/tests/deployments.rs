@@ -1,0 +1,253 @@
+//! Redis Cluster and Sentinel beyond the conformance suite: locks spread
+//! over every master, `wait_replicas`, and bad input (a cluster URL at a
+//! plain server, an unknown master name, wrong sentinel credentials,
+//! unreachable seeds). (`OMNILOCK_TEST_REDIS_CLUSTER_URL`,
+//! `OMNILOCK_TEST_REDIS_SENTINEL_URL`, `OMNILOCK_TEST_REDIS_URL`)
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use omnilock_core::{Error, ErrorKind, Locks, StoreUrl};
+use omnilock_redis::RedisConfig;
+use omnilock_testkit::store_url;
+
+const PASSWORD: &str = "omnilock-test-pw";
+
+async fn connect(url: &str) -> omnilock_core::Result<Locks> {
+    omnilock_redis::connect(RedisConfig::from_url(&StoreUrl::parse(url)?)?).await
+}
+
+fn with_option(url: &str, option: &str) -> String {
+    let joiner = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{joiner}{option}")
+}
+
+/// A plain connection to `port` on loopback with the test password.
+async fn raw(port: u16) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(format!("redis://:{PASSWORD}@127.0.0.1:{port}/"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// The cluster's masters by port, with the slot ranges each serves.
+async fn masters(url: &str) -> BTreeMap<u16, Vec<(u16, u16)>> {
+    let seed = StoreUrl::parse(url).unwrap().hosts()[0].port.unwrap();
+    let slots: Vec<(u16, u16, (String, u16))> = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async::<Vec<redis::Value>>(&mut raw(seed).await)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|range| {
+            let redis::Value::Array(mut parts) = range else {
+                panic!("CLUSTER SLOTS entry is not an array")
+            };
+            parts.truncate(3);
+            let (start, end, master): (u16, u16, Vec<redis::Value>) =
+                redis::from_redis_value(redis::Value::Array(parts)).unwrap();
+            let host: String = redis::from_redis_value_ref(&master[0]).unwrap();
+            let port: u16 = redis::from_redis_value_ref(&master[1]).unwrap();
+            (start, end, (host, port))
+        })
+        .collect();
+    let mut by_master: BTreeMap<u16, Vec<(u16, u16)>> = BTreeMap::new();
+    for (start, end, (_, port)) in slots {
+        by_master.entry(port).or_default().push((start, end));
+    }
+    by_master
+}
+
+fn assert_clear(err: &Error, kind: ErrorKind, words: &str) {
+    let shown = format!("{err} {err:?}");
+    assert_eq!(err.kind(), kind, "{shown}");
+    assert!(shown.contains(words), "{shown:?} should say {words:?}");
+    for secret in [PASSWORD, "omnilock-sentinel-pw"] {
+        assert!(!shown.contains(secret), "{shown:?} shows a password");
+    }
+}
+
+/// Locks whose names hash to every master are held at once, each by its
+/// own owner, and each master holds some of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cluster_locks_on_every_master_at_once() {
+    let url = store_url("REDIS_CLUSTER").expect("cluster URL");
+    let locks = connect(&url).await.expect("connect");
+    let masters = masters(&url).await;
+    assert_eq!(masters.len(), 3, "3 masters: {masters:?}");
+    let run = format!("spread-{}-{}", std::process::id(), rand_suffix());
+    let mut guards = Vec::new();
+    for i in 0..48 {
+        guards.push(locks.acquire(&format!("{run}/{i}")).await.expect("acquire"));
+    }
+    for (port, _) in &masters {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{{omnilock:{run}/*"))
+            .query_async(&mut raw(*port).await)
+            .await
+            .unwrap();
+        assert!(
+            keys.len() >= 3,
+            "master {port} holds {} of the 48 locks: {keys:?}",
+            keys.len()
+        );
+    }
+    for (i, guard) in guards.iter().enumerate() {
+        let holder = locks
+            .holder(&format!("{run}/{i}"))
+            .await
+            .unwrap()
+            .expect("held");
+        assert_eq!(holder.token, guard.token());
+    }
+    for guard in guards {
+        guard.release().await.expect("release");
+    }
+    let other = connect(&url).await.expect("second client");
+    for i in 0..48 {
+        let guard = other
+            .try_acquire(&format!("{run}/{i}"))
+            .await
+            .unwrap()
+            .expect("free after release");
+        guard.release().await.unwrap();
+    }
+}
+
+fn rand_suffix() -> String {
+    format!("{:08x}", rand::random::<u32>())
+}
+
+/// `wait_replicas=1` on a master with one replica: grants and renewals
+/// come back confirmed; asking for more replicas than exist fails with a
+/// typed error and leaves no lock behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn wait_replicas_confirms_or_undoes() {
+    for store in ["REDIS_CLUSTER", "REDIS_SENTINEL"] {
+        let url = store_url(store).expect("URL");
+        let name = format!("wait-{store}-{}", rand_suffix());
+        let confirmed = connect(&with_option(&url, "wait_replicas=1&wait_timeout=1s"))
+            .await
+            .expect("connect");
+        let guard = confirmed
+            .lock(&name)
+            .ttl(Duration::from_millis(1500))
+            .acquire()
+            .await
+            .expect("one replica confirms");
+        // Held past two TTLs: the renewals were confirmed too.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(guard.is_held(), "{store}: renewals confirmed");
+        guard.release().await.expect("release");
+
+        let too_many = connect(&with_option(&url, "wait_replicas=3&wait_timeout=100ms"))
+            .await
+            .expect("connect");
+        let err = too_many
+            .try_acquire(&name)
+            .await
+            .expect_err("3 replicas do not exist");
+        assert_clear(&err, ErrorKind::Unavailable, "replicas");
+        assert!(
+            confirmed.holder(&name).await.unwrap().is_none(),
+            "{store}: the unconfirmed grant was undone"
+        );
+        let err = too_many
+            .lock(&name)
+            .timeout(Duration::from_millis(800))
+            .acquire()
+            .await
+            .expect_err("never confirmed");
+        assert!(
+            matches!(err.kind(), ErrorKind::Timeout | ErrorKind::Unavailable),
+            "{err}"
+        );
+        assert!(confirmed.holder(&name).await.unwrap().is_none());
+    }
+}
+
+#[tokio::test]
+async fn cluster_url_at_a_plain_server_is_refused() {
+    let plain = store_url("REDIS").expect("single URL");
+    let port = StoreUrl::parse(&plain).unwrap().hosts()[0].port.unwrap();
+    let url = format!("redis+cluster://:{PASSWORD}@127.0.0.1:{port}");
+    let err = connect(&url).await.expect_err("not a cluster");
+    assert_clear(
+        &err,
+        ErrorKind::InvalidConfig,
+        "not part of a Redis Cluster",
+    );
+}
+
+#[tokio::test]
+async fn sentinel_with_an_unknown_master_name_is_refused() {
+    let url = store_url("REDIS_SENTINEL").expect("sentinel URL");
+    let parsed = StoreUrl::parse(&url).unwrap();
+    let url = url.replace(&format!("/{}", parsed.path()), "/no-such-master");
+    let err = connect(&url).await.expect_err("unknown master");
+    assert_clear(&err, ErrorKind::InvalidConfig, "no-such-master");
+}
+
+#[tokio::test]
+async fn sentinel_credentials_are_the_sentinels_own() {
+    let url = store_url("REDIS_SENTINEL").expect("sentinel URL");
+    let wrong = url.replace(
+        "sentinel_password=omnilock-sentinel-pw",
+        "sentinel_password=wrong-pw",
+    );
+    assert_ne!(wrong, url, "the test URL carries sentinel_password");
+    let err = connect(&wrong).await.expect_err("wrong sentinel password");
+    assert_clear(&err, ErrorKind::InvalidConfig, "sentinel_password");
+    assert!(!err.to_string().contains("wrong-pw"));
+    // The data nodes' password is checked on its own.
+    let wrong_data = url.replace(&format!(":{PASSWORD}@"), ":wrong-data-pw@");
+    let err = connect(&wrong_data).await.expect_err("wrong data password");
+    assert_clear(&err, ErrorKind::InvalidConfig, "credentials");
+    assert!(!err.to_string().contains("wrong-data-pw"));
+}
+
+/// Nothing listens on ports 1–3: `Unavailable` within the connect timeout.
+#[tokio::test]
+async fn unreachable_seeds_are_unavailable_in_time() {
+    for url in [
+        format!(
+            "redis+cluster://:{PASSWORD}@127.0.0.1:1,127.0.0.1:2,127.0.0.1:3?connect_timeout=1s"
+        ),
+        format!(
+            "redis+sentinel://:{PASSWORD}@127.0.0.1:1,127.0.0.1:2/mymaster?connect_timeout=1s\
+             &sentinel_password=omnilock-sentinel-pw"
+        ),
+        // A routable address that drops packets would hang without the bound.
+        format!("redis+cluster://:{PASSWORD}@10.255.255.1:7000?connect_timeout=1s"),
+    ] {
+        let started = Instant::now();
+        let err = connect(&url).await.expect_err("unreachable");
+        let took = started.elapsed();
+        assert_clear(&err, ErrorKind::Unavailable, "");
+        assert!(took < Duration::from_secs(3), "{url}: {took:?}");
+    }
+}
+
+#[test]
+fn bad_urls_are_clear() {
+    for (url, words) in [
+        ("redis+sentinel://:pw@127.0.0.1:1", "master's name"),
+        ("redis+cluster://:pw@127.0.0.1:1/3", "database 0"),
+        ("redis+cluster://:pw@h:1?wait_timeout=1s", "wait_replicas"),
+        ("redlock://h:1,h:2,h:3/?wait_replicas=1", "Redlock"),
+        (
+            "redis://h:1?wait_replicas=1&wait_timeout=5s",
+            "below the reply timeout",
+        ),
+        ("redis://h:1?wait_replicas=65", "between 0 and 64"),
+        ("redis://h:1?wait_replicas=two", "expected a number"),
+        ("redis://h:1,h:2", "redis+cluster"),
+    ] {
+        let err = StoreUrl::parse(url)
+            .and_then(|u| RedisConfig::from_url(&u))
+            .expect_err(url);
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{url}: {err}");
+        assert!(err.to_string().contains(words), "{url}: {err}");
+    }
+}
