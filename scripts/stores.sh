@@ -11,6 +11,14 @@
 #   scripts/stores.sh restart etcd N | zookeeper N | redis N
 #                            start a node the fault tests killed (Redis comes
 #                            back empty: no persistence)
+#   scripts/stores.sh restart redis-cluster N
+#                            start Redis Cluster node N (0..5) again on its
+#                            nodes.conf: it rejoins (empty), as a replica when
+#                            its slots moved to another node meanwhile
+#   scripts/stores.sh restart redis-sentinel N
+#                            start the Sentinel deployment's data node N (0: the
+#                            first master, 1: its replica) again, empty; the
+#                            sentinels make it a replica of the current master
 #   scripts/stores.sh deps   install what the build needs (nothing today:
 #                            kept so older CI scripts still run)
 #
@@ -35,7 +43,7 @@ PIDS=$DIR/pids
 # OMNILOCK_STORES="etcd zookeeper" starts only those (with OMNILOCK_STORES_DIR,
 # beside a full set).
 # shellcheck disable=SC2206
-STORES=(${OMNILOCK_STORES:-sqlite mariadb postgres redis etcd zookeeper})
+STORES=(${OMNILOCK_STORES:-sqlite mariadb postgres redis redis_cluster redis_sentinel etcd zookeeper})
 
 # Debian packages each store needs (installed with apt-get when run as root).
 declare -A PACKAGES=(
@@ -43,6 +51,8 @@ declare -A PACKAGES=(
   [mariadb]="mariadb-server mariadb-client"
   [postgres]="postgresql postgresql-client"
   [redis]="redis-server openssl"
+  [redis_cluster]="redis-server"
+  [redis_sentinel]="redis-server"
   [etcd]="etcd-server etcd-client openssl"
   [zookeeper]="zookeeper netcat-openbsd"
 )
@@ -56,6 +66,13 @@ MARIADB_PORT=${OMNILOCK_MARIADB_PORT:-33061}
 POSTGRES_PORT=${OMNILOCK_POSTGRES_PORT:-54329}
 # One instance on REDIS_PORT, five independent Redlock nodes on the next five.
 REDIS_PORT=${OMNILOCK_REDIS_PORT:-63790}
+# A Redis Cluster of 6 nodes (3 masters, 3 replicas) on REDIS_CLUSTER_PORT+0..5,
+# their cluster bus on +1000..1005 (not Redis's +10000, which would pass
+# 65535 for some bases).
+REDIS_CLUSTER_PORT=${OMNILOCK_REDIS_CLUSTER_PORT:-46380}
+# Redis Sentinel: a master on REDIS_SENTINEL_PORT, its replica on +1, three
+# sentinels on +2..4 watching the master as "omnilock-master".
+REDIS_SENTINEL_PORT=${OMNILOCK_REDIS_SENTINEL_PORT:-46390}
 # A 3-member etcd cluster: client ports ETCD_PORT+1..3, peer ports +11..13;
 # one more member with authentication enabled on ETCD_PORT+4 (peer +14).
 ETCD_PORT=${OMNILOCK_ETCD_PORT:-23790}
@@ -65,6 +82,10 @@ ZK_PORT=${OMNILOCK_ZK_PORT:-21810}
 # Test-only credentials for throw-away servers on 127.0.0.1.
 TEST_USER=omnilock
 TEST_PASSWORD=omnilock-test-pw
+# The sentinels' own password, unlike the data nodes' (the library takes it
+# apart, as ?sentinel_password=).
+SENTINEL_PASSWORD=omnilock-sentinel-pw
+SENTINEL_MASTER=omnilock-master
 
 log() { printf 'stores: %s\n' "$*" >&2; }
 
@@ -326,6 +347,218 @@ start_redis() {
   echo "export OMNILOCK_TEST_REDIS_PORT=$REDIS_PORT" >>"$ENV_FILE"
 }
 
+# redis_cli PORT ARGS...: redis-cli against a data node with the test password.
+redis_cli() {
+  local port=$1
+  shift
+  redis-cli -p "$port" -a "$TEST_PASSWORD" --no-auth-warning "$@"
+}
+
+# launch_redis_cluster N: Redis Cluster node N (0..5) on REDIS_CLUSTER_PORT+N,
+# its bus on +1000+N, its nodes.conf in its own dir (a restart keeps it, so
+# the node rejoins as itself). A short node timeout makes failover quick; a
+# replica validity factor of 0 lets any replica be promoted; replicas log in
+# to their master with the same password. A master sends a replica its full
+# copy at once, not after Redis's default 5 s wait for more replicas.
+launch_redis_cluster() {
+  local dir=$DIR/redis-cluster/$1 port=$((REDIS_CLUSTER_PORT + $1))
+  mkdir -p "$dir"
+  redis-server --bind 127.0.0.1 --port "$port" --cluster-enabled yes \
+    --cluster-port $((port + 1000)) --cluster-config-file "$dir/nodes.conf" \
+    --cluster-node-timeout 1000 --cluster-replica-validity-factor 0 \
+    --save "" --appendonly no --repl-diskless-sync-delay 0 \
+    --requirepass "$TEST_PASSWORD" --masterauth "$TEST_PASSWORD" \
+    --dir "$dir" --logfile "$dir/redis.log" >"$dir/stdout.log" 2>&1 </dev/null &
+  record $! redis-server
+}
+
+# redis_cluster_view PORT: what node PORT believes: how many nodes it knows,
+# and every master not marked failing that serves slots, with its slots.
+redis_cluster_view() {
+  redis_cli "$1" cluster nodes | tr -d '\r' | awk '
+    { n++ }
+    $3 ~ /master/ && $3 !~ /fail/ && NF >= 9 {
+      m = $1; for (i = 9; i <= NF; i++) m = m " " $i; print m
+    }
+    END { print "nodes " n }' | sort
+}
+
+# redis_cluster_settled [MIN]: at least MIN nodes (default 1) answer; every
+# node that answers says cluster_state:ok, has its replication link up when it
+# is a replica, and they all agree on the three masters and their slots.
+redis_cluster_settled() {
+  local i port view first="" live=0
+  for i in 0 1 2 3 4 5; do
+    port=$((REDIS_CLUSTER_PORT + i))
+    redis_ready "$port" || continue
+    live=$((live + 1))
+    redis_cli "$port" cluster info | grep -q '^cluster_state:ok' || return 1
+    if redis_cli "$port" info replication | grep -q '^role:slave'; then
+      redis_cli "$port" info replication | grep -q '^master_link_status:up' || return 1
+    fi
+    view=$(redis_cluster_view "$port")
+    [ "$(grep -c -v '^nodes ' <<<"$view")" -eq 3 ] || return 1
+    [ -n "$first" ] || first=$view
+    [ "$view" = "$first" ] || return 1
+  done
+  [ "$live" -ge "${1:-1}" ]
+}
+
+# restart_redis_cluster N: start node N (0..5) again after a test killed it.
+# It comes back empty (no persistence) with its nodes.conf, so it rejoins as
+# itself: a replica when its replica was promoted meanwhile. Waits until every
+# live node agrees again (see redis_cluster_settled). Restarting a master
+# before its replica took over brings it back as an empty master.
+restart_redis_cluster() {
+  case $1 in
+    [0-5]) ;;
+    *) log "redis-cluster: node number 0..5, not $1"; return 64 ;;
+  esac
+  local port=$((REDIS_CLUSTER_PORT + $1))
+  if [ ! -s "$DIR/redis-cluster/$1/nodes.conf" ]; then
+    log "redis-cluster node $1 has no nodes.conf: run up first"
+    return 1
+  fi
+  launch_redis_cluster "$1"
+  wait_for 30 "redis cluster node $1" redis_ready "$port"
+  wait_for 60 "redis cluster after restarting node $1" redis_cluster_settled
+}
+
+start_redis_cluster() {
+  rm -rf "$DIR/redis-cluster"
+  local i nodes=() ports=()
+  for i in 0 1 2 3 4 5; do
+    launch_redis_cluster "$i"
+    nodes+=("127.0.0.1:$((REDIS_CLUSTER_PORT + i))")
+    ports+=("$((REDIS_CLUSTER_PORT + i))")
+  done
+  for i in 0 1 2 3 4 5; do
+    wait_for 30 "redis cluster node $i" redis_ready $((REDIS_CLUSTER_PORT + i))
+  done
+  # 3 masters (slots 0-5460, 5461-10922, 10923-16383), one replica each.
+  if ! redis-cli -a "$TEST_PASSWORD" --no-auth-warning --cluster create "${nodes[@]}" \
+    --cluster-replicas 1 --cluster-yes >"$DIR/redis-cluster/create.log" 2>&1; then
+    cat "$DIR/redis-cluster/create.log" >&2
+    return 1
+  fi
+  wait_for 60 "redis cluster" redis_cluster_settled 6
+  export_url REDIS_CLUSTER "redis+cluster://:$TEST_PASSWORD@$(IFS=,; echo "${nodes[*]:0:3}")"
+  # Every node's port, for tests that find and kill a master.
+  echo "export OMNILOCK_TEST_REDIS_CLUSTER_PORTS='${ports[*]}'" >>"$ENV_FILE"
+}
+
+# sentinel_cli PORT ARGS...: redis-cli against a sentinel, with its own password.
+sentinel_cli() {
+  local port=$1
+  shift
+  redis-cli -p "$port" -a "$SENTINEL_PASSWORD" --no-auth-warning "$@"
+}
+
+# launch_sentinel_node N: data node N of the Sentinel deployment: 0 starts as
+# the master, 1 as its replica. Both have masterauth: after a failover the
+# first master is a replica too. Full syncs start at once (see
+# launch_redis_cluster).
+launch_sentinel_node() {
+  local dir=$DIR/redis-sentinel/$1 port=$((REDIS_SENTINEL_PORT + $1)) replicaof=()
+  mkdir -p "$dir"
+  [ "$1" = 1 ] && replicaof=(--replicaof 127.0.0.1 "$REDIS_SENTINEL_PORT")
+  redis-server --bind 127.0.0.1 --port "$port" --save "" --appendonly no \
+    --repl-diskless-sync-delay 0 --requirepass "$TEST_PASSWORD" \
+    --masterauth "$TEST_PASSWORD" "${replicaof[@]}" \
+    --dir "$dir" --logfile "$dir/redis.log" >"$dir/stdout.log" 2>&1 </dev/null &
+  record $! redis-server
+}
+
+# launch_sentinel N: sentinel N (0..2) on REDIS_SENTINEL_PORT+2+N, with its own
+# config file (a sentinel rewrites it). The sentinels require their own
+# password and give it to each other (sentinel-pass).
+launch_sentinel() {
+  local dir=$DIR/redis-sentinel/s$1 port=$((REDIS_SENTINEL_PORT + 2 + $1))
+  mkdir -p "$dir"
+  cat >"$dir/sentinel.conf" <<CONF
+port $port
+bind 127.0.0.1
+dir $dir
+logfile $dir/sentinel.log
+requirepass $SENTINEL_PASSWORD
+sentinel sentinel-pass $SENTINEL_PASSWORD
+sentinel monitor $SENTINEL_MASTER 127.0.0.1 $REDIS_SENTINEL_PORT 2
+sentinel auth-pass $SENTINEL_MASTER $TEST_PASSWORD
+sentinel down-after-milliseconds $SENTINEL_MASTER 1000
+sentinel failover-timeout $SENTINEL_MASTER 5000
+sentinel parallel-syncs $SENTINEL_MASTER 1
+CONF
+  redis-server "$dir/sentinel.conf" --sentinel >"$dir/stdout.log" 2>&1 </dev/null &
+  record $! redis-server
+}
+
+# redis_sentinel_settled: every sentinel names the same master, sees it up,
+# knows one replica and the two other sentinels (SENTINEL FAILOVER needs
+# them); every data node that answers is that master, or its replica with the
+# link up.
+redis_sentinel_settled() {
+  local i port state addr master=""
+  for i in 0 1 2; do
+    port=$((REDIS_SENTINEL_PORT + 2 + i))
+    state=$(sentinel_cli "$port" sentinel master "$SENTINEL_MASTER" |
+      awk 'NR % 2 { key = $0; next } { print key "=" $0 }')
+    grep -qx 'flags=master' <<<"$state" || return 1
+    grep -qx 'num-slaves=1' <<<"$state" || return 1
+    grep -qx 'num-other-sentinels=2' <<<"$state" || return 1
+    addr=$(sentinel_cli "$port" sentinel get-master-addr-by-name "$SENTINEL_MASTER" | paste -sd:)
+    [ -n "$master" ] || master=$addr
+    [ "$addr" = "$master" ] || return 1
+  done
+  local info
+  for i in 0 1; do
+    port=$((REDIS_SENTINEL_PORT + i))
+    if [ "127.0.0.1:$port" = "$master" ]; then
+      redis_cli "$port" info replication | grep -q '^role:master' || return 1
+    elif redis_ready "$port"; then
+      info=$(redis_cli "$port" info replication | tr -d '\r')
+      grep -qx 'role:slave' <<<"$info" || return 1
+      grep -qx "master_port:${master##*:}" <<<"$info" || return 1
+      grep -qx 'master_link_status:up' <<<"$info" || return 1
+    fi
+  done
+}
+
+# restart_redis_sentinel N: start data node N (0: the first master, 1: its
+# replica) again after a test killed it, empty, as it was first started: 0 as
+# a master (the sentinels turn it into a replica of the current master, after
+# about 8 s), 1 as a replica of node 0. Waits until the sentinels and the data
+# nodes agree again (see redis_sentinel_settled).
+restart_redis_sentinel() {
+  case $1 in
+    0 | 1) ;;
+    *) log "redis-sentinel: data node 0 or 1, not $1"; return 64 ;;
+  esac
+  launch_sentinel_node "$1"
+  wait_for 30 "redis sentinel data node $1" redis_ready $((REDIS_SENTINEL_PORT + $1))
+  wait_for 60 "redis sentinel after restarting node $1" redis_sentinel_settled
+}
+
+start_redis_sentinel() {
+  rm -rf "$DIR/redis-sentinel"
+  local i sentinels=() ports=()
+  for i in 0 1; do
+    launch_sentinel_node "$i"
+    ports+=("$((REDIS_SENTINEL_PORT + i))")
+  done
+  for i in 0 1; do
+    wait_for 30 "redis sentinel data node $i" redis_ready $((REDIS_SENTINEL_PORT + i))
+  done
+  for i in 0 1 2; do
+    launch_sentinel "$i"
+    sentinels+=("127.0.0.1:$((REDIS_SENTINEL_PORT + 2 + i))")
+    ports+=("$((REDIS_SENTINEL_PORT + 2 + i))")
+  done
+  wait_for 60 "redis sentinel" redis_sentinel_settled
+  export_url REDIS_SENTINEL "redis+sentinel://:$TEST_PASSWORD@$(IFS=,; echo "${sentinels[*]}")/$SENTINEL_MASTER?sentinel_password=$SENTINEL_PASSWORD"
+  # Master, replica, then the three sentinels.
+  echo "export OMNILOCK_TEST_REDIS_SENTINEL_PORTS='${ports[*]}'" >>"$ENV_FILE"
+}
+
 # launch_etcd NAME CLIENT_PORT PEER_PORT CLUSTER STATE: one etcd member.
 launch_etcd() {
   local dir=$DIR/etcd/$1
@@ -496,16 +729,23 @@ up() {
   log "ready; environment in $ENV_FILE"
 }
 
+# alive PID: the process exists and has not exited. An exited process the
+# shell left behind stays a zombie until init reaps it, which on these
+# machines takes a second or two.
+alive() {
+  [ -d "/proc/$1" ] && [ "$(awk '/^State:/ { print $2 }' "/proc/$1/status" 2>/dev/null)" != Z ]
+}
+
 # stop PID NAME SIGNAL: stop one recorded process, if it is still ours.
 stop() {
   local pid=$1 name=$2 signal=${3:-TERM}
   if [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "$name"; then
     kill "-$signal" "$pid" 2>/dev/null || true
     for _ in $(seq 100); do
-      [ -d "/proc/$pid" ] || break
+      alive "$pid" || break
       sleep 0.1
     done
-    [ -d "/proc/$pid" ] && kill -9 "$pid" 2>/dev/null || true
+    alive "$pid" && kill -9 "$pid" 2>/dev/null || true
   fi
 }
 
@@ -544,8 +784,11 @@ case "${1:-}" in
       etcd) restart_etcd "${3:?member number 1..3}" ;;
       zookeeper) restart_zk "${3:?node number 1..3}" ;;
       redis) restart_redis "${3:?node number 0 (single) or 1..5 (Redlock)}" ;;
+      redis-cluster) restart_redis_cluster "${3:?node number 0..5}" ;;
+      redis-sentinel) restart_redis_sentinel "${3:?data node 0 (first master) or 1 (its replica)}" ;;
       *)
-        echo "usage: $0 restart mariadb | restart etcd N | restart zookeeper N | restart redis N" >&2
+        echo "usage: $0 restart mariadb | restart etcd N | restart zookeeper N | restart redis N" \
+          "| restart redis-cluster N | restart redis-sentinel N" >&2
         exit 64
         ;;
     esac
