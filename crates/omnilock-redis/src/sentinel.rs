@@ -7,10 +7,19 @@
 //! Either error makes the connection ask the sentinels again and move to the
 //! master they name; the failed call itself returns its error, which the
 //! acquire and renewal loops retry.
+//!
+//! A failover the sentinels start while the old master still runs (`SENTINEL
+//! FAILOVER`, or a master that comes back) gives no such error: the old
+//! master keeps answering as a master for several seconds. So each store
+//! also listens to the sentinels' `+switch-master` announcements and moves
+//! at once.
 
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, RwLock, Weak};
+use std::time::Duration;
 
-use omnilock_core::{Error, HostPort, Result};
+use futures_util::StreamExt;
+
+use omnilock_core::{lock_unpoisoned, Backoff, Error, HostPort, Result};
 use redis::aio::ConnectionManager;
 use redis::{AsyncConnectionConfig, Cmd, ConnectionAddr, IntoConnectionInfo, RedisFuture, Value};
 
@@ -30,6 +39,16 @@ struct Shared {
     current: RwLock<Master>,
     /// One re-resolution at a time; the others wait for its outcome.
     refreshing: tokio::sync::Mutex<()>,
+    /// The task that listens for `+switch-master`.
+    watcher: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if let Some(task) = self.watcher.get_mut().ok().and_then(|t| t.take()) {
+            task.abort();
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -80,8 +99,11 @@ pub(crate) async fn open(config: &RedisConfig) -> Result<Node> {
             sentinels,
             current: RwLock::new(current),
             refreshing: tokio::sync::Mutex::new(()),
+            watcher: std::sync::Mutex::new(None),
         }),
     };
+    let watcher = tokio::spawn(watch_switches(Arc::downgrade(&conn.shared)));
+    *lock_unpoisoned(&conn.shared.watcher) = Some(watcher);
     Ok(Node {
         conn: Conn::Sentinel(conn.clone()),
         subscriber: Subscriber::Sentinel(conn),
@@ -140,6 +162,62 @@ impl SentinelConn {
             }
             Err(_) => tracing::debug!("omnilock redis: asking the sentinels timed out"),
         }
+    }
+}
+
+/// Listens to one sentinel after another for `+switch-master` of this
+/// master and moves the connection when it comes. Holds the store only
+/// while handling a message, so dropping the store ends it.
+async fn watch_switches(shared: Weak<Shared>) {
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
+    let mut next = 0;
+    loop {
+        let (client, master_name, timeout) = {
+            let Some(strong) = shared.upgrade() else {
+                return;
+            };
+            let (_, client) = &strong.sentinels[next % strong.sentinels.len()];
+            (
+                client.clone(),
+                strong.master_name.clone(),
+                strong.config.options.connect_timeout,
+            )
+        };
+        next += 1;
+        let subscribed = tokio::time::timeout(timeout, async {
+            let mut pubsub = client.get_async_pubsub().await?;
+            pubsub.subscribe("+switch-master").await?;
+            Ok::<_, redis::RedisError>(pubsub)
+        })
+        .await;
+        let Ok(Ok(pubsub)) = subscribed else {
+            tokio::time::sleep(backoff.next_delay()).await;
+            continue;
+        };
+        backoff.reset();
+        // A switch may have happened while nobody listened.
+        if let Some(strong) = shared.upgrade() {
+            let conn = SentinelConn { shared: strong };
+            let stale = conn.current().address;
+            conn.refresh(&stale).await;
+        }
+        let mut messages = pubsub.into_on_message();
+        while let Some(message) = messages.next().await {
+            // "<name> <old host> <old port> <new host> <new port>"
+            let Ok(text) = message.get_payload::<String>() else {
+                continue;
+            };
+            if text.split(' ').next() != Some(master_name.as_str()) {
+                continue;
+            }
+            let Some(strong) = shared.upgrade() else {
+                return;
+            };
+            let conn = SentinelConn { shared: strong };
+            let stale = conn.current().address;
+            conn.refresh(&stale).await;
+        }
+        tokio::time::sleep(backoff.next_delay()).await;
     }
 }
 

@@ -1,0 +1,539 @@
+//! Failover under contention: 8 clients contend on locks spread over every
+//! master while the master of a held lock is killed (SIGKILL; Redis Cluster
+//! promotes its replica), or Sentinel fails the master over (`SENTINEL
+//! FAILOVER`, and a killed master).
+//!
+//! Asserted: acquisitions resume within a bound, every client finishes,
+//! fencing tokens of one lock keep rising across the failover, and the
+//! deployment is whole again afterwards (the killed node back as a replica).
+//! Reported, not hidden: double grants (two clients holding one lock at
+//! once, which asynchronous replication allows), with and without
+//! `wait_replicas=1`. The figures go to stderr (`--nocapture`) and to
+//! `target/stores/failover-*.txt`.
+//!
+//! The tests change which server is master, so they run one at a time in a
+//! binary of their own. (`OMNILOCK_TEST_REDIS_CLUSTER_URL`,
+//! `OMNILOCK_TEST_REDIS_CLUSTER_PORTS`, `OMNILOCK_TEST_REDIS_SENTINEL_URL`,
+//! `OMNILOCK_TEST_REDIS_SENTINEL_PORTS`)
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use omnilock_core::{Locks, StoreUrl};
+use omnilock_redis::RedisConfig;
+use omnilock_testkit::store_url;
+
+const PASSWORD: &str = "omnilock-test-pw";
+const SENTINEL_PASSWORD: &str = "omnilock-sentinel-pw";
+const CLIENTS: usize = 8;
+const NAMES: usize = 12;
+/// Acquisitions must resume this soon after the fault (generous: the
+/// cluster needs its node timeout, an election and a slot-map refresh; the
+/// measured figure is reported).
+const RESUME_BOUND: Duration = Duration::from_secs(20);
+
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn ports(var: &str) -> Vec<u16> {
+    std::env::var(var)
+        .unwrap_or_else(|_| panic!("{var} is not set: run scripts/stores.sh up"))
+        .split_whitespace()
+        .map(|p| p.parse().expect("port"))
+        .collect()
+}
+
+async fn raw(port: u16, password: &str) -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(format!("redis://:{password}@127.0.0.1:{port}/")).unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        client.get_multiplexed_async_connection(),
+    )
+    .await
+    .expect("connect in time")
+    .expect("connect")
+}
+
+async fn connect(url: &str) -> Locks {
+    omnilock_redis::connect(RedisConfig::from_url(&StoreUrl::parse(url).unwrap()).unwrap())
+        .await
+        .expect("connect")
+}
+
+/// What the contending clients saw.
+#[derive(Default)]
+struct Tally {
+    grants: AtomicU64,
+    /// Grants of a lock another client of this test still held.
+    double_grants: AtomicU64,
+    /// Grants whose token was not above the lock's previous grant's.
+    token_regressions: AtomicU64,
+    holders: Mutex<HashMap<String, usize>>,
+    last_token: Mutex<HashMap<String, u64>>,
+    /// The first grant, after the fault, of a lock whose slot the failed
+    /// master served.
+    resumed: Mutex<Option<Instant>>,
+    victims: Mutex<Vec<String>>,
+    fault_at: Mutex<Option<Instant>>,
+}
+
+impl Tally {
+    fn granted(&self, name: &str, token: u64) {
+        self.grants.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut holders = self.holders.lock().unwrap();
+            let held = holders.entry(name.to_string()).or_default();
+            if *held > 0 {
+                self.double_grants.fetch_add(1, Ordering::Relaxed);
+            }
+            *held += 1;
+        }
+        {
+            let mut last = self.last_token.lock().unwrap();
+            let previous = last.entry(name.to_string()).or_default();
+            if token <= *previous {
+                self.token_regressions.fetch_add(1, Ordering::Relaxed);
+            }
+            *previous = token.max(*previous);
+        }
+        let fault_at = *self.fault_at.lock().unwrap();
+        if fault_at.is_some() && self.victims.lock().unwrap().iter().any(|v| v == name) {
+            self.resumed
+                .lock()
+                .unwrap()
+                .get_or_insert_with(Instant::now);
+        }
+    }
+
+    fn released(&self, name: &str) {
+        let mut holders = self.holders.lock().unwrap();
+        if let Some(held) = holders.get_mut(name) {
+            *held = held.saturating_sub(1);
+        }
+    }
+}
+
+/// 8 clients, each on its own connection, take random locks of `names`
+/// (held 5–15 ms) until `stop`.
+fn contend(
+    url: &str,
+    run: &str,
+    tally: &Arc<Tally>,
+    stop: &Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..CLIENTS)
+        .map(|client| {
+            let (url, run, tally, stop) = (
+                url.to_string(),
+                run.to_string(),
+                tally.clone(),
+                stop.clone(),
+            );
+            tokio::spawn(async move {
+                let locks = connect(&url).await;
+                let mut i = client;
+                while !stop.load(Ordering::Relaxed) {
+                    i = (i * 7 + 3) % NAMES;
+                    let name = format!("{run}/{i}");
+                    let guard = locks
+                        .lock(&name)
+                        .ttl(Duration::from_secs(3))
+                        .timeout(Duration::from_secs(2))
+                        .acquire()
+                        .await;
+                    let Ok(guard) = guard else {
+                        // Timed out or the store failing over: try again.
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    };
+                    tally.granted(&name, guard.token());
+                    tokio::time::sleep(Duration::from_millis(5 + (i as u64 % 10))).await;
+                    tally.released(&name);
+                    let _ = guard.release().await;
+                }
+            })
+        })
+        .collect()
+}
+
+/// The port of the cluster master that serves `key`'s slot.
+async fn master_of(seed: u16, key: &str) -> u16 {
+    let mut conn = raw(seed, PASSWORD).await;
+    let slot: u16 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let ranges: Vec<redis::Value> = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    for range in ranges {
+        let redis::Value::Array(parts) = range else {
+            continue;
+        };
+        let start: u16 = redis::from_redis_value_ref(&parts[0]).unwrap();
+        let end: u16 = redis::from_redis_value_ref(&parts[1]).unwrap();
+        if (start..=end).contains(&slot) {
+            let redis::Value::Array(master) = &parts[2] else {
+                continue;
+            };
+            return redis::from_redis_value_ref(&master[1]).unwrap();
+        }
+    }
+    panic!("no master serves slot {slot}")
+}
+
+async fn pid_of(port: u16, password: &str) -> i32 {
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut raw(port, password).await)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .and_then(|p| p.trim().parse().ok())
+        .expect("process_id")
+}
+
+fn kill_9(pid: i32) {
+    let status = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill -9 {pid}");
+}
+
+fn restart(store: &str, n: usize) {
+    let status = std::process::Command::new(root().join("scripts/stores.sh"))
+        .args(["restart", store, &n.to_string()])
+        .status()
+        .expect("stores.sh restart");
+    assert!(status.success(), "stores.sh restart {store} {n}");
+}
+
+/// Every cluster node (the killed one included, so it is back) reports
+/// `cluster_state:ok` with 3 masters.
+async fn cluster_whole(ports: &[u16]) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let checks = futures_util::future::join_all(ports.iter().map(|p| client_whole(*p))).await;
+        if checks.into_iter().all(|ok| ok) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the cluster is whole again within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A plain connection to `port` with the test password, or `None` if the
+/// server does not answer in time.
+async fn try_raw(port: u16) -> Option<redis::aio::MultiplexedConnection> {
+    let client = redis::Client::open(format!("redis://:{PASSWORD}@127.0.0.1:{port}/")).ok()?;
+    tokio::time::timeout(
+        Duration::from_secs(2),
+        client.get_multiplexed_async_connection(),
+    )
+    .await
+    .ok()?
+    .ok()
+}
+
+async fn client_whole(port: u16) -> bool {
+    let Some(mut conn) = try_raw(port).await else {
+        return false;
+    };
+    let Ok(info) = redis::cmd("CLUSTER")
+        .arg("INFO")
+        .query_async::<String>(&mut conn)
+        .await
+    else {
+        return false;
+    };
+    info.contains("cluster_state:ok") && info.contains("cluster_size:3")
+}
+
+fn report(file: &str, line: &str) {
+    eprintln!("{line}");
+    let path = root().join("target/stores").join(file);
+    let _ = std::fs::create_dir_all(path.parent().unwrap());
+    use std::io::Write;
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = writeln!(f, "{line}");
+    }
+}
+
+struct Outcome {
+    resumed_after: Duration,
+    grants: u64,
+    double_grants: u64,
+}
+
+/// Runs the contention, applies `fault` once the clients are going, and
+/// stops them a few seconds after acquisitions resume.
+async fn under_contention<F, Fut>(url: &str, label: &str, fault: F) -> Outcome
+where
+    F: FnOnce(Vec<String>) -> Fut,
+    Fut: std::future::Future<Output = Vec<String>>,
+{
+    let run = format!("failover-{label}-{:08x}", rand::random::<u32>());
+    let tally = Arc::new(Tally::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let tasks = contend(url, &run, &tally, &stop);
+    // Going: some grants on every lock.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while tally.grants.load(Ordering::Relaxed) < 100 {
+        assert!(Instant::now() < deadline, "{label}: contention starts");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let names: Vec<String> = (0..NAMES).map(|i| format!("{run}/{i}")).collect();
+    let victims = fault(names).await;
+    assert!(!victims.is_empty(), "{label}: the fault hits some locks");
+    *tally.victims.lock().unwrap() = victims;
+    let fault_at = Instant::now();
+    *tally.fault_at.lock().unwrap() = Some(fault_at);
+    let resumed = loop {
+        if let Some(at) = *tally.resumed.lock().unwrap() {
+            break at;
+        }
+        assert!(
+            fault_at.elapsed() < RESUME_BOUND,
+            "{label}: no lock of the failed master granted within {RESUME_BOUND:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let grants_at_resume = tally.grants.load(Ordering::Relaxed);
+    // Keep going for a while after the failover.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while tally.grants.load(Ordering::Relaxed) < grants_at_resume + 100 {
+        assert!(
+            Instant::now() < deadline,
+            "{label}: grants go on after the failover"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(30), task)
+            .await
+            .expect("every client finishes")
+            .expect("client task");
+    }
+    assert_eq!(
+        tally.token_regressions.load(Ordering::Relaxed),
+        0,
+        "{label}: fencing tokens keep rising across the failover"
+    );
+    Outcome {
+        resumed_after: resumed - fault_at,
+        grants: tally.grants.load(Ordering::Relaxed),
+        double_grants: tally.double_grants.load(Ordering::Relaxed),
+    }
+}
+
+fn with_option(url: &str, option: &str) -> String {
+    let joiner = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{joiner}{option}")
+}
+
+async fn cluster_master_kill(wait: bool) {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let url = store_url("REDIS_CLUSTER").expect("cluster URL");
+    let url = if wait {
+        with_option(&url, "wait_replicas=1&wait_timeout=500ms")
+    } else {
+        url
+    };
+    let ports = ports("OMNILOCK_TEST_REDIS_CLUSTER_PORTS");
+    cluster_whole(&ports).await;
+    let label = if wait { "cluster-wait1" } else { "cluster" };
+    let seed_ports = ports.clone();
+    let outcome = under_contention(&url, label, |names| async move {
+        // The master of the first lock: kill it, and every lock it served is a victim.
+        let seed = seed_ports[0];
+        let master = master_of(seed, &format!("{{omnilock:{}}}", names[0])).await;
+        let pid = pid_of(master, PASSWORD).await;
+        let mut victims = Vec::new();
+        let alive = *seed_ports.iter().find(|p| **p != master).unwrap();
+        for name in &names {
+            if master_of(alive, &format!("{{omnilock:{name}}}")).await == master {
+                victims.push(name.clone());
+            }
+        }
+        kill_9(pid);
+        let n = seed_ports.iter().position(|p| *p == master).unwrap();
+        // Start it again once its replica has taken over (in the background:
+        // the contention goes on meanwhile).
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            tokio::task::spawn_blocking(move || restart("redis-cluster", n))
+                .await
+                .unwrap();
+        });
+        victims
+    })
+    .await;
+    report(
+        "failover-cluster.txt",
+        &format!(
+            "redis-cluster master SIGKILL{}: acquisitions resumed after {} ms; {} grants, {} double grants",
+            if wait { " (wait_replicas=1)" } else { "" },
+            outcome.resumed_after.as_millis(),
+            outcome.grants,
+            outcome.double_grants
+        ),
+    );
+    // Whole again before the next test: the killed node back, as a replica.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    cluster_whole(&ports).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cluster_master_killed() {
+    cluster_master_kill(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cluster_master_killed_with_wait_replicas() {
+    cluster_master_kill(true).await;
+}
+
+/// The sentinel set's current master port (of the two data nodes).
+async fn sentinel_master(sentinel: u16) -> u16 {
+    let (_, port): (String, u16) = redis::cmd("SENTINEL")
+        .arg("GET-MASTER-ADDR-BY-NAME")
+        .arg("omnilock-master")
+        .query_async(&mut raw(sentinel, SENTINEL_PASSWORD).await)
+        .await
+        .unwrap();
+    port
+}
+
+/// Both data nodes up, one master with one connected replica, and every
+/// sentinel agreeing on it.
+async fn sentinel_whole(ports: &[u16]) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "the sentinel set is whole again within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut masters = Vec::new();
+        for sentinel in &ports[2..] {
+            masters.push(sentinel_master(*sentinel).await);
+        }
+        if masters.windows(2).any(|w| w[0] != w[1]) {
+            continue;
+        }
+        // Both data nodes answer (a killed one is back).
+        if try_raw(ports[0]).await.is_none() || try_raw(ports[1]).await.is_none() {
+            continue;
+        }
+        let Some(mut conn) = try_raw(masters[0]).await else {
+            continue;
+        };
+        let Ok(info) = redis::cmd("INFO")
+            .arg("replication")
+            .query_async::<String>(&mut conn)
+            .await
+        else {
+            continue;
+        };
+        if info.contains("role:master")
+            && info.contains("connected_slaves:1")
+            && info.contains("state=online")
+        {
+            return;
+        }
+    }
+}
+
+async fn sentinel_fault(kill: bool, wait: bool) {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let url = store_url("REDIS_SENTINEL").expect("sentinel URL");
+    let url = if wait {
+        with_option(&url, "wait_replicas=1&wait_timeout=500ms")
+    } else {
+        url
+    };
+    let ports = ports("OMNILOCK_TEST_REDIS_SENTINEL_PORTS");
+    sentinel_whole(&ports).await;
+    let label = match (kill, wait) {
+        (true, false) => "sentinel-kill",
+        (true, true) => "sentinel-kill-wait1",
+        (false, _) => "sentinel-failover",
+    };
+    let fault_ports = ports.clone();
+    let outcome = under_contention(&url, label, |names| async move {
+        let master = sentinel_master(fault_ports[2]).await;
+        if kill {
+            let pid = pid_of(master, PASSWORD).await;
+            kill_9(pid);
+            let n = fault_ports.iter().position(|p| *p == master).unwrap();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(4)).await;
+                tokio::task::spawn_blocking(move || restart("redis-sentinel", n))
+                    .await
+                    .unwrap();
+            });
+        } else {
+            let _: String = redis::cmd("SENTINEL")
+                .arg("FAILOVER")
+                .arg("omnilock-master")
+                .query_async(&mut raw(fault_ports[2], SENTINEL_PASSWORD).await)
+                .await
+                .expect("SENTINEL FAILOVER");
+        }
+        // One master: every lock is a victim.
+        names
+    })
+    .await;
+    report(
+        "failover-sentinel.txt",
+        &format!(
+            "redis-sentinel {}{}: acquisitions resumed after {} ms; {} grants, {} double grants",
+            if kill {
+                "master SIGKILL"
+            } else {
+                "SENTINEL FAILOVER"
+            },
+            if wait { " (wait_replicas=1)" } else { "" },
+            outcome.resumed_after.as_millis(),
+            outcome.grants,
+            outcome.double_grants
+        ),
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    sentinel_whole(&ports).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sentinel_failover_command() {
+    sentinel_fault(false, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sentinel_master_killed() {
+    sentinel_fault(true, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sentinel_master_killed_with_wait_replicas() {
+    sentinel_fault(true, true).await;
+}
