@@ -649,6 +649,8 @@ mod cross_process {
         "MYSQL",
         "POSTGRES",
         "REDIS",
+        "REDIS_CLUSTER",
+        "REDIS_SENTINEL",
         "REDLOCK",
         "ETCD",
         "ETCD_LOCKAPI",

@@ -34,6 +34,11 @@ const NAMES: usize = 12;
 /// cluster needs its node timeout, an election and a slot-map refresh; the
 /// measured figure is reported).
 const RESUME_BOUND: Duration = Duration::from_secs(20);
+/// With `wait_replicas=1` a promoted master has no replica until the failed
+/// node is back and re-synced (the test restarts it 4 s after the kill;
+/// the sentinels take about 11 s more to make it a replica): no grant can
+/// be confirmed until then.
+const RESUME_BOUND_WAITING: Duration = Duration::from_secs(45);
 
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -76,9 +81,9 @@ struct Tally {
     token_regressions: AtomicU64,
     holders: Mutex<HashMap<String, usize>>,
     last_token: Mutex<HashMap<String, u64>>,
-    /// The first grant, after the fault, of a lock whose slot the failed
+    /// The grants, after the fault, of the locks whose slot the failed
     /// master served.
-    resumed: Mutex<Option<Instant>>,
+    victim_grants: Mutex<Vec<Instant>>,
     victims: Mutex<Vec<String>>,
     fault_at: Mutex<Option<Instant>>,
 }
@@ -104,10 +109,7 @@ impl Tally {
         }
         let fault_at = *self.fault_at.lock().unwrap();
         if fault_at.is_some() && self.victims.lock().unwrap().iter().any(|v| v == name) {
-            self.resumed
-                .lock()
-                .unwrap()
-                .get_or_insert_with(Instant::now);
+            self.victim_grants.lock().unwrap().push(Instant::now());
         }
     }
 
@@ -279,14 +281,16 @@ fn report(file: &str, line: &str) {
 }
 
 struct Outcome {
-    resumed_after: Duration,
+    /// The longest time, from the fault on, in which no lock of the failed
+    /// master was granted.
+    longest_gap: Duration,
     grants: u64,
     double_grants: u64,
 }
 
 /// Runs the contention, applies `fault` once the clients are going, and
 /// stops them a few seconds after acquisitions resume.
-async fn under_contention<F, Fut>(url: &str, label: &str, fault: F) -> Outcome
+async fn under_contention<F, Fut>(url: &str, label: &str, bound: Duration, fault: F) -> Outcome
 where
     F: FnOnce(Vec<String>) -> Fut,
     Fut: std::future::Future<Output = Vec<String>>,
@@ -307,23 +311,18 @@ where
     *tally.victims.lock().unwrap() = victims;
     let fault_at = Instant::now();
     *tally.fault_at.lock().unwrap() = Some(fault_at);
-    let resumed = loop {
-        if let Some(at) = *tally.resumed.lock().unwrap() {
-            break at;
+    // Runs until the failover is over (a SENTINEL FAILOVER answers at once
+    // and switches a second later) and victims have been granted again for
+    // a while.
+    let deadline = fault_at + bound;
+    loop {
+        let victims_granted = tally.victim_grants.lock().unwrap().len();
+        if fault_at.elapsed() > Duration::from_secs(8) && victims_granted >= 50 {
+            break;
         }
         assert!(
-            fault_at.elapsed() < RESUME_BOUND,
-            "{label}: no lock of the failed master granted within {RESUME_BOUND:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
-    let grants_at_resume = tally.grants.load(Ordering::Relaxed);
-    // Keep going for a while after the failover.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while tally.grants.load(Ordering::Relaxed) < grants_at_resume + 100 {
-        assert!(
             Instant::now() < deadline,
-            "{label}: grants go on after the failover"
+            "{label}: {victims_granted} grants of the failed master's locks within {bound:?}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -339,8 +338,16 @@ where
         0,
         "{label}: fencing tokens keep rising across the failover"
     );
+    let mut grants = tally.victim_grants.lock().unwrap().clone();
+    grants.insert(0, fault_at);
+    let longest_gap = grants
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .max()
+        .unwrap_or_default();
+    assert!(longest_gap < bound, "{label}: longest gap {longest_gap:?}");
     Outcome {
-        resumed_after: resumed - fault_at,
+        longest_gap,
         grants: tally.grants.load(Ordering::Relaxed),
         double_grants: tally.double_grants.load(Ordering::Relaxed),
     }
@@ -363,7 +370,12 @@ async fn cluster_master_kill(wait: bool) {
     cluster_whole(&ports).await;
     let label = if wait { "cluster-wait1" } else { "cluster" };
     let seed_ports = ports.clone();
-    let outcome = under_contention(&url, label, |names| async move {
+    let bound = if wait {
+        RESUME_BOUND_WAITING
+    } else {
+        RESUME_BOUND
+    };
+    let outcome = under_contention(&url, label, bound, |names| async move {
         // The master of the first lock: kill it, and every lock it served is a victim.
         let seed = seed_ports[0];
         let master = master_of(seed, &format!("{{omnilock:{}}}", names[0])).await;
@@ -391,9 +403,9 @@ async fn cluster_master_kill(wait: bool) {
     report(
         "failover-cluster.txt",
         &format!(
-            "redis-cluster master SIGKILL{}: acquisitions resumed after {} ms; {} grants, {} double grants",
+            "redis-cluster master SIGKILL{}: longest stop of the failed master's locks {} ms; {} grants, {} double grants",
             if wait { " (wait_replicas=1)" } else { "" },
-            outcome.resumed_after.as_millis(),
+            outcome.longest_gap.as_millis(),
             outcome.grants,
             outcome.double_grants
         ),
@@ -480,7 +492,12 @@ async fn sentinel_fault(kill: bool, wait: bool) {
         (false, _) => "sentinel-failover",
     };
     let fault_ports = ports.clone();
-    let outcome = under_contention(&url, label, |names| async move {
+    let bound = if wait {
+        RESUME_BOUND_WAITING
+    } else {
+        RESUME_BOUND
+    };
+    let outcome = under_contention(&url, label, bound, |names| async move {
         let master = sentinel_master(fault_ports[2]).await;
         if kill {
             let pid = pid_of(master, PASSWORD).await;
@@ -507,14 +524,14 @@ async fn sentinel_fault(kill: bool, wait: bool) {
     report(
         "failover-sentinel.txt",
         &format!(
-            "redis-sentinel {}{}: acquisitions resumed after {} ms; {} grants, {} double grants",
+            "redis-sentinel {}{}: longest stop of the failed master's locks {} ms; {} grants, {} double grants",
             if kill {
                 "master SIGKILL"
             } else {
                 "SENTINEL FAILOVER"
             },
             if wait { " (wait_replicas=1)" } else { "" },
-            outcome.resumed_after.as_millis(),
+            outcome.longest_gap.as_millis(),
             outcome.grants,
             outcome.double_grants
         ),
