@@ -47,6 +47,11 @@ pub enum Fault {
     /// after 2–3 × TTL. Any other client then granted the same lock is a
     /// second holder.
     MajorityRestart,
+    /// SIGKILL the master that serves a held lock (Redis Cluster: the master
+    /// of the lock's slot; Sentinel: the master the sentinels name), so that
+    /// its replica is promoted; start it again after 1.5–3 × TTL, when it
+    /// rejoins as a replica. Assumes the layout of `scripts/stores.sh`.
+    Failover,
 }
 
 impl Fault {
@@ -130,6 +135,17 @@ pub async fn run(config: RunConfig) -> Result<Report, String> {
         .iter()
         .any(|f| matches!(f, Fault::Node | Fault::Restart | Fault::MajorityRestart))
     {
+        Nodes::of(&config.store)?;
+    }
+    if config.faults.contains(&Fault::Failover) {
+        let scheme = config.store.split("://").next().unwrap_or_default();
+        if !matches!(scheme, "redis+cluster" | "redis+sentinel") {
+            return Err(
+                "the failover fault kills a master whose replica takes over: use a \
+                 redis+cluster:// or redis+sentinel:// store"
+                    .into(),
+            );
+        }
         Nodes::of(&config.store)?;
     }
     if config.faults.contains(&Fault::MajorityRestart) && !config.store.starts_with("redlock://") {
@@ -429,6 +445,10 @@ async fn nemesis(harness: Arc<Harness>) {
                 majority_restart(&harness).await;
                 continue;
             }
+            Fault::Failover => {
+                failover(&harness).await;
+                continue;
+            }
             _ => {}
         }
         let Some((client, lock, pid)) = harness.pick_holder().await else {
@@ -478,7 +498,11 @@ async fn nemesis(harness: Arc<Harness>) {
                 proxy.set_cut(false);
                 harness.record(event(Op::Partition, Phase::Ok));
             }
-            Fault::Node | Fault::Restart | Fault::Clock | Fault::MajorityRestart => {
+            Fault::Node
+            | Fault::Restart
+            | Fault::Clock
+            | Fault::MajorityRestart
+            | Fault::Failover => {
                 unreachable!("handled above")
             }
         }
@@ -506,6 +530,24 @@ impl Nodes {
             "etcd" | "etcds" => Ok(nodes("etcd", vec![1, 2, 3])),
             "zk" | "zookeeper" => Ok(nodes("zookeeper", vec![1, 2, 3])),
             "mysql" => Ok(nodes("mariadb", vec![0])),
+            // Every data node of the deployment, by its place in the ports
+            // list scripts/stores.sh exports.
+            "redis+cluster" | "redis+sentinel" => {
+                let (store, var, count) = if scheme == "redis+cluster" {
+                    ("redis-cluster", "OMNILOCK_TEST_REDIS_CLUSTER_PORTS", 6)
+                } else {
+                    ("redis-sentinel", "OMNILOCK_TEST_REDIS_SENTINEL_PORTS", 2)
+                };
+                let base_port = std::env::var(var)
+                    .ok()
+                    .and_then(|ports| ports.split_whitespace().next()?.parse().ok())
+                    .ok_or_else(|| format!("{var} is not set: run scripts/stores.sh up"))?;
+                Ok(Nodes {
+                    store,
+                    numbers: (0..count).collect(),
+                    base_port,
+                })
+            }
             "redis" | "redlock" => {
                 let base_port: u16 = std::env::var("OMNILOCK_TEST_REDIS_PORT")
                     .ok()
@@ -579,6 +621,103 @@ async fn fault_node(harness: &Arc<Harness>, nodes: Nodes, n: u16, down: Option<D
         Phase::Fail
     };
     harness.record(Event::now(Source::Nemesis, Op::Node, phase).detail(what));
+}
+
+/// See [`Fault::Failover`].
+async fn failover(harness: &Arc<Harness>) {
+    let Some((client, lock, _)) = harness.pick_holder().await else {
+        return;
+    };
+    let nodes = Nodes::of(&harness.config.store).expect("checked at start");
+    let master = match master_serving(&harness.config.store, &lock).await {
+        Ok(port) => port,
+        Err(err) => {
+            harness.record(
+                Event::now(Source::Nemesis, Op::Node, Phase::Fail)
+                    .client(client)
+                    .lock(&lock)
+                    .detail(format!("failover: no master found: {err}")),
+            );
+            return;
+        }
+    };
+    let Some(n) = master.checked_sub(nodes.base_port) else {
+        return;
+    };
+    let down = harness.fault_length();
+    fault_node(harness, nodes, n, Some(down)).await;
+}
+
+/// The port of the master that serves `lock` now.
+async fn master_serving(store: &str, lock: &str) -> Result<u16, String> {
+    use omnilock::redis::redis;
+    use redis::IntoConnectionInfo;
+    let url = omnilock::StoreUrl::parse(store).map_err(|e| e.to_string())?;
+    let first = url.hosts().first().ok_or("no host")?.clone();
+    let password = if store.starts_with("redis+sentinel") {
+        // The sentinels' own password, from the URL's option.
+        store
+            .split(['?', '&'])
+            .find_map(|option| option.strip_prefix("sentinel_password="))
+            .map(str::to_string)
+    } else {
+        url.password().map(|p| p.expose().to_string())
+    };
+    let info = redis::ConnectionAddr::Tcp(first.host.clone(), first.port.unwrap_or(6379))
+        .into_connection_info()
+        .map_err(|e| e.to_string())?;
+    let info = match password {
+        Some(password) => {
+            info.set_redis_settings(redis::RedisConnectionInfo::default().set_password(password))
+        }
+        None => info,
+    };
+    let mut conn = redis::Client::open(info)
+        .map_err(|e| e.to_string())?
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| e.to_string())?;
+    if store.starts_with("redis+sentinel") {
+        let master = url.path().split('/').next().unwrap_or_default().to_string();
+        let (_, port): (String, u16) = redis::cmd("SENTINEL")
+            .arg("GET-MASTER-ADDR-BY-NAME")
+            .arg(master)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        return Ok(port);
+    }
+    // The clients' keys: `{omnilock:<lock>}` (default prefix; the chaos
+    // locks' names need no escaping).
+    let slot: u16 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(format!("{{omnilock:{lock}}}"))
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| e.to_string())?;
+    let ranges: Vec<(u16, u16, (String, u16))> = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async::<Vec<redis::Value>>(&mut conn)
+        .await
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .filter_map(|range| {
+            let redis::Value::Array(mut parts) = range else {
+                return None;
+            };
+            parts.truncate(3);
+            let (start, end, master): (u16, u16, Vec<redis::Value>) =
+                redis::from_redis_value(redis::Value::Array(parts)).ok()?;
+            let host: String = redis::from_redis_value_ref(master.first()?).ok()?;
+            let port: u16 = redis::from_redis_value_ref(master.get(1)?).ok()?;
+            Some((start, end, (host, port)))
+        })
+        .collect();
+    ranges
+        .into_iter()
+        .find(|(start, end, _)| (*start..=*end).contains(&slot))
+        .map(|(_, _, (_, port))| port)
+        .ok_or_else(|| format!("no master serves slot {slot}"))
 }
 
 /// The last ⌊(n − 1) / 2⌋ of `n` nodes: a minority, whatever the rest do.

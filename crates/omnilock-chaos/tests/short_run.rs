@@ -38,6 +38,11 @@ const CASES: &[Case] = &[
         fenced: true,
     },
     Case {
+        store: "REDIS_CLUSTER",
+        faults: &["kill", "pause", "failover"],
+        fenced: true,
+    },
+    Case {
         store: "REDLOCK",
         faults: &["kill", "pause", "partition", "minority", "clock"],
         fenced: false,
@@ -102,7 +107,9 @@ fn run_case(case: &Case) -> Result<(), String> {
     if partition && count("partitions") == 0 {
         problems.push("the nemesis never partitioned a holder");
     }
-    let node = case.faults.contains(&"node") || case.faults.contains(&"restart");
+    let node = ["node", "restart", "failover"]
+        .iter()
+        .any(|fault| case.faults.contains(fault));
     if node && count("node_faults") == 0 {
         problems.push("the nemesis never killed a store node");
     }

@@ -12,20 +12,20 @@ use crate::Subject;
 /// No herd: a release wakes one waiter, so the store requests a hand-off
 /// costs do not grow with the number of waiters. Measured on a chain of
 /// hand-offs (each waiter releases as soon as it is granted) with 2 and with
-/// 32 waiters, from the store's own request counters. Needs push wake-ups
+/// 64 waiters, from the store's own request counters. Needs push wake-ups
 /// and a request counter (`Measure::requests_served`); runs alone (see
 /// [`crate::herd_main!`]).
 pub async fn handoff_cost_is_flat(subject: &Subject) {
     let counter = subject.client().await;
     let few = handoff_cost(subject, &counter, 2).await;
-    let many = handoff_cost(subject, &counter, 32).await;
+    let many = handoff_cost(subject, &counter, 64).await;
     eprintln!(
-        "{}: store requests per hand-off: {few:.2} with 2 waiters, {many:.2} with 32",
+        "{}: store requests per hand-off: {few:.2} with 2 waiters, {many:.2} with 64",
         subject.label()
     );
     assert!(
         many <= few * 1.5 + 1.0,
-        "a hand-off costs {many:.2} requests with 32 waiters but {few:.2} with 2: \
+        "a hand-off costs {many:.2} requests with 64 waiters but {few:.2} with 2: \
          releases wake more than one waiter"
     );
 }
