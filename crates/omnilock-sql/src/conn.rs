@@ -17,7 +17,8 @@ use crate::config::{Dialect, SqlConfig};
 use crate::queries::{Args, Param, Statement};
 use errors::map_err;
 #[cfg(feature = "sqlite")]
-use errors::sqlite_is_permanent;
+#[cfg(feature = "sqlite")]
+use errors::{sqlite_is_busy, sqlite_is_permanent};
 
 #[cfg(not(any(feature = "sqlite", feature = "mysql", feature = "postgres")))]
 compile_error!("omnilock-sql needs at least one of the features sqlite, mysql, postgres");
@@ -32,6 +33,32 @@ pub const SQLITE_PRAGMAS: &[&str] = &[
     "PRAGMA journal_mode = WAL",
     "PRAGMA synchronous = NORMAL",
 ];
+
+/// Applies [`SQLITE_PRAGMAS`]. Switching a new file to WAL needs the file
+/// to itself, and SQLite answers a second connection doing the same at that
+/// moment with SQLITE_BUSY at once, busy timeout or not: several processes
+/// opening a new file together (cron on many hosts, the first run of a
+/// pool) would fail. Busy is retried for up to the busy timeout.
+#[cfg(feature = "sqlite")]
+async fn apply_sqlite_pragmas(conn: &mut sqlx::SqliteConnection) -> sqlx::Result<()> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let mut backoff = omnilock_core::Backoff::new(
+        std::time::Duration::from_millis(5),
+        std::time::Duration::from_millis(100),
+    );
+    for pragma in SQLITE_PRAGMAS {
+        loop {
+            match conn.execute(*pragma).await {
+                Ok(_) => break,
+                Err(e) if sqlite_is_busy(&e) && std::time::Instant::now() < deadline => {
+                    tokio::time::sleep(backoff.next_delay()).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(())
+}
 
 /// A pool of one dialect's connections.
 #[derive(Debug, Clone)]
@@ -209,9 +236,7 @@ impl Target {
                 let mut conn = sqlx::SqliteConnection::connect_with(options)
                     .await
                     .map_err(err)?;
-                for pragma in SQLITE_PRAGMAS {
-                    conn.execute(*pragma).await.map_err(err)?;
-                }
+                apply_sqlite_pragmas(&mut conn).await.map_err(err)?;
                 OwnedConn::Sqlite(conn)
             }
             #[cfg(feature = "mysql")]
@@ -244,17 +269,13 @@ impl Target {
                 options!()
                     .after_connect(|conn: &mut sqlx::SqliteConnection, _meta| {
                         Box::pin(async move {
-                            for pragma in SQLITE_PRAGMAS {
-                                match conn.execute(*pragma).await {
-                                    Ok(_) => {}
-                                    // Keep the connection: the statement it
-                                    // serves fails with this error, at once
-                                    // and by name.
-                                    Err(e) if sqlite_is_permanent(&e) => return Ok(()),
-                                    Err(e) => return Err(e),
-                                }
+                            match apply_sqlite_pragmas(conn).await {
+                                // Keep the connection: the statement it
+                                // serves fails with this error, at once and
+                                // by name.
+                                Err(e) if sqlite_is_permanent(&e) => Ok(()),
+                                result => result,
                             }
-                            Ok(())
                         })
                     })
                     .connect_lazy_with(options.clone()),

@@ -44,6 +44,13 @@ pub(crate) fn sqlite_is_permanent(err: &sqlx::Error) -> bool {
     )
 }
 
+/// Whether a SQLite error is SQLITE_BUSY or SQLITE_LOCKED: another
+/// connection holds a lock the statement needs.
+#[cfg(feature = "sqlite")]
+pub(crate) fn sqlite_is_busy(err: &sqlx::Error) -> bool {
+    matches!(sqlite_code(err), Some(5 | 6))
+}
+
 /// Classifies a sqlx error for the store `config` describes.
 pub(crate) fn map_err(err: sqlx::Error, config: &SqlConfig) -> Error {
     let kind = config.dialect.kind();
