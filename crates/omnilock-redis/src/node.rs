@@ -97,7 +97,7 @@ impl redis::aio::ConnectionLike for Conn {
 #[derive(Clone)]
 pub(crate) enum Subscriber {
     /// The one server.
-    Server(redis::Client),
+    Server(Box<redis::Client>),
     /// Any node of a cluster: a `PUBLISH` on one node reaches subscribers on
     /// every node. After a failure the next node in the list is tried.
     AnyOf(Arc<Vec<redis::Client>>, Arc<AtomicUsize>),
@@ -109,7 +109,7 @@ impl Subscriber {
     /// Opens a subscription to `channel`.
     pub(crate) async fn subscribe(&self, channel: &str) -> redis::RedisResult<redis::aio::PubSub> {
         let client = match self {
-            Subscriber::Server(client) => client.clone(),
+            Subscriber::Server(client) => (**client).clone(),
             Subscriber::AnyOf(clients, next) => {
                 let i = next.fetch_add(1, Ordering::Relaxed) % clients.len();
                 clients[i].clone()
@@ -205,7 +205,7 @@ impl Node {
         };
         Ok(Node {
             conn: Conn::Single(conn),
-            subscriber: Subscriber::Server(client),
+            subscriber: Subscriber::Server(Box::new(client)),
             address,
         })
     }
