@@ -6,12 +6,15 @@
 #                                    (scripts/stores.sh up)
 #   CHAOS_FILTER=REGEX               only the runs whose label matches
 #   CHAOS_KEEP=1                     keep earlier results in target/chaos-long
-#   CHAOS_SET=classic|volume|kleppmann|all   which runs (default all):
+#   CHAOS_SET=classic|volume|kleppmann|failover|all   which runs (default all):
 #     classic    the runs below with work 0-2 s (recovery times, 1-lock runs)
 #     volume     every store x fault class once over 100 locks with work
 #                0-50 ms, so each class gathers >= 10,000 acquisitions
 #     kleppmann  Redlock under majority-restart (Kleppmann's construction),
 #                1 lock, work 0-8 s, for $CHAOS_KLEPPMANN_DURATION (6m)
+#     failover   Redis Cluster and Sentinel: kill, pause and the failover
+#                fault (the master serving a held lock killed, its replica
+#                promoted), fenced and unfenced
 #
 # Each run: 16 client processes, TTL 2 s, work under the lock 0-2 s (as the
 # issue that specified the harness asked), one fault class. "1lock" runs put
@@ -68,6 +71,23 @@ if [ "$SET" = volume ] || [ "$SET" = all ]; then
   volume mysql "$OMNILOCK_TEST_MYSQL_URL" fenced kill pause partition node &
   wait
   volume redlock "$OMNILOCK_TEST_REDLOCK_URL" unfenced kill pause partition minority restart clock
+fi
+
+if [ "$SET" = failover ] || [ "$SET" = all ]; then
+  # Proxies cannot stand between a client and a cluster (the nodes announce
+  # their own addresses), so no partition runs here.
+  failover_runs() {
+    local store=$1 url=$2
+    run "$store" "$url" kill 1 fenced
+    run "$store" "$url" pause 1 fenced
+    run "$store" "$url" failover 1 fenced
+    run "$store" "$url" failover 100 fenced
+    run "$store" "$url" failover 1 unfenced
+    run "$store" "$url" failover 100 fenced 50ms -volume
+  }
+  failover_runs redis-cluster "$OMNILOCK_TEST_REDIS_CLUSTER_URL" &
+  failover_runs redis-sentinel "$OMNILOCK_TEST_REDIS_SENTINEL_URL" &
+  wait
 fi
 
 if [ "$SET" = kleppmann ] || [ "$SET" = all ]; then

@@ -41,6 +41,13 @@ pub struct Capabilities {
     /// leader is the longest-waiting candidate only where the store is
     /// `fair`. Without it, `leader()` answers `Unsupported`.
     pub election: bool,
+    /// A granted lock survives the loss of one store server (a crash, a
+    /// restart, a failover to a replica): the grant is on a quorum, or
+    /// durable on the one server, before it is returned. Without it, losing
+    /// a server can free a held lock and let a second client take it; only
+    /// fencing tokens then protect the resource (Redis: replication is
+    /// asynchronous; Redlock: a node restarted without persistence).
+    pub survives_failover: bool,
 }
 
 /// One acquisition, as the backend sees it.

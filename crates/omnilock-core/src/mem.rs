@@ -309,6 +309,8 @@ impl Backend for MemStore {
             break_lock: true,
             holder: true,
             election: true,
+            // One process: losing it loses the holders too.
+            survives_failover: true,
         }
     }
 

@@ -294,6 +294,8 @@ impl Backend for EtcdStore {
             break_lock: true,
             holder: self.mode == Mode::Recipe,
             election: self.mode == Mode::Recipe,
+            // Raft: a grant is committed on a majority of members.
+            survives_failover: true,
         }
     }
 

@@ -344,6 +344,9 @@ impl Backend for RedlockStore {
             break_lock: true,
             holder: false,
             election: false,
+            // A node restarted without persistence can hand a majority
+            // to a second client (docs/backends/redis.md#redlock).
+            survives_failover: false,
         }
     }
 

@@ -433,6 +433,8 @@ impl Backend for RedisStore {
             break_lock: true,
             holder: true,
             election: true,
+            // Replication is asynchronous, persistence optional.
+            survives_failover: false,
         }
     }
 

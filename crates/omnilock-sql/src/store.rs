@@ -207,6 +207,10 @@ impl Backend for SqlStore {
             break_lock: true,
             holder: true,
             election: true,
+            // A committed row survives a restart of the server; a
+            // failover to an asynchronous replica is outside what the
+            // library sees (docs/backends/sql.md).
+            survives_failover: true,
         }
     }
 

@@ -308,6 +308,8 @@ impl Backend for ZkStore {
             break_lock: true,
             holder: true,
             election: true,
+            // ZAB: a node is committed on a quorum of the ensemble.
+            survives_failover: true,
         }
     }
 
