@@ -80,8 +80,8 @@ pub(crate) async fn open(config: &RedisConfig) -> Result<Node> {
         .collect::<Result<Vec<_>>>()?;
     let shared_config = config.clone();
     let resolve = async {
-        let address = resolve(&sentinels, master, config).await?;
-        connect_master(&shared_config, &address).await
+        let candidates = resolve(&sentinels, master, config).await?;
+        connect_first_master(&shared_config, &candidates).await
     };
     let current = tokio::time::timeout(config.options.connect_timeout, resolve)
         .await
@@ -138,11 +138,15 @@ impl SentinelConn {
             return;
         }
         let moved = async {
-            let address = resolve(&shared.sentinels, &shared.master_name, &shared.config).await?;
-            if address.to_string() == stale {
+            let candidates =
+                resolve(&shared.sentinels, &shared.master_name, &shared.config).await?;
+            if candidates.first().map(HostPort::to_string).as_deref() == Some(stale) {
+                // The sentinels have not moved on (yet): stay.
                 return Ok(None);
             }
-            connect_master(&shared.config, &address).await.map(Some)
+            connect_first_master(&shared.config, &candidates)
+                .await
+                .map(Some)
         };
         match tokio::time::timeout(shared.config.options.connect_timeout, moved).await {
             Ok(Ok(Some(master))) => {
@@ -315,18 +319,17 @@ fn sentinel_list(sentinels: &[(String, redis::Client)]) -> String {
         .join(",")
 }
 
-/// The master's `host:port` according to the first sentinel that knows it.
-/// A sentinel that answers but does not know `master` is remembered: if no
-/// sentinel knows it, the error says so (a wrong name is a configuration
-/// error, not an outage).
+/// The masters the sentinels name, the most named first (during a
+/// failover, a sentinel that has not caught up names the old one). A
+/// sentinel that answers but does not know `master` counts too: if none
+/// knows it, the error says so (a wrong name is a configuration error, not
+/// an outage).
 async fn resolve(
     sentinels: &[(String, redis::Client)],
     master: &str,
     config: &RedisConfig,
-) -> Result<HostPort> {
-    let mut failures = Vec::new();
-    let mut unknown = 0;
-    for (address, client) in sentinels {
+) -> Result<Vec<HostPort>> {
+    let asks = sentinels.iter().map(|(address, client)| async move {
         let connection = client
             .get_multiplexed_async_connection_with_config(
                 &AsyncConnectionConfig::new()
@@ -344,22 +347,30 @@ async fn resolve(
             }
             Err(e) => Err(e),
         };
+        answer.map_err(|e| sentinel_error(e, address))
+    });
+    let mut votes: Vec<(HostPort, usize)> = Vec::new();
+    let (mut failures, mut unknown) = (Vec::new(), 0);
+    for answer in futures_util::future::join_all(asks).await {
         match answer {
             Ok(Some((host, port))) => {
-                return Ok(HostPort {
+                let named = HostPort {
                     host,
                     port: Some(port),
-                })
+                };
+                match votes.iter_mut().find(|(address, _)| *address == named) {
+                    Some((_, count)) => *count += 1,
+                    None => votes.push((named, 1)),
+                }
             }
             Ok(None) => unknown += 1,
-            Err(e) => {
-                let e = sentinel_error(e, address);
-                if !e.is_retryable() {
-                    return Err(e);
-                }
-                failures.push(e.message().to_string());
-            }
+            Err(e) if !e.is_retryable() => return Err(e),
+            Err(e) => failures.push(e.message().to_string()),
         }
+    }
+    if !votes.is_empty() {
+        votes.sort_by(|a, b| b.1.cmp(&a.1));
+        return Ok(votes.into_iter().map(|(address, _)| address).collect());
     }
     if unknown > 0 {
         return Err(Error::config(format!(
@@ -372,6 +383,19 @@ async fn resolve(
         "cannot reach any sentinel: {}",
         failures.join("; ")
     )))
+}
+
+/// Connects to the first of `candidates` that is a master.
+async fn connect_first_master(config: &RedisConfig, candidates: &[HostPort]) -> Result<Master> {
+    let mut last = Error::unavailable("the sentinels name no master");
+    for candidate in candidates {
+        match connect_master(config, candidate).await {
+            Ok(master) => return Ok(master),
+            Err(e) if e.kind() == omnilock_core::ErrorKind::InvalidConfig => return Err(e),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
 }
 
 /// Sentinel errors name the sentinels' own credentials, which differ from
