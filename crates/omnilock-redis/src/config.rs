@@ -48,6 +48,27 @@ pub struct RedisConfig {
 }
 
 /// How the nodes of a Redis URL make up the store.
+///
+/// ```
+/// use omnilock_core::StoreUrl;
+/// use omnilock_redis::{Deployment, RedisConfig};
+///
+/// let url = StoreUrl::parse(
+///     "redis+sentinel://:datapw@s1:26379,s2:26379/mymaster?sentinel_password=sentpw",
+/// )?;
+/// let config = RedisConfig::from_url(&url)?;
+/// match &config.deployment {
+///     Deployment::Sentinel { master, password, .. } => {
+///         assert_eq!(master, "mymaster");
+///         assert_eq!(password.as_ref().map(|p| p.expose()), Some("sentpw"));
+///     }
+///     other => panic!("{other:?}"),
+/// }
+/// assert_eq!(config.deployment.kind(), "redis-sentinel");
+/// // Neither password is ever shown.
+/// assert!(!config.shown.contains("datapw") && !config.shown.contains("sentpw"));
+/// # Ok::<(), omnilock_core::Error>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Deployment {
@@ -95,6 +116,22 @@ impl Deployment {
 /// lock; it does not close it. Replication stays asynchronous: the master
 /// may fail after the script and before `WAIT` returns, and a replica that
 /// acknowledged may still not be the one promoted.
+///
+/// ```
+/// use std::time::Duration;
+/// use omnilock_core::StoreUrl;
+/// use omnilock_redis::{RedisConfig, WaitReplicas};
+///
+/// let url = StoreUrl::parse("redis+cluster://:pw@h1:7000,h2:7000?wait_replicas=1&wait_timeout=200ms")?;
+/// let config = RedisConfig::from_url(&url)?;
+/// assert_eq!(
+///     config.options.wait_replicas,
+///     Some(WaitReplicas { replicas: 1, timeout: Duration::from_millis(200) })
+/// );
+/// // Redlock's nodes have no replicas to wait for.
+/// assert!(RedisConfig::from_url(&StoreUrl::parse("redlock://a,b,c/?wait_replicas=1")?).is_err());
+/// # Ok::<(), omnilock_core::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WaitReplicas {
     /// How many replicas must acknowledge.
