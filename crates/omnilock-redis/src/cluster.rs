@@ -3,6 +3,14 @@
 //! `{prefix:name}`), through redis-rs's cluster connection, which follows
 //! `MOVED`/`ASK` and re-reads the slot map after a failover.
 //!
+//! The lock scripts do not go through redis-rs's cluster connection, whose
+//! routing costs about as much again as the command itself on loopback:
+//! [`Router`] keeps omnilock's own connection to each master and a slot map
+//! from `CLUSTER SLOTS`, and sends each script straight to the master of its
+//! key's slot. A `MOVED`, `ASK` or `CLUSTERDOWN` answer, or a failing
+//! master, sends that call through redis-rs's cluster connection instead
+//! (which follows redirects) and refreshes the map in the background.
+//!
 //! Wake-ups stay one `PUBLISH` per release: in a cluster a `PUBLISH` on any
 //! node reaches the subscribers on every node (over the cluster bus), so a
 //! client subscribes on any one node and hears the releases of every master.
@@ -11,17 +19,242 @@
 //! the issue that added the cluster and docs/backends/redis.md give the
 //! measurement behind the choice.
 
-use std::sync::atomic::AtomicUsize;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 use omnilock_core::{Error, HostPort, Result};
+use redis::aio::ConnectionManager;
 use redis::cluster::ClusterClient;
-use redis::{AsyncConnectionConfig, TlsMode, Value};
+use redis::cluster_async::ClusterConnection;
+use redis::{AsyncConnectionConfig, Cmd, RedisFuture, TlsMode, Value};
 
 use crate::config::RedisConfig;
 use crate::node::{
-    connection_info, ensure_crypto_provider, map_err, tls_certificates, Conn, Node, Subscriber,
+    connection_info, connection_manager, ensure_crypto_provider, map_err, tls_certificates, Conn,
+    Node, Subscriber,
 };
+
+/// Commands for the cluster: straight to the master of a key's slot when
+/// [`Router::conn_for`] found one (`direct`), else (and after a redirect)
+/// through redis-rs's cluster connection.
+#[derive(Clone)]
+pub(crate) struct ClusterConn {
+    pub(crate) fallback: ClusterConnection,
+    direct: Option<ConnectionManager>,
+    router: Arc<Router>,
+}
+
+impl ClusterConn {
+    /// The connection for commands on `key`: its master's, if known.
+    pub(crate) fn for_key(&self, key: &str) -> ClusterConn {
+        ClusterConn {
+            fallback: self.fallback.clone(),
+            direct: self.router.conn_for(slot(key.as_bytes())),
+            router: self.router.clone(),
+        }
+    }
+
+    /// The direct connection this handle sends on, if any (WAIT must follow
+    /// the script on the same connection).
+    pub(crate) fn direct(&self) -> Option<ConnectionManager> {
+        self.direct.clone()
+    }
+}
+
+impl redis::aio::ConnectionLike for ClusterConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            if let Some(direct) = self.direct.as_mut() {
+                match direct.req_packed_command(cmd).await {
+                    Ok(value) => return Ok(value),
+                    // Refused by this node before it ran anything: the slot
+                    // moved or the cluster is changing. Learn the new map;
+                    // this call takes the slow way, which follows redirects.
+                    Err(e)
+                        if e.redirect_node().is_some()
+                            || matches!(e.code(), Some("CLUSTERDOWN" | "TRYAGAIN")) =>
+                    {
+                        self.router.refresh();
+                    }
+                    Err(e) => {
+                        // The master may be gone: the caller retries, by
+                        // then on the new map.
+                        self.router.refresh();
+                        return Err(e);
+                    }
+                }
+            }
+            self.fallback.req_packed_command(cmd).await
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        self.fallback.req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}
+
+/// The slot map and a connection per master.
+pub(crate) struct Router {
+    config: RedisConfig,
+    fallback: ClusterConnection,
+    table: RwLock<Table>,
+    refreshing: AtomicBool,
+    last_refresh: std::sync::Mutex<Option<Instant>>,
+}
+
+#[derive(Default)]
+struct Table {
+    /// (first slot, last slot, master address), sorted.
+    ranges: Vec<(u16, u16, String)>,
+    /// Master address → omnilock's connection to it (absent while it does
+    /// not answer).
+    conns: std::collections::HashMap<String, ConnectionManager>,
+}
+
+impl Router {
+    fn conn_for(self: &Arc<Self>, slot: u16) -> Option<ConnectionManager> {
+        let found = {
+            let table = match self.table.read() {
+                Ok(table) => table,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            table
+                .ranges
+                .iter()
+                .find(|(first, last, _)| (*first..=*last).contains(&slot))
+                .and_then(|(_, _, address)| table.conns.get(address).cloned())
+        };
+        if found.is_none() {
+            // A master we have no connection to (yet): look again, now
+            // and then, while calls take the slow way.
+            self.refresh();
+        }
+        found
+    }
+
+    /// Reads the slot map again in the background (one at a time, at most
+    /// every 200 ms) and connects to masters it does not know yet.
+    pub(crate) fn refresh(self: &Arc<Self>) {
+        {
+            let mut last = match self.last_refresh.lock() {
+                Ok(last) => last,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            if last.is_some_and(|at| at.elapsed() < Duration::from_millis(200)) {
+                return;
+            }
+            if self.refreshing.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            *last = Some(Instant::now());
+        }
+        let router = self.clone();
+        tokio::spawn(async move {
+            let _ = router.load().await;
+            router.refreshing.store(false, Ordering::Release);
+        });
+    }
+
+    async fn load(&self) -> Result<()> {
+        let slots = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query_async::<Value>(&mut self.fallback.clone())
+            .await
+            .map_err(|e| map_err(e, "the cluster"))?;
+        let ranges = slot_ranges(slots);
+        let known: std::collections::HashMap<String, ConnectionManager> = match self.table.read() {
+            Ok(table) => table.conns.clone(),
+            Err(poisoned) => poisoned.into_inner().conns.clone(),
+        };
+        let mut conns = std::collections::HashMap::new();
+        for (_, _, address) in &ranges {
+            if conns.contains_key(address) {
+                continue;
+            }
+            if let Some(conn) = known.get(address) {
+                conns.insert(address.clone(), conn.clone());
+                continue;
+            }
+            let Some((host, port)) = address.rsplit_once(':') else {
+                continue;
+            };
+            let node = HostPort {
+                host: host.to_string(),
+                port: port.parse().ok(),
+            };
+            let Ok(client) = Node::client(&self.config, &node) else {
+                continue;
+            };
+            if let Ok(conn) = connection_manager(&client, &self.config.options).await {
+                conns.insert(address.clone(), conn);
+            }
+        }
+        let table = Table { ranges, conns };
+        match self.table.write() {
+            Ok(mut current) => *current = table,
+            Err(poisoned) => *poisoned.into_inner() = table,
+        }
+        Ok(())
+    }
+}
+
+/// `CLUSTER SLOTS` → (first, last, master `host:port`).
+fn slot_ranges(slots: Value) -> Vec<(u16, u16, String)> {
+    let Value::Array(ranges) = slots else {
+        return Vec::new();
+    };
+    let mut out: Vec<(u16, u16, String)> = ranges
+        .into_iter()
+        .filter_map(|range| {
+            let Value::Array(mut parts) = range else {
+                return None;
+            };
+            parts.truncate(3);
+            let master = parts.pop()?;
+            let last: u16 = redis::from_redis_value(parts.pop()?).ok()?;
+            let first: u16 = redis::from_redis_value(parts.pop()?).ok()?;
+            let (host, port): (String, u16) = redis::from_redis_value(first_two(master)).ok()?;
+            Some((first, last, format!("{host}:{port}")))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The hash slot of `key` (CRC16-XMODEM of its hash tag, mod 16384).
+pub(crate) fn slot(key: &[u8]) -> u16 {
+    let tagged = key
+        .iter()
+        .position(|b| *b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            let close = rest.iter().position(|b| *b == b'}')?;
+            (close > 0).then(|| &rest[..close])
+        })
+        .unwrap_or(key);
+    let mut crc: u16 = 0;
+    for byte in tagged {
+        crc ^= u16::from(*byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
 
 /// Connects to the cluster through any reachable seed node, and lists every
 /// node (seeds and discovered) as a place to subscribe.
@@ -75,6 +308,16 @@ pub(crate) async fn open(config: &RedisConfig) -> Result<Node> {
                 "cannot reach the Redis Cluster at {address} (timed out connecting)"
             ))
         })??;
+    let router = Arc::new(Router {
+        config: config.clone(),
+        fallback: conn.clone(),
+        table: RwLock::new(Table::default()),
+        refreshing: AtomicBool::new(false),
+        last_refresh: std::sync::Mutex::new(None),
+    });
+    // Without the map every call takes the slow way; with a partial one
+    // (a master down), the rest are direct.
+    let _ = router.load().await;
     let mut subscribe_at = config.nodes.clone();
     let mut probe = conn.clone();
     if let Ok(slots) = redis::cmd("CLUSTER")
@@ -93,7 +336,11 @@ pub(crate) async fn open(config: &RedisConfig) -> Result<Node> {
         .map(|node| Node::client(config, node))
         .collect::<Result<Vec<_>>>()?;
     Ok(Node {
-        conn: Conn::Cluster(conn),
+        conn: Conn::Cluster(ClusterConn {
+            fallback: conn,
+            direct: None,
+            router,
+        }),
         subscriber: Subscriber::AnyOf(Arc::new(clients), Arc::new(AtomicUsize::new(0))),
         address,
     })
@@ -175,5 +422,21 @@ fn first_two(node: Value) -> Value {
             Value::Array(fields)
         }
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::slot;
+
+    #[test]
+    fn slots_match_redis() {
+        // CRC16-XMODEM's check value, and what CLUSTER KEYSLOT answers.
+        assert_eq!(slot(b"123456789"), 0x31C3);
+        assert_eq!(slot(b"{omnilock:x}"), 9284);
+        assert_eq!(slot(b"{omnilock:x}:queue"), 9284);
+        assert_eq!(slot(b"foo{}{bar}"), slot(b"foo{}{bar}"));
+        // An empty tag hashes the whole key.
+        assert_ne!(slot(b"a{}"), slot(b"{}"));
     }
 }

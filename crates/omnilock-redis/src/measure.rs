@@ -29,6 +29,7 @@ impl Measure for RedisStore {
                 let all_masters =
                     RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
                 let value = conn
+                    .fallback
                     .clone()
                     .route_command(info, all_masters)
                     .await

@@ -9,7 +9,6 @@ use std::time::Duration;
 use omnilock_core::{Error, ErrorKind, HostPort, Result};
 use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{
     Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, RedisError,
@@ -58,7 +57,7 @@ impl Keys {
 #[derive(Clone)]
 pub(crate) enum Conn {
     Single(ConnectionManager),
-    Cluster(ClusterConnection),
+    Cluster(crate::cluster::ClusterConn),
     Sentinel(SentinelConn),
 }
 
@@ -214,18 +213,34 @@ impl Node {
         map_err(e, &self.address)
     }
 
+    /// The connection for commands on `key`: on a cluster, straight to the
+    /// master of its slot when known.
+    pub(crate) fn conn_for(&self, key: &str) -> Conn {
+        match &self.conn {
+            Conn::Cluster(conn) => Conn::Cluster(conn.for_key(key)),
+            conn => conn.clone(),
+        }
+    }
+
     /// `WAIT`s until `wait.replicas` replicas of the master that holds `key`
     /// have every write this connection sent so far (so the script that just
     /// ran), or `wait.timeout` passes. Returns how many acknowledged.
     pub(crate) async fn wait_for_replicas(&self, key: &str, wait: WaitReplicas) -> Result<u32> {
         let mut cmd = redis::cmd("WAIT");
         cmd.arg(wait.replicas).arg(wait.timeout.as_millis() as u64);
-        let acknowledged: i64 = match &self.conn {
-            // The cluster keeps one connection per node: WAIT goes on the one
-            // the script ran on, that of the key's master.
+        let acknowledged: i64 = match self.conn_for(key) {
+            // WAIT goes on the connection the script ran on: omnilock's own
+            // to the key's master, else redis-rs's to that master.
+            Conn::Cluster(conn) if conn.direct().is_some() => {
+                let mut direct = conn.direct().expect("checked");
+                cmd.query_async(&mut direct)
+                    .await
+                    .map_err(|e| self.err(e))?
+            }
             Conn::Cluster(conn) => {
                 let route = Route::with_key(key.as_bytes(), SlotAddr::Master);
                 let value = conn
+                    .fallback
                     .clone()
                     .route_command(
                         cmd,
@@ -235,10 +250,7 @@ impl Node {
                     .map_err(|e| self.err(e))?;
                 redis::from_redis_value(value).map_err(|e| self.err(e.into()))?
             }
-            conn => cmd
-                .query_async(&mut conn.clone())
-                .await
-                .map_err(|e| self.err(e))?,
+            mut conn => cmd.query_async(&mut conn).await.map_err(|e| self.err(e))?,
         };
         Ok(acknowledged.max(0) as u32)
     }

@@ -35,6 +35,23 @@ local function live_head(queue, timeouts)
     redis.call('ZREM', timeouts, head)
   end
 end
+-- The ids of the last calls that changed a lock (space-separated, newest
+-- last, at most 8): a call that runs twice (a client library re-sending
+-- after a dropped connection, or omnilock retrying a release whose reply
+-- was lost) finds its id and changes nothing the second time.
+local function seen(calls, id)
+  return id ~= '' and calls ~= nil and calls ~= false
+    and string.find(' ' .. calls .. ' ', ' ' .. id .. ' ', 1, true) ~= nil
+end
+local function remember(calls, id)
+  local list = {}
+  if calls then
+    for c in string.gmatch(calls, '%S+') do list[#list + 1] = c end
+  end
+  if id ~= '' then list[#list + 1] = id end
+  while #list > 8 do table.remove(list, 1) end
+  return table.concat(list, ' ')
+end
 local function wake(queue, timeouts, channel_prefix)
   local head = live_head(queue, timeouts)
   if head then
@@ -46,14 +63,15 @@ end
 
 /// KEYS: lock, fence, queue, timeouts.
 /// ARGV: owner, ttl_ms, reentrant (1/0), entry ('' for try-acquire),
-/// entry_lease_ms, channel_prefix, call id (optional).
+/// entry_lease_ms, channel_prefix, call id (optional: one per acquire,
+/// the same for all its attempts).
 /// Returns {1, token} taken; {0, pttl} busy (queued when an entry is given);
 /// {-1, 0} held by this owner and not reentrant.
 ///
-/// The call id makes a second run of the same call (a client library that
-/// re-sends after a dropped connection) return the first run's grant
-/// instead of adding a hold or failing as "not reentrant". It costs the
-/// reentrant path one HGET and the uncontended path nothing.
+/// An acquire whose grant ran but whose reply was lost finds its call id
+/// on its next attempt and gets that grant back, instead of a second hold
+/// (reentrant) or `WouldDeadlock`. The uncontended path reads the id list
+/// with the owner (one HMGET) and writes it with the grant (one HSET).
 const ACQUIRE: &str = r#"
 local call = ARGV[7] or ''
 local function leave()
@@ -62,14 +80,16 @@ local function leave()
   end
 end
 local ttl = tonumber(ARGV[2])
-local owner = redis.call('HGET', KEYS[1], 'owner')
+local held = redis.call('HMGET', KEYS[1], 'owner', 'calls')
+local owner = held[1]
 if owner == ARGV[1] then
-  if call ~= '' and redis.call('HGET', KEYS[1], 'call') == call then
+  if seen(held[2], call) then
+    leave()
     return {1, tonumber(redis.call('HGET', KEYS[1], 'token'))}
   end
   if ARGV[3] ~= '1' then return {-1, 0} end
   redis.call('HINCRBY', KEYS[1], 'holds', 1)
-  redis.call('HSET', KEYS[1], 'call', call)
+  redis.call('HSET', KEYS[1], 'calls', remember(held[2], call))
   if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
   leave()
   return {1, tonumber(redis.call('HGET', KEYS[1], 'token'))}
@@ -89,7 +109,7 @@ if not owner and (not head or head == ARGV[4]) then
     redis.call('SET', KEYS[2], string.format('%d', token))
   end
   token = string.format('%d', token)
-  redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'holds', 1, 'token', token, 'call', call)
+  redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'holds', 1, 'token', token, 'calls', call)
   redis.call('PEXPIRE', KEYS[1], ttl)
   return {1, tonumber(token)}
 end
@@ -107,22 +127,22 @@ return {0, redis.call('PTTL', KEYS[1])}
 
 /// KEYS: lock, queue, timeouts. ARGV: owner, token ('' = any: Redlock's
 /// undo of a grant whose reply never came, sent on the same connection so it
-/// runs right after that grant), channel_prefix, call id (optional, as in
-/// ACQUIRE: a second run of one release does not drop a second hold).
+/// runs right after that grant), channel_prefix, call id (optional: one per
+/// hold, the same for every retry of its release).
 /// Returns -1 not the owner (nothing changed); holds left otherwise (0 =
 /// freed, and the next waiter woken).
 const RELEASE: &str = r#"
 local call = ARGV[4] or ''
-local held = redis.call('HMGET', KEYS[1], 'owner', 'token', 'call')
+local held = redis.call('HMGET', KEYS[1], 'owner', 'token', 'calls')
 if held[1] ~= ARGV[1] or (ARGV[2] ~= '' and held[2] ~= ARGV[2]) then
   return -1
 end
-if call ~= '' and held[3] == call then
+if seen(held[3], call) then
   return tonumber(redis.call('HGET', KEYS[1], 'holds'))
 end
 local holds = redis.call('HINCRBY', KEYS[1], 'holds', -1)
 if holds > 0 then
-  redis.call('HSET', KEYS[1], 'call', call)
+  redis.call('HSET', KEYS[1], 'calls', remember(held[3], call))
   return holds
 end
 redis.call('DEL', KEYS[1])
@@ -154,9 +174,14 @@ end
 return 1
 "#;
 
-/// KEYS: lock, queue, timeouts. ARGV: channel_prefix. Returns 1 if a lock
-/// was removed.
+/// KEYS: lock, queue, timeouts. ARGV: channel_prefix, token (optional: the
+/// holder's the caller saw; Redlock's nodes each have their own and give
+/// none). Returns 1 if a lock was removed. With a token, only that holder's
+/// lock is broken: a second run of the same call, after the next waiter
+/// took the lock, changes nothing.
 const BREAK: &str = r#"
+local token = ARGV[2] or ''
+if token ~= '' and redis.call('HGET', KEYS[1], 'token') ~= token then return 0 end
 local existed = redis.call('DEL', KEYS[1])
 wake(KEYS[2], KEYS[3], ARGV[1])
 return existed

@@ -190,10 +190,13 @@ impl RedisStore {
         Keys::new(&self.inner.options.prefix, name.as_str())
     }
 
-    async fn attempt(&self, request: &AcquireRequest, entry: &str) -> Result<Attempt> {
+    /// One run of the acquire script. `call` is the same for every attempt
+    /// of one acquire, so that an attempt whose grant ran but whose reply
+    /// was lost gets that grant back on the next one.
+    async fn attempt(&self, request: &AcquireRequest, entry: &str, call: &str) -> Result<Attempt> {
         let inner = &self.inner;
         let keys = self.keys(&request.name);
-        let mut conn = inner.node.conn.clone();
+        let mut conn = inner.node.conn_for(&keys.lock);
         let (status, value): (i64, i64) = inner
             .scripts
             .acquire
@@ -207,7 +210,7 @@ impl RedisStore {
             .arg(entry)
             .arg(inner.options.waiter_lease.as_millis() as u64)
             .arg(&inner.channel_prefix)
-            .arg(nonce())
+            .arg(call)
             .invoke_async(&mut conn)
             .await
             .map_err(|e| inner.node.err(e))?;
@@ -217,7 +220,7 @@ impl RedisStore {
                 if let Err(err) = self.confirm_on_replicas(&keys.lock).await {
                     // Not on enough replicas: undo, so that nobody holds a
                     // lock a failover could hand to a second owner.
-                    let _ = self.release_token(request, token).await;
+                    let _ = self.release_token(request, token, &nonce()).await;
                     return Err(err);
                 }
                 Ok(Attempt::Taken(token))
@@ -235,21 +238,22 @@ impl RedisStore {
         &self,
         request: &AcquireRequest,
         entry: &str,
+        call: &str,
     ) -> Result<(Attempt, Instant)> {
         let (store, undo) = (self.clone(), self.clone());
         let (call_request, undo_request) = (request.clone(), request.clone());
-        let entry = entry.to_string();
+        let (entry, call) = (entry.to_string(), call.to_string());
         complete_or_undo(
             async move {
                 let started = Instant::now();
                 store
-                    .attempt(&call_request, &entry)
+                    .attempt(&call_request, &entry, &call)
                     .await
                     .map(|a| (a, started))
             },
             move |abandoned| async move {
                 if let Ok((Attempt::Taken(token), _)) = abandoned {
-                    let _ = undo.release_token(&undo_request, token).await;
+                    let _ = undo.release_token(&undo_request, token, &nonce()).await;
                 }
             },
         )
@@ -273,10 +277,12 @@ impl RedisStore {
         Ok(())
     }
 
-    async fn release_token(&self, request: &AcquireRequest, token: u64) -> Result<i64> {
+    /// One run of the release script; `call` is the same for every retry
+    /// of one hold's release.
+    async fn release_token(&self, request: &AcquireRequest, token: u64, call: &str) -> Result<i64> {
         let inner = &self.inner;
         let keys = self.keys(&request.name);
-        let mut conn = inner.node.conn.clone();
+        let mut conn = inner.node.conn_for(&keys.lock);
         inner
             .scripts
             .release
@@ -286,7 +292,7 @@ impl RedisStore {
             .arg(request.owner.as_str())
             .arg(token)
             .arg(&inner.channel_prefix)
-            .arg(nonce())
+            .arg(call)
             .invoke_async(&mut conn)
             .await
             .map_err(|e| inner.node.err(e))
@@ -361,12 +367,20 @@ async fn check_same_server(node: &Node, channel: &str) -> Result<()> {
     Ok(())
 }
 
-/// A fresh id for one script call. The cluster connection re-sends a command
-/// after a dropped connection, so a script may run twice; the acquire and
-/// release scripts recognise their own second run by this id and do not
-/// count a hold twice.
+/// A fresh call id. A script call may run twice: the cluster connection
+/// re-sends a command after a dropped connection, and core retries a
+/// release whose reply was lost. One id per acquire (all its attempts) and
+/// one per hold's release (all its retries) let the scripts recognise a
+/// second run and change nothing (see `scripts.rs`).
 fn nonce() -> String {
     format!("{:016x}", rand::random::<u64>())
+}
+
+/// The release call id of a hold, kept in its grant.
+struct ReleaseCall(String);
+
+fn granted(token: u64, valid_until: Instant) -> Grant {
+    Grant::new(token, valid_until).with_state(ReleaseCall(nonce()))
 }
 
 /// A waiter's place in the queue, left (in the background) if the acquire
@@ -398,7 +412,7 @@ impl Drop for Place {
             async move {
                 let inner = &store.inner;
                 let keys = store.keys(&name);
-                let mut conn = inner.node.conn.clone();
+                let mut conn = inner.node.conn_for(&keys.lock);
                 inner
                     .scripts
                     .cancel
@@ -439,8 +453,8 @@ impl Backend for RedisStore {
     }
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
-        match self.attempt_detached(request, "").await? {
-            (Attempt::Taken(token), started) => Ok(Some(Grant::new(token, started + request.ttl))),
+        match self.attempt_detached(request, "", &nonce()).await? {
+            (Attempt::Taken(token), started) => Ok(Some(granted(token, started + request.ttl))),
             (Attempt::Busy(_), _) => Ok(None),
         }
     }
@@ -457,16 +471,17 @@ impl Backend for RedisStore {
             entry: entry.clone(),
             granted: false,
         };
+        let call = nonce();
         let recheck = inner.options.waiter_lease / 3;
         let mut backoff = Backoff::new(Duration::from_millis(10), recheck);
         loop {
             let woken = notify.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
-            let delay = match self.attempt_detached(request, &entry).await {
+            let delay = match self.attempt_detached(request, &entry, &call).await {
                 Ok((Attempt::Taken(token), started)) => {
                     place.granted = true;
-                    return Ok(Grant::new(token, started + request.ttl));
+                    return Ok(granted(token, started + request.ttl));
                 }
                 Ok((Attempt::Busy(remaining), _)) => {
                     request.waiting.raise();
@@ -489,7 +504,8 @@ impl Backend for RedisStore {
     }
 
     async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
-        if self.release_token(request, grant.token).await? < 0 {
+        let call = grant.backend_state::<ReleaseCall>()?;
+        if self.release_token(request, grant.token, &call.0).await? < 0 {
             return Err(Error::not_owner());
         }
         Ok(())
@@ -498,7 +514,7 @@ impl Backend for RedisStore {
     async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
         let inner = &self.inner;
         let keys = self.keys(&request.name);
-        let mut conn = inner.node.conn.clone();
+        let mut conn = inner.node.conn_for(&keys.lock);
         let started = Instant::now();
         let renewed: i64 = inner
             .scripts
@@ -527,7 +543,7 @@ impl Backend for RedisStore {
 
     async fn holder(&self, name: &LockName) -> Result<Option<omnilock_core::Holder>> {
         let keys = self.keys(name);
-        let mut conn = self.inner.node.conn.clone();
+        let mut conn = self.inner.node.conn_for(&keys.lock);
         let (owner, token): (Option<String>, Option<u64>) = redis::cmd("HMGET")
             .arg(&keys.lock)
             .arg("owner")
@@ -544,10 +560,15 @@ impl Backend for RedisStore {
         }
     }
 
+    /// Breaks the lock of the holder seen now: a second run of the script
+    /// (a re-send) cannot break the next holder's.
     async fn break_lock(&self, name: &LockName) -> Result<bool> {
+        let Some(holder) = self.holder(name).await? else {
+            return Ok(false);
+        };
         let inner = &self.inner;
         let keys = self.keys(name);
-        let mut conn = inner.node.conn.clone();
+        let mut conn = inner.node.conn_for(&keys.lock);
         let existed: i64 = inner
             .scripts
             .break_lock
@@ -555,6 +576,7 @@ impl Backend for RedisStore {
             .key(&keys.queue)
             .key(&keys.timeouts)
             .arg(&inner.channel_prefix)
+            .arg(holder.token)
             .invoke_async(&mut conn)
             .await
             .map_err(|e| inner.node.err(e))?;

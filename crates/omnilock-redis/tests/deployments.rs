@@ -272,3 +272,42 @@ fn bad_urls_are_clear() {
         assert!(err.to_string().contains(words), "{url}: {err}");
     }
 }
+
+/// A release that runs twice (core retries a release whose reply was lost;
+/// the cluster client re-sends after a dropped connection) drops its own
+/// hold once, never the other hold of the same owner. Before the call ids,
+/// the second run freed a lock another process of that owner still held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_release_run_twice_drops_one_hold() {
+    use omnilock_core::{AcquireRequest, Backend, LockName, LostNotifier, Owner, WaitNotice};
+    for store in ["REDIS", "REDIS_CLUSTER", "REDIS_SENTINEL"] {
+        let url = store_url(store).expect("URL");
+        let config = RedisConfig::from_url(&StoreUrl::parse(&url).unwrap()).unwrap();
+        let backend = omnilock_redis::RedisStore::connect(config)
+            .await
+            .expect("connect");
+        let request = AcquireRequest {
+            name: LockName::new(&format!("twice-{store}-{}", rand_suffix())).unwrap(),
+            owner: Owner::new("shared-owner").unwrap(),
+            ttl: Duration::from_secs(15),
+            reentrant: true,
+            lost: LostNotifier::new(),
+            waiting: WaitNotice::none(),
+        };
+        // Two holds of one owner (two processes of one service, say).
+        let first = backend.acquire(&request).await.expect("first hold");
+        let second = backend.acquire(&request).await.expect("second hold");
+        backend.release(&request, &first).await.expect("release");
+        backend
+            .release(&request, &first)
+            .await
+            .expect("the same release again changes nothing");
+        let holder = backend.holder(&request.name).await.unwrap();
+        assert!(holder.is_some(), "{store}: the second hold still holds");
+        backend.release(&request, &second).await.expect("release");
+        assert!(
+            backend.holder(&request.name).await.unwrap().is_none(),
+            "{store}"
+        );
+    }
+}
