@@ -652,18 +652,19 @@ async fn failover(harness: &Arc<Harness>) {
 async fn master_serving(store: &str, lock: &str) -> Result<u16, String> {
     use omnilock::redis::redis;
     use redis::IntoConnectionInfo;
-    let url = omnilock::StoreUrl::parse(store).map_err(|e| e.to_string())?;
+    let mut url = omnilock::StoreUrl::parse(store).map_err(|e| e.to_string())?;
+    let sentinel = store.starts_with("redis+sentinel");
     let first = url.hosts().first().ok_or("no host")?.clone();
-    let password = if store.starts_with("redis+sentinel") {
-        // The sentinels' own password, from the URL's option.
-        store
-            .split(['?', '&'])
-            .find_map(|option| option.strip_prefix("sentinel_password="))
-            .map(str::to_string)
+    // The sentinels' own password (percent-decoded by the URL parser), or
+    // the data nodes'.
+    let password = if sentinel {
+        url.take("sentinel_password")
     } else {
         url.password().map(|p| p.expose().to_string())
     };
-    let info = redis::ConnectionAddr::Tcp(first.host.clone(), first.port.unwrap_or(6379))
+    let prefix = url.take("prefix").unwrap_or_else(|| "omnilock".to_string());
+    let default_port = if sentinel { 26379 } else { 6379 };
+    let info = redis::ConnectionAddr::Tcp(first.host.clone(), first.port.unwrap_or(default_port))
         .into_connection_info()
         .map_err(|e| e.to_string())?;
     let info = match password {
@@ -677,7 +678,7 @@ async fn master_serving(store: &str, lock: &str) -> Result<u16, String> {
         .get_multiplexed_async_connection()
         .await
         .map_err(|e| e.to_string())?;
-    if store.starts_with("redis+sentinel") {
+    if sentinel {
         let master = url.path().split('/').next().unwrap_or_default().to_string();
         let (_, port): (String, u16) = redis::cmd("SENTINEL")
             .arg("GET-MASTER-ADDR-BY-NAME")
@@ -687,11 +688,11 @@ async fn master_serving(store: &str, lock: &str) -> Result<u16, String> {
             .map_err(|e| e.to_string())?;
         return Ok(port);
     }
-    // The clients' keys: `{omnilock:<lock>}` (default prefix; the chaos
-    // locks' names need no escaping).
+    // The clients' keys: `{<prefix>:<lock>}` (the chaos locks' names and
+    // usual prefixes need no escaping).
     let slot: u16 = redis::cmd("CLUSTER")
         .arg("KEYSLOT")
-        .arg(format!("{{omnilock:{lock}}}"))
+        .arg(format!("{{{prefix}:{lock}}}"))
         .query_async(&mut conn)
         .await
         .map_err(|e| e.to_string())?;

@@ -277,6 +277,15 @@ impl StoreUrl {
         if self.unread.is_empty() {
             return Ok(());
         }
+        // An unencoded '&' in a password option splits the password into
+        // more "options": their names would be pieces of it.
+        if self.query.iter().any(|(k, _)| k.contains("password")) {
+            return Err(Error::config(format!(
+                "unknown option(s) for {}:// (not shown: the URL has a password option; \
+                 percent-encode '&', '=' and '#' in it as %26, %3D and %23)",
+                self.scheme
+            )));
+        }
         Err(Error::config(format!(
             "unknown option(s) for {}://: {}",
             self.scheme,
@@ -302,8 +311,16 @@ impl fmt::Display for StoreUrl {
         }
         for (i, (k, v)) in self.query.iter().enumerate() {
             // An option that carries a password (`sentinel_password=`) is
-            // redacted like the URL's own.
-            let v = if k.contains("password") { "***" } else { v };
+            // redacted like the URL's own, and so is what follows it: an
+            // unencoded '&' in the password makes its rest look like more
+            // options.
+            if k.contains("password") {
+                write!(f, "{}{k}=***", if i == 0 { '?' } else { '&' })?;
+                if i + 1 < self.query.len() {
+                    f.write_str("&…")?;
+                }
+                break;
+            }
             write!(f, "{}{k}={v}", if i == 0 { '?' } else { '&' })?;
         }
         Ok(())
@@ -420,6 +437,14 @@ mod tests {
         assert!(!format!("{err} {err:?}").contains("hun"));
         let url = StoreUrl::parse("redis+sentinel://s1/m?sentinel_password=hunter3").unwrap();
         assert!(!format!("{url} {url:?}").contains("hunter3"));
+        // An unencoded '&' splits the password: neither piece is shown.
+        let mut url =
+            StoreUrl::parse("redis+sentinel://s1/m?ttl=2s&sentinel_password=hun&ter4=x").unwrap();
+        assert!(!format!("{url} {url:?}").contains("ter4"));
+        url.take("ttl");
+        url.take("sentinel_password");
+        let err = url.finish().unwrap_err();
+        assert!(!format!("{err} {err:?}").contains("ter4"), "{err}");
     }
 
     #[test]

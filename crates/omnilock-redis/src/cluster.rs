@@ -54,12 +54,6 @@ impl ClusterConn {
             router: self.router.clone(),
         }
     }
-
-    /// The direct connection this handle sends on, if any (WAIT must follow
-    /// the script on the same connection).
-    pub(crate) fn direct(&self) -> Option<ConnectionManager> {
-        self.direct.clone()
-    }
 }
 
 impl redis::aio::ConnectionLike for ClusterConn {
@@ -95,7 +89,26 @@ impl redis::aio::ConnectionLike for ClusterConn {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        self.fallback.req_packed_commands(pipeline, offset, count)
+        Box::pin(async move {
+            if let Some(direct) = self.direct.as_mut() {
+                match direct.req_packed_commands(pipeline, offset, count).await {
+                    Ok(values) => return Ok(values),
+                    Err(e)
+                        if e.redirect_node().is_some()
+                            || matches!(e.code(), Some("CLUSTERDOWN" | "TRYAGAIN")) =>
+                    {
+                        self.router.refresh();
+                    }
+                    Err(e) => {
+                        self.router.refresh();
+                        return Err(e);
+                    }
+                }
+            }
+            self.fallback
+                .req_packed_commands(pipeline, offset, count)
+                .await
+        })
     }
 
     fn get_db(&self) -> i64 {
@@ -277,7 +290,9 @@ pub(crate) async fn open(config: &RedisConfig) -> Result<Node> {
     let within_timeout = async {
         check_is_cluster(config).await?;
         let mut builder = ClusterClient::builder(seeds)
-            .connection_timeout(options.connect_timeout)
+            // Half: redis-rs connects to every seed; one that is down must
+            // leave time for the rest.
+            .connection_timeout(options.connect_timeout / 2)
             .response_timeout(options.response_timeout)
             // omnilock's own loops retry after a backoff; a few quick retries
             // here ride out a redirect or a reconnect.
@@ -346,43 +361,55 @@ pub(crate) async fn open(config: &RedisConfig) -> Result<Node> {
     })
 }
 
-/// The first seed that answers must be a cluster node: a plain server would
+/// The seeds are asked at once, each for half the connect timeout; the
+/// first that answers must be a cluster node: a plain server would
 /// otherwise fail later with redis-rs's less telling error.
 async fn check_is_cluster(config: &RedisConfig) -> Result<()> {
-    let mut failures = Vec::new();
-    for node in &config.nodes {
+    let probe = config.options.connect_timeout / 2;
+    let asks = config.nodes.iter().map(|node| async move {
         let address = node.to_string();
-        let client = Node::client(config, node)?;
-        let connection = client
-            .get_multiplexed_async_connection_with_config(
-                &AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(config.options.connect_timeout))
-                    .set_response_timeout(Some(config.options.response_timeout)),
-            )
-            .await;
-        let mut connection = match connection {
-            Ok(connection) => connection,
-            Err(e) => {
-                let e = map_err(e, &address);
-                if !e.is_retryable() {
-                    return Err(e);
-                }
-                failures.push(e.message().to_string());
-                continue;
-            }
+        let ask = async {
+            let client = Node::client(config, node)?;
+            let mut connection = client
+                .get_multiplexed_async_connection_with_config(
+                    &AsyncConnectionConfig::new()
+                        .set_connection_timeout(Some(probe))
+                        .set_response_timeout(Some(config.options.response_timeout)),
+                )
+                .await
+                .map_err(|e| map_err(e, &address))?;
+            let info: String = redis::cmd("INFO")
+                .arg("cluster")
+                .query_async(&mut connection)
+                .await
+                .map_err(|e| map_err(e, &address))?;
+            Ok::<_, Error>(info.lines().any(|line| line.trim() == "cluster_enabled:1"))
         };
-        let info: String = redis::cmd("INFO")
-            .arg("cluster")
-            .query_async(&mut connection)
-            .await
-            .map_err(|e| map_err(e, &address))?;
-        if info.lines().any(|line| line.trim() == "cluster_enabled:1") {
-            return Ok(());
+        let answer = tokio::time::timeout(probe, ask).await.unwrap_or_else(|_| {
+            Err(Error::unavailable(format!(
+                "cannot reach Redis at {address} (no answer within {probe:?})"
+            )))
+        });
+        (address, answer)
+    });
+    let mut failures = Vec::new();
+    let mut refused = None;
+    for (address, answer) in futures_util::future::join_all(asks).await {
+        match answer {
+            Ok(true) => return Ok(()),
+            Ok(false) => {
+                return Err(Error::config(format!(
+                    "Redis at {address} is not part of a Redis Cluster (cluster_enabled is 0): \
+                     use redis:// for one server, or redis+sentinel:// for a master watched by \
+                     sentinels"
+                )))
+            }
+            Err(e) if !e.is_retryable() => refused = Some(e),
+            Err(e) => failures.push(e.message().to_string()),
         }
-        return Err(Error::config(format!(
-            "Redis at {address} is not part of a Redis Cluster (cluster_enabled is 0): \
-             use redis:// for one server, or redis+sentinel:// for a master watched by sentinels"
-        )));
+    }
+    if let Some(refused) = refused {
+        return Err(refused);
     }
     Err(Error::unavailable(format!(
         "cannot reach any seed node of the Redis Cluster: {}",

@@ -9,7 +9,6 @@ use std::time::Duration;
 use omnilock_core::{Error, ErrorKind, HostPort, Result};
 use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{
     Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, RedisError,
     RedisFuture, Value,
@@ -221,39 +220,39 @@ impl Node {
             conn => conn.clone(),
         }
     }
+}
 
-    /// `WAIT`s until `wait.replicas` replicas of the master that holds `key`
-    /// have every write this connection sent so far (so the script that just
-    /// ran), or `wait.timeout` passes. Returns how many acknowledged.
-    pub(crate) async fn wait_for_replicas(&self, key: &str, wait: WaitReplicas) -> Result<u32> {
-        let mut cmd = redis::cmd("WAIT");
-        cmd.arg(wait.replicas).arg(wait.timeout.as_millis() as u64);
-        let acknowledged: i64 = match self.conn_for(key) {
-            // WAIT goes on the connection the script ran on: omnilock's own
-            // to the key's master, else redis-rs's to that master.
-            Conn::Cluster(conn) if conn.direct().is_some() => {
-                let mut direct = conn.direct().expect("checked");
-                cmd.query_async(&mut direct)
-                    .await
-                    .map_err(|e| self.err(e))?
-            }
-            Conn::Cluster(conn) => {
-                let route = Route::with_key(key.as_bytes(), SlotAddr::Master);
-                let value = conn
-                    .fallback
-                    .clone()
-                    .route_command(
-                        cmd,
-                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
-                    )
-                    .await
-                    .map_err(|e| self.err(e))?;
-                redis::from_redis_value(value).map_err(|e| self.err(e.into()))?
-            }
-            mut conn => cmd.query_async(&mut conn).await.map_err(|e| self.err(e))?,
-        };
-        Ok(acknowledged.max(0) as u32)
-    }
+/// Runs `script` on `keys` and `args` with `WAIT` for `wait.replicas`
+/// right behind it, as one pipeline on one connection: `WAIT` counts the
+/// writes of the connection it runs on, so on any other (a reconnect in
+/// between, a different node's) it would confirm at once what no replica
+/// has. Returns the script's answer and how many replicas acknowledged.
+pub(crate) async fn eval_then_wait<T: redis::FromRedisValue>(
+    conn: &mut Conn,
+    script: &redis::Script,
+    keys: &[&str],
+    args: &[Vec<u8>],
+    wait: WaitReplicas,
+) -> redis::RedisResult<(T, u32)> {
+    let mut eval = redis::cmd("EVALSHA");
+    eval.arg(script.get_hash())
+        .arg(keys.len())
+        .arg(keys)
+        .arg(args);
+    let mut confirm = redis::cmd("WAIT");
+    confirm
+        .arg(wait.replicas)
+        .arg(wait.timeout.as_millis() as u64);
+    let mut pipe = redis::pipe();
+    pipe.add_command(eval).add_command(confirm);
+    let answer = match pipe.query_async::<(T, i64)>(conn).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.load_async(conn).await?;
+            pipe.query_async::<(T, i64)>(conn).await?
+        }
+        answer => answer?,
+    };
+    Ok((answer.0, answer.1.max(0) as u32))
 }
 
 /// omnilock's own auto-reconnecting connection to the server `client`

@@ -211,17 +211,54 @@ async fn watch_switches(shared: Weak<Shared>) {
             let Ok(text) = message.get_payload::<String>() else {
                 continue;
             };
-            if text.split(' ').next() != Some(master_name.as_str()) {
+            let fields: Vec<&str> = text.split(' ').collect();
+            if fields.first() != Some(&master_name.as_str()) {
                 continue;
             }
             let Some(strong) = shared.upgrade() else {
                 return;
             };
             let conn = SentinelConn { shared: strong };
-            let stale = conn.current().address;
-            conn.refresh(&stale).await;
+            // The announcement names the new master: go there even while
+            // other sentinels, not caught up, still name the old one.
+            let port = fields.get(4).and_then(|p| p.parse().ok());
+            match (fields.get(3), port) {
+                (Some(host), Some(port)) => {
+                    let address = HostPort {
+                        host: host.to_string(),
+                        port: Some(port),
+                    };
+                    conn.move_to(address).await;
+                }
+                _ => {
+                    let stale = conn.current().address;
+                    conn.refresh(&stale).await;
+                }
+            }
         }
         tokio::time::sleep(backoff.next_delay()).await;
+    }
+}
+
+impl SentinelConn {
+    /// Moves to `address` if it is a master now (a `+switch-master`).
+    async fn move_to(&self, address: HostPort) {
+        let shared = &self.shared;
+        let _one_at_a_time = shared.refreshing.lock().await;
+        if self.current().address == address.to_string() {
+            return;
+        }
+        let connect = connect_master(&shared.config, &address);
+        match tokio::time::timeout(shared.config.options.connect_timeout, connect).await {
+            Ok(Ok(master)) => {
+                tracing::warn!(to = %master.address, "omnilock redis: +switch-master; moving");
+                match shared.current.write() {
+                    Ok(mut current) => *current = master,
+                    Err(poisoned) => *poisoned.into_inner() = master,
+                }
+            }
+            _ => tracing::debug!(%address, "omnilock redis: the announced master is not ready"),
+        }
     }
 }
 
@@ -329,28 +366,39 @@ async fn resolve(
     master: &str,
     config: &RedisConfig,
 ) -> Result<Vec<HostPort>> {
+    // Each sentinel gets half the connect timeout, so that one that is
+    // down (or silent) cannot use up the whole budget of a connect or a
+    // failover.
+    let probe = config.options.connect_timeout / 2;
     let asks = sentinels.iter().map(|(address, client)| async move {
-        let connection = client
-            .get_multiplexed_async_connection_with_config(
-                &AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(config.options.connect_timeout))
-                    .set_response_timeout(Some(config.options.response_timeout)),
-            )
-            .await;
-        let answer = match connection {
-            Ok(mut connection) => {
-                redis::cmd("SENTINEL")
-                    .arg("GET-MASTER-ADDR-BY-NAME")
-                    .arg(master)
-                    .query_async::<Option<(String, u16)>>(&mut connection)
-                    .await
+        let ask = async {
+            let connection = client
+                .get_multiplexed_async_connection_with_config(
+                    &AsyncConnectionConfig::new()
+                        .set_connection_timeout(Some(config.options.connect_timeout))
+                        .set_response_timeout(Some(config.options.response_timeout)),
+                )
+                .await;
+            match connection {
+                Ok(mut connection) => {
+                    redis::cmd("SENTINEL")
+                        .arg("GET-MASTER-ADDR-BY-NAME")
+                        .arg(master)
+                        .query_async::<Option<(String, u16)>>(&mut connection)
+                        .await
+                }
+                Err(e) => Err(e),
             }
-            Err(e) => Err(e),
         };
-        answer.map_err(|e| sentinel_error(e, address))
+        match tokio::time::timeout(probe, ask).await {
+            Ok(answer) => answer.map_err(|e| sentinel_error(e, address)),
+            Err(_) => Err(Error::unavailable(format!(
+                "the sentinel at {address} did not answer within {probe:?}"
+            ))),
+        }
     });
     let mut votes: Vec<(HostPort, usize)> = Vec::new();
-    let (mut failures, mut unknown) = (Vec::new(), 0);
+    let (mut failures, mut unknown, mut refused) = (Vec::new(), 0, None);
     for answer in futures_util::future::join_all(asks).await {
         match answer {
             Ok(Some((host, port))) => {
@@ -364,8 +412,15 @@ async fn resolve(
                 }
             }
             Ok(None) => unknown += 1,
-            Err(e) if !e.is_retryable() => return Err(e),
+            Err(e) if !e.is_retryable() => refused = Some(e),
             Err(e) => failures.push(e.message().to_string()),
+        }
+    }
+    if votes.is_empty() && unknown == 0 {
+        // A sentinel that refused us (credentials) says more than the
+        // ones that did not answer.
+        if let Some(refused) = refused {
+            return Err(refused);
         }
     }
     if !votes.is_empty() {

@@ -18,7 +18,7 @@ use tokio::sync::Notify;
 
 use crate::builder::RedisBuilder;
 use crate::config::{Deployment, RedisConfig, RedisOptions};
-use crate::node::{Keys, Node, Subscriber};
+use crate::node::{eval_then_wait, Keys, Node, Subscriber};
 use crate::scripts::Scripts;
 
 /// A lock store on one Redis master: one server (`redis://`), Redis Cluster
@@ -197,30 +197,66 @@ impl RedisStore {
         let inner = &self.inner;
         let keys = self.keys(&request.name);
         let mut conn = inner.node.conn_for(&keys.lock);
-        let (status, value): (i64, i64) = inner
-            .scripts
-            .acquire
-            .key(&keys.lock)
-            .key(&keys.fence)
-            .key(&keys.queue)
-            .key(&keys.timeouts)
-            .arg(request.owner.as_str())
-            .arg(request.ttl.as_millis() as u64)
-            .arg(if request.reentrant { 1 } else { 0 })
-            .arg(entry)
-            .arg(inner.options.waiter_lease.as_millis() as u64)
-            .arg(&inner.channel_prefix)
-            .arg(call)
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| inner.node.err(e))?;
+        let script = &inner.scripts.acquire;
+        let key_list = [&*keys.lock, &*keys.fence, &*keys.queue, &*keys.timeouts];
+        let args = [
+            request.owner.as_str().as_bytes().to_vec(),
+            request.ttl.as_millis().to_string().into_bytes(),
+            if request.reentrant {
+                b"1".to_vec()
+            } else {
+                b"0".to_vec()
+            },
+            entry.as_bytes().to_vec(),
+            inner
+                .options
+                .waiter_lease
+                .as_millis()
+                .to_string()
+                .into_bytes(),
+            inner.channel_prefix.as_bytes().to_vec(),
+            call.as_bytes().to_vec(),
+        ];
+        let ((status, value), confirmed): ((i64, i64), Option<u32>) =
+            match inner.options.wait_replicas {
+                Some(wait) => {
+                    let (answer, acknowledged) =
+                        eval_then_wait(&mut conn, script, &key_list, &args, wait)
+                            .await
+                            .map_err(|e| inner.node.err(e))?;
+                    (answer, Some(acknowledged))
+                }
+                None => {
+                    let mut invocation = script.prepare_invoke();
+                    for key in key_list {
+                        invocation.key(key);
+                    }
+                    for arg in &args {
+                        invocation.arg(arg);
+                    }
+                    let answer = invocation
+                        .invoke_async(&mut conn)
+                        .await
+                        .map_err(|e| inner.node.err(e))?;
+                    (answer, None)
+                }
+            };
         match status {
             1 => {
                 let token = value as u64;
-                if let Err(err) = self.confirm_on_replicas(&keys.lock).await {
+                if let Err(err) = self.check_confirmed(confirmed) {
                     // Not on enough replicas: undo, so that nobody holds a
                     // lock a failover could hand to a second owner.
-                    let _ = self.release_token(request, token, &nonce()).await;
+                    let (store, request) = (self.clone(), request.clone());
+                    retry_in_background(move || {
+                        let (store, request) = (store.clone(), request.clone());
+                        async move {
+                            store
+                                .release_token(&request, token, &nonce())
+                                .await
+                                .map(drop)
+                        }
+                    });
                     return Err(err);
                 }
                 Ok(Attempt::Taken(token))
@@ -260,13 +296,13 @@ impl RedisStore {
         .await
     }
 
-    /// With `?wait_replicas=N`: `WAIT` until N replicas have the write the
-    /// script just made on the master of `key`, else `Unavailable`.
-    async fn confirm_on_replicas(&self, key: &str) -> Result<()> {
-        let Some(wait) = self.inner.options.wait_replicas else {
+    /// With `?wait_replicas=N`: `Unavailable` unless `WAIT` said N
+    /// replicas have the write.
+    fn check_confirmed(&self, acknowledged: Option<u32>) -> Result<()> {
+        let (Some(wait), Some(acknowledged)) = (self.inner.options.wait_replicas, acknowledged)
+        else {
             return Ok(());
         };
-        let acknowledged = self.inner.node.wait_for_replicas(key, wait).await?;
         if acknowledged < wait.replicas {
             return Err(Error::unavailable(format!(
                 "only {acknowledged} of {} replicas of {} confirmed the write within {:?} \
@@ -516,18 +552,35 @@ impl Backend for RedisStore {
         let keys = self.keys(&request.name);
         let mut conn = inner.node.conn_for(&keys.lock);
         let started = Instant::now();
-        let renewed: i64 = inner
-            .scripts
-            .renew
-            .key(&keys.lock)
-            .arg(request.owner.as_str())
-            .arg(grant.token)
-            .arg(request.ttl.as_millis() as u64)
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| inner.node.err(e))?;
+        let script = &inner.scripts.renew;
+        let args = [
+            request.owner.as_str().as_bytes().to_vec(),
+            grant.token.to_string().into_bytes(),
+            request.ttl.as_millis().to_string().into_bytes(),
+        ];
+        let (renewed, confirmed): (i64, Option<u32>) = match inner.options.wait_replicas {
+            Some(wait) => {
+                let (renewed, acknowledged) =
+                    eval_then_wait(&mut conn, script, &[&*keys.lock], &args, wait)
+                        .await
+                        .map_err(|e| inner.node.err(e))?;
+                (renewed, Some(acknowledged))
+            }
+            None => {
+                let mut invocation = script.prepare_invoke();
+                invocation.key(&keys.lock);
+                for arg in &args {
+                    invocation.arg(arg);
+                }
+                let renewed = invocation
+                    .invoke_async(&mut conn)
+                    .await
+                    .map_err(|e| inner.node.err(e))?;
+                (renewed, None)
+            }
+        };
         if renewed == 1 {
-            self.confirm_on_replicas(&keys.lock).await?;
+            self.check_confirmed(confirmed)?;
             Ok(started + request.ttl)
         } else {
             Err(Error::new(
