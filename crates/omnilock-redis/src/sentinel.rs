@@ -424,7 +424,7 @@ async fn resolve(
         }
     }
     if !votes.is_empty() {
-        votes.sort_by(|a, b| b.1.cmp(&a.1));
+        votes.sort_by_key(|(_, count)| std::cmp::Reverse(*count));
         return Ok(votes.into_iter().map(|(address, _)| address).collect());
     }
     if unknown > 0 {
