@@ -251,14 +251,15 @@ impl RedisOptions {
             }
             if !(1..=64).contains(&wait.replicas) {
                 return Err(Error::config(
-                    "option \"wait_replicas\" must be between 0 and 64",
+                    "option \"wait_replicas\" must be between 1 and 64 (0, or leaving it \
+                     out, waits for none)",
                 ));
             }
-            // WAIT 0 blocks for ever; a WAIT longer than the reply timeout
-            // would be cut off by it.
-            if wait.timeout < Duration::from_millis(1) || wait.timeout >= self.response_timeout {
+            // WAIT 0 blocks for ever; WAIT plus the script and a round trip
+            // must fit in the reply timeout.
+            if wait.timeout < Duration::from_millis(1) || wait.timeout * 2 > self.response_timeout {
                 return Err(Error::config(format!(
-                    "option \"wait_timeout\" must be at least 1ms and below the reply \
+                    "option \"wait_timeout\" must be at least 1ms and at most half the reply \
                      timeout (\"timeout\", now {:?})",
                     self.response_timeout
                 )));
@@ -321,8 +322,12 @@ impl RedisConfig {
                 }
                 let deployment = Deployment::Sentinel {
                     master: master.to_string(),
-                    username: url.take("sentinel_username"),
-                    password: url.take("sentinel_password").map(Secret::new),
+                    username: url.take("sentinel_username").filter(|u| !u.is_empty()),
+                    // Empty: no password (AUTH "" would only fail).
+                    password: url
+                        .take("sentinel_password")
+                        .filter(|p| !p.is_empty())
+                        .map(Secret::new),
                 };
                 (deployment, db)
             }

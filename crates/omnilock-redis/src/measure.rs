@@ -36,10 +36,14 @@ impl Measure for RedisStore {
                     .map_err(|e| node.err(e))?;
                 match value {
                     // One reply per master, keyed by its address.
+                    // A master that failed answers an error here: fail,
+                    // rather than count too few.
                     Value::Map(replies) => replies
                         .into_iter()
-                        .filter_map(|(_, reply)| redis::from_redis_value::<String>(reply).ok())
-                        .collect(),
+                        .map(|(_, reply)| {
+                            redis::from_redis_value::<String>(reply).map_err(|e| node.err(e.into()))
+                        })
+                        .collect::<Result<_>>()?,
                     reply => vec![redis::from_redis_value(reply).map_err(|e| node.err(e.into()))?],
                 }
             }

@@ -104,6 +104,15 @@ pub(crate) enum Subscriber {
 }
 
 impl Subscriber {
+    /// Completes when the subscription should move to another server (the
+    /// sentinels named a new master); never for the other deployments.
+    pub(crate) async fn moved(&self) {
+        match self {
+            Subscriber::Sentinel(conn) => conn.moved().await,
+            _ => std::future::pending().await,
+        }
+    }
+
     /// Opens a subscription to `channel`.
     pub(crate) async fn subscribe(&self, channel: &str) -> redis::RedisResult<redis::aio::PubSub> {
         let client = match self {

@@ -39,6 +39,8 @@ struct Shared {
     current: RwLock<Master>,
     /// One re-resolution at a time; the others wait for its outcome.
     refreshing: tokio::sync::Mutex<()>,
+    /// Woken when the connection moves to a new master.
+    moved: tokio::sync::Notify,
     /// The task that listens for `+switch-master`.
     watcher: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
@@ -99,6 +101,7 @@ pub(crate) async fn open(config: &RedisConfig) -> Result<Node> {
             sentinels,
             current: RwLock::new(current),
             refreshing: tokio::sync::Mutex::new(()),
+            moved: tokio::sync::Notify::new(),
             watcher: std::sync::Mutex::new(None),
         }),
     };
@@ -117,6 +120,11 @@ impl SentinelConn {
             Ok(master) => master.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
         }
+    }
+
+    /// Completes the next time the connection moves to a new master.
+    pub(crate) async fn moved(&self) {
+        self.shared.moved.notified().await;
     }
 
     /// The client of the current master (for the wake-up subscription),
@@ -159,6 +167,7 @@ impl SentinelConn {
                     Ok(mut current) => *current = master,
                     Err(poisoned) => *poisoned.into_inner() = master,
                 }
+                shared.moved.notify_waiters();
             }
             Ok(Ok(None)) => {}
             Ok(Err(err)) => {
@@ -256,6 +265,7 @@ impl SentinelConn {
                     Ok(mut current) => *current = master,
                     Err(poisoned) => *poisoned.into_inner() = master,
                 }
+                shared.moved.notify_waiters();
             }
             _ => tracing::debug!(%address, "omnilock redis: the announced master is not ready"),
         }

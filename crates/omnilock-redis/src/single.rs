@@ -171,6 +171,7 @@ impl RedisStore {
             Some(pubsub),
             subscriber,
             store.wake_channel(),
+            store.inner.options.connect_timeout,
         ));
         *lock_unpoisoned(&store.inner.listener) = Some(task);
         Ok(store)
@@ -343,23 +344,37 @@ async fn listen(
     mut pubsub: Option<redis::aio::PubSub>,
     subscriber: Subscriber,
     channel: String,
+    connect_timeout: Duration,
 ) {
     let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
     loop {
         let subscribed = match pubsub.take() {
             Some(subscribed) => subscribed,
-            None => match subscriber.subscribe(&channel).await {
-                Ok(subscribed) => subscribed,
-                Err(err) => {
-                    tracing::debug!(error = %err, "omnilock redis: cannot re-subscribe yet");
-                    tokio::time::sleep(backoff.next_delay()).await;
-                    continue;
+            // redis-rs gives the subscription no timeout of its own.
+            None => {
+                match tokio::time::timeout(connect_timeout, subscriber.subscribe(&channel)).await {
+                    Ok(Ok(subscribed)) => subscribed,
+                    failed => {
+                        if let Ok(Err(err)) = failed {
+                            tracing::debug!(error = %err, "omnilock redis: cannot re-subscribe yet");
+                        }
+                        tokio::time::sleep(backoff.next_delay()).await;
+                        continue;
+                    }
                 }
-            },
+            }
         };
-        backoff.reset();
+        let subscribed_at = Instant::now();
+        let moved = subscriber.moved();
+        tokio::pin!(moved);
         let mut messages = subscribed.into_on_message();
-        while let Some(message) = messages.next().await {
+        loop {
+            let message = tokio::select! {
+                message = messages.next() => message,
+                // The master moved (Sentinel): subscribe there.
+                () = &mut moved => None,
+            };
+            let Some(message) = message else { break };
             let Some(inner) = store.upgrade() else { return };
             let Ok(entry) = message.get_payload::<String>() else {
                 continue;
@@ -371,11 +386,16 @@ async fn listen(
             }
         }
         let Some(inner) = store.upgrade() else { return };
-        tracing::warn!("omnilock redis: wake-up subscription lost; re-subscribing");
+        tracing::warn!("omnilock redis: wake-up subscription lost or moved; re-subscribing");
         for notify in lock_unpoisoned(&inner.waiters).values() {
             notify.notify_one();
         }
         drop(inner);
+        // A subscription that lasted is not a failing one: start the
+        // backoff again; one that drops at once backs off further.
+        if subscribed_at.elapsed() > Duration::from_secs(5) {
+            backoff.reset();
+        }
         tokio::time::sleep(backoff.next_delay()).await;
     }
 }

@@ -264,9 +264,9 @@ fn bad_urls_are_clear() {
         ("redlock://h:1,h:2,h:3/?wait_replicas=1", "Redlock"),
         (
             "redis://h:1?wait_replicas=1&wait_timeout=5s",
-            "below the reply timeout",
+            "at most half the reply",
         ),
-        ("redis://h:1?wait_replicas=65", "between 0 and 64"),
+        ("redis://h:1?wait_replicas=65", "between 1 and 64"),
         ("redis://h:1?wait_replicas=two", "expected a number"),
         ("redis://h:1,h:2", "redis+cluster"),
     ] {
