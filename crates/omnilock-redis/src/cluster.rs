@@ -32,7 +32,7 @@ use redis::{AsyncConnectionConfig, Cmd, RedisFuture, TlsMode, Value};
 use crate::config::RedisConfig;
 use crate::node::{
     connection_info, connection_manager, ensure_crypto_provider, map_err, tls_certificates, Conn,
-    Node, Subscriber,
+    Login, Node, Subscriber,
 };
 
 /// Commands for the cluster: straight to the master of a key's slot when
@@ -62,21 +62,8 @@ impl redis::aio::ConnectionLike for ClusterConn {
             if let Some(direct) = self.direct.as_mut() {
                 match direct.req_packed_command(cmd).await {
                     Ok(value) => return Ok(value),
-                    // Refused by this node before it ran anything: the slot
-                    // moved or the cluster is changing. Learn the new map;
-                    // this call takes the slow way, which follows redirects.
-                    Err(e)
-                        if e.redirect_node().is_some()
-                            || matches!(e.code(), Some("CLUSTERDOWN" | "TRYAGAIN")) =>
-                    {
-                        self.router.refresh();
-                    }
-                    Err(e) => {
-                        // The master may be gone: the caller retries, by
-                        // then on the new map.
-                        self.router.refresh();
-                        return Err(e);
-                    }
+                    Err(e) if !self.router.after_direct_failure(&e) => return Err(e),
+                    Err(_) => {}
                 }
             }
             self.fallback.req_packed_command(cmd).await
@@ -93,16 +80,8 @@ impl redis::aio::ConnectionLike for ClusterConn {
             if let Some(direct) = self.direct.as_mut() {
                 match direct.req_packed_commands(pipeline, offset, count).await {
                     Ok(values) => return Ok(values),
-                    Err(e)
-                        if e.redirect_node().is_some()
-                            || matches!(e.code(), Some("CLUSTERDOWN" | "TRYAGAIN")) =>
-                    {
-                        self.router.refresh();
-                    }
-                    Err(e) => {
-                        self.router.refresh();
-                        return Err(e);
-                    }
+                    Err(e) if !self.router.after_direct_failure(&e) => return Err(e),
+                    Err(_) => {}
                 }
             }
             self.fallback
@@ -135,6 +114,16 @@ struct Table {
 }
 
 impl Router {
+    /// After a direct call failed: reads the map again, and says whether to
+    /// send the call through redis-rs's cluster connection. Yes when the
+    /// node refused it before running anything (the slot moved, the cluster
+    /// is changing); redis-rs follows the redirect. No when the master may
+    /// be gone: the caller retries, by then on the new map.
+    fn after_direct_failure(self: &Arc<Self>, e: &redis::RedisError) -> bool {
+        self.refresh();
+        e.redirect_node().is_some() || matches!(e.code(), Some("CLUSTERDOWN" | "TRYAGAIN"))
+    }
+
     fn conn_for(self: &Arc<Self>, slot: u16) -> Option<ConnectionManager> {
         let found = {
             let table = match self.table.read() {
@@ -276,7 +265,15 @@ pub(crate) async fn open(config: &RedisConfig) -> Result<Node> {
     let seeds = config
         .nodes
         .iter()
-        .map(|node| connection_info(config, node))
+        .map(|node| {
+            let login = Login {
+                default_port: 6379,
+                username: config.username.as_deref(),
+                password: config.password.as_ref(),
+                db: 0,
+            };
+            connection_info(config, node, login)
+        })
         .collect::<Result<Vec<_>>>()?;
     let address = config
         .nodes

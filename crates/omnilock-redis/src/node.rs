@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use omnilock_core::{Error, ErrorKind, HostPort, Result};
+use omnilock_core::{Error, ErrorKind, HostPort, Result, Secret};
 use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{
@@ -139,16 +139,40 @@ pub(crate) struct Node {
 }
 
 impl Node {
-    /// The client that a URL's settings describe for `node`.
+    /// The client that a URL's settings describe for data node `node`.
     pub(crate) fn client(config: &RedisConfig, node: &HostPort) -> Result<redis::Client> {
-        let address = node.to_string();
-        let info = connection_info(config, node)?;
-        match &config.tls_ca {
-            Some(_) => redis::Client::build_with_tls(info, tls_certificates(config)?),
-            None => redis::Client::open(info),
-        }
-        .map_err(|e| map_err(e, &address))
+        let login = Login {
+            default_port: 6379,
+            username: config.username.as_deref(),
+            password: config.password.as_ref(),
+            db: config.db,
+        };
+        client_for(config, node, login)
     }
+}
+
+/// Who a client logs in as, where: the data nodes' credentials and database,
+/// or the sentinels' own.
+pub(crate) struct Login<'a> {
+    pub default_port: u16,
+    pub username: Option<&'a str>,
+    pub password: Option<&'a Secret>,
+    pub db: i64,
+}
+
+/// A client for `node` with the URL's TLS settings and `login`.
+pub(crate) fn client_for(
+    config: &RedisConfig,
+    node: &HostPort,
+    login: Login<'_>,
+) -> Result<redis::Client> {
+    let address = node.to_string();
+    let info = connection_info(config, node, login)?;
+    match &config.tls_ca {
+        Some(_) => redis::Client::build_with_tls(info, tls_certificates(config)?),
+        None => redis::Client::open(info),
+    }
+    .map_err(|e| map_err(e, &address))
 }
 
 /// The CA certificates of `?tls_ca=`, for redis-rs.
@@ -166,10 +190,14 @@ pub(crate) fn tls_certificates(config: &RedisConfig) -> Result<redis::TlsCertifi
     })
 }
 
-/// The address, credentials and database a URL's settings give a data node.
-pub(crate) fn connection_info(config: &RedisConfig, node: &HostPort) -> Result<ConnectionInfo> {
+/// The address, TLS and login of a connection to `node`.
+pub(crate) fn connection_info(
+    config: &RedisConfig,
+    node: &HostPort,
+    login: Login<'_>,
+) -> Result<ConnectionInfo> {
     let address = node.to_string();
-    let (host, port) = (node.host.clone(), node.port.unwrap_or(6379));
+    let (host, port) = (node.host.clone(), node.port.unwrap_or(login.default_port));
     let addr = if config.tls {
         ConnectionAddr::TcpTls {
             host,
@@ -180,17 +208,17 @@ pub(crate) fn connection_info(config: &RedisConfig, node: &HostPort) -> Result<C
     } else {
         ConnectionAddr::Tcp(host, port)
     };
-    let mut redis_info = RedisConnectionInfo::default().set_db(config.db);
-    if let Some(username) = &config.username {
-        redis_info = redis_info.set_username(username);
+    let mut settings = RedisConnectionInfo::default().set_db(login.db);
+    if let Some(username) = login.username {
+        settings = settings.set_username(username);
     }
-    if let Some(password) = &config.password {
-        redis_info = redis_info.set_password(password.expose());
+    if let Some(password) = login.password {
+        settings = settings.set_password(password.expose());
     }
     Ok(addr
         .into_connection_info()
         .map_err(|e| map_err(e, &address))?
-        .set_redis_settings(redis_info))
+        .set_redis_settings(settings))
 }
 
 impl Node {

@@ -21,10 +21,10 @@ use futures_util::StreamExt;
 
 use omnilock_core::{lock_unpoisoned, Backoff, Error, HostPort, Result};
 use redis::aio::ConnectionManager;
-use redis::{AsyncConnectionConfig, Cmd, ConnectionAddr, IntoConnectionInfo, RedisFuture, Value};
+use redis::{AsyncConnectionConfig, Cmd, RedisFuture, Value};
 
 use crate::config::{Deployment, RedisConfig};
-use crate::node::{connection_manager, map_err, Conn, Node, Subscriber};
+use crate::node::{client_for, connection_manager, map_err, Conn, Login, Node, Subscriber};
 
 /// The command connection to whichever server the sentinels name as master.
 #[derive(Clone)]
@@ -328,34 +328,13 @@ fn sentinel_client(
     username: Option<&str>,
     password: Option<&omnilock_core::Secret>,
 ) -> Result<redis::Client> {
-    let address = node.to_string();
-    let (host, port) = (node.host.clone(), node.port.unwrap_or(26379));
-    let addr = if config.tls {
-        ConnectionAddr::TcpTls {
-            host,
-            port,
-            insecure: false,
-            tls_params: None,
-        }
-    } else {
-        ConnectionAddr::Tcp(host, port)
+    let login = Login {
+        default_port: 26379,
+        username,
+        password,
+        db: 0,
     };
-    let mut settings = redis::RedisConnectionInfo::default();
-    if let Some(username) = username {
-        settings = settings.set_username(username);
-    }
-    if let Some(password) = password {
-        settings = settings.set_password(password.expose());
-    }
-    let info = addr
-        .into_connection_info()
-        .map_err(|e| map_err(e, &address))?
-        .set_redis_settings(settings);
-    match &config.tls_ca {
-        Some(_) => redis::Client::build_with_tls(info, crate::node::tls_certificates(config)?),
-        None => redis::Client::open(info),
-    }
-    .map_err(|e| map_err(e, &address))
+    client_for(config, node, login)
 }
 
 fn sentinel_list(sentinels: &[(String, redis::Client)]) -> String {
