@@ -167,70 +167,86 @@ impl Router {
         });
     }
 
-    async fn load(&self) -> Result<()> {
+    /// Reads the slot map, connects to masters not known yet, and returns
+    /// the map (every node, for the wake-up subscription).
+    async fn load(&self) -> Result<Vec<SlotRange>> {
         let slots = redis::cmd("CLUSTER")
             .arg("SLOTS")
             .query_async::<Value>(&mut self.fallback.clone())
             .await
             .map_err(|e| map_err(e, "the cluster"))?;
-        let ranges = slot_ranges(slots);
+        let map = slot_map(slots);
         let known: std::collections::HashMap<String, ConnectionManager> = match self.table.read() {
             Ok(table) => table.conns.clone(),
             Err(poisoned) => poisoned.into_inner().conns.clone(),
         };
+        let mut ranges = Vec::new();
         let mut conns = std::collections::HashMap::new();
-        for (_, _, address) in &ranges {
-            if conns.contains_key(address) {
-                continue;
-            }
-            if let Some(conn) = known.get(address) {
-                conns.insert(address.clone(), conn.clone());
-                continue;
-            }
-            let Some((host, port)) = address.rsplit_once(':') else {
+        for range in &map {
+            let Some(master) = range.nodes.first() else {
                 continue;
             };
-            let node = HostPort {
-                host: host.to_string(),
-                port: port.parse().ok(),
-            };
-            let Ok(client) = Node::client(&self.config, &node) else {
+            let address = master.to_string();
+            ranges.push((range.first, range.last, address.clone()));
+            if conns.contains_key(&address) {
+                continue;
+            }
+            if let Some(conn) = known.get(&address) {
+                conns.insert(address, conn.clone());
+                continue;
+            }
+            let Ok(client) = Node::client(&self.config, master) else {
                 continue;
             };
             if let Ok(conn) = connection_manager(&client, &self.config.options).await {
-                conns.insert(address.clone(), conn);
+                conns.insert(address, conn);
             }
         }
+        ranges.sort();
         let table = Table { ranges, conns };
         match self.table.write() {
             Ok(mut current) => *current = table,
             Err(poisoned) => *poisoned.into_inner() = table,
         }
-        Ok(())
+        Ok(map)
     }
 }
 
-/// `CLUSTER SLOTS` → (first, last, master `host:port`).
-fn slot_ranges(slots: Value) -> Vec<(u16, u16, String)> {
+/// One range of slots and the nodes serving it, master first.
+struct SlotRange {
+    first: u16,
+    last: u16,
+    nodes: Vec<HostPort>,
+}
+
+/// `CLUSTER SLOTS`: `[[first, last, [host, port, id, ..] (master), [..]
+/// (replicas)..], ..]`. Entries that do not parse are left out.
+fn slot_map(slots: Value) -> Vec<SlotRange> {
     let Value::Array(ranges) = slots else {
         return Vec::new();
     };
-    let mut out: Vec<(u16, u16, String)> = ranges
+    ranges
         .into_iter()
         .filter_map(|range| {
-            let Value::Array(mut parts) = range else {
+            let Value::Array(parts) = range else {
                 return None;
             };
-            parts.truncate(3);
-            let master = parts.pop()?;
-            let last: u16 = redis::from_redis_value(parts.pop()?).ok()?;
-            let first: u16 = redis::from_redis_value(parts.pop()?).ok()?;
-            let (host, port): (String, u16) = redis::from_redis_value(first_two(master)).ok()?;
-            Some((first, last, format!("{host}:{port}")))
+            let mut parts = parts.into_iter();
+            let first: u16 = redis::from_redis_value(parts.next()?).ok()?;
+            let last: u16 = redis::from_redis_value(parts.next()?).ok()?;
+            let nodes = parts
+                .filter_map(|node| {
+                    let (host, port): (String, u16) =
+                        redis::from_redis_value(first_two(node)).ok()?;
+                    (!host.is_empty()).then_some(HostPort {
+                        host,
+                        port: Some(port),
+                    })
+                })
+                .collect();
+            Some(SlotRange { first, last, nodes })
         })
-        .collect();
-    out.sort();
-    out
+        .collect()
 }
 
 /// The hash slot of `key` (CRC16-XMODEM of its hash tag, mod 16384).
@@ -329,18 +345,11 @@ pub(crate) async fn open(config: &RedisConfig) -> Result<Node> {
     });
     // Without the map every call takes the slow way; with a partial one
     // (a master down), the rest are direct.
-    let _ = router.load().await;
+    let map = router.load().await.unwrap_or_default();
     let mut subscribe_at = config.nodes.clone();
-    let mut probe = conn.clone();
-    if let Ok(slots) = redis::cmd("CLUSTER")
-        .arg("SLOTS")
-        .query_async::<Value>(&mut probe)
-        .await
-    {
-        for node in slot_nodes(slots) {
-            if !subscribe_at.contains(&node) {
-                subscribe_at.push(node);
-            }
+    for node in map.into_iter().flat_map(|range| range.nodes) {
+        if !subscribe_at.contains(&node) {
+            subscribe_at.push(node);
         }
     }
     let clients = subscribe_at
@@ -412,30 +421,6 @@ async fn check_is_cluster(config: &RedisConfig) -> Result<()> {
         "cannot reach any seed node of the Redis Cluster: {}",
         failures.join("; ")
     )))
-}
-
-/// Every node `CLUSTER SLOTS` names: `[[start, end, [host, port, id, ..], ..], ..]`.
-fn slot_nodes(slots: Value) -> Vec<HostPort> {
-    let mut nodes = Vec::new();
-    let Value::Array(ranges) = slots else {
-        return nodes;
-    };
-    for range in ranges {
-        let Value::Array(parts) = range else { continue };
-        for node in parts.into_iter().skip(2) {
-            let Ok((host, port)) = redis::from_redis_value::<(String, u16)>(first_two(node)) else {
-                continue;
-            };
-            if host.is_empty() {
-                continue;
-            }
-            nodes.push(HostPort {
-                host,
-                port: Some(port),
-            });
-        }
-    }
-    nodes
 }
 
 /// `[host, port, id, ...]` → `[host, port]`.

@@ -9,7 +9,7 @@
 //! Reported, not hidden: double grants (two clients holding one lock at
 //! once, which asynchronous replication allows), with and without
 //! `wait_replicas=1`. The figures go to stderr (`--nocapture`) and to
-//! `target/stores/failover-*.txt`.
+//! `failover-*.txt` in the stores directory.
 //!
 //! The tests change which server is master, so they run one at a time in a
 //! binary of their own. (`OMNILOCK_TEST_REDIS_CLUSTER_URL`,
@@ -17,13 +17,13 @@
 //! `OMNILOCK_TEST_REDIS_SENTINEL_PORTS`)
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use omnilock_core::{Locks, StoreUrl};
 use omnilock_redis::RedisConfig;
+use omnilock_testkit::faults::{kill_store_process, restart_store_node, stores_dir};
 use omnilock_testkit::store_url;
 
 const PASSWORD: &str = "omnilock-test-pw";
@@ -41,10 +41,6 @@ const RESUME_BOUND: Duration = Duration::from_secs(20);
 const RESUME_BOUND_WAITING: Duration = Duration::from_secs(45);
 
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 fn ports(var: &str) -> Vec<u16> {
     std::env::var(var)
@@ -194,7 +190,7 @@ async fn master_of(seed: u16, key: &str) -> u16 {
     panic!("no master serves slot {slot}")
 }
 
-async fn pid_of(port: u16, password: &str) -> i32 {
+async fn pid_of(port: u16, password: &str) -> u32 {
     let info: String = redis::cmd("INFO")
         .arg("server")
         .query_async(&mut raw(port, password).await)
@@ -204,22 +200,6 @@ async fn pid_of(port: u16, password: &str) -> i32 {
         .find_map(|l| l.strip_prefix("process_id:"))
         .and_then(|p| p.trim().parse().ok())
         .expect("process_id")
-}
-
-fn kill_9(pid: i32) {
-    let status = std::process::Command::new("kill")
-        .args(["-9", &pid.to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success(), "kill -9 {pid}");
-}
-
-fn restart(store: &str, n: usize) {
-    let status = std::process::Command::new(root().join("scripts/stores.sh"))
-        .args(["restart", store, &n.to_string()])
-        .status()
-        .expect("stores.sh restart");
-    assert!(status.success(), "stores.sh restart {store} {n}");
 }
 
 /// Every cluster node (the killed one included, so it is back) reports
@@ -268,7 +248,7 @@ async fn client_whole(port: u16) -> bool {
 
 fn report(file: &str, line: &str) {
     eprintln!("{line}");
-    let path = root().join("target/stores").join(file);
+    let path = stores_dir().join(file);
     let _ = std::fs::create_dir_all(path.parent().unwrap());
     use std::io::Write;
     if let Ok(mut f) = std::fs::OpenOptions::new()
@@ -387,13 +367,13 @@ async fn cluster_master_kill(wait: bool) {
                 victims.push(name.clone());
             }
         }
-        kill_9(pid);
-        let n = seed_ports.iter().position(|p| *p == master).unwrap();
+        kill_store_process(pid);
+        let n = seed_ports.iter().position(|p| *p == master).unwrap() as u16;
         // Start it again once its replica has taken over (in the background:
         // the contention goes on meanwhile).
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs(4)).await;
-            tokio::task::spawn_blocking(move || restart("redis-cluster", n))
+            tokio::task::spawn_blocking(move || restart_store_node("redis-cluster", n))
                 .await
                 .unwrap();
         });
@@ -501,11 +481,11 @@ async fn sentinel_fault(kill: bool, wait: bool) {
         let master = sentinel_master(fault_ports[2]).await;
         if kill {
             let pid = pid_of(master, PASSWORD).await;
-            kill_9(pid);
-            let n = fault_ports.iter().position(|p| *p == master).unwrap();
+            kill_store_process(pid);
+            let n = fault_ports.iter().position(|p| *p == master).unwrap() as u16;
             tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_secs(4)).await;
-                tokio::task::spawn_blocking(move || restart("redis-sentinel", n))
+                tokio::task::spawn_blocking(move || restart_store_node("redis-sentinel", n))
                     .await
                     .unwrap();
             });
