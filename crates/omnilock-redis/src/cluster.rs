@@ -11,15 +11,9 @@
 //! master, sends that call through redis-rs's cluster connection instead
 //! (which follows redirects) and refreshes the map in the background.
 //!
-//! Wake-ups stay one `PUBLISH` per release: in a cluster a `PUBLISH` on any
-//! node reaches the subscribers on every node (over the cluster bus), so a
-//! client subscribes on any one node and hears the releases of every master.
-//! Sharded pub/sub (`SPUBLISH`) would tie a waiter's subscription to the
-//! lock's slot, one subscription per lock waited on; the closing note of
-//! the issue that added the cluster and docs/backends/redis.md give the
-//! measurement behind the choice.
+//! Wake-ups use sharded pub/sub, in the lock's slot: see `shard_wakeups.rs`.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -27,7 +21,8 @@ use omnilock_core::{Error, HostPort, Result};
 use redis::aio::ConnectionManager;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{AsyncConnectionConfig, Cmd, RedisFuture, TlsMode, Value};
+use redis::{AsyncConnectionConfig, Cmd, ProtocolVersion, PushInfo, RedisFuture, TlsMode, Value};
+use tokio::sync::mpsc::UnboundedSender;
 
 use crate::config::RedisConfig;
 use crate::node::{
@@ -167,9 +162,8 @@ impl Router {
         });
     }
 
-    /// Reads the slot map, connects to masters not known yet, and returns
-    /// the map (every node, for the wake-up subscription).
-    async fn load(&self) -> Result<Vec<SlotRange>> {
+    /// Reads the slot map and connects to masters not known yet.
+    async fn load(&self) -> Result<()> {
         let slots = redis::cmd("CLUSTER")
             .arg("SLOTS")
             .query_async::<Value>(&mut self.fallback.clone())
@@ -208,7 +202,7 @@ impl Router {
             Ok(mut current) => *current = table,
             Err(poisoned) => *poisoned.into_inner() = table,
         }
-        Ok(map)
+        Ok(())
     }
 }
 
@@ -274,62 +268,15 @@ pub(crate) fn slot(key: &[u8]) -> u16 {
     crc % 16384
 }
 
-/// Connects to the cluster through any reachable seed node, and lists every
-/// node (seeds and discovered) as a place to subscribe.
+/// Connects to the cluster through any reachable seed node and reads its
+/// slot map.
 pub(crate) async fn open(config: &RedisConfig) -> Result<Node> {
-    let options = &config.options;
-    let seeds = config
-        .nodes
-        .iter()
-        .map(|node| {
-            let login = Login {
-                default_port: 6379,
-                username: config.username.as_deref(),
-                password: config.password.as_ref(),
-                db: 0,
-            };
-            connection_info(config, node, login)
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let address = config
-        .nodes
-        .iter()
-        .map(HostPort::to_string)
-        .collect::<Vec<_>>()
-        .join(",");
-    if config.tls {
-        ensure_crypto_provider();
-    }
+    let address = seed_list(config);
     let within_timeout = async {
         check_is_cluster(config).await?;
-        let mut builder = ClusterClient::builder(seeds)
-            // Half: redis-rs connects to every seed; one that is down must
-            // leave time for the rest.
-            .connection_timeout(options.connect_timeout / 2)
-            .response_timeout(options.response_timeout)
-            // omnilock's own loops retry after a backoff; a few quick retries
-            // here ride out a redirect or a reconnect.
-            .retries(3);
-        if let Some(username) = &config.username {
-            builder = builder.username(username);
-        }
-        if let Some(password) = &config.password {
-            builder = builder.password(password.expose());
-        }
-        if config.tls {
-            builder = builder.tls(TlsMode::Secure);
-            if config.tls_ca.is_some() {
-                builder = builder.certs(tls_certificates(config)?);
-            }
-        }
-        let client = builder.build().map_err(|e| map_err(e, &address))?;
-        let conn = client
-            .get_async_connection()
-            .await
-            .map_err(|e| map_err(e, &address))?;
-        Ok::<_, Error>(conn)
+        connect(config, None).await
     };
-    let conn = tokio::time::timeout(options.connect_timeout, within_timeout)
+    let conn = tokio::time::timeout(config.options.connect_timeout, within_timeout)
         .await
         .map_err(|_| {
             Error::unavailable(format!(
@@ -345,26 +292,83 @@ pub(crate) async fn open(config: &RedisConfig) -> Result<Node> {
     });
     // Without the map every call takes the slow way; with a partial one
     // (a master down), the rest are direct.
-    let map = router.load().await.unwrap_or_default();
-    let mut subscribe_at = config.nodes.clone();
-    for node in map.into_iter().flat_map(|range| range.nodes) {
-        if !subscribe_at.contains(&node) {
-            subscribe_at.push(node);
-        }
-    }
-    let clients = subscribe_at
-        .iter()
-        .map(|node| Node::client(config, node))
-        .collect::<Result<Vec<_>>>()?;
+    let _ = router.load().await;
     Ok(Node {
         conn: Conn::Cluster(ClusterConn {
             fallback: conn,
             direct: None,
             router,
         }),
-        subscriber: Subscriber::AnyOf(Arc::new(clients), Arc::new(AtomicUsize::new(0))),
+        subscriber: Subscriber::Shards(Box::new(config.clone())),
         address,
     })
+}
+
+/// The seed nodes, as shown in messages.
+fn seed_list(config: &RedisConfig) -> String {
+    config
+        .nodes
+        .iter()
+        .map(HostPort::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// redis-rs's cluster connection, through any reachable seed (no timeout
+/// of its own: callers give one). With `pushes`, in RESP3, with pub/sub
+/// messages and disconnection notices sent there.
+pub(crate) async fn connect(
+    config: &RedisConfig,
+    pushes: Option<UnboundedSender<PushInfo>>,
+) -> Result<ClusterConnection> {
+    let options = &config.options;
+    let address = seed_list(config);
+    let seeds = config
+        .nodes
+        .iter()
+        .map(|node| {
+            let login = Login {
+                default_port: 6379,
+                username: config.username.as_deref(),
+                password: config.password.as_ref(),
+                db: 0,
+            };
+            connection_info(config, node, login)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    if config.tls {
+        ensure_crypto_provider();
+    }
+    let mut builder = ClusterClient::builder(seeds)
+        // Half: redis-rs connects to every seed; one that is down must
+        // leave time for the rest.
+        .connection_timeout(options.connect_timeout / 2)
+        .response_timeout(options.response_timeout)
+        // omnilock's own loops retry after a backoff; a few quick retries
+        // here ride out a redirect or a reconnect.
+        .retries(3);
+    if let Some(username) = &config.username {
+        builder = builder.username(username);
+    }
+    if let Some(password) = &config.password {
+        builder = builder.password(password.expose());
+    }
+    if config.tls {
+        builder = builder.tls(TlsMode::Secure);
+        if config.tls_ca.is_some() {
+            builder = builder.certs(tls_certificates(config)?);
+        }
+    }
+    if let Some(pushes) = pushes {
+        builder = builder
+            .use_protocol(ProtocolVersion::RESP3)
+            .push_sender(pushes);
+    }
+    let client = builder.build().map_err(|e| map_err(e, &address))?;
+    client
+        .get_async_connection()
+        .await
+        .map_err(|e| map_err(e, &address))
 }
 
 /// The seeds are asked at once, each for half the connect timeout; the

@@ -17,6 +17,7 @@ mod node;
 mod redlock;
 mod scripts;
 mod sentinel;
+mod shard_wakeups;
 mod single;
 
 pub use builder::{RedisBuilder, RedlockBuilder};

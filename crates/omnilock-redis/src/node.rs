@@ -2,8 +2,6 @@
 //! master for a key, or the master the sentinels name): its connection, its
 //! wake-up subscription, its keys, its errors.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use omnilock_core::{Error, ErrorKind, HostPort, Result, Secret};
@@ -96,9 +94,9 @@ impl redis::aio::ConnectionLike for Conn {
 pub(crate) enum Subscriber {
     /// The one server.
     Server(Box<redis::Client>),
-    /// Any node of a cluster: a `PUBLISH` on one node reaches subscribers on
-    /// every node. After a failure the next node in the list is tried.
-    AnyOf(Arc<Vec<redis::Client>>, Arc<AtomicUsize>),
+    /// A cluster: one sharded subscription per lock waited on, in the
+    /// lock's slot (see `shard_wakeups.rs`), opened with this configuration.
+    Shards(Box<RedisConfig>),
     /// The master the sentinels name now.
     Sentinel(SentinelConn),
 }
@@ -113,15 +111,18 @@ impl Subscriber {
         }
     }
 
-    /// Opens a subscription to `channel`.
+    /// Opens a subscription to `channel` (one server or the sentinels'
+    /// master; a cluster subscribes per lock instead).
     pub(crate) async fn subscribe(&self, channel: &str) -> redis::RedisResult<redis::aio::PubSub> {
         let client = match self {
             Subscriber::Server(client) => (**client).clone(),
-            Subscriber::AnyOf(clients, next) => {
-                let i = next.fetch_add(1, Ordering::Relaxed) % clients.len();
-                clients[i].clone()
-            }
             Subscriber::Sentinel(conn) => conn.master_client().await?,
+            Subscriber::Shards(_) => {
+                return Err(RedisError::from((
+                    redis::ErrorKind::Client,
+                    "a cluster subscribes per lock, in the lock's slot",
+                )))
+            }
         };
         let mut pubsub = client.get_async_pubsub().await?;
         pubsub.subscribe(channel).await?;

@@ -7,8 +7,11 @@
 //! clock in microseconds), `queue` (list of waiter
 //! entries, FIFO) and `timeouts` (zset entry → expiry of that waiter's place).
 //! A waiter entry is `<client id>:<waiter id>`; a release PUBLISHes the head
-//! entry on `<channel prefix><client id>`, the one channel each client
-//! subscribes to, so exactly one waiter is woken.
+//! entry on `<channel prefix><client id>`, so exactly one waiter is woken.
+//! The prefix is `<prefix>:wake:` (one channel per client) on one server,
+//! and `{prefix:name}:wake:` in a cluster (one channel per lock and client,
+//! in the lock's slot, published with `SPUBLISH`; the key prefix has no
+//! braces, so a leading `{` tells the two apart).
 
 use redis::Script;
 
@@ -52,11 +55,15 @@ local function remember(calls, id)
   while #list > 8 do table.remove(list, 1) end
   return table.concat(list, ' ')
 end
+-- A channel prefix that starts with the lock's hash tag is a channel in the
+-- lock's slot (a cluster): sharded pub/sub, to that slot's master only.
 local function wake(queue, timeouts, channel_prefix)
   local head = live_head(queue, timeouts)
   if head then
     local client = string.match(head, '^([^:]+):')
-    redis.call('PUBLISH', channel_prefix .. client, head)
+    local publish = 'PUBLISH'
+    if string.sub(channel_prefix, 1, 1) == '{' then publish = 'SPUBLISH' end
+    redis.call(publish, channel_prefix .. client, head)
   end
 end
 "#;

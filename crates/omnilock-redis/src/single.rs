@@ -2,9 +2,10 @@
 //! server, a cluster (the master of the lock's slot) or the master the
 //! sentinels name.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -14,12 +15,15 @@ use omnilock_core::{
 };
 use rand::Rng;
 use redis::aio::ConnectionManager;
+use redis::{PushInfo, PushKind};
+use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::Notify;
 
 use crate::builder::RedisBuilder;
 use crate::config::{Deployment, RedisConfig, RedisOptions};
 use crate::node::{eval_then_wait, Keys, Node, Subscriber};
 use crate::scripts::Scripts;
+use crate::shard_wakeups::{ShardWakeups, LINGER};
 
 /// A lock store on one Redis master: one server (`redis://`), Redis Cluster
 /// (`redis+cluster://`) or a master watched by Sentinel
@@ -42,11 +46,52 @@ struct Inner {
     /// This client's id: waiter entries are `<client id>:<waiter id>` and
     /// wake-ups for them arrive on `<channel prefix><client id>`.
     client_id: String,
-    channel_prefix: String,
+    channels: WakeChannels,
     next_waiter: AtomicU64,
     waiters: Mutex<HashMap<String, Arc<Notify>>>,
     wakeups: AtomicU64,
     listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+/// Where releases publish the wake-ups of this client's waiters.
+enum WakeChannels {
+    /// One channel per client, `<prefix>:wake:<client id>`, subscribed at
+    /// connect: one server, or the master the sentinels name.
+    PerClient { prefix: String },
+    /// One channel per lock and client, `{prefix:name}:wake:<client id>` in
+    /// the lock's slot, subscribed while waiting: a cluster.
+    PerLock(ShardWakeups),
+}
+
+/// How the wake-up messages reach the listener task.
+enum Incoming {
+    Subscription(redis::aio::PubSub),
+    Pushes(UnboundedReceiver<PushInfo>),
+}
+
+impl Inner {
+    /// The channel prefix the scripts publish `name`'s wake-ups under.
+    fn channel_prefix(&self, keys: &Keys) -> Cow<'_, str> {
+        match &self.channels {
+            WakeChannels::PerClient { prefix } => Cow::Borrowed(prefix),
+            WakeChannels::PerLock(_) => Cow::Owned(format!("{}:wake:", keys.lock)),
+        }
+    }
+
+    /// A wake-up message for `entry`.
+    fn deliver(&self, entry: &str) {
+        self.wakeups.fetch_add(1, Ordering::Relaxed);
+        if let Some(notify) = lock_unpoisoned(&self.waiters).get(entry) {
+            notify.notify_one();
+        }
+    }
+
+    /// Wake-ups may have been missed: every local waiter checks again.
+    fn recheck_all(&self) {
+        for notify in lock_unpoisoned(&self.waiters).values() {
+            notify.notify_one();
+        }
+    }
 }
 
 impl Drop for Inner {
@@ -124,7 +169,8 @@ impl RedisStore {
         Self::start(options, node, shared, shown, "redis").await
     }
 
-    /// Subscribes to this client's wake-up channel on `node` and starts the
+    /// Subscribes to this client's wake-up channel on `node` (a cluster
+    /// connects for per-lock subscriptions instead) and starts the
     /// listener. `shared`: the command connection is the application's.
     async fn start(
         options: RedisOptions,
@@ -134,22 +180,40 @@ impl RedisStore {
         kind: &'static str,
     ) -> Result<Self> {
         let client_id = format!("{:016x}", rand::random::<u64>());
-        let channel_prefix = format!("{}:wake:", options.prefix);
-        let channel = format!("{channel_prefix}{client_id}");
-        // redis-rs gives the subscription no timeout of its own.
-        let pubsub =
-            tokio::time::timeout(options.connect_timeout, node.subscriber.subscribe(&channel))
+        let timed_out = || {
+            Error::unavailable(format!(
+                "cannot reach Redis at {} (timed out subscribing)",
+                node.address
+            ))
+        };
+        let (channels, incoming) = match &node.subscriber {
+            Subscriber::Shards(config) => {
+                let (shards, pushes) =
+                    tokio::time::timeout(options.connect_timeout, ShardWakeups::open(config))
+                        .await
+                        .map_err(|_| timed_out())??;
+                (WakeChannels::PerLock(shards), Incoming::Pushes(pushes))
+            }
+            _ => {
+                let prefix = format!("{}:wake:", options.prefix);
+                let channel = format!("{prefix}{client_id}");
+                // redis-rs gives the subscription no timeout of its own.
+                let pubsub = tokio::time::timeout(
+                    options.connect_timeout,
+                    node.subscriber.subscribe(&channel),
+                )
                 .await
-                .map_err(|_| {
-                    Error::unavailable(format!(
-                        "cannot reach Redis at {} (timed out subscribing)",
-                        node.address
-                    ))
-                })?
+                .map_err(|_| timed_out())?
                 .map_err(|e| node.err(e))?;
-        if shared {
-            check_same_server(&node, &channel).await?;
-        }
+                if shared {
+                    check_same_server(&node, &channel).await?;
+                }
+                (
+                    WakeChannels::PerClient { prefix },
+                    Incoming::Subscription(pubsub),
+                )
+            }
+        };
         let subscriber = node.subscriber.clone();
         let store = RedisStore {
             inner: Arc::new(Inner {
@@ -159,27 +223,40 @@ impl RedisStore {
                 node,
                 scripts: Scripts::new(),
                 client_id,
-                channel_prefix,
+                channels,
                 next_waiter: AtomicU64::new(0),
                 waiters: Mutex::new(HashMap::new()),
                 wakeups: AtomicU64::new(0),
                 listener: Mutex::new(None),
             }),
         };
-        let task = tokio::spawn(listen(
-            Arc::downgrade(&store.inner),
-            Some(pubsub),
-            subscriber,
-            store.wake_channel(),
-            store.inner.options.connect_timeout,
-        ));
+        let weak = Arc::downgrade(&store.inner);
+        let task = match incoming {
+            Incoming::Subscription(pubsub) => tokio::spawn(listen(
+                weak,
+                Some(pubsub),
+                subscriber,
+                format!(
+                    "{}:wake:{}",
+                    store.inner.options.prefix, store.inner.client_id
+                ),
+                store.inner.options.connect_timeout,
+            )),
+            Incoming::Pushes(pushes) => tokio::spawn(listen_shards(weak, pushes)),
+        };
         *lock_unpoisoned(&store.inner.listener) = Some(task);
         Ok(store)
     }
 
-    /// The channel this client's wake-ups arrive on.
-    pub fn wake_channel(&self) -> String {
-        format!("{}{}", self.inner.channel_prefix, self.inner.client_id)
+    /// The channel this client's wake-ups for `name` arrive on: the
+    /// client's one channel, or in a cluster a channel in `name`'s slot.
+    pub fn wake_channel(&self, name: &LockName) -> String {
+        let keys = self.keys(name);
+        format!(
+            "{}{}",
+            self.inner.channel_prefix(&keys),
+            self.inner.client_id
+        )
     }
 
     /// Wake-up messages this client has received (each wakes one waiter).
@@ -215,7 +292,7 @@ impl RedisStore {
                 .as_millis()
                 .to_string()
                 .into_bytes(),
-            inner.channel_prefix.as_bytes().to_vec(),
+            inner.channel_prefix(&keys).as_bytes().to_vec(),
             call.as_bytes().to_vec(),
         ];
         let ((status, value), confirmed): ((i64, i64), Option<u32>) =
@@ -328,7 +405,7 @@ impl RedisStore {
             .key(&keys.timeouts)
             .arg(request.owner.as_str())
             .arg(token)
-            .arg(&inner.channel_prefix)
+            .arg(&*inner.channel_prefix(&keys))
             .arg(call)
             .invoke_async(&mut conn)
             .await
@@ -376,20 +453,13 @@ async fn listen(
             };
             let Some(message) = message else { break };
             let Some(inner) = store.upgrade() else { return };
-            let Ok(entry) = message.get_payload::<String>() else {
-                continue;
-            };
-            inner.wakeups.fetch_add(1, Ordering::Relaxed);
-            let waiters = lock_unpoisoned(&inner.waiters);
-            if let Some(notify) = waiters.get(&entry) {
-                notify.notify_one();
+            if let Ok(entry) = message.get_payload::<String>() {
+                inner.deliver(&entry);
             }
         }
         let Some(inner) = store.upgrade() else { return };
         tracing::warn!("omnilock redis: wake-up subscription lost or moved; re-subscribing");
-        for notify in lock_unpoisoned(&inner.waiters).values() {
-            notify.notify_one();
-        }
+        inner.recheck_all();
         drop(inner);
         // A subscription that lasted is not a failing one: start the
         // backoff again; one that drops at once backs off further.
@@ -397,6 +467,43 @@ async fn listen(
             backoff.reset();
         }
         tokio::time::sleep(backoff.next_delay()).await;
+    }
+}
+
+/// Delivers a cluster's sharded wake-ups to this client's waiters, and
+/// unsubscribes the channels of locks no longer waited on. After a dropped
+/// connection every local waiter re-checks at once: redis-rs subscribes
+/// again, but a release may have published meanwhile.
+async fn listen_shards(store: Weak<Inner>, mut pushes: UnboundedReceiver<PushInfo>) {
+    let mut sweep = tokio::time::interval(LINGER / 2);
+    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            push = pushes.recv() => {
+                let Some(push) = push else { return };
+                let Some(inner) = store.upgrade() else { return };
+                match push.kind {
+                    // [channel, message]
+                    PushKind::SMessage => {
+                        let entry = push.data.into_iter().nth(1).map(redis::from_redis_value::<String>);
+                        if let Some(Ok(entry)) = entry {
+                            inner.deliver(&entry);
+                        }
+                    }
+                    PushKind::Disconnection => {
+                        tracing::warn!("omnilock redis: a cluster subscription connection dropped; waiters re-check");
+                        inner.recheck_all();
+                    }
+                    _ => {}
+                }
+            }
+            _ = sweep.tick() => {
+                let Some(inner) = store.upgrade() else { return };
+                if let WakeChannels::PerLock(shards) = &inner.channels {
+                    shards.sweep().await;
+                }
+            }
+        }
     }
 }
 
@@ -439,6 +546,30 @@ fn granted(token: u64, valid_until: Instant) -> Grant {
     Grant::new(token, valid_until).with_state(ReleaseCall(nonce()))
 }
 
+impl RedisStore {
+    /// In a cluster, subscribes (if this client has not yet) to the channel
+    /// in the lock's slot that `place`'s wake-ups arrive on. True when the
+    /// subscription is new. A failure is left to the waiter's periodic
+    /// re-check, and the next wait tries again.
+    async fn listen_for(&self, place: &mut Place) -> bool {
+        let WakeChannels::PerLock(shards) = &self.inner.channels else {
+            return false;
+        };
+        let channel = self.wake_channel(&place.request.name);
+        match shards.join(&channel).await {
+            Ok(fresh) => {
+                place.joined = Some(channel);
+                fresh
+            }
+            Err(err) => {
+                shards.leave(&channel);
+                tracing::debug!(error = %err, "omnilock redis: cannot subscribe to a lock's channel yet");
+                false
+            }
+        }
+    }
+}
+
 /// A waiter's place in the queue, left (in the background) if the acquire
 /// ends without the lock.
 struct Place {
@@ -446,12 +577,17 @@ struct Place {
     request: AcquireRequest,
     entry: String,
     granted: bool,
+    /// The cluster channel this waiter listens on, if it joined one.
+    joined: Option<String>,
 }
 
 impl Drop for Place {
     fn drop(&mut self) {
         let inner = &self.store.inner;
         lock_unpoisoned(&inner.waiters).remove(&self.entry);
+        if let (Some(channel), WakeChannels::PerLock(shards)) = (&self.joined, &inner.channels) {
+            shards.leave(channel);
+        }
         if self.granted {
             return;
         }
@@ -476,7 +612,7 @@ impl Drop for Place {
                     .key(&keys.queue)
                     .key(&keys.timeouts)
                     .arg(&entry)
-                    .arg(&inner.channel_prefix)
+                    .arg(&*inner.channel_prefix(&keys))
                     .invoke_async::<i64>(&mut conn)
                     .await
                     .map(drop)
@@ -526,6 +662,7 @@ impl Backend for RedisStore {
             request: request.clone(),
             entry: entry.clone(),
             granted: false,
+            joined: None,
         };
         let call = nonce();
         let recheck = inner.options.waiter_lease / 3;
@@ -540,6 +677,11 @@ impl Backend for RedisStore {
                     return Ok(granted(token, started + request.ttl));
                 }
                 Ok((Attempt::Busy(remaining), _)) => {
+                    if place.joined.is_none() && self.listen_for(&mut place).await {
+                        // Queued before the subscription: a release may
+                        // have published to nobody. Look again now.
+                        continue;
+                    }
                     request.waiting.raise();
                     backoff.reset();
                     // Re-check in case a wake-up is lost, jittered so that
@@ -648,7 +790,7 @@ impl Backend for RedisStore {
             .key(&keys.lock)
             .key(&keys.queue)
             .key(&keys.timeouts)
-            .arg(&inner.channel_prefix)
+            .arg(&*inner.channel_prefix(&keys))
             .arg(holder.token)
             .invoke_async(&mut conn)
             .await

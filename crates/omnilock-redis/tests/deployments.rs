@@ -316,3 +316,92 @@ async fn a_release_run_twice_drops_one_hold() {
         );
     }
 }
+
+/// In a cluster a release wakes its waiter through sharded pub/sub on a
+/// channel in the lock's slot: the waiter's client subscribes there while
+/// it waits (and a little after), the wake-up arrives as a message (not by
+/// the waiter's periodic re-check), and the idle channel is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cluster_wakeups_arrive_on_the_locks_shard() {
+    use omnilock_core::LockName;
+    let url = store_url("REDIS_CLUSTER").expect("cluster URL");
+    let config = RedisConfig::from_url(&StoreUrl::parse(&url).unwrap()).unwrap();
+    let backend = omnilock_redis::RedisStore::connect(config)
+        .await
+        .expect("connect");
+    let waiter = Locks::new(backend.clone());
+    let holder = connect(&url).await.expect("second client");
+    let name = format!("shard-wake-{}", rand_suffix());
+    let channel = backend.wake_channel(&LockName::new(&name).unwrap());
+    assert!(
+        channel.starts_with('{'),
+        "{channel} is not in the lock's slot"
+    );
+
+    let seed = StoreUrl::parse(&url).unwrap().hosts()[0].port.unwrap();
+    let slot: u16 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(&channel)
+        .query_async(&mut raw(seed).await)
+        .await
+        .unwrap();
+    let master = *masters(&url)
+        .await
+        .iter()
+        .find(|(_, ranges)| ranges.iter().any(|(a, b)| (*a..=*b).contains(&slot)))
+        .expect("a master serves the slot")
+        .0;
+    let at_master = raw(master).await;
+    let subscribers = |mut conn: redis::aio::MultiplexedConnection, channel: String| async move {
+        let (_, count): (String, i64) = redis::cmd("PUBSUB")
+            .arg("SHARDNUMSUB")
+            .arg(&channel)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        count
+    };
+
+    let held = holder.acquire(&name).await.expect("holder");
+    let (queued_tx, queued_rx) = tokio::sync::oneshot::channel();
+    let waiting = tokio::spawn({
+        let (waiter, name) = (waiter.clone(), name.clone());
+        async move {
+            waiter
+                .lock(&name)
+                .on_wait(move || {
+                    let _ = queued_tx.send(());
+                })
+                .acquire()
+                .await
+        }
+    });
+    tokio::time::timeout(Duration::from_secs(10), queued_rx)
+        .await
+        .expect("the waiter waits")
+        .unwrap();
+    assert_eq!(
+        subscribers(at_master.clone(), channel.clone()).await,
+        1,
+        "the waiting client subscribes to {channel} at the slot's master {master}"
+    );
+    let before = backend.wakeups();
+    held.release().await.expect("release");
+    let granted = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the waiter is granted")
+        .unwrap()
+        .expect("acquire");
+    assert!(
+        backend.wakeups() > before,
+        "the grant came from the waiter's re-check, not a wake-up message"
+    );
+    granted.release().await.expect("release");
+
+    // The idle channel lingers for 5 s, then is unsubscribed.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while subscribers(at_master.clone(), channel.clone()).await != 0 {
+        assert!(Instant::now() < deadline, "{channel} never unsubscribed");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -136,7 +136,7 @@ async fn wakeups_survive_a_lost_subscription() {
     loop {
         let (_, subscribers): (String, i64) = redis::cmd("PUBSUB")
             .arg("NUMSUB")
-            .arg(store.wake_channel())
+            .arg(store.wake_channel(&omnilock_core::LockName::new("x").unwrap()))
             .query_async(&mut admin)
             .await
             .unwrap();
