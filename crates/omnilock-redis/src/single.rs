@@ -113,6 +113,9 @@ impl std::fmt::Debug for RedisStore {
 enum Attempt {
     Taken(u64),
     Busy(Option<Duration>),
+    /// Granted, but fewer replicas than `wait_replicas` confirmed it in
+    /// time; the grant is being undone.
+    Unconfirmed(Error),
 }
 
 impl RedisStore {
@@ -335,7 +338,7 @@ impl RedisStore {
                                 .map(drop)
                         }
                     });
-                    return Err(err);
+                    return Ok(Attempt::Unconfirmed(err));
                 }
                 Ok(Attempt::Taken(token))
             }
@@ -547,6 +550,26 @@ fn granted(token: u64, valid_until: Instant) -> Grant {
 }
 
 impl RedisStore {
+    /// Whether the master of `request`'s lock has as many replicas
+    /// connected as `wait_replicas` asks (`INFO replication`); true when it
+    /// cannot tell, so that the next attempt finds out.
+    async fn has_replicas(&self, request: &AcquireRequest) -> bool {
+        let Some(wait) = self.inner.options.wait_replicas else {
+            return true;
+        };
+        let keys = self.keys(&request.name);
+        let mut conn = self.inner.node.conn_for(&keys.lock);
+        let info: redis::RedisResult<String> = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut conn)
+            .await;
+        let Ok(info) = info else { return true };
+        info.lines()
+            .find_map(|line| line.trim().strip_prefix("connected_slaves:"))
+            .and_then(|n| n.parse::<u32>().ok())
+            .is_none_or(|connected| connected >= wait.replicas)
+    }
+
     /// In a cluster, subscribes (if this client has not yet) to the channel
     /// in the lock's slot that `place`'s wake-ups arrive on. True when the
     /// subscription is new. A failure is left to the waiter's periodic
@@ -648,6 +671,7 @@ impl Backend for RedisStore {
         match self.attempt_detached(request, "", &nonce()).await? {
             (Attempt::Taken(token), started) => Ok(Some(granted(token, started + request.ttl))),
             (Attempt::Busy(_), _) => Ok(None),
+            (Attempt::Unconfirmed(err), _) => Err(err),
         }
     }
 
@@ -667,10 +691,18 @@ impl Backend for RedisStore {
         let call = nonce();
         let recheck = inner.options.waiter_lease / 3;
         let mut backoff = Backoff::new(Duration::from_millis(10), recheck);
+        let mut unconfirmed = false;
         loop {
             let woken = notify.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
+            // After a grant the replicas could not confirm, take no other
+            // until the master has the replicas again: each would be
+            // granted and undone, waiting `wait_timeout` every time.
+            if unconfirmed && !self.has_replicas(request).await {
+                tokio::time::sleep(backoff.next_delay()).await;
+                continue;
+            }
             let delay = match self.attempt_detached(request, &entry, &call).await {
                 Ok((Attempt::Taken(token), started)) => {
                     place.granted = true;
@@ -690,6 +722,11 @@ impl Backend for RedisStore {
                     let jitter = rand::thread_rng().gen_range(0.8..1.0);
                     let delay = recheck.mul_f64(jitter);
                     remaining.map_or(delay, |r| delay.min(r + Duration::from_millis(1)))
+                }
+                Ok((Attempt::Unconfirmed(err), _)) => {
+                    tracing::warn!(error = %err, "omnilock redis: grant not confirmed by the replicas; waiting for them");
+                    unconfirmed = true;
+                    backoff.next_delay()
                 }
                 Err(err) if err.is_retryable() => backoff.next_delay(),
                 Err(err) => return Err(err),

@@ -121,7 +121,8 @@ fn rand_suffix() -> String {
 
 /// `wait_replicas=1` on a master with one replica: grants and renewals
 /// come back confirmed; asking for more replicas than exist fails with a
-/// typed error and leaves no lock behind.
+/// typed error, leaves no lock behind, and a patient acquire waits for the
+/// replicas instead of granting and undoing again and again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn wait_replicas_confirms_or_undoes() {
     for store in ["REDIS_CLUSTER", "REDIS_SENTINEL"] {
@@ -178,6 +179,34 @@ async fn wait_replicas_confirms_or_undoes() {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+
+        // A patient acquire does not grant and undo over and over while the
+        // replicas are missing: after the first shortfall it waits for the
+        // master to have them, holding nothing.
+        let waiting = tokio::spawn({
+            let (too_many, name) = (too_many.clone(), name.clone());
+            async move {
+                too_many
+                    .lock(&name)
+                    .timeout(Duration::from_secs(4))
+                    .acquire()
+                    .await
+            }
+        });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let mut held_samples = 0;
+        for _ in 0..100 {
+            if confirmed.holder(&name).await.unwrap().is_some() {
+                held_samples += 1;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(
+            held_samples, 0,
+            "{store}: an acquire short of replicas kept granting and undoing"
+        );
+        let err = waiting.await.unwrap().expect_err("never confirmed");
+        assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
     }
 }
 
