@@ -56,7 +56,8 @@ impl redis::aio::ConnectionLike for ClusterConn {
         Box::pin(async move {
             if let Some(direct) = self.direct.as_mut() {
                 match direct.req_packed_command(cmd).await {
-                    Ok(value) => return Ok(value),
+                    Ok(value) if !redirected(&value) => return Ok(value),
+                    Ok(_) => self.router.refresh(),
                     Err(e) if !self.router.after_direct_failure(&e) => return Err(e),
                     Err(_) => {}
                 }
@@ -74,7 +75,8 @@ impl redis::aio::ConnectionLike for ClusterConn {
         Box::pin(async move {
             if let Some(direct) = self.direct.as_mut() {
                 match direct.req_packed_commands(pipeline, offset, count).await {
-                    Ok(values) => return Ok(values),
+                    Ok(values) if !values.iter().any(redirected) => return Ok(values),
+                    Ok(_) => self.router.refresh(),
                     Err(e) if !self.router.after_direct_failure(&e) => return Err(e),
                     Err(_) => {}
                 }
@@ -88,6 +90,15 @@ impl redis::aio::ConnectionLike for ClusterConn {
     fn get_db(&self) -> i64 {
         0
     }
+}
+
+/// Whether a direct call's answer is a refusal that sends it elsewhere:
+/// the slot is served by another node now (`MOVED`, `ASK`; nothing ran) or
+/// the cluster is changing (`CLUSTERDOWN`, `TRYAGAIN`). redis-rs gives
+/// server errors as values, not as `Err`.
+fn redirected(value: &Value) -> bool {
+    matches!(value, Value::ServerError(e)
+        if matches!(e.code(), "MOVED" | "ASK" | "CLUSTERDOWN" | "TRYAGAIN"))
 }
 
 /// The slot map and a connection per master.

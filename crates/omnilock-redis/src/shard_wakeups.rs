@@ -12,9 +12,12 @@
 //! has waiters there and for [`LINGER`] after, so that a lock contended
 //! again and again costs one `SSUBSCRIBE` and not one per wait.
 //! Subscriptions go through redis-rs's cluster connection in RESP3, which
-//! sends each to the master of the channel's slot and subscribes again after
-//! a reconnect or a slot move; a waiter's periodic re-check covers the
-//! messages lost meanwhile.
+//! sends each to the master of the channel's slot. When the server ends a
+//! subscription (the slot moved) or a connection drops, the channel is
+//! marked unsubscribed and the waiters re-check: each waiter makes sure of
+//! its channel every time it goes back to waiting, so the next one
+//! subscribes again, on the slot's new master. A waiter's periodic
+//! re-check covers the messages lost meanwhile.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -64,38 +67,17 @@ impl ShardWakeups {
         ))
     }
 
-    /// A waiter of this client listens on `channel`. True when the
-    /// subscription is new: the waiter's place was queued before it, so a
-    /// release may have published to nobody, and the caller checks again
-    /// at once. Every `join` is paired with a [`ShardWakeups::leave`], also
-    /// when it fails (the next `join` tries to subscribe again).
-    pub(crate) async fn join(&self, channel: &str) -> redis::RedisResult<bool> {
-        {
-            let mut channels = lock_unpoisoned(&self.channels);
-            let entry = channels.entry(channel.to_string()).or_insert(Channel {
-                waiters: 0,
-                subscribed: false,
-                idle_since: None,
-            });
-            entry.waiters += 1;
-            entry.idle_since = None;
-            if entry.subscribed {
-                return Ok(false);
-            }
-        }
-        let _turn = self.commands.lock().await;
-        let subscribed = |channels: &HashMap<String, Channel>| {
-            channels.get(channel).is_some_and(|entry| entry.subscribed)
-        };
-        // Another waiter subscribed it while this one waited its turn.
-        if subscribed(&lock_unpoisoned(&self.channels)) {
-            return Ok(true);
-        }
-        self.conn.clone().ssubscribe(channel).await?;
-        if let Some(entry) = lock_unpoisoned(&self.channels).get_mut(channel) {
-            entry.subscribed = true;
-        }
-        Ok(true)
+    /// A waiter of this client will listen on `channel`; paired with one
+    /// [`ShardWakeups::leave`].
+    pub(crate) fn join(&self, channel: &str) {
+        let mut channels = lock_unpoisoned(&self.channels);
+        let entry = channels.entry(channel.to_string()).or_insert(Channel {
+            waiters: 0,
+            subscribed: false,
+            idle_since: None,
+        });
+        entry.waiters += 1;
+        entry.idle_since = None;
     }
 
     /// A waiter of this client stops listening on `channel`.
@@ -105,6 +87,48 @@ impl ShardWakeups {
             if entry.waiters == 0 {
                 entry.idle_since = Some(Instant::now());
             }
+        }
+    }
+
+    /// Makes sure `channel` (joined) is subscribed; without a request when
+    /// it is. True when it was not: the waiter's place was queued before the
+    /// subscription, so a release may have published to nobody, and the
+    /// caller checks again at once.
+    pub(crate) async fn listen(&self, channel: &str) -> redis::RedisResult<bool> {
+        let subscribed = || {
+            lock_unpoisoned(&self.channels)
+                .get(channel)
+                .is_some_and(|entry| entry.subscribed)
+        };
+        if subscribed() {
+            return Ok(false);
+        }
+        let _turn = self.commands.lock().await;
+        // Another waiter subscribed it while this one waited its turn.
+        if subscribed() {
+            return Ok(true);
+        }
+        self.conn.clone().ssubscribe(channel).await?;
+        if let Some(entry) = lock_unpoisoned(&self.channels).get_mut(channel) {
+            entry.subscribed = true;
+        }
+        Ok(true)
+    }
+
+    /// The server ended `channel`'s subscription (its slot moved to
+    /// another master): the next [`ShardWakeups::listen`] subscribes again.
+    /// False for a channel this client dropped itself (no longer in the
+    /// map) or had not subscribed.
+    pub(crate) fn dropped(&self, channel: &str) -> bool {
+        lock_unpoisoned(&self.channels)
+            .get_mut(channel)
+            .is_some_and(|entry| std::mem::replace(&mut entry.subscribed, false))
+    }
+
+    /// A connection dropped: every channel is subscribed again on next use.
+    pub(crate) fn dropped_all(&self) {
+        for entry in lock_unpoisoned(&self.channels).values_mut() {
+            entry.subscribed = false;
         }
     }
 

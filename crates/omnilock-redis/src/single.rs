@@ -493,8 +493,20 @@ async fn listen_shards(store: Weak<Inner>, mut pushes: UnboundedReceiver<PushInf
                             inner.deliver(&entry);
                         }
                     }
+                    // The server ended a subscription: its slot moved.
+                    PushKind::SUnsubscribe => {
+                        let channel = push.data.into_iter().next().map(redis::from_redis_value::<String>);
+                        if let (Some(Ok(channel)), WakeChannels::PerLock(shards)) = (channel, &inner.channels) {
+                            if shards.dropped(&channel) {
+                                inner.recheck_all();
+                            }
+                        }
+                    }
                     PushKind::Disconnection => {
                         tracing::warn!("omnilock redis: a cluster subscription connection dropped; waiters re-check");
+                        if let WakeChannels::PerLock(shards) = &inner.channels {
+                            shards.dropped_all();
+                        }
                         inner.recheck_all();
                     }
                     _ => {}
@@ -570,26 +582,27 @@ impl RedisStore {
             .is_none_or(|connected| connected >= wait.replicas)
     }
 
-    /// In a cluster, subscribes (if this client has not yet) to the channel
-    /// in the lock's slot that `place`'s wake-ups arrive on. True when the
-    /// subscription is new. A failure is left to the waiter's periodic
-    /// re-check, and the next wait tries again.
+    /// In a cluster, makes sure this client is subscribed to the channel in
+    /// the lock's slot that `place`'s wake-ups arrive on (a local check
+    /// when it is). True when the subscription is new. A failure is left to
+    /// the waiter's periodic re-check; its next round tries again.
     async fn listen_for(&self, place: &mut Place) -> bool {
         let WakeChannels::PerLock(shards) = &self.inner.channels else {
             return false;
         };
-        let channel = self.wake_channel(&place.request.name);
-        match shards.join(&channel).await {
-            Ok(fresh) => {
-                place.joined = Some(channel);
-                fresh
+        let channel = match &place.joined {
+            Some(channel) => channel.clone(),
+            None => {
+                let channel = self.wake_channel(&place.request.name);
+                shards.join(&channel);
+                place.joined = Some(channel.clone());
+                channel
             }
-            Err(err) => {
-                shards.leave(&channel);
-                tracing::debug!(error = %err, "omnilock redis: cannot subscribe to a lock's channel yet");
-                false
-            }
-        }
+        };
+        shards.listen(&channel).await.unwrap_or_else(|err| {
+            tracing::debug!(error = %err, "omnilock redis: cannot subscribe to a lock's channel yet");
+            false
+        })
     }
 }
 
@@ -709,7 +722,7 @@ impl Backend for RedisStore {
                     return Ok(granted(token, started + request.ttl));
                 }
                 Ok((Attempt::Busy(remaining), _)) => {
-                    if place.joined.is_none() && self.listen_for(&mut place).await {
+                    if self.listen_for(&mut place).await {
                         // Queued before the subscription: a release may
                         // have published to nobody. Look again now.
                         continue;

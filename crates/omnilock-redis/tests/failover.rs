@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use omnilock_core::{Locks, StoreUrl};
+use omnilock_core::{ErrorKind, Locks, StoreUrl};
 use omnilock_redis::RedisConfig;
 use omnilock_testkit::faults::{kill_store_process, restart_store_node, stores_dir};
 use omnilock_testkit::store_url;
@@ -75,6 +75,9 @@ struct Tally {
     double_grants: AtomicU64,
     /// Grants whose token was not above the lock's previous grant's.
     token_regressions: AtomicU64,
+    /// Acquires that failed for good (not a timeout, not retryable): a
+    /// client would give up. The first few, for the message.
+    hard_errors: Mutex<Vec<String>>,
     holders: Mutex<HashMap<String, usize>>,
     last_token: Mutex<HashMap<String, u64>>,
     /// The grants, after the fault, of the locks whose slot the failed
@@ -145,10 +148,23 @@ fn contend(
                         .timeout(Duration::from_secs(2))
                         .acquire()
                         .await;
-                    let Ok(guard) = guard else {
+                    let guard = match guard {
+                        Ok(guard) => guard,
                         // Timed out or the store failing over: try again.
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        continue;
+                        Err(err) if err.is_retryable() || err.kind() == ErrorKind::Timeout => {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                            continue;
+                        }
+                        Err(err) => {
+                            {
+                                let mut hard = tally.hard_errors.lock().unwrap();
+                                if hard.len() < 5 {
+                                    hard.push(format!("{err:?}"));
+                                }
+                            }
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                            continue;
+                        }
                     };
                     tally.granted(&name, guard.token());
                     tokio::time::sleep(Duration::from_millis(5 + (i as u64 % 10))).await;
@@ -318,6 +334,11 @@ where
         0,
         "{label}: fencing tokens keep rising across the failover"
     );
+    let hard = tally.hard_errors.lock().unwrap().clone();
+    assert!(
+        hard.is_empty(),
+        "{label}: acquires failed with errors that are neither timeouts nor retryable: {hard:?}"
+    );
     let mut grants = tally.victim_grants.lock().unwrap().clone();
     grants.insert(0, fault_at);
     let longest_gap = grants
@@ -403,6 +424,222 @@ async fn cluster_master_killed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cluster_master_killed_with_wait_replicas() {
     cluster_master_kill(true).await;
+}
+
+/// A cluster master other than `than`.
+async fn another_master(seed: u16, than: u16) -> u16 {
+    for probe in 0..1000 {
+        let master = master_of(seed, &format!("{{probe-{probe}}}")).await;
+        if master != than {
+            return master;
+        }
+    }
+    panic!("no master but {than}")
+}
+
+/// Moves `slot` from master `from` to master `to` the way `redis-cli
+/// --cluster reshard` does: `IMPORTING`/`MIGRATING`, its keys with
+/// `MIGRATE` (clients meanwhile get `ASK` and `TRYAGAIN`), then the slot
+/// assigned to `to` on every master.
+async fn migrate_slot(ports: &[u16], slot: u16, from: u16, to: u16) {
+    let (mut source, mut target) = (raw(from, PASSWORD).await, raw(to, PASSWORD).await);
+    let id = |mut conn: redis::aio::MultiplexedConnection| async move {
+        redis::cmd("CLUSTER")
+            .arg("MYID")
+            .query_async::<String>(&mut conn)
+            .await
+            .unwrap()
+    };
+    let (source_id, target_id) = (id(source.clone()).await, id(target.clone()).await);
+    let setslot = |state: &'static str, node: String| {
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg("SETSLOT").arg(slot).arg(state).arg(node);
+        cmd
+    };
+    let () = setslot("IMPORTING", source_id.clone())
+        .query_async(&mut target)
+        .await
+        .unwrap();
+    let () = setslot("MIGRATING", target_id.clone())
+        .query_async(&mut source)
+        .await
+        .unwrap();
+    loop {
+        let keys: Vec<String> = redis::cmd("CLUSTER")
+            .arg("GETKEYSINSLOT")
+            .arg(slot)
+            .arg(100)
+            .query_async(&mut source)
+            .await
+            .unwrap();
+        if keys.is_empty() {
+            break;
+        }
+        let () = redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(to)
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("AUTH")
+            .arg(PASSWORD)
+            .arg("KEYS")
+            .arg(&keys)
+            .query_async(&mut source)
+            .await
+            .unwrap();
+    }
+    let () = setslot("NODE", target_id.clone())
+        .query_async(&mut target)
+        .await
+        .unwrap();
+    let () = setslot("NODE", target_id.clone())
+        .query_async(&mut source)
+        .await
+        .unwrap();
+    for port in ports {
+        // Replicas refuse SETSLOT; the other masters learn it by gossip
+        // too, this only makes it sooner.
+        let _ = setslot("NODE", target_id.clone())
+            .query_async::<()>(&mut raw(*port, PASSWORD).await)
+            .await;
+    }
+}
+
+/// The lock's slot moves to another master under contention, and back:
+/// scripts meet `ASK`, `TRYAGAIN` and `MOVED` on the way. No double grant,
+/// no token regression, and the lock keeps being granted (its waiters are
+/// not lost with the move).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cluster_slot_migrated() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let url = store_url("REDIS_CLUSTER").expect("cluster URL");
+    let ports = ports("OMNILOCK_TEST_REDIS_CLUSTER_PORTS");
+    cluster_whole(&ports).await;
+    let seed = ports[0];
+    let moved = Arc::new(Mutex::new(None));
+    let record = moved.clone();
+    let fault_ports = ports.clone();
+    let outcome = under_contention(&url, "cluster-migrate", RESUME_BOUND, |names| async move {
+        let key = format!("{{omnilock:{}}}", names[0]);
+        let slot: u16 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(&key)
+            .query_async(&mut raw(seed, PASSWORD).await)
+            .await
+            .unwrap();
+        let from = master_of(seed, &key).await;
+        let to = another_master(seed, from).await;
+        migrate_slot(&fault_ports, slot, from, to).await;
+        *record.lock().unwrap() = Some((slot, from, to));
+        let mut victims = Vec::new();
+        for name in &names {
+            if master_of(seed, &format!("{{omnilock:{name}}}")).await == to
+                && redis::cmd("CLUSTER")
+                    .arg("KEYSLOT")
+                    .arg(format!("{{omnilock:{name}}}"))
+                    .query_async::<u16>(&mut raw(seed, PASSWORD).await)
+                    .await
+                    .unwrap()
+                    == slot
+            {
+                victims.push(name.clone());
+            }
+        }
+        victims
+    })
+    .await;
+    report(
+        "failover-cluster.txt",
+        &format!(
+            "redis-cluster slot migration: longest stop of the moved lock {} ms; {} grants, {} double grants",
+            outcome.longest_gap.as_millis(),
+            outcome.grants,
+            outcome.double_grants
+        ),
+    );
+    assert_eq!(
+        outcome.double_grants, 0,
+        "a slot move is no failover: no double grant"
+    );
+    // Put the slot back where it was.
+    let (slot, from, to) = moved.lock().unwrap().expect("moved");
+    migrate_slot(&ports, slot, to, from).await;
+    cluster_whole(&ports).await;
+}
+
+/// A client that has waited on a lock keeps its sharded subscription for
+/// a while; when the lock's slot moves to another master the server ends
+/// that subscription, and the client's next wait subscribes again at the
+/// new master: the grant still comes by message, not by the waiter's
+/// periodic re-check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cluster_wakeups_follow_a_moved_slot() {
+    use omnilock_core::LockName;
+    let _one = ONE_AT_A_TIME.lock().await;
+    let url = store_url("REDIS_CLUSTER").expect("cluster URL");
+    let ports = ports("OMNILOCK_TEST_REDIS_CLUSTER_PORTS");
+    cluster_whole(&ports).await;
+    let config = RedisConfig::from_url(&StoreUrl::parse(&url).unwrap()).unwrap();
+    let backend = omnilock_redis::RedisStore::connect(config)
+        .await
+        .expect("connect");
+    let waiter = Locks::new(backend.clone());
+    let holder = connect(&url).await;
+    let name = format!("moved-wake-{:08x}", rand::random::<u32>());
+    let channel = backend.wake_channel(&LockName::new(&name).unwrap());
+
+    // One hand-off by message; returns whether the grant came by one.
+    let hand_off = || async {
+        let held = holder.acquire(&name).await.expect("holder");
+        let (queued_tx, queued_rx) = tokio::sync::oneshot::channel();
+        let waiting = tokio::spawn({
+            let (waiter, name) = (waiter.clone(), name.clone());
+            async move {
+                waiter
+                    .lock(&name)
+                    .on_wait(move || {
+                        let _ = queued_tx.send(());
+                    })
+                    .acquire()
+                    .await
+            }
+        });
+        tokio::time::timeout(Duration::from_secs(10), queued_rx)
+            .await
+            .expect("the waiter waits")
+            .unwrap();
+        let before = backend.wakeups();
+        held.release().await.expect("release");
+        let granted = tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .expect("granted")
+            .unwrap()
+            .expect("acquire");
+        let by_message = backend.wakeups() > before;
+        granted.release().await.expect("release");
+        by_message
+    };
+    assert!(hand_off().await, "before the move: granted by message");
+
+    let seed = ports[0];
+    let slot: u16 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(&channel)
+        .query_async(&mut raw(seed, PASSWORD).await)
+        .await
+        .unwrap();
+    let from = master_of(seed, &channel).await;
+    let to = another_master(seed, from).await;
+    // Within the 5 s the idle subscription lingers.
+    migrate_slot(&ports, slot, from, to).await;
+    let moved_ok = hand_off().await;
+    migrate_slot(&ports, slot, to, from).await;
+    cluster_whole(&ports).await;
+    assert!(
+        moved_ok,
+        "after the slot moved the grant came from the waiter's re-check, not a wake-up message"
+    );
 }
 
 /// The sentinel set's current master port (of the two data nodes).
