@@ -272,13 +272,25 @@ impl SentinelConn {
     }
 }
 
+/// An error code of a server that is no master (now).
+fn no_master(code: &str) -> bool {
+    matches!(code, "READONLY" | "MASTERDOWN" | "LOADING")
+}
+
 /// An error after which the master may have changed.
 fn may_have_failed_over(e: &redis::RedisError) -> bool {
     e.is_io_error()
         || e.is_timeout()
         || e.is_connection_refusal()
         || e.is_connection_dropped()
-        || matches!(e.code(), Some("READONLY" | "MASTERDOWN" | "LOADING"))
+        || e.code().is_some_and(no_master)
+}
+
+/// An answer (redis-rs gives server errors as values, not as `Err`) that
+/// says this server is no master now: a replica's `READONLY`, or a
+/// server that is not ready.
+fn answered_as_no_master(value: &Value) -> bool {
+    matches!(value, Value::ServerError(e) if no_master(e.code()))
 }
 
 impl redis::aio::ConnectionLike for SentinelConn {
@@ -287,10 +299,12 @@ impl redis::aio::ConnectionLike for SentinelConn {
             let master = self.current();
             let mut conn = master.conn;
             let result = conn.req_packed_command(cmd).await;
-            if let Err(e) = &result {
-                if may_have_failed_over(e) {
-                    self.refresh(&master.address).await;
-                }
+            let moved = match &result {
+                Err(e) => may_have_failed_over(e),
+                Ok(value) => answered_as_no_master(value),
+            };
+            if moved {
+                self.refresh(&master.address).await;
             }
             result
         })
@@ -306,10 +320,12 @@ impl redis::aio::ConnectionLike for SentinelConn {
             let master = self.current();
             let mut conn = master.conn;
             let result = conn.req_packed_commands(pipeline, offset, count).await;
-            if let Err(e) = &result {
-                if may_have_failed_over(e) {
-                    self.refresh(&master.address).await;
-                }
+            let moved = match &result {
+                Err(e) => may_have_failed_over(e),
+                Ok(values) => values.iter().any(answered_as_no_master),
+            };
+            if moved {
+                self.refresh(&master.address).await;
             }
             result
         })
