@@ -68,7 +68,8 @@ POSTGRES_PORT=${OMNILOCK_POSTGRES_PORT:-54329}
 REDIS_PORT=${OMNILOCK_REDIS_PORT:-63790}
 # A Redis Cluster of 6 nodes (3 masters, 3 replicas) on REDIS_CLUSTER_PORT+0..5,
 # their cluster bus on +1000..1005 (not Redis's +10000, which would pass
-# 65535 for some bases).
+# 65535 for some bases); a TLS-only cluster of 3 masters on +16..18 (bus
+# +1016..1018).
 REDIS_CLUSTER_PORT=${OMNILOCK_REDIS_CLUSTER_PORT:-46380}
 # Redis Sentinel: a master on REDIS_SENTINEL_PORT, its replica on +1, three
 # sentinels on +2..4 watching the master as "omnilock-master".
@@ -445,6 +446,44 @@ start_redis_cluster() {
   export_url REDIS_CLUSTER "redis+cluster://:$TEST_PASSWORD@$(IFS=,; echo "${nodes[*]:0:3}")"
   # Every node's port, for tests that find and kill a master.
   echo "export OMNILOCK_TEST_REDIS_CLUSTER_PORTS='${ports[*]}'" >>"$ENV_FILE"
+  start_redis_cluster_tls
+}
+
+# start_redis_cluster_tls: a second cluster that speaks only TLS, clients and
+# cluster bus alike (3 masters, no replicas, REDIS_CLUSTER_PORT+16..18), with
+# a private CA: for rediss+cluster://.
+start_redis_cluster_tls() {
+  local tls=$DIR/redis-cluster/tls i port nodes=()
+  tls_ca "$tls" omnilock-test-ca
+  tls_cert "$tls" server 127.0.0.1 IP:127.0.0.1,DNS:localhost
+  for i in 0 1 2; do
+    port=$((REDIS_CLUSTER_PORT + 16 + i))
+    mkdir -p "$tls/$i"
+    redis-server --bind 127.0.0.1 --port 0 --tls-port "$port" --tls-cluster yes \
+      --tls-cert-file "$tls/server.crt" --tls-key-file "$tls/server.key" \
+      --tls-ca-cert-file "$tls/ca.crt" --tls-auth-clients no \
+      --cluster-enabled yes --cluster-port $((port + 1000)) \
+      --cluster-config-file "$tls/$i/nodes.conf" --cluster-node-timeout 1000 \
+      --save "" --appendonly no --requirepass "$TEST_PASSWORD" \
+      --dir "$tls/$i" --logfile "$tls/$i/redis.log" >"$tls/$i/stdout.log" 2>&1 </dev/null &
+    record $! redis-server
+    nodes+=("127.0.0.1:$port")
+  done
+  local cli=(redis-cli --tls --cacert "$tls/ca.crt" -a "$TEST_PASSWORD" --no-auth-warning)
+  for i in 0 1 2; do
+    port=$((REDIS_CLUSTER_PORT + 16 + i))
+    wait_for 30 "redis TLS cluster node $i" sh -c \
+      "$(printf '%q ' "${cli[@]}") -p $port ping | grep -q PONG"
+  done
+  if ! "${cli[@]}" --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes \
+    >"$tls/create.log" 2>&1; then
+    cat "$tls/create.log" >&2
+    return 1
+  fi
+  wait_for 60 "redis TLS cluster" sh -c \
+    "for p in ${nodes[*]##*:}; do $(printf '%q ' "${cli[@]}") -p \$p cluster info | grep -q '^cluster_state:ok' || exit 1; done"
+  export_url REDIS_CLUSTER_TLS \
+    "rediss+cluster://:$TEST_PASSWORD@$(IFS=,; echo "${nodes[*]}")?tls_ca=$tls/ca.crt"
 }
 
 # sentinel_cli PORT ARGS...: redis-cli against a sentinel, with its own password.

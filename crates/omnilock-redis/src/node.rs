@@ -355,6 +355,12 @@ pub(crate) fn map_err(e: RedisError, address: &str) -> Error {
         Error::config(format!(
             "Redis at {address} refused the credentials (user name or password)"
         ))
+    } else if let Some(reason) = tls_refusal(&e) {
+        Error::config(format!(
+            "the TLS handshake with Redis at {address} failed: {reason} (give the CA that \
+             signed the server's certificate with ?tls_ca=, and a host name the \
+             certificate names)"
+        ))
     } else if e.is_io_error()
         || e.is_timeout()
         || e.is_connection_refusal()
@@ -385,6 +391,19 @@ pub(crate) fn map_err(e: RedisError, address: &str) -> Error {
         )
     };
     error.with_cause(e)
+}
+
+/// The reason a TLS handshake refused the server's certificate, if that is
+/// what `e` is: a setting to fix, not an outage to wait out.
+fn tls_refusal(e: &RedisError) -> Option<String> {
+    if !e.is_io_error() {
+        return None;
+    }
+    let text = e.to_string();
+    let at = text.find("certificate")?;
+    // From "invalid peer certificate: UnknownIssuer" on, say.
+    let start = text[..at].rfind(": ").map_or(0, |i| i + 2);
+    Some(text[start..].trim().to_string())
 }
 
 #[cfg(test)]
