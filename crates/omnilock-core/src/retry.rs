@@ -89,16 +89,16 @@ const BACKGROUND_ATTEMPTS: u32 = 10;
 /// dropped acquire: the caller must not wait (a dropped future cannot), and
 /// a store that stalls for a moment must not leave the entry behind until
 /// its lease runs out. Outside any runtime nothing runs: the lease then
-/// removes whatever was left.
-pub fn retry_in_background<F, Fut>(mut attempt: F)
+/// removes whatever was left. A caller that must know when the clean-up is
+/// over (before it tries again what the clean-up undoes) awaits the
+/// returned task.
+pub fn retry_in_background<F, Fut>(mut attempt: F) -> Option<tokio::task::JoinHandle<()>>
 where
     F: FnMut() -> Fut + Send + 'static,
     Fut: Future<Output = Result<()>> + Send,
 {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    runtime.spawn(async move {
+    let runtime = tokio::runtime::Handle::try_current().ok()?;
+    Some(runtime.spawn(async move {
         let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(1));
         for _ in 0..BACKGROUND_ATTEMPTS {
             match attempt().await {
@@ -106,7 +106,7 @@ where
                 _ => return,
             }
         }
-    });
+    }))
 }
 
 #[cfg(test)]

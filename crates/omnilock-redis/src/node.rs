@@ -349,9 +349,7 @@ pub(crate) fn ensure_crypto_provider() {
 /// Classifies a Redis error; messages name the node, never the password.
 pub(crate) fn map_err(e: RedisError, address: &str) -> Error {
     let code = e.code().unwrap_or("");
-    let error = if e.kind() == redis::ErrorKind::AuthenticationFailed
-        || matches!(code, "WRONGPASS" | "NOAUTH" | "NOPERM")
-    {
+    let error = if refused_credentials(&e) {
         Error::config(format!(
             "Redis at {address} refused the credentials (user name or password)"
         ))
@@ -391,6 +389,12 @@ pub(crate) fn map_err(e: RedisError, address: &str) -> Error {
         )
     };
     error.with_cause(e)
+}
+
+/// Whether the server refused the user name or password.
+pub(crate) fn refused_credentials(e: &RedisError) -> bool {
+    e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("WRONGPASS" | "NOAUTH" | "NOPERM"))
 }
 
 /// The reason a TLS handshake refused the server's certificate, if that is

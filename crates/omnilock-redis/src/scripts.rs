@@ -57,13 +57,16 @@ local function remember(calls, id)
 end
 -- A channel prefix that starts with the lock's hash tag is a channel in the
 -- lock's slot (a cluster): sharded pub/sub, to that slot's master only.
+-- pcall: the lock has changed by now, and a publish refused (an ACL user
+-- without the channel) must not turn a done release into an error; the
+-- waiter's re-check finds the lock free.
 local function wake(queue, timeouts, channel_prefix)
   local head = live_head(queue, timeouts)
   if head then
     local client = string.match(head, '^([^:]+):')
     local publish = 'PUBLISH'
     if string.sub(channel_prefix, 1, 1) == '{' then publish = 'SPUBLISH' end
-    redis.call(publish, channel_prefix .. client, head)
+    redis.pcall(publish, channel_prefix .. client, head)
   end
 end
 "#;

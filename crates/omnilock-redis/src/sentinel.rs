@@ -15,7 +15,7 @@
 //! at once.
 
 use std::sync::{Arc, RwLock, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 
@@ -24,7 +24,9 @@ use redis::aio::ConnectionManager;
 use redis::{AsyncConnectionConfig, Cmd, RedisFuture, Value};
 
 use crate::config::{Deployment, RedisConfig};
-use crate::node::{client_for, connection_manager, map_err, Conn, Login, Node, Subscriber};
+use crate::node::{
+    client_for, connection_manager, map_err, refused_credentials, Conn, Login, Node, Subscriber,
+};
 
 /// The command connection to whichever server the sentinels name as master.
 #[derive(Clone)]
@@ -37,8 +39,10 @@ struct Shared {
     master_name: String,
     sentinels: Vec<(String, redis::Client)>,
     current: RwLock<Master>,
-    /// One re-resolution at a time; the others wait for its outcome.
-    refreshing: tokio::sync::Mutex<()>,
+    /// One re-resolution at a time; the others wait for its outcome. Holds
+    /// when the last one ended: calls that failed while it ran take its
+    /// answer instead of asking the sentinels again, one after another.
+    refreshing: tokio::sync::Mutex<Option<Instant>>,
     /// Woken when the connection moves to a new master.
     moved: tokio::sync::Notify,
     /// The task that listens for `+switch-master`.
@@ -100,7 +104,7 @@ pub(crate) async fn open(config: &RedisConfig) -> Result<Node> {
             master_name: master.clone(),
             sentinels,
             current: RwLock::new(current),
-            refreshing: tokio::sync::Mutex::new(()),
+            refreshing: tokio::sync::Mutex::new(None),
             moved: tokio::sync::Notify::new(),
             watcher: std::sync::Mutex::new(None),
         }),
@@ -141,8 +145,9 @@ impl SentinelConn {
     /// own error is what it reports, and the next failure tries again.
     async fn refresh(&self, stale: &str) {
         let shared = &self.shared;
-        let _one_at_a_time = shared.refreshing.lock().await;
-        if self.current().address != stale {
+        let asked_at = Instant::now();
+        let mut last = shared.refreshing.lock().await;
+        if self.current().address != stale || last.is_some_and(|ended| ended >= asked_at) {
             return;
         }
         let moved = async {
@@ -175,6 +180,7 @@ impl SentinelConn {
             }
             Err(_) => tracing::debug!("omnilock redis: asking the sentinels timed out"),
         }
+        *last = Some(Instant::now());
     }
 }
 
@@ -461,8 +467,9 @@ async fn connect_first_master(config: &RedisConfig, candidates: &[HostPort]) -> 
 /// Sentinel errors name the sentinels' own credentials, which differ from
 /// the data nodes'.
 fn sentinel_error(e: redis::RedisError, address: &str) -> Error {
+    let refused = refused_credentials(&e);
     let mapped = map_err(e, address);
-    if mapped.kind() == omnilock_core::ErrorKind::InvalidConfig {
+    if refused {
         return Error::config(format!(
             "the sentinel at {address} refused the credentials: give the sentinels' own with \
              sentinel_username= and sentinel_password= (the URL's user and password are the \

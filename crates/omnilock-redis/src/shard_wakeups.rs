@@ -23,12 +23,13 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use omnilock_core::{lock_unpoisoned, Result};
+use omnilock_core::{lock_unpoisoned, Error, Result};
 use redis::cluster_async::ClusterConnection;
 use redis::PushInfo;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 use crate::config::RedisConfig;
+use crate::node::{map_err, Keys};
 
 /// How long a client keeps a lock's channel after its last waiter there.
 pub(crate) const LINGER: Duration = Duration::from_secs(5);
@@ -40,31 +41,61 @@ pub(crate) struct ShardWakeups {
     /// One `SSUBSCRIBE`/`SUNSUBSCRIBE` at a time, so that a channel dropped
     /// as idle cannot be unsubscribed after a new waiter subscribed it.
     commands: tokio::sync::Mutex<()>,
+    /// How long one `SSUBSCRIBE`/`SUNSUBSCRIBE` may take: a waiter that
+    /// subscribes is not re-checking meanwhile.
+    command_timeout: Duration,
+    /// `SUNSUBSCRIBE`s this client sent whose confirmation has not come
+    /// back, per channel: the confirmation is not the server ending it.
+    unsubscribing: Mutex<HashMap<String, usize>>,
 }
 
 struct Channel {
     waiters: usize,
     subscribed: bool,
+    /// Raised whenever the subscription is found gone, so that a
+    /// `SSUBSCRIBE` that was under way then does not count as current.
+    epoch: u64,
     /// Since when no waiter uses it.
     idle_since: Option<Instant>,
 }
 
 impl ShardWakeups {
-    /// Connects to the cluster for subscriptions; messages and disconnection
-    /// notices arrive on the returned receiver.
+    /// Connects to the cluster for subscriptions (messages and disconnection
+    /// notices arrive on the returned receiver), and tries one subscription:
+    /// a server without sharded pub/sub (before Redis 7) or an ACL user
+    /// without the channels is refused here, not at the first wait.
     pub(crate) async fn open(
         config: &RedisConfig,
     ) -> Result<(ShardWakeups, UnboundedReceiver<PushInfo>)> {
         let (sender, receiver) = unbounded_channel();
         let conn = crate::cluster::connect(config, Some(sender)).await?;
-        Ok((
-            ShardWakeups {
-                conn,
-                channels: Mutex::new(HashMap::new()),
-                commands: tokio::sync::Mutex::new(()),
-            },
-            receiver,
-        ))
+        let shards = ShardWakeups {
+            conn,
+            channels: Mutex::new(HashMap::new()),
+            commands: tokio::sync::Mutex::new(()),
+            command_timeout: config.options.response_timeout,
+            unsubscribing: Mutex::new(HashMap::new()),
+        };
+        let probe = format!(
+            "{}:wake:probe-{:016x}",
+            Keys::new(&config.options.prefix, "probe").lock,
+            rand::random::<u64>()
+        );
+        let address = "the Redis Cluster";
+        let mut conn = shards.conn.clone();
+        conn.ssubscribe(&probe).await.map_err(|e| {
+            let refused = map_err(e, address);
+            if refused.is_retryable() {
+                return refused;
+            }
+            Error::config(format!(
+                "{address} refused a sharded subscription (SSUBSCRIBE {probe}): wake-ups need \
+                 Redis 7 or later, and an ACL user needs the channels &{{{}*",
+                config.options.prefix
+            ))
+        })?;
+        shards.unsubscribe(&probe).await;
+        Ok((shards, receiver))
     }
 
     /// A waiter of this client will listen on `channel`; paired with one
@@ -74,6 +105,7 @@ impl ShardWakeups {
         let entry = channels.entry(channel.to_string()).or_insert(Channel {
             waiters: 0,
             subscribed: false,
+            epoch: 0,
             idle_since: None,
         });
         entry.waiters += 1;
@@ -95,45 +127,81 @@ impl ShardWakeups {
     /// subscription, so a release may have published to nobody, and the
     /// caller checks again at once.
     pub(crate) async fn listen(&self, channel: &str) -> redis::RedisResult<bool> {
-        let subscribed = || {
+        let state = || {
             lock_unpoisoned(&self.channels)
                 .get(channel)
-                .is_some_and(|entry| entry.subscribed)
+                .map(|entry| (entry.subscribed, entry.epoch))
         };
-        if subscribed() {
+        if let Some((true, _)) = state() {
             return Ok(false);
         }
         let _turn = self.commands.lock().await;
-        // Another waiter subscribed it while this one waited its turn.
-        if subscribed() {
-            return Ok(true);
+        let epoch = match state() {
+            // Another waiter subscribed it while this one waited its turn.
+            Some((true, _)) => return Ok(true),
+            Some((false, epoch)) => epoch,
+            None => return Ok(false),
+        };
+        let mut conn = self.conn.clone();
+        match tokio::time::timeout(self.command_timeout, conn.ssubscribe(channel)).await {
+            Ok(subscribed) => subscribed?,
+            Err(_) => {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "SSUBSCRIBE timed out",
+                )))
+            }
         }
-        self.conn.clone().ssubscribe(channel).await?;
         if let Some(entry) = lock_unpoisoned(&self.channels).get_mut(channel) {
-            entry.subscribed = true;
+            // Found gone meanwhile: the next round subscribes again.
+            if entry.epoch == epoch {
+                entry.subscribed = true;
+            }
         }
         Ok(true)
     }
 
-    /// The server ended `channel`'s subscription (its slot moved to
-    /// another master): the next [`ShardWakeups::listen`] subscribes again.
-    /// False for a channel this client dropped itself (no longer in the
-    /// map) or had not subscribed.
+    /// The subscription of `channel` is gone or suspect (the server ended
+    /// it when its slot moved; a waiter was granted on a re-check): the
+    /// next [`ShardWakeups::listen`] subscribes again. True if it was
+    /// subscribed. The confirmation of this client's own `SUNSUBSCRIBE`
+    /// is not a loss.
     pub(crate) fn dropped(&self, channel: &str) -> bool {
+        {
+            let mut unsubscribing = lock_unpoisoned(&self.unsubscribing);
+            if let Some(pending) = unsubscribing.get_mut(channel) {
+                *pending -= 1;
+                if *pending == 0 {
+                    unsubscribing.remove(channel);
+                }
+                return false;
+            }
+        }
+        self.suspect(channel)
+    }
+
+    /// As [`ShardWakeups::dropped`], for a suspicion of this client's own.
+    pub(crate) fn suspect(&self, channel: &str) -> bool {
         lock_unpoisoned(&self.channels)
             .get_mut(channel)
-            .is_some_and(|entry| std::mem::replace(&mut entry.subscribed, false))
+            .is_some_and(|entry| {
+                entry.epoch += 1;
+                std::mem::replace(&mut entry.subscribed, false)
+            })
     }
 
     /// A connection dropped: every channel is subscribed again on next use.
     pub(crate) fn dropped_all(&self) {
         for entry in lock_unpoisoned(&self.channels).values_mut() {
+            entry.epoch += 1;
             entry.subscribed = false;
         }
     }
 
-    /// Unsubscribes the channels idle for [`LINGER`] (one `SUNSUBSCRIBE`
-    /// each: channels of different slots cannot share one).
+    /// Unsubscribes the channels idle for [`LINGER`], whether or not they
+    /// count as subscribed (a `SSUBSCRIBE` that timed out may have been
+    /// applied; redis-rs subscribes again after a reconnect). One
+    /// `SUNSUBSCRIBE` each: channels of different slots cannot share one.
     pub(crate) async fn sweep(&self) {
         let _turn = self.commands.lock().await;
         let idle: Vec<String> = {
@@ -143,13 +211,39 @@ impl ShardWakeups {
                 .filter(|(_, entry)| entry.idle_since.is_some_and(|at| at.elapsed() >= LINGER))
                 .map(|(channel, _)| channel.clone())
                 .collect::<Vec<_>>();
-            idle.into_iter()
-                .filter(|channel| channels.remove(channel).is_some_and(|e| e.subscribed))
-                .collect()
+            for channel in &idle {
+                channels.remove(channel);
+            }
+            idle
         };
         for channel in idle {
-            if let Err(err) = self.conn.clone().sunsubscribe(&channel).await {
-                tracing::debug!(error = %err, "omnilock redis: cannot unsubscribe an idle channel");
+            self.unsubscribe(&channel).await;
+        }
+    }
+
+    /// One `SUNSUBSCRIBE`, within the command timeout; its confirmation is
+    /// expected (see [`ShardWakeups::dropped`]).
+    async fn unsubscribe(&self, channel: &str) {
+        *lock_unpoisoned(&self.unsubscribing)
+            .entry(channel.to_string())
+            .or_default() += 1;
+        let mut conn = self.conn.clone();
+        match tokio::time::timeout(self.command_timeout, conn.sunsubscribe(channel)).await {
+            Ok(Ok(())) => {}
+            failed => {
+                tracing::debug!(
+                    ?failed,
+                    "omnilock redis: cannot unsubscribe an idle channel"
+                );
+                // No confirmation to wait for (or a late one, which then
+                // costs one needless subscription).
+                let mut unsubscribing = lock_unpoisoned(&self.unsubscribing);
+                if let Some(pending) = unsubscribing.get_mut(channel) {
+                    *pending -= 1;
+                    if *pending == 0 {
+                        unsubscribing.remove(channel);
+                    }
+                }
             }
         }
     }

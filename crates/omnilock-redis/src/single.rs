@@ -114,8 +114,9 @@ enum Attempt {
     Taken(u64),
     Busy(Option<Duration>),
     /// Granted, but fewer replicas than `wait_replicas` confirmed it in
-    /// time; the grant is being undone.
-    Unconfirmed(Error),
+    /// time; the grant is being undone by the task given (if a runtime ran
+    /// it).
+    Unconfirmed(Error, Option<tokio::task::JoinHandle<()>>),
 }
 
 impl RedisStore {
@@ -327,18 +328,16 @@ impl RedisStore {
                 let token = value as u64;
                 if let Err(err) = self.check_confirmed(confirmed) {
                     // Not on enough replicas: undo, so that nobody holds a
-                    // lock a failover could hand to a second owner.
-                    let (store, request) = (self.clone(), request.clone());
-                    retry_in_background(move || {
-                        let (store, request) = (store.clone(), request.clone());
-                        async move {
-                            store
-                                .release_token(&request, token, &nonce())
-                                .await
-                                .map(drop)
-                        }
+                    // lock a failover could hand to a second owner. One
+                    // call id for every retry of the undo: a retry whose
+                    // first run's reply was lost must not drop a second
+                    // hold of a reentrant owner.
+                    let (store, request, undo) = (self.clone(), request.clone(), nonce());
+                    let undoing = retry_in_background(move || {
+                        let (store, request, undo) = (store.clone(), request.clone(), undo.clone());
+                        async move { store.release_token(&request, token, &undo).await.map(drop) }
                     });
-                    return Ok(Attempt::Unconfirmed(err));
+                    return Ok(Attempt::Unconfirmed(err, undoing));
                 }
                 Ok(Attempt::Taken(token))
             }
@@ -512,11 +511,16 @@ async fn listen_shards(store: Weak<Inner>, mut pushes: UnboundedReceiver<PushInf
                     _ => {}
                 }
             }
+            // In a task of its own: messages keep flowing while a slow
+            // node holds up an unsubscription.
             _ = sweep.tick() => {
-                let Some(inner) = store.upgrade() else { return };
-                if let WakeChannels::PerLock(shards) = &inner.channels {
-                    shards.sweep().await;
-                }
+                let store = store.clone();
+                tokio::spawn(async move {
+                    let Some(inner) = store.upgrade() else { return };
+                    if let WakeChannels::PerLock(shards) = &inner.channels {
+                        shards.sweep().await;
+                    }
+                });
             }
         }
     }
@@ -580,6 +584,15 @@ impl RedisStore {
             .find_map(|line| line.trim().strip_prefix("connected_slaves:"))
             .and_then(|n| n.parse::<u32>().ok())
             .is_none_or(|connected| connected >= wait.replicas)
+    }
+
+    /// In a cluster, marks `place`'s channel for a new subscription.
+    fn suspect_channel(&self, place: &Place) {
+        if let (WakeChannels::PerLock(shards), Some(channel)) =
+            (&self.inner.channels, &place.joined)
+        {
+            shards.suspect(channel);
+        }
     }
 
     /// In a cluster, makes sure this client is subscribed to the channel in
@@ -684,7 +697,7 @@ impl Backend for RedisStore {
         match self.attempt_detached(request, "", &nonce()).await? {
             (Attempt::Taken(token), started) => Ok(Some(granted(token, started + request.ttl))),
             (Attempt::Busy(_), _) => Ok(None),
-            (Attempt::Unconfirmed(err), _) => Err(err),
+            (Attempt::Unconfirmed(err, _), _) => Err(err),
         }
     }
 
@@ -701,10 +714,11 @@ impl Backend for RedisStore {
             granted: false,
             joined: None,
         };
-        let call = nonce();
+        let mut call = nonce();
         let recheck = inner.options.waiter_lease / 3;
         let mut backoff = Backoff::new(Duration::from_millis(10), recheck);
         let mut unconfirmed = false;
+        let mut by_message = true;
         loop {
             let woken = notify.notified();
             tokio::pin!(woken);
@@ -712,13 +726,22 @@ impl Backend for RedisStore {
             // After a grant the replicas could not confirm, take no other
             // until the master has the replicas again: each would be
             // granted and undone, waiting `wait_timeout` every time.
-            if unconfirmed && !self.has_replicas(request).await {
-                tokio::time::sleep(backoff.next_delay()).await;
-                continue;
+            if unconfirmed {
+                if !self.has_replicas(request).await {
+                    tokio::time::sleep(backoff.next_delay()).await;
+                    continue;
+                }
+                unconfirmed = false;
             }
             let delay = match self.attempt_detached(request, &entry, &call).await {
                 Ok((Attempt::Taken(token), started)) => {
                     place.granted = true;
+                    if !by_message {
+                        // Granted on a re-check: the release's message may
+                        // have been lost to a subscription that died
+                        // silently. Subscribe again on the next wait.
+                        self.suspect_channel(&place);
+                    }
                     return Ok(granted(token, started + request.ttl));
                 }
                 Ok((Attempt::Busy(remaining), _)) => {
@@ -736,18 +759,25 @@ impl Backend for RedisStore {
                     let delay = recheck.mul_f64(jitter);
                     remaining.map_or(delay, |r| delay.min(r + Duration::from_millis(1)))
                 }
-                Ok((Attempt::Unconfirmed(err), _)) => {
+                Ok((Attempt::Unconfirmed(err, undoing), _)) => {
                     tracing::warn!(error = %err, "omnilock redis: grant not confirmed by the replicas; waiting for them");
+                    // The next attempt must not find this grant (its call
+                    // id would hand it back while the undo frees it): wait
+                    // for the undo, and go on under a new call id.
+                    if let Some(undoing) = undoing {
+                        let _ = undoing.await;
+                    }
+                    call = nonce();
                     unconfirmed = true;
                     backoff.next_delay()
                 }
                 Err(err) if err.is_retryable() => backoff.next_delay(),
                 Err(err) => return Err(err),
             };
-            tokio::select! {
-                _ = &mut woken => {}
-                _ = tokio::time::sleep(delay) => {}
-            }
+            by_message = tokio::select! {
+                _ = &mut woken => true,
+                _ = tokio::time::sleep(delay) => false,
+            };
         }
     }
 

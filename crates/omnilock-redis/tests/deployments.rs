@@ -501,3 +501,49 @@ async fn tls_cluster_locks_and_wakes() {
         .expect_err("untrusted certificate");
     assert_clear(&err, ErrorKind::InvalidConfig, "tls_ca");
 }
+
+/// An ACL user that may use the one-instance wake-up channels but not the
+/// cluster's sharded ones (`&{prefix*`) is told at connect, not left to
+/// poll at every wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cluster_acl_user_without_shard_channels_is_refused() {
+    let url = store_url("REDIS_CLUSTER").expect("cluster URL");
+    let user = format!("noshard{}", rand_suffix());
+    let ports: Vec<u16> = std::env::var("OMNILOCK_TEST_REDIS_CLUSTER_PORTS")
+        .expect("OMNILOCK_TEST_REDIS_CLUSTER_PORTS")
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    let acl = |args: Vec<String>| {
+        let ports = ports.clone();
+        async move {
+            for port in ports {
+                let () = redis::cmd("ACL")
+                    .arg(&args)
+                    .query_async(&mut raw(port).await)
+                    .await
+                    .unwrap();
+            }
+        }
+    };
+    acl(vec![
+        "SETUSER".into(),
+        user.clone(),
+        "on".into(),
+        format!(">{PASSWORD}"),
+        "~omnilock*".into(),
+        "~{omnilock*".into(),
+        "&omnilock*".into(),
+        "+@all".into(),
+    ])
+    .await;
+    let as_user = url.replacen(
+        &format!("redis+cluster://:{PASSWORD}@"),
+        &format!("redis+cluster://{user}:{PASSWORD}@"),
+        1,
+    );
+    assert_ne!(as_user, url, "the URL names the user");
+    let err = connect(&as_user).await.expect_err("no shard channels");
+    acl(vec!["DELUSER".into(), user.clone()]).await;
+    assert_clear(&err, ErrorKind::InvalidConfig, "&{omnilock*");
+}

@@ -771,3 +771,82 @@ async fn sentinel_master_killed() {
 async fn sentinel_master_killed_with_wait_replicas() {
     sentinel_fault(true, true).await;
 }
+
+/// Continues a paused process when dropped, also when the test fails.
+struct Paused(u32);
+
+impl Paused {
+    fn stop(pid: u32) -> Paused {
+        let status = std::process::Command::new("kill")
+            .args(["-STOP", &pid.to_string()])
+            .status()
+            .expect("kill -STOP");
+        assert!(status.success(), "SIGSTOP {pid}");
+        Paused(pid)
+    }
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-CONT", &self.0.to_string()])
+            .status();
+    }
+}
+
+/// A reentrant acquire whose grants the replica cannot confirm (it is
+/// paused: still connected, never acknowledging) is undone each time, and
+/// only its own hold is undone: the owner's outer hold survives every
+/// retry. (Retries once re-used the call id, so a retry got the grant that
+/// was being undone back, and the next undo took the outer hold.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unconfirmed_reentrant_acquire_keeps_the_outer_hold() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let url = store_url("REDIS_SENTINEL").expect("sentinel URL");
+    let ports = ports("OMNILOCK_TEST_REDIS_SENTINEL_PORTS");
+    sentinel_whole(&ports).await;
+    let master = sentinel_master(ports[2]).await;
+    let replica = *ports[..2].iter().find(|p| **p != master).unwrap();
+    let confirmed = connect(&with_option(&url, "wait_replicas=1&wait_timeout=500ms")).await;
+    let impatient = connect(&with_option(&url, "wait_replicas=1&wait_timeout=100ms")).await;
+    let name = format!("unconfirmed-reentrant-{:08x}", rand::random::<u32>());
+    let owner = omnilock_core::Owner::new(&format!("owner-{:08x}", rand::random::<u32>())).unwrap();
+    let outer = confirmed
+        .lock(&name)
+        .owner(&owner)
+        .ttl(Duration::from_secs(20))
+        .acquire()
+        .await
+        .expect("outer hold, confirmed");
+
+    let paused = Paused::stop(pid_of(replica, PASSWORD).await);
+    let err = impatient
+        .lock(&name)
+        .owner(&owner)
+        .timeout(Duration::from_secs(3))
+        .acquire()
+        .await
+        .expect_err("the paused replica confirms nothing");
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    drop(paused);
+
+    // Undos still under way (of an attempt the timeout cut short) run at
+    // once; the outer hold is still there after them.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let holder = confirmed.holder(&name).await.expect("holder");
+        let holder = holder.expect("the outer hold survives the undone re-entries");
+        assert_eq!(holder.token, outer.token());
+        if Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(outer.is_held());
+    outer.release().await.expect("release the outer hold");
+    assert!(
+        confirmed.holder(&name).await.unwrap().is_none(),
+        "one release frees it"
+    );
+    sentinel_whole(&ports).await;
+}
