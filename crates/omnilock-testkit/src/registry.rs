@@ -140,6 +140,12 @@ pub static CONFORMANCE: &[Scenario] = &[
     scenario!(drop_releases_in_background),
     scenario!(drop_outside_runtime),
     scenario!(errors_name_backend_and_lock),
+    scenario!(lock_all_takes_every_name),
+    scenario!(lock_all_is_all_or_nothing),
+    scenario!(lock_all_in_opposite_orders_never_deadlocks),
+    scenario!(lock_all_cancelled_leaves_nothing),
+    scenario!(lock_all_lost_fires_when_a_part_is_lost, Claim::BreakLock),
+    scenario!(lock_all_rejects_bad_input),
     // Elections serve candidates in the order they queued: fair stores only.
     scenario!(election_one_leader_at_a_time, Claim::Fair, Claim::Elections),
     scenario!(

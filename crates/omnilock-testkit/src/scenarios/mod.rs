@@ -17,6 +17,7 @@ mod elections;
 mod exclusion;
 mod leases;
 mod measure;
+mod multi;
 mod names;
 mod reentrancy;
 mod release;
@@ -37,6 +38,11 @@ pub use leases::{
     renewal_keeps_lock, stale_release_is_not_owner,
 };
 pub use measure::{handoff_cost_is_flat, measure_hooks_work};
+pub use multi::{
+    lock_all_cancelled_leaves_nothing, lock_all_in_opposite_orders_never_deadlocks,
+    lock_all_is_all_or_nothing, lock_all_lost_fires_when_a_part_is_lost,
+    lock_all_rejects_bad_input, lock_all_takes_every_name,
+};
 pub use names::{distinct_names_are_distinct_locks, namespaces_are_disjoint};
 pub use reentrancy::{non_reentrant_reacquire_fails, reentrancy, reentrancy_across_clients};
 pub use release::{drop_outside_runtime, drop_releases_in_background};

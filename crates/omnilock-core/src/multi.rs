@@ -1,0 +1,241 @@
+//! [`Locks::lock_all`]: several locks taken as one, all or nothing, without
+//! deadlock.
+//!
+//! Works on every store: the names are taken one after another in one
+//! global order (sorted by name), so two clients that ask for the same names
+//! in different orders still ask in the same order, and no cycle of waits
+//! can form (the classic lock-ordering rule). A part that cannot be taken
+//! (busy for `try_acquire`, a timeout, an error, a cancelled future) gives
+//! back every part already taken before the call returns.
+
+use std::fmt;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use crate::client::Locks;
+use crate::error::{Error, ErrorKind, Result};
+use crate::guard::LockGuard;
+use crate::name::{LockName, Owner};
+use crate::signal::WaitNotice;
+
+impl Locks {
+    /// Starts taking every lock in `names` as one: all or nothing. The
+    /// names must be valid lock names, at least one, none twice.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> omnilock_core::Result<()> {
+    /// use omnilock_core::{Locks, MemStore};
+    /// let locks = Locks::new(MemStore::new());
+    /// // A transfer takes both accounts; another transfer the other way
+    /// // round asks for them in the same (sorted) order: no deadlock.
+    /// let both = locks.lock_all(&["account/17", "account/4"]).acquire().await?;
+    /// assert_eq!(both.guards().len(), 2);
+    /// both.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn lock_all(&self, names: &[&str]) -> MultiLockRequest<'_> {
+        MultiLockRequest {
+            locks: self,
+            names: sorted_names(names),
+            ttl: self.default_ttl(),
+            owner: None,
+            timeout: None,
+            waiting: WaitNotice::none(),
+        }
+    }
+}
+
+/// Valid, distinct names in the one global order.
+fn sorted_names(names: &[&str]) -> Result<Vec<LockName>> {
+    if names.is_empty() {
+        return Err(Error::config("lock_all needs at least one lock name"));
+    }
+    let mut parsed = names
+        .iter()
+        .map(|name| LockName::new(name))
+        .collect::<Result<Vec<_>>>()?;
+    parsed.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+    if let Some(twice) = parsed.windows(2).find(|w| w[0] == w[1]) {
+        return Err(Error::config(format!(
+            "lock_all got the name {:?} twice",
+            twice[0].as_str()
+        )));
+    }
+    Ok(parsed)
+}
+
+/// Several locks being configured. Finish with
+/// [`acquire`](Self::acquire) or [`try_acquire`](Self::try_acquire).
+#[must_use = "a lock request does nothing until acquired"]
+pub struct MultiLockRequest<'a> {
+    locks: &'a Locks,
+    names: Result<Vec<LockName>>,
+    ttl: Duration,
+    owner: Option<Owner>,
+    timeout: Option<Duration>,
+    waiting: WaitNotice,
+}
+
+impl MultiLockRequest<'_> {
+    /// The lease TTL of every part.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// Takes every part as `owner`; by default one fresh random owner for
+    /// all of them.
+    pub fn owner(mut self, owner: &Owner) -> Self {
+        self.owner = Some(owner.clone());
+        self
+    }
+
+    /// Gives up after `timeout` for the whole set, with
+    /// [`ErrorKind::Timeout`], holding none of them.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Calls `callback` once, when some part is busy and the acquire waits.
+    pub fn on_wait(mut self, callback: impl FnOnce() + Send + 'static) -> Self {
+        self.waiting = WaitNotice::new(callback);
+        self
+    }
+
+    /// Waits for every part (up to the timeout, if one is set).
+    ///
+    /// Cancellation-safe: dropping the future gives back the parts taken so
+    /// far (in the background, as dropped guards do).
+    pub async fn acquire(self) -> Result<MultiGuard> {
+        let timeout = self.timeout;
+        let taking = self.take(true);
+        let taken = match timeout {
+            None => taking.await,
+            Some(limit) => tokio::time::timeout(limit, taking)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Error::new(
+                        ErrorKind::Timeout,
+                        format!("locks not all acquired within {limit:?}"),
+                    ))
+                }),
+        };
+        Ok(taken?.expect("a waiting acquire returns guards or an error"))
+    }
+
+    /// Takes every part only if none needs waiting: `Ok(None)` when one is
+    /// busy, and then none is held when this returns.
+    pub async fn try_acquire(self) -> Result<Option<MultiGuard>> {
+        self.take(false).await
+    }
+
+    async fn take(self, wait: bool) -> Result<Option<MultiGuard>> {
+        let names = self.names?;
+        let owner = self.owner.unwrap_or_else(Owner::random);
+        let mut guards: Vec<LockGuard> = Vec::with_capacity(names.len());
+        for name in &names {
+            let waiting = self.waiting.clone();
+            let part = self
+                .locks
+                .lock(name.as_str())
+                .ttl(self.ttl)
+                .owner(&owner)
+                .on_wait(move || waiting.raise());
+            let taken = if wait {
+                part.acquire().await.map(Some)
+            } else {
+                part.try_acquire().await
+            };
+            match taken {
+                Ok(Some(guard)) => guards.push(guard),
+                outcome => {
+                    give_back(guards).await;
+                    return outcome.map(|_| None);
+                }
+            }
+        }
+        Ok(Some(MultiGuard { guards }))
+    }
+}
+
+/// Releases parts taken before another failed; errors are left to the
+/// leases (the caller's own outcome is what it reports).
+async fn give_back(guards: Vec<LockGuard>) {
+    for guard in guards {
+        let _ = guard.release().await;
+    }
+}
+
+/// Several held locks, taken together by [`Locks::lock_all`]. Dropping it
+/// releases every part in the background; each part is renewed like a
+/// single [`LockGuard`].
+#[must_use = "dropping the guard releases the locks at once"]
+pub struct MultiGuard {
+    /// Sorted by name.
+    guards: Vec<LockGuard>,
+}
+
+impl MultiGuard {
+    /// The parts, sorted by name: each has its own fencing token.
+    pub fn guards(&self) -> &[LockGuard] {
+        &self.guards
+    }
+
+    /// The fencing token of part `name`, if it is one of the parts.
+    pub fn token(&self, name: &str) -> Option<u64> {
+        self.guards
+            .iter()
+            .find(|guard| guard.name().as_str() == name)
+            .map(LockGuard::token)
+    }
+
+    /// Whether every part is still known to be held.
+    pub fn is_held(&self) -> bool {
+        self.guards.iter().all(LockGuard::is_held)
+    }
+
+    /// Until when, by this process's clock, every part is known to be held.
+    pub fn safe_until(&self) -> Instant {
+        self.guards
+            .iter()
+            .map(LockGuard::safe_until)
+            .min()
+            .expect("at least one part")
+    }
+
+    /// Completes with the loss of the first part lost (a
+    /// [`ErrorKind::LockLost`] error naming that lock).
+    pub fn lost(&self) -> impl Future<Output = Error> + Send + 'static {
+        let losses: Vec<_> = self.guards.iter().map(LockGuard::lost).collect();
+        async move {
+            // Dropping the set (this future) stops the other watches.
+            let mut watches = tokio::task::JoinSet::new();
+            for loss in losses {
+                watches.spawn(loss);
+            }
+            match watches.join_next().await {
+                Some(Ok(loss)) => loss,
+                _ => std::future::pending().await,
+            }
+        }
+    }
+
+    /// Releases every part; the first error, if any, after trying them all.
+    pub async fn release(self) -> Result<()> {
+        let mut first = None;
+        for guard in self.guards {
+            if let Err(err) = guard.release().await {
+                first.get_or_insert(err);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
+
+impl fmt::Debug for MultiGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(&self.guards).finish()
+    }
+}
