@@ -10,6 +10,8 @@
 
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use crate::client::Locks;
@@ -208,18 +210,22 @@ impl MultiGuard {
     /// Completes with the loss of the first part lost (a
     /// [`ErrorKind::LockLost`] error naming that lock).
     pub fn lost(&self) -> impl Future<Output = Error> + Send + 'static {
-        let losses: Vec<_> = self.guards.iter().map(LockGuard::lost).collect();
-        async move {
-            // Dropping the set (this future) stops the other watches.
-            let mut watches = tokio::task::JoinSet::new();
-            for loss in losses {
-                watches.spawn(loss);
-            }
-            match watches.join_next().await {
-                Some(Ok(loss)) => loss,
-                _ => std::future::pending().await,
-            }
-        }
+        // Polled in turn, not spawned: the future needs no runtime of its
+        // own (a blocking caller polls it without one).
+        let mut losses: Vec<Pin<Box<dyn Future<Output = Error> + Send>>> = self
+            .guards
+            .iter()
+            .map(|guard| Box::pin(guard.lost()) as Pin<Box<dyn Future<Output = Error> + Send>>)
+            .collect();
+        std::future::poll_fn(move |context| {
+            losses
+                .iter_mut()
+                .find_map(|loss| match loss.as_mut().poll(context) {
+                    Poll::Ready(loss) => Some(loss),
+                    Poll::Pending => None,
+                })
+                .map_or(Poll::Pending, Poll::Ready)
+        })
     }
 
     /// Releases every part; the first error, if any, after trying them all.
@@ -237,5 +243,35 @@ impl MultiGuard {
 impl fmt::Debug for MultiGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list().entries(&self.guards).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::task::{Context, Waker};
+
+    use crate::{Locks, MemStore};
+
+    /// `lost()` polled on a thread with no runtime (as the blocking API
+    /// does) answers instead of panicking.
+    #[test]
+    fn lost_needs_no_runtime() {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let locks = Locks::new(MemStore::new());
+        let all = runtime
+            .block_on(locks.lock_all(&["b", "a"]).acquire())
+            .expect("lock_all");
+        let lost = all.lost();
+        let polled = std::thread::spawn(move || {
+            let mut lost = Box::pin(lost);
+            lost.as_mut()
+                .poll(&mut Context::from_waker(Waker::noop()))
+                .is_pending()
+        })
+        .join()
+        .expect("no panic off the runtime");
+        assert!(polled, "not lost");
+        runtime.block_on(all.release()).expect("release");
     }
 }
