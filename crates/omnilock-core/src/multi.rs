@@ -15,7 +15,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use crate::client::Locks;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Operation, Result};
 use crate::guard::LockGuard;
 use crate::name::{LockName, Owner};
 use crate::signal::WaitNotice;
@@ -112,6 +112,7 @@ impl MultiLockRequest<'_> {
     /// far (in the background, as dropped guards do).
     pub async fn acquire(self) -> Result<MultiGuard> {
         let timeout = self.timeout;
+        let backend = self.locks.backend_kind();
         let taking = self.take(true);
         let taken = match timeout {
             None => taking.await,
@@ -124,13 +125,19 @@ impl MultiLockRequest<'_> {
                     ))
                 }),
         };
-        Ok(taken?.expect("a waiting acquire returns guards or an error"))
+        let taken =
+            taken.map_err(|e| e.with_backend(backend).with_operation(Operation::Acquire))?;
+        Ok(taken.expect("a waiting acquire returns guards or an error"))
     }
 
     /// Takes every part only if none needs waiting: `Ok(None)` when one is
     /// busy, and then none is held when this returns.
     pub async fn try_acquire(self) -> Result<Option<MultiGuard>> {
-        self.take(false).await
+        let backend = self.locks.backend_kind();
+        self.take(false).await.map_err(|e| {
+            e.with_backend(backend)
+                .with_operation(Operation::TryAcquire)
+        })
     }
 
     async fn take(self, wait: bool) -> Result<Option<MultiGuard>> {

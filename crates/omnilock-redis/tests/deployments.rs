@@ -11,24 +11,12 @@ use omnilock_core::{Error, ErrorKind, Locks, StoreUrl};
 use omnilock_redis::RedisConfig;
 use omnilock_testkit::store_url;
 
-const PASSWORD: &str = "omnilock-test-pw";
+mod common;
+
+use common::{hand_off_by_message, master_of, ports, raw, with_option, PASSWORD};
 
 async fn connect(url: &str) -> omnilock_core::Result<Locks> {
     omnilock_redis::connect(RedisConfig::from_url(&StoreUrl::parse(url)?)?).await
-}
-
-fn with_option(url: &str, option: &str) -> String {
-    let joiner = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{joiner}{option}")
-}
-
-/// A plain connection to `port` on loopback with the test password.
-async fn raw(port: u16) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(format!("redis://:{PASSWORD}@127.0.0.1:{port}/"))
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap()
 }
 
 /// The cluster's masters by port, with the slot ranges each serves.
@@ -36,7 +24,7 @@ async fn masters(url: &str) -> BTreeMap<u16, Vec<(u16, u16)>> {
     let seed = StoreUrl::parse(url).unwrap().hosts()[0].port.unwrap();
     let slots: Vec<(u16, u16, (String, u16))> = redis::cmd("CLUSTER")
         .arg("SLOTS")
-        .query_async::<Vec<redis::Value>>(&mut raw(seed).await)
+        .query_async::<Vec<redis::Value>>(&mut raw(seed, PASSWORD).await)
         .await
         .unwrap()
         .into_iter()
@@ -84,7 +72,7 @@ async fn cluster_locks_on_every_master_at_once() {
     for port in masters.keys() {
         let keys: Vec<String> = redis::cmd("KEYS")
             .arg(format!("{{omnilock:{run}/*"))
-            .query_async(&mut raw(*port).await)
+            .query_async(&mut raw(*port, PASSWORD).await)
             .await
             .unwrap();
         assert!(
@@ -361,6 +349,7 @@ async fn cluster_wakeups_arrive_on_the_locks_shard() {
     let waiter = Locks::new(backend.clone());
     let holder = connect(&url).await.expect("second client");
     let name = format!("shard-wake-{}", rand_suffix());
+    let ttl = Duration::from_secs(15);
     let channel = backend.wake_channel(&LockName::new(&name).unwrap());
     assert!(
         channel.starts_with('{'),
@@ -368,19 +357,8 @@ async fn cluster_wakeups_arrive_on_the_locks_shard() {
     );
 
     let seed = StoreUrl::parse(&url).unwrap().hosts()[0].port.unwrap();
-    let slot: u16 = redis::cmd("CLUSTER")
-        .arg("KEYSLOT")
-        .arg(&channel)
-        .query_async(&mut raw(seed).await)
-        .await
-        .unwrap();
-    let master = *masters(&url)
-        .await
-        .iter()
-        .find(|(_, ranges)| ranges.iter().any(|(a, b)| (*a..=*b).contains(&slot)))
-        .expect("a master serves the slot")
-        .0;
-    let at_master = raw(master).await;
+    let master = master_of(seed, &channel).await;
+    let at_master = raw(master, PASSWORD).await;
     let subscribers = |mut conn: redis::aio::MultiplexedConnection, channel: String| async move {
         let (_, count): (String, i64) = redis::cmd("PUBSUB")
             .arg("SHARDNUMSUB")
@@ -391,24 +369,8 @@ async fn cluster_wakeups_arrive_on_the_locks_shard() {
         count
     };
 
-    let held = holder.acquire(&name).await.expect("holder");
-    let (queued_tx, queued_rx) = tokio::sync::oneshot::channel();
-    let waiting = tokio::spawn({
-        let (waiter, name) = (waiter.clone(), name.clone());
-        async move {
-            waiter
-                .lock(&name)
-                .on_wait(move || {
-                    let _ = queued_tx.send(());
-                })
-                .acquire()
-                .await
-        }
-    });
-    tokio::time::timeout(Duration::from_secs(10), queued_rx)
-        .await
-        .expect("the waiter waits")
-        .unwrap();
+    let held = holder.lock(&name).ttl(ttl).acquire().await.expect("holder");
+    let waiting = omnilock_testkit::queue_waiter(&waiter, &name, ttl).await;
     assert_eq!(
         subscribers(at_master.clone(), channel.clone()).await,
         1,
@@ -449,7 +411,8 @@ async fn tls_cluster_locks_and_wakes() {
         .expect("connect");
     let locks = Locks::new(backend.clone());
     let run = format!("tls-{}", rand_suffix());
-    // 24 names land on all three masters (checked for the plain cluster).
+    // 24 names: spread over the three masters (the plain cluster's
+    // `cluster_locks_on_every_master_at_once` checks the spread).
     let mut guards = Vec::new();
     for i in 0..24 {
         guards.push(locks.acquire(&format!("{run}/{i}")).await.expect("acquire"));
@@ -460,36 +423,10 @@ async fn tls_cluster_locks_and_wakes() {
 
     let other = connect(&url).await.expect("second client");
     let name = format!("{run}/wake");
-    let held = other.acquire(&name).await.expect("holder");
-    let (queued_tx, queued_rx) = tokio::sync::oneshot::channel();
-    let waiting = tokio::spawn({
-        let (locks, name) = (locks.clone(), name.clone());
-        async move {
-            locks
-                .lock(&name)
-                .on_wait(move || {
-                    let _ = queued_tx.send(());
-                })
-                .acquire()
-                .await
-        }
-    });
-    tokio::time::timeout(Duration::from_secs(10), queued_rx)
-        .await
-        .expect("the waiter waits")
-        .unwrap();
-    let before = backend.wakeups();
-    held.release().await.expect("release");
-    let granted = tokio::time::timeout(Duration::from_secs(10), waiting)
-        .await
-        .expect("granted")
-        .unwrap()
-        .expect("acquire");
     assert!(
-        backend.wakeups() > before,
+        hand_off_by_message(&backend, &other, &name).await,
         "the grant came by re-check, not by a message over TLS"
     );
-    granted.release().await.expect("release");
     assert!(backend
         .wake_channel(&LockName::new(&name).unwrap())
         .starts_with('{'));
@@ -509,18 +446,14 @@ async fn tls_cluster_locks_and_wakes() {
 async fn cluster_acl_user_without_shard_channels_is_refused() {
     let url = store_url("REDIS_CLUSTER").expect("cluster URL");
     let user = format!("noshard{}", rand_suffix());
-    let ports: Vec<u16> = std::env::var("OMNILOCK_TEST_REDIS_CLUSTER_PORTS")
-        .expect("OMNILOCK_TEST_REDIS_CLUSTER_PORTS")
-        .split_whitespace()
-        .map(|p| p.parse().unwrap())
-        .collect();
+    let ports = ports("OMNILOCK_TEST_REDIS_CLUSTER_PORTS");
     let acl = |args: Vec<String>| {
         let ports = ports.clone();
         async move {
             for port in ports {
                 let () = redis::cmd("ACL")
                     .arg(&args)
-                    .query_async(&mut raw(port).await)
+                    .query_async(&mut raw(port, PASSWORD).await)
                     .await
                     .unwrap();
             }

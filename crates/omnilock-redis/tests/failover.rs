@@ -23,10 +23,11 @@ use std::time::{Duration, Instant};
 
 use omnilock_core::{ErrorKind, Locks, StoreUrl};
 use omnilock_redis::RedisConfig;
-use omnilock_testkit::faults::{kill_store_process, restart_store_node, stores_dir};
+use omnilock_testkit::faults::{
+    kill_store_process, pause_store_process, restart_store_node, stores_dir,
+};
 use omnilock_testkit::store_url;
 
-const PASSWORD: &str = "omnilock-test-pw";
 const SENTINEL_PASSWORD: &str = "omnilock-sentinel-pw";
 const CLIENTS: usize = 8;
 const NAMES: usize = 12;
@@ -40,26 +41,11 @@ const RESUME_BOUND: Duration = Duration::from_secs(20);
 /// be confirmed until then.
 const RESUME_BOUND_WAITING: Duration = Duration::from_secs(45);
 
+mod common;
+
+use common::{hand_off_by_message, master_of, ports, raw, with_option, PASSWORD};
+
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn ports(var: &str) -> Vec<u16> {
-    std::env::var(var)
-        .unwrap_or_else(|_| panic!("{var} is not set: run scripts/stores.sh up"))
-        .split_whitespace()
-        .map(|p| p.parse().expect("port"))
-        .collect()
-}
-
-async fn raw(port: u16, password: &str) -> redis::aio::MultiplexedConnection {
-    let client = redis::Client::open(format!("redis://:{password}@127.0.0.1:{port}/")).unwrap();
-    tokio::time::timeout(
-        Duration::from_secs(5),
-        client.get_multiplexed_async_connection(),
-    )
-    .await
-    .expect("connect in time")
-    .expect("connect")
-}
 
 async fn connect(url: &str) -> Locks {
     omnilock_redis::connect(RedisConfig::from_url(&StoreUrl::parse(url).unwrap()).unwrap())
@@ -174,36 +160,6 @@ fn contend(
             })
         })
         .collect()
-}
-
-/// The port of the cluster master that serves `key`'s slot.
-async fn master_of(seed: u16, key: &str) -> u16 {
-    let mut conn = raw(seed, PASSWORD).await;
-    let slot: u16 = redis::cmd("CLUSTER")
-        .arg("KEYSLOT")
-        .arg(key)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let ranges: Vec<redis::Value> = redis::cmd("CLUSTER")
-        .arg("SLOTS")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    for range in ranges {
-        let redis::Value::Array(parts) = range else {
-            continue;
-        };
-        let start: u16 = redis::from_redis_value_ref(&parts[0]).unwrap();
-        let end: u16 = redis::from_redis_value_ref(&parts[1]).unwrap();
-        if (start..=end).contains(&slot) {
-            let redis::Value::Array(master) = &parts[2] else {
-                continue;
-            };
-            return redis::from_redis_value_ref(&master[1]).unwrap();
-        }
-    }
-    panic!("no master serves slot {slot}")
 }
 
 async fn pid_of(port: u16, password: &str) -> u32 {
@@ -352,11 +308,6 @@ where
         grants: tally.grants.load(Ordering::Relaxed),
         double_grants: tally.double_grants.load(Ordering::Relaxed),
     }
-}
-
-fn with_option(url: &str, option: &str) -> String {
-    let joiner = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{joiner}{option}")
 }
 
 async fn cluster_master_kill(wait: bool) {
@@ -584,43 +535,14 @@ async fn cluster_wakeups_follow_a_moved_slot() {
     let backend = omnilock_redis::RedisStore::connect(config)
         .await
         .expect("connect");
-    let waiter = Locks::new(backend.clone());
     let holder = connect(&url).await;
     let name = format!("moved-wake-{:08x}", rand::random::<u32>());
     let channel = backend.wake_channel(&LockName::new(&name).unwrap());
 
-    // One hand-off by message; returns whether the grant came by one.
-    let hand_off = || async {
-        let held = holder.acquire(&name).await.expect("holder");
-        let (queued_tx, queued_rx) = tokio::sync::oneshot::channel();
-        let waiting = tokio::spawn({
-            let (waiter, name) = (waiter.clone(), name.clone());
-            async move {
-                waiter
-                    .lock(&name)
-                    .on_wait(move || {
-                        let _ = queued_tx.send(());
-                    })
-                    .acquire()
-                    .await
-            }
-        });
-        tokio::time::timeout(Duration::from_secs(10), queued_rx)
-            .await
-            .expect("the waiter waits")
-            .unwrap();
-        let before = backend.wakeups();
-        held.release().await.expect("release");
-        let granted = tokio::time::timeout(Duration::from_secs(10), waiting)
-            .await
-            .expect("granted")
-            .unwrap()
-            .expect("acquire");
-        let by_message = backend.wakeups() > before;
-        granted.release().await.expect("release");
-        by_message
-    };
-    assert!(hand_off().await, "before the move: granted by message");
+    assert!(
+        hand_off_by_message(&backend, &holder, &name).await,
+        "before the move: granted by message"
+    );
 
     let seed = ports[0];
     let slot: u16 = redis::cmd("CLUSTER")
@@ -633,7 +555,7 @@ async fn cluster_wakeups_follow_a_moved_slot() {
     let to = another_master(seed, from).await;
     // Within the 5 s the idle subscription lingers.
     migrate_slot(&ports, slot, from, to).await;
-    let moved_ok = hand_off().await;
+    let moved_ok = hand_off_by_message(&backend, &holder, &name).await;
     migrate_slot(&ports, slot, to, from).await;
     cluster_whole(&ports).await;
     assert!(
@@ -772,28 +694,6 @@ async fn sentinel_master_killed_with_wait_replicas() {
     sentinel_fault(true, true).await;
 }
 
-/// Continues a paused process when dropped, also when the test fails.
-struct Paused(u32);
-
-impl Paused {
-    fn stop(pid: u32) -> Paused {
-        let status = std::process::Command::new("kill")
-            .args(["-STOP", &pid.to_string()])
-            .status()
-            .expect("kill -STOP");
-        assert!(status.success(), "SIGSTOP {pid}");
-        Paused(pid)
-    }
-}
-
-impl Drop for Paused {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("kill")
-            .args(["-CONT", &self.0.to_string()])
-            .status();
-    }
-}
-
 /// A reentrant acquire whose grants the replica cannot confirm (it is
 /// paused: still connected, never acknowledging) is undone each time, and
 /// only its own hold is undone: the owner's outer hold survives every
@@ -819,7 +719,7 @@ async fn an_unconfirmed_reentrant_acquire_keeps_the_outer_hold() {
         .await
         .expect("outer hold, confirmed");
 
-    let paused = Paused::stop(pid_of(replica, PASSWORD).await);
+    let paused = pause_store_process(pid_of(replica, PASSWORD).await);
     let err = impatient
         .lock(&name)
         .owner(&owner)

@@ -90,20 +90,7 @@ async fn lost_wakeup_is_covered_by_recheck() {
     let locks = Locks::new(store);
     let name = format!("lost-wakeup/{}", std::process::id());
     let holder = locks.acquire(&name).await.expect("holder");
-    let (queued_tx, queued_rx) = tokio::sync::oneshot::channel();
-    let waiter = {
-        let (locks, name) = (locks.clone(), name.clone());
-        tokio::spawn(async move {
-            locks
-                .lock(&name)
-                .on_wait(move || {
-                    let _ = queued_tx.send(());
-                })
-                .acquire()
-                .await
-        })
-    };
-    queued_rx.await.expect("queued");
+    let waiter = omnilock_testkit::queue_waiter(&locks, &name, locks.default_ttl()).await;
     // Free the lock behind omnilock's back: no release script, no message.
     let mut conn = raw(&url).await;
     let key = format!("{{omnilock:{name}}}");

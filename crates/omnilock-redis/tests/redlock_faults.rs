@@ -150,20 +150,7 @@ async fn wakeups_survive_a_lost_subscription() {
     let locks = omnilock_core::Locks::new(store.clone());
     let name = format!("resubscribed/{}", std::process::id());
     let holder = locks.acquire(&name).await.expect("holder");
-    let (queued_tx, queued_rx) = tokio::sync::oneshot::channel();
-    let waiter = {
-        let (locks, name) = (locks.clone(), name.clone());
-        tokio::spawn(async move {
-            locks
-                .lock(&name)
-                .on_wait(move || {
-                    let _ = queued_tx.send(());
-                })
-                .acquire()
-                .await
-        })
-    };
-    queued_rx.await.expect("queued");
+    let waiter = omnilock_testkit::queue_waiter(&locks, &name, locks.default_ttl()).await;
     let before = store.wakeups();
     holder.release().await.expect("release");
     let guard = tokio::time::timeout(Duration::from_secs(10), waiter)

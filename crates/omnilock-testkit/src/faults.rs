@@ -203,3 +203,26 @@ pub fn restart_store_node(store: &str, n: u16) {
         .expect("scripts/stores.sh restart");
     assert!(status.success(), "restarting {store} node {n} failed");
 }
+
+/// A store process stopped with SIGSTOP (still connected, answering
+/// nothing); dropping it sends SIGCONT, also when the test fails.
+#[must_use = "dropping it continues the process at once"]
+pub struct PausedStore(u32);
+
+/// SIGSTOPs a store process until the returned guard is dropped.
+pub fn pause_store_process(pid: u32) -> PausedStore {
+    let status = Command::new("kill")
+        .args(["-STOP", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill -STOP {pid} failed");
+    PausedStore(pid)
+}
+
+impl Drop for PausedStore {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.0.to_string()])
+            .status();
+    }
+}

@@ -109,6 +109,34 @@ pub fn store_url(store: &str) -> Option<String> {
     }
 }
 
+/// Queues an acquire of `name` on `locks` in a task and returns the task
+/// once the backend reports it waiting (its `on_wait` fired); the task ends
+/// with the guard or the error. For scenarios and store-specific tests that
+/// need a waiter in the queue before they act.
+pub async fn queue_waiter(
+    locks: &Locks,
+    name: &str,
+    ttl: std::time::Duration,
+) -> tokio::task::JoinHandle<Result<omnilock_core::LockGuard>> {
+    let (queued_tx, queued_rx) = tokio::sync::oneshot::channel();
+    let locks = locks.clone();
+    let name = name.to_string();
+    let task = tokio::spawn(async move {
+        locks
+            .lock(&name)
+            .ttl(ttl)
+            .on_wait(move || {
+                let _ = queued_tx.send(());
+            })
+            .acquire()
+            .await
+    });
+    scenarios::within("a waiter reports that it waits", queued_rx)
+        .await
+        .expect("the waiter reports waiting before it ends");
+    task
+}
+
 /// Runs an async test body on a fresh multi-threaded runtime, as the
 /// [`suite`] does for each trial, and returns what the body returns.
 pub fn run<F: Future>(body: F) -> F::Output {

@@ -14,8 +14,7 @@ pub fn subject(store: &str) -> Option<Subject> {
 #[allow(dead_code)] // not every test binary uses it
 pub fn subject_with(store: &str, option: &str, value: &str) -> Option<Subject> {
     let url = store_url(store)?;
-    let joiner = if url.contains('?') { '&' } else { '?' };
-    subject_at(store, format!("{url}{joiner}{option}={value}"))
+    subject_at(store, with_option(&url, &format!("{option}={value}")))
 }
 
 fn subject_at(store: &str, url: String) -> Option<Subject> {
@@ -27,4 +26,97 @@ fn subject_at(store: &str, url: String) -> Option<Subject> {
         })
         .with_url(url),
     )
+}
+
+/// The data nodes' password in every test deployment of `scripts/stores.sh`.
+#[allow(dead_code)]
+pub const PASSWORD: &str = "omnilock-test-pw";
+
+/// `url` with `option` (`key=value`) added to its query string.
+#[allow(dead_code)]
+pub fn with_option(url: &str, option: &str) -> String {
+    let joiner = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{joiner}{option}")
+}
+
+/// The ports `scripts/stores.sh` lists in `var` (for example
+/// `OMNILOCK_TEST_REDIS_CLUSTER_PORTS`).
+#[allow(dead_code)]
+pub fn ports(var: &str) -> Vec<u16> {
+    std::env::var(var)
+        .unwrap_or_else(|_| panic!("{var} is not set: run scripts/stores.sh up"))
+        .split_whitespace()
+        .map(|p| p.parse().expect("port"))
+        .collect()
+}
+
+/// A plain connection to `port` on loopback with `password`, within 5 s.
+#[allow(dead_code)]
+pub async fn raw(port: u16, password: &str) -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(format!("redis://:{password}@127.0.0.1:{port}/")).unwrap();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        client.get_multiplexed_async_connection(),
+    )
+    .await
+    .expect("connect in time")
+    .expect("connect")
+}
+
+/// The port of the cluster master that serves `key`'s slot, as the node at
+/// `seed` sees the map.
+#[allow(dead_code)]
+pub async fn master_of(seed: u16, key: &str) -> u16 {
+    let mut conn = raw(seed, PASSWORD).await;
+    let slot: u16 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let ranges: Vec<redis::Value> = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    for range in ranges {
+        let redis::Value::Array(parts) = range else {
+            continue;
+        };
+        let start: u16 = redis::from_redis_value_ref(&parts[0]).unwrap();
+        let end: u16 = redis::from_redis_value_ref(&parts[1]).unwrap();
+        if (start..=end).contains(&slot) {
+            let redis::Value::Array(master) = &parts[2] else {
+                continue;
+            };
+            return redis::from_redis_value_ref(&master[1]).unwrap();
+        }
+    }
+    panic!("no master serves slot {slot}")
+}
+
+/// One hand-off of `name`: `holder` takes it, a waiter on `backend` queues,
+/// `holder` releases, the waiter is granted and releases. True when the
+/// grant came by a wake-up message (`backend`'s `wakeups()` counter rose),
+/// not by the waiter's periodic re-check.
+#[allow(dead_code)]
+pub async fn hand_off_by_message(
+    backend: &omnilock_redis::RedisStore,
+    holder: &omnilock_core::Locks,
+    name: &str,
+) -> bool {
+    let ttl = std::time::Duration::from_secs(15);
+    let held = holder.lock(name).ttl(ttl).acquire().await.expect("holder");
+    let waiter = omnilock_core::Locks::new(backend.clone());
+    let waiting = omnilock_testkit::queue_waiter(&waiter, name, ttl).await;
+    let before = backend.wakeups();
+    held.release().await.expect("release");
+    let granted = tokio::time::timeout(std::time::Duration::from_secs(10), waiting)
+        .await
+        .expect("the waiter is granted")
+        .unwrap()
+        .expect("acquire");
+    let by_message = backend.wakeups() > before;
+    granted.release().await.expect("release");
+    by_message
 }

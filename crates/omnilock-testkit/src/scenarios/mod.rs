@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use omnilock_core::{Capabilities, LockGuard, Locks};
-use tokio::sync::oneshot;
 
+pub(crate) use crate::queue_waiter;
 use crate::Subject;
 
 mod contract;
@@ -63,7 +63,7 @@ fn rand_u32() -> u32 {
     nanos ^ std::process::id().rotate_left(16)
 }
 
-async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
+pub(crate) async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
     match tokio::time::timeout(PATIENCE, future).await {
         Ok(value) => value,
         Err(_) => panic!("{what}: did not happen within {PATIENCE:?}"),
@@ -91,30 +91,4 @@ async fn once_free(locks: &Locks, name: &str) -> LockGuard {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-/// Queues an acquire of `name` on `locks` in a task and returns once the
-/// backend reports it waiting. The task sends its guard (or error) on `done`.
-async fn queue_waiter(
-    locks: &Locks,
-    name: &str,
-    ttl: Duration,
-) -> tokio::task::JoinHandle<omnilock_core::Result<LockGuard>> {
-    let (queued_tx, queued_rx) = oneshot::channel();
-    let locks = locks.clone();
-    let name = name.to_string();
-    let task = tokio::spawn(async move {
-        locks
-            .lock(&name)
-            .ttl(ttl)
-            .on_wait(move || {
-                let _ = queued_tx.send(());
-            })
-            .acquire()
-            .await
-    });
-    within("a waiter reports that it waits", queued_rx)
-        .await
-        .expect("the waiter reports waiting before it ends");
-    task
 }

@@ -183,6 +183,7 @@ pub async fn lock_all_rejects_bad_input(subject: &Subject) {
         .expect_err("a name twice");
     assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
     assert!(err.to_string().contains("twice"), "{err}");
+    assert_eq!(err.backend(), Some(locks.backend_kind()), "{err}");
     let err = locks
         .lock_all(&[&name, ""])
         .acquire()
