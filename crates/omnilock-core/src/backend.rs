@@ -48,6 +48,61 @@ pub struct Capabilities {
     /// fencing tokens then protect the resource (Redis: replication is
     /// asynchronous; Redlock: a node restarted without persistence).
     pub survives_failover: bool,
+    /// Counting semaphores work (`Locks::semaphore`): at most N permits of
+    /// one name are held at any instant. Without it, an attempt answers
+    /// `Unsupported`.
+    pub semaphore: bool,
+    /// Read-write locks work (`Locks::rw_lock`): many readers or one
+    /// writer. Where the store is also `fair`, a waiting writer blocks later
+    /// readers, so writers are never starved. Without it, an attempt answers
+    /// `Unsupported`.
+    pub rw_lock: bool,
+}
+
+/// What an acquisition takes. Each kind has its own namespace in the store:
+/// the mutex `a`, the semaphore `a` and the read-write lock `a` are three
+/// unrelated things.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Primitive {
+    /// The lock: one holder (who may re-enter it).
+    #[default]
+    Mutex,
+    /// One permit of a counting semaphore with this many permits. Every
+    /// acquisition is a permit of its own (never reentrant); fencing tokens
+    /// rise across all permits of the name. The store records `permits`
+    /// while the semaphore has holders or waiters, and refuses a different
+    /// number with `InvalidConfig`.
+    Semaphore {
+        /// How many holders the semaphore admits at once (at least 1).
+        permits: u32,
+    },
+    /// The shared side of a read-write lock: held together with other
+    /// readers, never with a writer.
+    Read,
+    /// The exclusive side of a read-write lock: held alone.
+    Write,
+}
+
+impl Primitive {
+    /// A short name for messages: `mutex`, `semaphore`, `read lock`,
+    /// `write lock`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Primitive::Mutex => "mutex",
+            Primitive::Semaphore { .. } => "semaphore",
+            Primitive::Read => "read lock",
+            Primitive::Write => "write lock",
+        }
+    }
+
+    /// Whether `capabilities` offer this primitive.
+    pub fn offered_by(self, capabilities: &Capabilities) -> bool {
+        match self {
+            Primitive::Mutex => true,
+            Primitive::Semaphore { .. } => capabilities.semaphore,
+            Primitive::Read | Primitive::Write => capabilities.rw_lock,
+        }
+    }
 }
 
 /// One acquisition, as the backend sees it.
@@ -55,6 +110,10 @@ pub struct Capabilities {
 pub struct AcquireRequest {
     /// The lock.
     pub name: LockName,
+    /// What is taken: the mutex (all a backend without semaphores or
+    /// read-write locks ever sees), a semaphore permit, or one side of a
+    /// read-write lock.
+    pub primitive: Primitive,
     /// Who asks. Owners are compared by value in the store.
     pub owner: Owner,
     /// The lease: the store frees the lock this long after the last
@@ -147,6 +206,17 @@ pub struct Holder {
 ///   [`ErrorKind::NotOwner`] (release) or [`ErrorKind::LockLost`] (renew).
 ///   `renew` never re-creates a lock that is gone.
 /// - Errors carry a kind; connection problems are [`ErrorKind::Unavailable`].
+/// - A backend sees a [`Primitive`] other than the mutex only if its
+///   capabilities claim it (core refuses the rest with `Unsupported` before
+///   any I/O). For those, every acquisition is an entry of its own, even for
+///   an owner that already holds one (`reentrant` does not apply: core
+///   handles reentrancy of read and write locks within a process), and
+///   `release` and `renew` find the entry by owner and token. The grant
+///   rule is one for both: entries in arrival order, each admitted while
+///   everything before it and itself fit (a semaphore: `permits` entries; a
+///   read-write lock: any number of readers, or one writer alone), so a
+///   waiting writer holds back the readers behind it on a fair store.
+///   `break_lock` and `holder` concern the mutex only.
 #[async_trait]
 pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// A short name for messages and metrics: `"mem"`, `"redis"`, `"etcd"`...

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
-use crate::backend::{AcquireRequest, Backend, Capabilities};
+use crate::backend::{AcquireRequest, Backend, Capabilities, Primitive};
 use crate::error::{Error, ErrorKind, Operation, Result};
 use crate::guard::LockGuard;
 use crate::hold::Hold;
@@ -27,26 +27,48 @@ pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 
 type HoldSlot = Arc<tokio::sync::Mutex<Weak<Hold>>>;
 
+/// A reentrancy slot's key: the name, the owner and which lock of that name
+/// (the mutex, or one side of the read-write lock; semaphore permits are
+/// never re-entered and have no slot).
+type SlotKey = (LockName, Owner, Primitive);
+
 /// What every clone of a [`Locks`] handle shares: the backend and the holds
 /// of named owners in this process (for reentrancy without a round trip).
 pub(crate) struct Shared {
     pub(crate) backend: Arc<dyn Backend>,
-    holds: Mutex<HashMap<(LockName, Owner), HoldSlot>>,
+    holds: Mutex<HashMap<SlotKey, HoldSlot>>,
 }
 
 impl Shared {
-    fn slot(&self, name: &LockName, owner: &Owner) -> HoldSlot {
+    fn slot(&self, name: &LockName, owner: &Owner, primitive: Primitive) -> HoldSlot {
         let mut holds = lock_unpoisoned(&self.holds);
         holds
-            .entry((name.clone(), owner.clone()))
+            .entry((name.clone(), owner.clone(), primitive))
             .or_default()
             .clone()
+    }
+
+    /// The live hold of `owner` on `name`'s `primitive` in this process, if
+    /// there is one and no acquisition of it is under way.
+    fn held(&self, name: &LockName, owner: &Owner, primitive: Primitive) -> Option<Arc<Hold>> {
+        let slot = {
+            let holds = lock_unpoisoned(&self.holds);
+            holds
+                .get(&(name.clone(), owner.clone(), primitive))?
+                .clone()
+        };
+        let current = slot.try_lock().ok()?;
+        current.upgrade().filter(|hold| hold.is_held())
     }
 
     /// Drops the reentrancy slot of a released hold unless someone is using it.
     pub(crate) fn forget(&self, hold: &Hold) {
         let mut holds = lock_unpoisoned(&self.holds);
-        let key = (hold.request.name.clone(), hold.request.owner.clone());
+        let key = (
+            hold.request.name.clone(),
+            hold.request.owner.clone(),
+            hold.request.primitive,
+        );
         if let Some(slot) = holds.get(&key) {
             if Arc::strong_count(slot) == 1 {
                 holds.remove(&key);
@@ -167,9 +189,71 @@ impl Locks {
     /// Starts building an acquisition of `name`. An invalid name is reported
     /// by `acquire`/`try_acquire`, before any I/O.
     pub fn lock(&self, name: &str) -> LockRequest<'_> {
+        self.request(name, Primitive::Mutex)
+    }
+
+    /// Starts building an acquisition of one permit of the counting
+    /// semaphore `name`, which admits `permits` holders at once (across
+    /// every process using the store). The options are the mutex's; a
+    /// permit is never re-entered: each acquisition is a permit of its own.
+    ///
+    /// The store records `permits` while the semaphore has holders or
+    /// waiters; asking with another number then fails with `InvalidConfig`
+    /// (it never changes the recorded count). `permits` = 0 is
+    /// `InvalidConfig`, and a store without semaphores (see
+    /// [`Capabilities::semaphore`]) answers `Unsupported`, both before any
+    /// I/O.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> omnilock_core::Result<()> {
+    /// use omnilock_core::{Locks, MemStore};
+    /// let locks = Locks::new(MemStore::new());
+    /// // At most two exports talk to the rate-limited API at once.
+    /// let first = locks.semaphore("api/exports", 2).acquire().await?;
+    /// let second = locks.semaphore("api/exports", 2).acquire().await?;
+    /// assert!(second.token() > first.token());
+    /// assert!(locks.semaphore("api/exports", 2).try_acquire().await?.is_none());
+    /// first.release().await?;
+    /// let third = locks.semaphore("api/exports", 2).try_acquire().await?;
+    /// assert!(third.is_some());
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore(&self, name: &str, permits: u32) -> LockRequest<'_> {
+        self.request(name, Primitive::Semaphore { permits })
+    }
+
+    /// The read-write lock `name`: [`read`](ReadWriteLock::read) for the
+    /// shared side, [`write`](ReadWriteLock::write) for the exclusive one.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> omnilock_core::Result<()> {
+    /// use omnilock_core::{Locks, MemStore};
+    /// let locks = Locks::new(MemStore::new());
+    /// let catalog = locks.rw_lock("catalog");
+    /// let reader = catalog.read().acquire().await?;
+    /// let another = catalog.read().acquire().await?; // readers share
+    /// assert!(catalog.write().try_acquire().await?.is_none());
+    /// reader.release().await?;
+    /// another.release().await?;
+    /// let migration = catalog.write().acquire().await?; // alone
+    /// assert!(catalog.read().try_acquire().await?.is_none());
+    /// migration.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn rw_lock(&self, name: &str) -> ReadWriteLock<'_> {
+        ReadWriteLock {
+            locks: self,
+            name: name.to_string(),
+        }
+    }
+
+    fn request(&self, name: &str, primitive: Primitive) -> LockRequest<'_> {
         LockRequest {
             locks: self,
             name: LockName::new(name),
+            primitive,
             ttl: self.defaults.ttl,
             owner: self.defaults.owner.clone(),
             reentrant: self.defaults.reentrant,
@@ -272,12 +356,42 @@ pub fn check_ttl(ttl: Duration) -> Result<()> {
     Ok(())
 }
 
+/// A read-write lock of one name (see [`Locks::rw_lock`]): many readers
+/// or one writer.
+///
+/// Within one process, an owner re-enters its own read or write lock (as
+/// with the mutex), and the owner holding the write lock may also take the
+/// read lock: that read guard rides on the write hold, so the write lock is
+/// freed only when both are released (there is no downgrade to a read
+/// lock). An owner holding only the read lock who asks for the write lock
+/// gets [`ErrorKind::WouldDeadlock`]: the write would wait for its own
+/// read. In the store every acquisition is an entry of its own, so the same
+/// owner in another process waits like anyone else.
+#[derive(Debug, Clone)]
+pub struct ReadWriteLock<'a> {
+    locks: &'a Locks,
+    name: String,
+}
+
+impl<'a> ReadWriteLock<'a> {
+    /// Starts building an acquisition of the shared (read) side.
+    pub fn read(&self) -> LockRequest<'a> {
+        self.locks.request(&self.name, Primitive::Read)
+    }
+
+    /// Starts building an acquisition of the exclusive (write) side.
+    pub fn write(&self) -> LockRequest<'a> {
+        self.locks.request(&self.name, Primitive::Write)
+    }
+}
+
 /// One acquisition being configured. Finish with [`acquire`](Self::acquire)
 /// or [`try_acquire`](Self::try_acquire).
 #[must_use = "a lock request does nothing until acquired"]
 pub struct LockRequest<'a> {
     locks: &'a Locks,
     name: Result<LockName>,
+    primitive: Primitive,
     ttl: Duration,
     owner: Option<Owner>,
     reentrant: bool,
@@ -351,10 +465,12 @@ impl LockRequest<'_> {
         };
         let name = self.name.clone().map_err(&context)?;
         check_ttl(self.ttl).map_err(&context)?;
+        self.check_primitive().map_err(&context)?;
         let span = tracing::debug_span!(
             "omnilock.acquire",
             lock = %name,
             backend = self.locks.backend_kind(),
+            primitive = self.primitive.describe(),
             wait,
         );
         let started = Instant::now();
@@ -392,20 +508,67 @@ impl LockRequest<'_> {
         result.map_err(context)
     }
 
+    /// Refuses, before any I/O, a semaphore of no permits and a primitive
+    /// the store does not offer.
+    fn check_primitive(&self) -> Result<()> {
+        if self.primitive == (Primitive::Semaphore { permits: 0 }) {
+            return Err(Error::config("a semaphore needs at least 1 permit"));
+        }
+        if !self.primitive.offered_by(&self.locks.capabilities()) {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "the {} store offers no {}s (see Capabilities)",
+                    self.locks.backend_kind(),
+                    self.primitive.describe()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     fn labels(&self, name: &LockName) -> metrics::Labels {
         let with_name = self.locks.defaults.metrics_names;
         metrics::Labels::new(self.locks.backend_kind(), name.as_str(), with_name)
     }
 
     async fn attempt(self, name: LockName, wait: bool) -> Result<Option<LockGuard>> {
-        let Some(owner) = self.owner.clone() else {
-            return self.in_store(name, Owner::random(), wait).await;
+        let owner = match (&self.owner, self.primitive) {
+            (Some(owner), Primitive::Mutex | Primitive::Read | Primitive::Write) => owner.clone(),
+            // A semaphore permit is never re-entered.
+            (Some(owner), Primitive::Semaphore { .. }) => {
+                return self.in_store(name, owner.clone(), wait).await
+            }
+            (None, _) => return self.in_store(name, Owner::random(), wait).await,
         };
+        let shared = &self.locks.shared;
+        match self.primitive {
+            // The write holder may read: the read guard rides on its hold.
+            Primitive::Read => {
+                if let Some(write) = shared.held(&name, &owner, Primitive::Write) {
+                    if write.enter(true)? {
+                        return Ok(Some(LockGuard::new(write)));
+                    }
+                }
+            }
+            Primitive::Write => {
+                if shared.held(&name, &owner, Primitive::Read).is_some() {
+                    return Err(Error::new(
+                        ErrorKind::WouldDeadlock,
+                        format!(
+                            "owner {owner} holds the read lock; its write lock would wait for \
+                             that read lock for ever (release the read lock first)"
+                        ),
+                    ));
+                }
+            }
+            Primitive::Mutex | Primitive::Semaphore { .. } => {}
+        }
         // A named owner may already hold the lock in this process: re-enter
         // without a round trip. The slot's mutex serializes a named owner's
         // first acquisition, so two tasks of one owner never queue against
         // each other in the store.
-        let slot = self.locks.shared.slot(&name, &owner);
+        let slot = shared.slot(&name, &owner, self.primitive);
         let mut current = if wait {
             slot.lock_owned().await
         } else {
@@ -437,9 +600,10 @@ impl LockRequest<'_> {
         let labels = self.labels(&name);
         let request = AcquireRequest {
             name,
+            primitive: self.primitive,
             owner,
             ttl: self.ttl,
-            reentrant: self.reentrant,
+            reentrant: self.reentrant && self.primitive == Primitive::Mutex,
             lost: LostNotifier::new(),
             waiting: self.waiting.clone(),
         };

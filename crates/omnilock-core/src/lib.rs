@@ -48,8 +48,8 @@ mod signal;
 mod sync;
 mod url;
 
-pub use backend::{AcquireRequest, Backend, Capabilities, Grant, Holder};
-pub use client::{check_ttl, LockRequest, Locks, DEFAULT_TTL, MAX_TTL, MIN_TTL};
+pub use backend::{AcquireRequest, Backend, Capabilities, Grant, Holder, Primitive};
+pub use client::{check_ttl, LockRequest, Locks, ReadWriteLock, DEFAULT_TTL, MAX_TTL, MIN_TTL};
 pub use detach::{complete_or_undo, CompleteOrUndo};
 pub use election::{Candidate, Election, Leader, Leadership, Observer, MAX_ELECTION_VALUE_BYTES};
 pub use error::{Error, ErrorKind, Operation, Result};

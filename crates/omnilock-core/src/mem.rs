@@ -1,7 +1,7 @@
 //! The in-memory store, `mem://`: locks shared by the tasks of one process.
 //!
 //! It implements the full contract (fair FIFO queue, push hand-off, fencing,
-//! reentrancy, leases) and serves as the reference backend of the conformance
+//! reentrancy, leases, semaphores and read-write locks) and serves as the reference backend of the conformance
 //! suite. It cannot coordinate separate processes; use `sqlite://` (or a
 //! server store) for that.
 
@@ -13,6 +13,9 @@ use async_trait::async_trait;
 use tokio::sync::oneshot;
 
 use crate::backend::{AcquireRequest, Backend, Capabilities, Grant};
+use counted::{CountedLocks, Family, Joined, Leaving};
+
+mod counted;
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::{LockName, Owner};
 use crate::signal::LostNotifier;
@@ -47,6 +50,7 @@ pub struct MemStore {
 #[derive(Debug, Default)]
 struct State {
     locks: HashMap<LockName, Slot>,
+    counted: CountedLocks,
     last_token: u64,
     last_grant: u64,
 }
@@ -132,9 +136,61 @@ impl MemStore {
         lock_unpoisoned(&self.state)
     }
 
-    /// How many locks have a holder or waiters (for tests: nothing is left behind).
+    /// How many locks, semaphores and read-write locks have a holder or
+    /// waiters (for tests: nothing is left behind).
     pub fn active_locks(&self) -> usize {
-        self.state().locks.len()
+        let state = self.state();
+        state.locks.len() + state.counted.len()
+    }
+
+    /// A semaphore permit or a side of a read-write lock, waiting as long
+    /// as it takes.
+    async fn acquire_counted(&self, request: &AcquireRequest) -> Result<Grant> {
+        let (mut rx, entry) = {
+            let mut state = self.state();
+            state.last_grant += 1;
+            let id = state.last_grant;
+            let State {
+                counted,
+                last_token,
+                ..
+            } = &mut *state;
+            match counted.join(request, id, true, Instant::now(), last_token)? {
+                Some(Joined::Admitted(admitted)) => {
+                    return Ok(Grant::new(admitted.token, admitted.expires))
+                }
+                Some(Joined::Waiting(rx)) => (
+                    rx,
+                    CountedEntry {
+                        store: self.clone(),
+                        request: request.clone(),
+                        id,
+                        armed: true,
+                    },
+                ),
+                None => unreachable!("a waiting join stays in the queue"),
+            }
+        };
+        request.waiting.raise();
+        let mut entry = entry;
+        loop {
+            let expiry = self.state().counted.next_expiry(request);
+            let expiry = expiry.map(tokio::time::Instant::from_std);
+            tokio::select! {
+                admitted = &mut rx => {
+                    entry.armed = false;
+                    return match admitted {
+                        Ok(admitted) => Ok(Grant::new(admitted.token, admitted.expires)),
+                        Err(_) => Err(Error::new(ErrorKind::Backend, "the in-memory queue dropped this waiter")),
+                    };
+                }
+                _ = sleep_until_opt(expiry) => {
+                    let mut state = self.state();
+                    let State { counted, last_token, .. } = &mut *state;
+                    counted.refresh(request, Instant::now(), last_token);
+                }
+            }
+        }
     }
 }
 
@@ -169,6 +225,7 @@ impl State {
             locks,
             last_token,
             last_grant,
+            ..
         } = self;
         let slot = locks.entry(request.name.clone()).or_default();
         slot.expire(now, last_token);
@@ -288,6 +345,35 @@ impl Drop for QueueEntry {
     }
 }
 
+/// Leaves the queue of a semaphore or read-write lock if the acquire future
+/// is dropped (releasing an admission that raced with the drop).
+struct CountedEntry {
+    store: MemStore,
+    request: AcquireRequest,
+    id: u64,
+    armed: bool,
+}
+
+impl Drop for CountedEntry {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let mut state = self.store.state();
+        let State {
+            counted,
+            last_token,
+            ..
+        } = &mut *state;
+        let _ = counted.leave(
+            &self.request,
+            Leaving::Waiter(self.id),
+            Instant::now(),
+            last_token,
+        );
+    }
+}
+
 fn grant(granted: Granted) -> Grant {
     Grant::new(granted.token, granted.expires)
 }
@@ -311,11 +397,30 @@ impl Backend for MemStore {
             election: true,
             // One process: losing it loses the holders too.
             survives_failover: true,
+            semaphore: true,
+            rw_lock: true,
         }
     }
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
         let mut state = self.state();
+        if Family::of(request.primitive).is_some() {
+            state.last_grant += 1;
+            let id = state.last_grant;
+            let State {
+                counted,
+                last_token,
+                ..
+            } = &mut *state;
+            return Ok(
+                match counted.join(request, id, false, Instant::now(), last_token)? {
+                    Some(Joined::Admitted(admitted)) => {
+                        Some(Grant::new(admitted.token, admitted.expires))
+                    }
+                    _ => None,
+                },
+            );
+        }
         let attempt = state.try_take(request, Instant::now());
         state.tidy(&request.name);
         match attempt? {
@@ -325,6 +430,9 @@ impl Backend for MemStore {
     }
 
     async fn acquire(&self, request: &AcquireRequest) -> Result<Grant> {
+        if Family::of(request.primitive).is_some() {
+            return self.acquire_counted(request).await;
+        }
         let (mut rx, entry) = {
             let mut state = self.state();
             let attempt = state.try_take(request, Instant::now());
@@ -383,6 +491,14 @@ impl Backend for MemStore {
     async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
         let mut state = self.state();
         let now = Instant::now();
+        if Family::of(request.primitive).is_some() {
+            let State {
+                counted,
+                last_token,
+                ..
+            } = &mut *state;
+            return counted.leave(request, Leaving::Holder(grant.token), now, last_token);
+        }
         let State {
             locks, last_token, ..
         } = &mut *state;
@@ -409,6 +525,14 @@ impl Backend for MemStore {
     async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
         let mut state = self.state();
         let now = Instant::now();
+        if Family::of(request.primitive).is_some() {
+            let State {
+                counted,
+                last_token,
+                ..
+            } = &mut *state;
+            return counted.renew(request, grant.token, now, last_token);
+        }
         let slot = state.slot(&request.name, now);
         let result = match &mut slot.holder {
             Some(holder) if holder.owner == request.owner && holder.token == grant.token => {

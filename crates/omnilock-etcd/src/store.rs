@@ -296,6 +296,8 @@ impl Backend for EtcdStore {
             election: self.mode == Mode::Recipe,
             // Raft: a grant is committed on a majority of members.
             survives_failover: true,
+            semaphore: false,
+            rw_lock: false,
         }
     }
 

@@ -347,6 +347,8 @@ impl Backend for RedlockStore {
             // A node restarted without persistence can hand a majority
             // to a second client (docs/backends/redis.md#redlock).
             survives_failover: false,
+            semaphore: false,
+            rw_lock: false,
         }
     }
 

@@ -690,6 +690,8 @@ impl Backend for RedisStore {
             election: true,
             // Replication is asynchronous, persistence optional.
             survives_failover: false,
+            semaphore: false,
+            rw_lock: false,
         }
     }
 

@@ -301,7 +301,9 @@ fn bad_urls_are_clear() {
 /// the second run freed a lock another process of that owner still held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_release_run_twice_drops_one_hold() {
-    use omnilock_core::{AcquireRequest, Backend, LockName, LostNotifier, Owner, WaitNotice};
+    use omnilock_core::{
+        AcquireRequest, Backend, LockName, LostNotifier, Owner, Primitive, WaitNotice,
+    };
     for store in ["REDIS", "REDIS_CLUSTER", "REDIS_SENTINEL"] {
         let url = store_url(store).expect("URL");
         let config = RedisConfig::from_url(&StoreUrl::parse(&url).unwrap()).unwrap();
@@ -310,6 +312,7 @@ async fn a_release_run_twice_drops_one_hold() {
             .expect("connect");
         let request = AcquireRequest {
             name: LockName::new(&format!("twice-{store}-{}", rand_suffix())).unwrap(),
+            primitive: Primitive::Mutex,
             owner: Owner::new("shared-owner").unwrap(),
             ttl: Duration::from_secs(15),
             reentrant: true,

@@ -211,6 +211,8 @@ impl Backend for SqlStore {
             // failover to an asynchronous replica is outside what the
             // library sees (docs/backends/sql.md).
             survives_failover: true,
+            semaphore: false,
+            rw_lock: false,
         }
     }
 

@@ -61,6 +61,12 @@ pub enum Claim {
     PushWakeups,
     /// `Capabilities::election`.
     Elections,
+    /// `Capabilities::semaphore`.
+    Semaphore,
+    /// `Capabilities::rw_lock`.
+    RwLock,
+    /// Both `Capabilities::semaphore` and `Capabilities::rw_lock`.
+    SemaphoreAndRwLock,
     /// `Locks::measure` is there.
     BenchmarkHooks,
     /// `Measure::requests_served` counts (is not `Unsupported`).
@@ -78,6 +84,9 @@ impl Claim {
             Claim::CrossProcessReentrancy => caps.cross_process_reentrancy,
             Claim::PushWakeups => caps.push_wakeups,
             Claim::Elections => caps.election,
+            Claim::Semaphore => caps.semaphore,
+            Claim::RwLock => caps.rw_lock,
+            Claim::SemaphoreAndRwLock => caps.semaphore && caps.rw_lock,
             Claim::BenchmarkHooks => locks.measure().is_some(),
             // Any answer but `Unsupported` is a claim: a counter that fails
             // for another reason must fail the scenario, not hide it.
@@ -101,6 +110,9 @@ impl Claim {
             Claim::CrossProcessReentrancy => "not claimed: cross-process reentrancy",
             Claim::PushWakeups => "not claimed: push wake-ups",
             Claim::Elections => "not claimed: elections",
+            Claim::Semaphore => "not claimed: semaphore",
+            Claim::RwLock => "not claimed: read-write lock",
+            Claim::SemaphoreAndRwLock => "not claimed: semaphore and read-write lock",
             Claim::BenchmarkHooks => "not claimed: benchmark hooks",
             Claim::RequestCounter => "not claimed: a request counter",
         }
@@ -146,6 +158,38 @@ pub static CONFORMANCE: &[Scenario] = &[
     scenario!(lock_all_cancelled_leaves_nothing),
     scenario!(lock_all_lost_fires_when_a_part_is_lost, Claim::BreakLock),
     scenario!(lock_all_rejects_bad_input),
+    scenario!(primitives_reject_bad_input_and_report_support),
+    scenario!(
+        primitives_have_separate_namespaces,
+        Claim::SemaphoreAndRwLock
+    ),
+    scenario!(semaphore_permits_never_exceeded, Claim::Semaphore),
+    scenario!(semaphore_full_refuses_until_release, Claim::Semaphore),
+    scenario!(semaphore_permits_mismatch_rejected, Claim::Semaphore),
+    scenario!(semaphore_cancelled_acquire_leaves_nothing, Claim::Semaphore),
+    scenario!(semaphore_fifo_order, Claim::Semaphore, Claim::Fair),
+    scenario!(
+        semaphore_tokens_rise,
+        Claim::Semaphore,
+        Claim::FencingTokens
+    ),
+    scenario!(semaphore_abandoned_permit_expires, Claim::Semaphore),
+    scenario!(
+        semaphore_paused_holder_is_told,
+        Claim::Semaphore,
+        Claim::LeaseRenewal
+    ),
+    scenario!(rw_readers_share_writers_exclude, Claim::RwLock),
+    scenario!(rw_readers_never_overlap_a_writer, Claim::RwLock),
+    scenario!(
+        rw_waiting_writer_blocks_later_readers,
+        Claim::RwLock,
+        Claim::Fair
+    ),
+    scenario!(rw_reentrancy_rules, Claim::RwLock),
+    scenario!(rw_cancelled_writer_leaves_nothing, Claim::RwLock),
+    scenario!(rw_tokens_rise, Claim::RwLock, Claim::FencingTokens),
+    scenario!(rw_abandoned_writer_expires, Claim::RwLock),
     // Elections serve candidates in the order they queued: fair stores only.
     scenario!(election_one_leader_at_a_time, Claim::Fair, Claim::Elections),
     scenario!(

@@ -310,6 +310,8 @@ impl Backend for ZkStore {
             election: true,
             // ZAB: a node is committed on a quorum of the ensemble.
             survives_failover: true,
+            semaphore: false,
+            rw_lock: false,
         }
     }
 

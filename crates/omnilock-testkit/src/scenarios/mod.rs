@@ -21,6 +21,8 @@ mod multi;
 mod names;
 mod reentrancy;
 mod release;
+mod rw;
+mod semaphore;
 
 pub use contract::{
     capabilities_tell_the_truth, errors_name_backend_and_lock, invalid_names_rejected,
@@ -46,6 +48,17 @@ pub use multi::{
 pub use names::{distinct_names_are_distinct_locks, namespaces_are_disjoint};
 pub use reentrancy::{non_reentrant_reacquire_fails, reentrancy, reentrancy_across_clients};
 pub use release::{drop_outside_runtime, drop_releases_in_background};
+pub use rw::{
+    rw_abandoned_writer_expires, rw_cancelled_writer_leaves_nothing,
+    rw_readers_never_overlap_a_writer, rw_readers_share_writers_exclude, rw_reentrancy_rules,
+    rw_tokens_rise, rw_waiting_writer_blocks_later_readers,
+};
+pub use semaphore::{
+    primitives_have_separate_namespaces, primitives_reject_bad_input_and_report_support,
+    semaphore_abandoned_permit_expires, semaphore_cancelled_acquire_leaves_nothing,
+    semaphore_fifo_order, semaphore_full_refuses_until_release, semaphore_paused_holder_is_told,
+    semaphore_permits_mismatch_rejected, semaphore_permits_never_exceeded, semaphore_tokens_rise,
+};
 
 /// A bound for things that should happen "at once" or "soon": long enough
 /// for a stalled store, short enough to catch a hang or a TTL-long delay.

@@ -1,0 +1,342 @@
+//! Read-write locks: many readers or one writer; a waiting writer holds
+//! back later readers on fair stores; reentrancy rules; leases, fencing and
+//! cancellation as for the mutex.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use omnilock_core::{ErrorKind, LockGuard, Locks, Owner, Result};
+use tokio::task::JoinHandle;
+
+use super::semaphore::abandon;
+use super::{clients, unique, within, PATIENCE};
+use crate::Subject;
+
+#[derive(Clone, Copy, Debug)]
+enum Side {
+    Read,
+    Write,
+}
+
+async fn take(locks: &Locks, name: &str, side: Side, wait: bool) -> Result<Option<LockGuard>> {
+    let lock = locks.rw_lock(name);
+    let request = match side {
+        Side::Read => lock.read(),
+        Side::Write => lock.write(),
+    };
+    if wait {
+        request
+            .timeout(Duration::from_secs(120))
+            .acquire()
+            .await
+            .map(Some)
+    } else {
+        request.try_acquire().await
+    }
+}
+
+/// Queues an acquire of one side in a task and returns the task once the
+/// store reports it waiting.
+async fn queue_side(locks: &Locks, name: &str, side: Side) -> JoinHandle<Result<LockGuard>> {
+    let (queued_tx, queued_rx) = tokio::sync::oneshot::channel();
+    let (locks, name) = (locks.clone(), name.to_string());
+    let task = tokio::spawn(async move {
+        let lock = locks.rw_lock(&name);
+        let request = match side {
+            Side::Read => lock.read(),
+            Side::Write => lock.write(),
+        };
+        request
+            .on_wait(move || {
+                let _ = queued_tx.send(());
+            })
+            .acquire()
+            .await
+    });
+    within("an rw waiter reports that it waits", queued_rx)
+        .await
+        .expect("the waiter reports waiting before it ends");
+    task
+}
+
+/// try-acquires one side until it is free (a cancelled waiter or dropped
+/// holder may leave in the background).
+async fn once_side(locks: &Locks, name: &str, side: Side) -> LockGuard {
+    loop {
+        if let Some(guard) = take(locks, name, side, false).await.expect("try_acquire") {
+            return guard;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Readers share the lock and shut out a writer; a writer shuts out
+/// readers and writers; each side is free again after the releases.
+pub async fn rw_readers_share_writers_exclude(subject: &Subject) {
+    let name = unique("rw-share");
+    let [a, b, c] = <[Locks; 3]>::try_from(clients(subject, 3).await).unwrap();
+    let one = take(&a, &name, Side::Read, true)
+        .await
+        .expect("read")
+        .unwrap();
+    let two = take(&b, &name, Side::Read, false).await.expect("try read");
+    let two = two.expect("a second reader shares the lock");
+    for side in [Side::Write] {
+        let blocked = take(&c, &name, side, false).await.expect("try write");
+        assert!(blocked.is_none(), "a writer beside two readers");
+    }
+    one.release().await.expect("release");
+    assert!(
+        take(&c, &name, Side::Write, false)
+            .await
+            .expect("try")
+            .is_none(),
+        "a writer beside one reader"
+    );
+    two.release().await.expect("release");
+    let writer = within(
+        "the writer gets the free lock",
+        once_side(&c, &name, Side::Write),
+    )
+    .await;
+    for side in [Side::Read, Side::Write] {
+        let blocked = take(&a, &name, side, false).await.expect("try");
+        assert!(blocked.is_none(), "{side:?} beside a writer");
+    }
+    writer.release().await.expect("release");
+    let reader = within(
+        "a reader after the writer",
+        once_side(&a, &name, Side::Read),
+    )
+    .await;
+    reader.release().await.expect("release");
+}
+
+/// 32 tasks on 4 clients, one in four a writer: no reader is ever inside
+/// with a writer, no two writers together, and readers do overlap.
+pub async fn rw_readers_never_overlap_a_writer(subject: &Subject) {
+    let name = unique("rw-overlap");
+    let clients = clients(subject, 4).await;
+    let readers = Arc::new(AtomicUsize::new(0));
+    let writing = Arc::new(AtomicBool::new(false));
+    let most_readers = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..32 {
+        let locks = clients[i % clients.len()].clone();
+        let (name, readers, writing, most) = (
+            name.clone(),
+            readers.clone(),
+            writing.clone(),
+            most_readers.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            for round in 0..4 {
+                let side = if (i + round) % 4 == 0 {
+                    Side::Write
+                } else {
+                    Side::Read
+                };
+                let guard = take(&locks, &name, side, true)
+                    .await
+                    .expect("acquire")
+                    .unwrap();
+                match side {
+                    Side::Read => {
+                        let now = readers.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        assert!(!writing.load(Ordering::SeqCst), "a reader beside a writer");
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        assert!(!writing.load(Ordering::SeqCst), "a writer joined a reader");
+                        readers.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    Side::Write => {
+                        assert!(!writing.swap(true, Ordering::SeqCst), "two writers at once");
+                        assert_eq!(readers.load(Ordering::SeqCst), 0, "a writer beside readers");
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        assert_eq!(
+                            readers.load(Ordering::SeqCst),
+                            0,
+                            "a reader joined a writer"
+                        );
+                        writing.store(false, Ordering::SeqCst);
+                    }
+                }
+                guard.release().await.expect("release");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("worker task");
+    }
+    assert!(
+        most_readers.load(Ordering::SeqCst) >= 2,
+        "readers never shared the lock"
+    );
+}
+
+/// A waiting writer holds back readers that come after it, so a stream of
+/// readers cannot starve it: a later reader's try-acquire fails, and its
+/// waiting acquire is served after the writer.
+pub async fn rw_waiting_writer_blocks_later_readers(subject: &Subject) {
+    let name = unique("rw-starve");
+    let [a, b, c] = <[Locks; 3]>::try_from(clients(subject, 3).await).unwrap();
+    let early = take(&a, &name, Side::Read, true)
+        .await
+        .expect("read")
+        .unwrap();
+    let writer = queue_side(&b, &name, Side::Write).await;
+    let late = take(&c, &name, Side::Read, false).await.expect("try read");
+    assert!(late.is_none(), "a reader overtook the waiting writer");
+    let late = queue_side(&c, &name, Side::Read).await;
+    early.release().await.expect("release");
+    let written = within("the writer is served first", writer)
+        .await
+        .expect("task")
+        .expect("write lock");
+    assert!(!late.is_finished(), "the late reader waits for the writer");
+    written.release().await.expect("release");
+    let read = within("the late reader follows", late)
+        .await
+        .expect("task")
+        .expect("read lock");
+    read.release().await.expect("release");
+}
+
+/// An owner holding the write lock takes the read lock at once (it rides
+/// on the write hold: the lock stays exclusive until both are released).
+/// An owner holding only the read lock who asks for the write lock gets
+/// `WouldDeadlock`, not a wait for ever.
+pub async fn rw_reentrancy_rules(subject: &Subject) {
+    let name = unique("rw-reentrant");
+    let [a, b] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
+    let me = Owner::new("rw-owner").expect("owner");
+    let lock = a.rw_lock(&name);
+    let write = lock.write().owner(&me).acquire().await.expect("write");
+    let read = within("the writer reads at once", lock.read().owner(&me).acquire())
+        .await
+        .expect("read under the write lock");
+    assert_eq!(
+        read.token(),
+        write.token(),
+        "the read rides on the write hold"
+    );
+    write.release().await.expect("release the write guard");
+    let blocked = take(&b, &name, Side::Read, false).await.expect("try");
+    assert!(
+        blocked.is_none(),
+        "still exclusive while the nested read is held"
+    );
+    read.release().await.expect("release the read guard");
+    let other = within("free after both", once_side(&b, &name, Side::Read)).await;
+    other.release().await.expect("release");
+
+    let read = lock.read().owner(&me).acquire().await.expect("read");
+    let again = lock.read().owner(&me).try_acquire().await.expect("re-read");
+    let again = again.expect("a reader re-enters its read lock");
+    let err = lock
+        .write()
+        .owner(&me)
+        .timeout(PATIENCE)
+        .acquire()
+        .await
+        .map(|_| ())
+        .expect_err("a reader's write would wait for itself");
+    assert_eq!(err.kind(), ErrorKind::WouldDeadlock, "{err}");
+    again.release().await.expect("release");
+    read.release().await.expect("release");
+    let write = within("free after the reads", async {
+        loop {
+            if let Some(g) = lock.write().owner(&me).try_acquire().await.expect("try") {
+                return g;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    write.release().await.expect("release");
+}
+
+/// A cancelled write acquire leaves nothing behind: readers are not held
+/// back by a writer that is gone.
+pub async fn rw_cancelled_writer_leaves_nothing(subject: &Subject) {
+    let name = unique("rw-cancel");
+    let [a, b, c] = <[Locks; 3]>::try_from(clients(subject, 3).await).unwrap();
+    let reader = take(&a, &name, Side::Read, true)
+        .await
+        .expect("read")
+        .unwrap();
+    let err = b
+        .rw_lock(&name)
+        .write()
+        .timeout(Duration::from_millis(300))
+        .acquire()
+        .await
+        .map(|_| ())
+        .expect_err("readers hold the lock");
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    let dropped = queue_side(&b, &name, Side::Write).await;
+    dropped.abort();
+    let _ = dropped.await;
+    let next = within(
+        "a new reader is not held back",
+        once_side(&c, &name, Side::Read),
+    )
+    .await;
+    next.release().await.expect("release");
+    reader.release().await.expect("release");
+    let writer = within("the lock is free", once_side(&c, &name, Side::Write)).await;
+    writer.release().await.expect("release");
+}
+
+/// Tokens rise across readers and writers of one read-write lock.
+pub async fn rw_tokens_rise(subject: &Subject) {
+    let name = unique("rw-tokens");
+    let [a, b] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
+    let mut last = 0;
+    for side in [Side::Read, Side::Write, Side::Read, Side::Read, Side::Write] {
+        let first = take(&a, &name, side, true).await.expect("acquire").unwrap();
+        assert!(
+            first.token() > last,
+            "{side:?} token {} after {last}",
+            first.token()
+        );
+        last = first.token();
+        if let Side::Read = side {
+            let second = take(&b, &name, side, true).await.expect("acquire").unwrap();
+            assert!(
+                second.token() > last,
+                "token {} after {last}",
+                second.token()
+            );
+            last = second.token();
+            second.release().await.expect("release");
+        }
+        first.release().await.expect("release");
+    }
+}
+
+/// A writer that vanished (no release, no renewal) frees the lock within
+/// the TTL plus a second.
+pub async fn rw_abandoned_writer_expires(subject: &Subject) {
+    let name = unique("rw-abandoned");
+    let ttl = Duration::from_secs(2);
+    let taken_at = abandon(subject, {
+        let name = name.clone();
+        move |locks| Box::pin(async move { locks.rw_lock(&name).write().ttl(ttl).acquire().await })
+    });
+    let reader = subject.client().await;
+    let read = reader
+        .rw_lock(&name)
+        .read()
+        .timeout(ttl + PATIENCE)
+        .acquire()
+        .await
+        .expect("the abandoned write lock frees");
+    let waited = taken_at.elapsed();
+    assert!(
+        waited <= ttl + Duration::from_secs(1),
+        "the write lock freed {waited:?} after its holder vanished (TTL {ttl:?})"
+    );
+    read.release().await.expect("release");
+}

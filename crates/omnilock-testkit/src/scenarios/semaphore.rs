@@ -1,0 +1,458 @@
+//! Counting semaphores: at most N permits held at once, across clients;
+//! the permits count is agreed; leases, fencing and cancellation as for the
+//! mutex.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use omnilock_core::{ErrorKind, LockGuard, Locks, Result};
+use tokio::task::JoinHandle;
+
+use super::{clients, unique, within, PATIENCE};
+use crate::Subject;
+
+/// Queues an acquire of one permit in a task and returns the task once the
+/// store reports it waiting.
+async fn queue_permit(locks: &Locks, name: &str, permits: u32) -> JoinHandle<Result<LockGuard>> {
+    let (queued_tx, queued_rx) = tokio::sync::oneshot::channel();
+    let (locks, name) = (locks.clone(), name.to_string());
+    let task = tokio::spawn(async move {
+        locks
+            .semaphore(&name, permits)
+            .on_wait(move || {
+                let _ = queued_tx.send(());
+            })
+            .acquire()
+            .await
+    });
+    within("a permit waiter reports that it waits", queued_rx)
+        .await
+        .expect("the waiter reports waiting before it ends");
+    task
+}
+
+/// try-acquires a permit until one is free: for a permit whose cancelled
+/// waiter or dropped holder leaves in the background.
+async fn once_permit(locks: &Locks, name: &str, permits: u32) -> LockGuard {
+    loop {
+        let attempt = locks.semaphore(name, permits).try_acquire().await;
+        if let Some(guard) = attempt.expect("try_acquire a permit") {
+            return guard;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// 32 tasks on 4 clients take permits of a 3-permit semaphore again and
+/// again: never more than 3 inside at once, and 3 at once do happen.
+pub async fn semaphore_permits_never_exceeded(subject: &Subject) {
+    const PERMITS: u32 = 3;
+    let name = unique("semaphore");
+    let clients = clients(subject, 4).await;
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..32 {
+        let locks = clients[i % clients.len()].clone();
+        let (name, inside, most) = (name.clone(), inside.clone(), most.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..4 {
+                let permit = locks
+                    .semaphore(&name, PERMITS)
+                    .timeout(Duration::from_secs(120))
+                    .acquire()
+                    .await
+                    .expect("acquire a permit");
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                assert!(
+                    now <= PERMITS as usize,
+                    "{now} holders of {PERMITS} permits"
+                );
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                permit.release().await.expect("release a permit");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("worker task");
+    }
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        PERMITS as usize,
+        "the permits were never all in use at once: the semaphore serializes"
+    );
+}
+
+/// A full semaphore refuses try-acquire and times out a waiting acquire;
+/// one release makes room for exactly one more.
+pub async fn semaphore_full_refuses_until_release(subject: &Subject) {
+    let name = unique("semaphore-full");
+    let [a, b] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
+    let first = a.semaphore(&name, 2).acquire().await.expect("first permit");
+    let second = a
+        .semaphore(&name, 2)
+        .acquire()
+        .await
+        .expect("second permit");
+    let busy = b
+        .semaphore(&name, 2)
+        .try_acquire()
+        .await
+        .expect("try_acquire");
+    assert!(busy.is_none(), "a third permit of two");
+    let err = b
+        .semaphore(&name, 2)
+        .timeout(Duration::from_millis(200))
+        .acquire()
+        .await
+        .expect_err("no third permit");
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    first.release().await.expect("release");
+    let third = within("a freed permit is taken", b.semaphore(&name, 2).acquire())
+        .await
+        .expect("a freed permit");
+    let fourth = b
+        .semaphore(&name, 2)
+        .try_acquire()
+        .await
+        .expect("try_acquire");
+    assert!(
+        fourth.is_none(),
+        "one release made room for one permit only"
+    );
+    second.release().await.expect("release");
+    third.release().await.expect("release");
+}
+
+/// A client asking with another permits count than the one recorded gets
+/// `InvalidConfig` (try and wait alike), which changes nothing; once the
+/// semaphore is unused, a new count may be recorded.
+pub async fn semaphore_permits_mismatch_rejected(subject: &Subject) {
+    let name = unique("semaphore-mismatch");
+    let [a, b] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
+    let held = a
+        .semaphore(&name, 2)
+        .acquire()
+        .await
+        .expect("a permit of 2");
+    for wait in [false, true] {
+        let request = b.semaphore(&name, 3).timeout(PATIENCE);
+        let err = if wait {
+            request.acquire().await.map(|_| ()).expect_err("3 permits")
+        } else {
+            request
+                .try_acquire()
+                .await
+                .map(|_| ())
+                .expect_err("3 permits")
+        };
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+        let message = err.to_string();
+        assert!(
+            message.contains('2') && message.contains('3'),
+            "the error names both counts: {message}"
+        );
+    }
+    // The recorded count stays 2: a second permit is there, a third is not.
+    let second = b
+        .semaphore(&name, 2)
+        .try_acquire()
+        .await
+        .expect("try_acquire");
+    let second = second.expect("the second of 2 permits");
+    let third = b
+        .semaphore(&name, 2)
+        .try_acquire()
+        .await
+        .expect("try_acquire");
+    assert!(third.is_none(), "the mismatch did not change the count");
+    held.release().await.expect("release");
+    second.release().await.expect("release");
+    let recounted = within(
+        "an unused semaphore takes a new count",
+        once_permit(&b, &name, 3),
+    )
+    .await;
+    recounted.release().await.expect("release");
+}
+
+/// Bad input is refused before any I/O with a clear error, on every store:
+/// 0 permits, a bad name; and a store without semaphores or read-write
+/// locks says `Unsupported` rather than handing out something weaker.
+pub async fn primitives_reject_bad_input_and_report_support(subject: &Subject) {
+    let locks = subject.client().await;
+    let caps = locks.capabilities();
+    let err = locks
+        .semaphore(&unique("zero"), 0)
+        .try_acquire()
+        .await
+        .expect_err("0 permits");
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    let err = locks
+        .semaphore("", 2)
+        .try_acquire()
+        .await
+        .expect_err("empty name");
+    assert_eq!(err.kind(), ErrorKind::InvalidName, "{err}");
+    let err = locks
+        .rw_lock("")
+        .read()
+        .try_acquire()
+        .await
+        .expect_err("empty name");
+    assert_eq!(err.kind(), ErrorKind::InvalidName, "{err}");
+    let name = unique("support");
+    for (offered, what) in [
+        (caps.semaphore, "semaphore"),
+        (caps.rw_lock, "read lock"),
+        (caps.rw_lock, "write lock"),
+    ] {
+        let outcome = match what {
+            "semaphore" => locks.semaphore(&name, 2).try_acquire().await,
+            "read lock" => locks.rw_lock(&name).read().try_acquire().await,
+            _ => locks.rw_lock(&name).write().try_acquire().await,
+        };
+        match outcome {
+            Ok(Some(guard)) if offered => guard.release().await.expect("release"),
+            Err(err) if !offered => {
+                assert_eq!(err.kind(), ErrorKind::Unsupported, "{what}: {err}");
+                assert!(err.to_string().contains(what), "names the {what}: {err}");
+            }
+            other => panic!(
+                "{what}: claimed {offered}, got {:?}",
+                other.map(|g| g.map(|g| g.token()))
+            ),
+        }
+    }
+}
+
+/// The mutex, the semaphore and the read-write lock of one name are three
+/// unrelated things: holding one does not block the others.
+pub async fn primitives_have_separate_namespaces(subject: &Subject) {
+    let name = unique("namespaces");
+    let [a, b] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
+    let mutex = a.acquire(&name).await.expect("the mutex");
+    let permit = b
+        .semaphore(&name, 1)
+        .try_acquire()
+        .await
+        .expect("try_acquire");
+    let permit = permit.expect("the semaphore of the mutex's name is free");
+    let write = b
+        .rw_lock(&name)
+        .write()
+        .try_acquire()
+        .await
+        .expect("try_acquire");
+    let write = write.expect("the rw lock of the mutex's name is free");
+    assert!(a
+        .semaphore(&name, 1)
+        .try_acquire()
+        .await
+        .expect("try")
+        .is_none());
+    assert!(a
+        .rw_lock(&name)
+        .read()
+        .try_acquire()
+        .await
+        .expect("try")
+        .is_none());
+    for guard in [mutex, permit, write] {
+        guard.release().await.expect("release");
+    }
+}
+
+/// A cancelled permit acquire (a timeout) leaves nothing behind: once the
+/// holder releases, another client takes the permit, with no phantom
+/// waiter ahead of it.
+pub async fn semaphore_cancelled_acquire_leaves_nothing(subject: &Subject) {
+    let name = unique("semaphore-cancel");
+    let [a, b, c] = <[Locks; 3]>::try_from(clients(subject, 3).await).unwrap();
+    let held = a.semaphore(&name, 1).acquire().await.expect("the permit");
+    let err = b
+        .semaphore(&name, 1)
+        .timeout(Duration::from_millis(300))
+        .acquire()
+        .await
+        .expect_err("the only permit is held");
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    // A dropped future, mid-wait, too.
+    let dropped = queue_permit(&b, &name, 1).await;
+    dropped.abort();
+    let _ = dropped.await;
+    held.release().await.expect("release");
+    let next = within(
+        "the freed permit is free for anyone",
+        once_permit(&c, &name, 1),
+    )
+    .await;
+    next.release().await.expect("release");
+}
+
+/// Permits are granted in the order they were asked for.
+pub async fn semaphore_fifo_order(subject: &Subject) {
+    let name = unique("semaphore-fifo");
+    let [a, b] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
+    let one = a.semaphore(&name, 2).acquire().await.expect("permit 1");
+    let two = a.semaphore(&name, 2).acquire().await.expect("permit 2");
+    let first = queue_permit(&b, &name, 2).await;
+    let second = queue_permit(&a, &name, 2).await;
+    let third = queue_permit(&b, &name, 2).await;
+    one.release().await.expect("release");
+    let first = within("the first waiter gets the freed permit", first)
+        .await
+        .expect("task")
+        .expect("permit");
+    assert!(
+        !second.is_finished() && !third.is_finished(),
+        "one permit freed, one granted"
+    );
+    two.release().await.expect("release");
+    let second = within("the second waiter is next", second)
+        .await
+        .expect("task")
+        .expect("permit");
+    assert!(!third.is_finished(), "two permits, both in use");
+    first.release().await.expect("release");
+    let third = within("the third waiter is last", third)
+        .await
+        .expect("task")
+        .expect("permit");
+    second.release().await.expect("release");
+    third.release().await.expect("release");
+}
+
+/// Tokens rise across all permits of a semaphore, whoever holds them.
+pub async fn semaphore_tokens_rise(subject: &Subject) {
+    let name = unique("semaphore-tokens");
+    let [a, b] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
+    let mut last = 0;
+    let mut held = Vec::new();
+    for round in 0..6 {
+        let locks = if round % 2 == 0 { &a } else { &b };
+        let permit = locks.semaphore(&name, 3).acquire().await.expect("permit");
+        assert!(
+            permit.token() > last,
+            "token {} after {last}",
+            permit.token()
+        );
+        last = permit.token();
+        held.push(permit);
+        if held.len() == 3 {
+            held.remove(0).release().await.expect("release");
+        }
+    }
+    for permit in held {
+        permit.release().await.expect("release");
+    }
+}
+
+/// The permit of a holder that vanished (its process gone: no release, no
+/// renewal) is free again within the TTL plus a second.
+pub async fn semaphore_abandoned_permit_expires(subject: &Subject) {
+    let name = unique("semaphore-abandoned");
+    let ttl = Duration::from_secs(2);
+    let taken_at = abandon(subject, {
+        let name = name.clone();
+        move |locks| Box::pin(async move { locks.semaphore(&name, 1).ttl(ttl).acquire().await })
+    });
+    let thief = subject.client().await;
+    let permit = thief
+        .semaphore(&name, 1)
+        .timeout(ttl + PATIENCE)
+        .acquire()
+        .await
+        .expect("the abandoned permit frees");
+    let waited = taken_at.elapsed();
+    assert!(
+        waited <= ttl + Duration::from_secs(1),
+        "the permit freed {waited:?} after its holder vanished (TTL {ttl:?})"
+    );
+    permit.release().await.expect("release");
+}
+
+/// A way to take a guard on a client: what [`abandon`] leaks.
+pub(super) type Take =
+    Box<dyn FnOnce(Locks) -> Pin<Box<dyn Future<Output = Result<LockGuard>> + Send>> + Send>;
+
+/// Acquires with `take` on a runtime of its own, leaks the guard and drops
+/// that runtime: its renewal task and connections die with it, as in a
+/// killed process. Returns when it acquired.
+pub(super) fn abandon(
+    subject: &Subject,
+    take: impl FnOnce(Locks) -> Pin<Box<dyn Future<Output = Result<LockGuard>> + Send>> + Send + 'static,
+) -> Instant {
+    let take: Take = Box::new(take);
+    let victim = subject.clone();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let at = runtime.block_on(async {
+            let locks = victim.client().await;
+            let guard = take(locks).await.expect("the victim acquires");
+            let at = Instant::now();
+            std::mem::forget(guard);
+            at
+        });
+        drop(runtime);
+        at
+    })
+    .join()
+    .expect("victim thread")
+}
+
+/// A holder that stops running (paused past its lease: no renewal) loses
+/// its permit to a waiter, and is told when it runs again: `lost()` fires
+/// and `is_held()` is false.
+pub async fn semaphore_paused_holder_is_told(subject: &Subject) {
+    let name = unique("semaphore-paused");
+    let ttl = Duration::from_secs(1);
+    let (taken_tx, taken_rx) = tokio::sync::oneshot::channel();
+    let (resume_tx, resume_rx) = std::sync::mpsc::channel::<()>();
+    let victim = subject.clone();
+    let victim_name = name.clone();
+    let paused = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let locks = runtime.block_on(victim.client());
+        let guard = runtime
+            .block_on(locks.semaphore(&victim_name, 1).ttl(ttl).acquire())
+            .expect("the victim acquires");
+        let _ = taken_tx.send(());
+        // Paused: the runtime does not run, so neither does renewal.
+        resume_rx.recv().expect("resume");
+        runtime.block_on(async {
+            let loss = within("the paused holder is told", guard.lost()).await;
+            assert_eq!(loss.kind(), ErrorKind::LockLost, "{loss}");
+            assert!(!guard.is_held(), "a lost permit is not held");
+        });
+        drop(guard);
+    });
+    within("the victim takes the permit", taken_rx)
+        .await
+        .expect("victim thread");
+    let thief = subject.client().await;
+    let permit = thief
+        .semaphore(&name, 1)
+        .timeout(ttl + PATIENCE)
+        .acquire()
+        .await
+        .expect("the paused holder's permit frees");
+    resume_tx.send(()).expect("victim waiting");
+    tokio::task::spawn_blocking(move || paused.join())
+        .await
+        .expect("join")
+        .expect("the victim thread's checks pass");
+    assert!(permit.is_held(), "the new holder keeps its permit");
+    permit.release().await.expect("release");
+}
