@@ -12,6 +12,7 @@
 mod builder;
 mod cluster;
 mod config;
+mod counted;
 mod measure;
 mod node;
 mod redlock;

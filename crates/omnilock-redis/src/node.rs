@@ -48,6 +48,32 @@ impl Keys {
     }
 }
 
+/// The keys of one semaphore or read-write lock (see `scripts.rs`), in the
+/// slot of the mutex of the same name, apart from its keys: `family` is
+/// `sem` or `rw`. The fencing counter is the mutex's (tokens rise across
+/// all three).
+pub(crate) struct CountedKeys {
+    /// The mutex's key: what routes a command and names the wake-up channel.
+    pub lock: String,
+    pub order: String,
+    pub entries: String,
+    pub expiry: String,
+    pub fence: String,
+}
+
+impl CountedKeys {
+    pub(crate) fn new(prefix: &str, name: &str, family: &str) -> Self {
+        let keys = Keys::new(prefix, name);
+        CountedKeys {
+            order: format!("{}:{family}:order", keys.lock),
+            entries: format!("{}:{family}:entries", keys.lock),
+            expiry: format!("{}:{family}:expiry", keys.lock),
+            fence: keys.fence,
+            lock: keys.lock,
+        }
+    }
+}
+
 /// The connection the lock scripts run on. Every variant reconnects by
 /// itself; the cluster's also follows `MOVED`/`ASK` and slot-map changes, and
 /// the sentinel's asks the sentinels again when its master stops being one.

@@ -60,14 +60,29 @@ end
 -- pcall: the lock has changed by now, and a publish refused (an ACL user
 -- without the channel) must not turn a done release into an error; the
 -- waiter's re-check finds the lock free.
+local function notify(channel_prefix, entry)
+  local client = string.match(entry, '^([^:]+):')
+  local publish = 'PUBLISH'
+  if string.sub(channel_prefix, 1, 1) == '{' then publish = 'SPUBLISH' end
+  redis.pcall(publish, channel_prefix .. client, entry)
+end
 local function wake(queue, timeouts, channel_prefix)
   local head = live_head(queue, timeouts)
-  if head then
-    local client = string.match(head, '^([^:]+):')
-    local publish = 'PUBLISH'
-    if string.sub(channel_prefix, 1, 1) == '{' then publish = 'SPUBLISH' end
-    redis.pcall(publish, channel_prefix .. client, head)
+  if head then notify(channel_prefix, head) end
+end
+-- The next fencing token, as a string. It never goes below the server's
+-- clock in microseconds, so it keeps rising when the fence counter is lost
+-- (a restart without persistence, a failover to a lagging replica).
+-- Formatted with %d: Lua would print a number this large in exponent form.
+local function next_token(fence)
+  local token = redis.call('INCR', fence)
+  local t = redis.call('TIME')
+  local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if token <= floor then
+    token = floor + 1
+    redis.call('SET', fence, string.format('%d', token))
   end
+  return string.format('%d', token)
 end
 "#;
 
@@ -107,18 +122,7 @@ end
 local head = live_head(KEYS[3], KEYS[4])
 if not owner and (not head or head == ARGV[4]) then
   leave()
-  -- The token never goes below the server's clock in microseconds, so it
-  -- keeps rising when the fence counter is lost (a restart without
-  -- persistence, a failover to a lagging replica). Formatted with %d:
-  -- Lua would print a number this large in exponent form.
-  local token = redis.call('INCR', KEYS[2])
-  local t = redis.call('TIME')
-  local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  if token <= floor then
-    token = floor + 1
-    redis.call('SET', KEYS[2], string.format('%d', token))
-  end
-  token = string.format('%d', token)
+  local token = next_token(KEYS[2])
   redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'holds', 1, 'token', token, 'calls', call)
   redis.call('PEXPIRE', KEYS[1], ttl)
   return {1, tonumber(token)}
@@ -197,6 +201,174 @@ wake(KEYS[2], KEYS[3], ARGV[1])
 return existed
 "#;
 
+/// Shared Lua of semaphores and read-write locks ("counted" locks).
+///
+/// Keys of one: `order` (list of entry ids, in arrival order), `entries`
+/// (hash: entry id → `<state> <weight> <token> <owner>`, state `w` waiting,
+/// `h` holding, `r` released; and `#capacity`, the recorded capacity) and
+/// `expiry` (zset: entry id → when its lease, its waiter's place or its
+/// release record runs out). Walking `order` from the front, an entry fits
+/// while the weights so far, its own included, are within the capacity; a
+/// fitting waiter claims its grant with its own next attempt, woken by one
+/// message. Holders are always a prefix of `order`, so grants are FIFO, and
+/// a writer (whose weight is the capacity) holds back everyone behind it.
+const COUNTED_COMMON: &str = r#"
+local function parse(info)
+  local state, weight, token, owner = string.match(info, '^(%a) (%d+) (%d+) (.*)$')
+  return state, tonumber(weight), token, owner
+end
+-- Drops entries whose time ran out. True when one in the queue went.
+local function purge(order, entries, expiry)
+  local gone = false
+  for _, e in ipairs(redis.call('ZRANGEBYSCORE', expiry, '-inf', clock())) do
+    redis.call('ZREM', expiry, e)
+    redis.call('HDEL', entries, e)
+    if redis.call('LREM', order, 1, e) > 0 then gone = true end
+  end
+  return gone
+end
+-- Wakes every waiter that fits now (but `except`): each claims its grant.
+local function wake_fitting(order, entries, channel_prefix, except)
+  local capacity = tonumber(redis.call('HGET', entries, '#capacity'))
+  if not capacity then return end
+  local used = 0
+  for _, e in ipairs(redis.call('LRANGE', order, 0, -1)) do
+    local state, weight = parse(redis.call('HGET', entries, e))
+    if used + weight > capacity then return end
+    if state == 'w' and e ~= except then notify(channel_prefix, e) end
+    used = used + weight
+  end
+end
+-- The keys live as long as their longest-lived entry.
+local function keep(order, entries, expiry)
+  local last = redis.call('ZRANGE', expiry, -1, -1, 'WITHSCORES')
+  if #last == 0 then
+    redis.call('DEL', order, entries, expiry)
+    return
+  end
+  local ms = math.max(tonumber(last[2]) - clock(), 1) + 1000
+  redis.call('PEXPIRE', order, ms)
+  redis.call('PEXPIRE', entries, ms)
+  redis.call('PEXPIRE', expiry, ms)
+end
+-- Milliseconds until the next entry's time runs out: when to look again.
+local function next_change(expiry)
+  local first = redis.call('ZRANGE', expiry, 0, 0, 'WITHSCORES')
+  if #first == 0 then return 0 end
+  return math.max(tonumber(first[2]) - clock(), 1)
+end
+"#;
+
+/// KEYS: order, entries, expiry, fence. ARGV: entry, owner, weight,
+/// capacity, ttl_ms, entry_lease_ms, wait (1/0), channel_prefix.
+/// Returns {1, token} held; {0, ms to the next change} not (a waiting
+/// entry stays queued, its place renewed); {-2, recorded capacity} when the
+/// capacity differs from the one recorded.
+///
+/// An entry id is one acquire's: a second run after a lost reply finds its
+/// grant and returns it.
+const ACQUIRE_COUNTED: &str = r#"
+local entry, owner = ARGV[1], ARGV[2]
+local weight, capacity = tonumber(ARGV[3]), tonumber(ARGV[4])
+local purged = purge(KEYS[1], KEYS[2], KEYS[3])
+local mine = redis.call('HGET', KEYS[2], entry)
+if mine then
+  local state, _, token = parse(mine)
+  if state == 'h' then return {1, tonumber(token)} end
+  if state == 'r' then return {-3, 0} end
+end
+if redis.call('LLEN', KEYS[1]) == 0 then
+  redis.call('HSET', KEYS[2], '#capacity', ARGV[4])
+else
+  local recorded = tonumber(redis.call('HGET', KEYS[2], '#capacity'))
+  if recorded and recorded ~= capacity then return {-2, recorded} end
+end
+local queue = redis.call('LRANGE', KEYS[1], 0, -1)
+if not mine then
+  if ARGV[7] ~= '1' then
+    -- A try: only beside holders, with nobody waiting, if it fits.
+    local used = weight
+    for _, e in ipairs(queue) do
+      local state, w = parse(redis.call('HGET', KEYS[2], e))
+      used = used + w
+      if state ~= 'h' or used > capacity then return {0, next_change(KEYS[3])} end
+    end
+  end
+  redis.call('RPUSH', KEYS[1], entry)
+  redis.call('HSET', KEYS[2], entry, 'w ' .. ARGV[3] .. ' 0 ' .. owner)
+  queue[#queue + 1] = entry
+end
+redis.call('ZADD', KEYS[3], clock() + tonumber(ARGV[6]), entry)
+local used = 0
+local granted = nil
+for _, e in ipairs(queue) do
+  local _, w = parse(redis.call('HGET', KEYS[2], e))
+  if used + w > capacity then break end
+  if e == entry then
+    granted = next_token(KEYS[4])
+    redis.call('HSET', KEYS[2], entry, 'h ' .. ARGV[3] .. ' ' .. granted .. ' ' .. owner)
+    redis.call('ZADD', KEYS[3], clock() + tonumber(ARGV[5]), entry)
+    break
+  end
+  used = used + w
+end
+if purged then wake_fitting(KEYS[1], KEYS[2], ARGV[8], entry) end
+keep(KEYS[1], KEYS[2], KEYS[3])
+if granted then return {1, tonumber(granted)} end
+return {0, next_change(KEYS[3])}
+"#;
+
+/// KEYS: order, entries, expiry. ARGV: entry, owner, token, channel_prefix,
+/// ttl_ms. Returns 1 released (0 if this release already ran), -1 not
+/// held by this owner and token (nothing changed). The released entry
+/// leaves a record for a TTL, so a re-sent release is told it ran.
+const RELEASE_COUNTED: &str = r#"
+purge(KEYS[1], KEYS[2], KEYS[3])
+local info = redis.call('HGET', KEYS[2], ARGV[1])
+if not info then return -1 end
+local state, weight, token, owner = parse(info)
+if token ~= ARGV[3] or owner ~= ARGV[2] then return -1 end
+if state == 'r' then return 0 end
+if state ~= 'h' then return -1 end
+redis.call('LREM', KEYS[1], 1, ARGV[1])
+redis.call('HSET', KEYS[2], ARGV[1], 'r ' .. weight .. ' ' .. token .. ' ' .. owner)
+redis.call('ZADD', KEYS[3], clock() + tonumber(ARGV[5]), ARGV[1])
+wake_fitting(KEYS[1], KEYS[2], ARGV[4], '')
+keep(KEYS[1], KEYS[2], KEYS[3])
+return 1
+"#;
+
+/// KEYS: order, entries, expiry. ARGV: entry, owner, token, ttl_ms.
+/// Returns 1 extended, 0 not held (its lease ran out, or another's).
+const RENEW_COUNTED: &str = r#"
+local info = redis.call('HGET', KEYS[2], ARGV[1])
+if not info then return 0 end
+local state, _, token, owner = parse(info)
+if state ~= 'h' or token ~= ARGV[3] or owner ~= ARGV[2] then return 0 end
+local ends = tonumber(redis.call('ZSCORE', KEYS[3], ARGV[1]))
+if not ends or ends <= clock() then return 0 end
+local wanted = clock() + tonumber(ARGV[4])
+if wanted > ends then redis.call('ZADD', KEYS[3], wanted, ARGV[1]) end
+keep(KEYS[1], KEYS[2], KEYS[3])
+return 1
+"#;
+
+/// KEYS: order, entries, expiry. ARGV: entry, channel_prefix.
+/// The entry leaves, waiting or (a grant that raced with a dropped
+/// acquire) holding; the waiters it held back are woken.
+const CANCEL_COUNTED: &str = r#"
+purge(KEYS[1], KEYS[2], KEYS[3])
+local info = redis.call('HGET', KEYS[2], ARGV[1])
+if info and parse(info) ~= 'r' then
+  redis.call('LREM', KEYS[1], 1, ARGV[1])
+  redis.call('HDEL', KEYS[2], ARGV[1])
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  wake_fitting(KEYS[1], KEYS[2], ARGV[2], '')
+end
+keep(KEYS[1], KEYS[2], KEYS[3])
+return 1
+"#;
+
 /// The loaded scripts (EVALSHA, falling back to EVAL once after a restart
 /// or `SCRIPT FLUSH`).
 pub(crate) struct Scripts {
@@ -205,17 +377,26 @@ pub(crate) struct Scripts {
     pub renew: Script,
     pub cancel: Script,
     pub break_lock: Script,
+    pub acquire_counted: Script,
+    pub release_counted: Script,
+    pub renew_counted: Script,
+    pub cancel_counted: Script,
 }
 
 impl Scripts {
     pub(crate) fn new() -> Self {
         let with_common = |body: &str| Script::new(&format!("{COMMON}\n{body}"));
+        let counted = |body: &str| Script::new(&format!("{COMMON}\n{COUNTED_COMMON}\n{body}"));
         Scripts {
             acquire: with_common(ACQUIRE),
             release: with_common(RELEASE),
             renew: Script::new(RENEW),
             cancel: with_common(CANCEL),
             break_lock: with_common(BREAK),
+            acquire_counted: counted(ACQUIRE_COUNTED),
+            release_counted: counted(RELEASE_COUNTED),
+            renew_counted: counted(RENEW_COUNTED),
+            cancel_counted: counted(CANCEL_COUNTED),
         }
     }
 }

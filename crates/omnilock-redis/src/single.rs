@@ -21,6 +21,7 @@ use tokio::sync::Notify;
 
 use crate::builder::RedisBuilder;
 use crate::config::{Deployment, RedisConfig, RedisOptions};
+use crate::counted::Counted;
 use crate::node::{eval_then_wait, Keys, Node, Subscriber};
 use crate::scripts::Scripts;
 use crate::shard_wakeups::{ShardWakeups, LINGER};
@@ -70,11 +71,13 @@ enum Incoming {
 }
 
 impl Inner {
-    /// The channel prefix the scripts publish `name`'s wake-ups under.
-    fn channel_prefix(&self, keys: &Keys) -> Cow<'_, str> {
+    /// The channel prefix the scripts publish the wake-ups of the lock
+    /// whose mutex key is `lock` under (its semaphore and read-write lock
+    /// share it).
+    fn channel_prefix(&self, lock: &str) -> Cow<'_, str> {
         match &self.channels {
             WakeChannels::PerClient { prefix } => Cow::Borrowed(prefix),
-            WakeChannels::PerLock(_) => Cow::Owned(format!("{}:wake:", keys.lock)),
+            WakeChannels::PerLock(_) => Cow::Owned(format!("{lock}:wake:")),
         }
     }
 
@@ -126,6 +129,20 @@ impl RedisStore {
 
     pub(crate) fn prefix(&self) -> &str {
         &self.inner.options.prefix
+    }
+
+    pub(crate) fn scripts(&self) -> &Scripts {
+        &self.inner.scripts
+    }
+
+    pub(crate) fn channel_prefix_for(&self, lock: &str) -> Cow<'_, str> {
+        self.inner.channel_prefix(lock)
+    }
+
+    /// A fresh waiter entry id, `<client id>:<n>`.
+    fn new_entry(&self) -> String {
+        let waiter = self.inner.next_waiter.fetch_add(1, Ordering::Relaxed);
+        format!("{}:{waiter}", self.inner.client_id)
     }
 
     /// Connects (checking the server answers and accepts the credentials;
@@ -258,7 +275,7 @@ impl RedisStore {
         let keys = self.keys(name);
         format!(
             "{}{}",
-            self.inner.channel_prefix(&keys),
+            self.inner.channel_prefix(&keys.lock),
             self.inner.client_id
         )
     }
@@ -274,44 +291,75 @@ impl RedisStore {
 
     /// One run of the acquire script. `call` is the same for every attempt
     /// of one acquire, so that an attempt whose grant ran but whose reply
-    /// was lost gets that grant back on the next one.
-    async fn attempt(&self, request: &AcquireRequest, entry: &str, call: &str) -> Result<Attempt> {
+    /// was lost gets that grant back on the next one. A mutex's try-acquire
+    /// passes no `entry`; a semaphore's or read-write lock's always does
+    /// (the entry id is its acquisition's identity), with `wait` false for
+    /// a try.
+    async fn attempt(
+        &self,
+        request: &AcquireRequest,
+        entry: &str,
+        call: &str,
+        wait: bool,
+    ) -> Result<Attempt> {
         let inner = &self.inner;
-        let keys = self.keys(&request.name);
-        let mut conn = inner.node.conn_for(&keys.lock);
-        let script = &inner.scripts.acquire;
-        let key_list = [&*keys.lock, &*keys.fence, &*keys.queue, &*keys.timeouts];
-        let args = [
-            request.owner.as_str().as_bytes().to_vec(),
-            request.ttl.as_millis().to_string().into_bytes(),
-            if request.reentrant {
-                b"1".to_vec()
-            } else {
-                b"0".to_vec()
-            },
-            entry.as_bytes().to_vec(),
-            inner
-                .options
-                .waiter_lease
-                .as_millis()
-                .to_string()
-                .into_bytes(),
-            inner.channel_prefix(&keys).as_bytes().to_vec(),
-            call.as_bytes().to_vec(),
-        ];
+        let waiter_lease = inner.options.waiter_lease.as_millis().to_string();
+        let (script, lock, key_list, args) = match Counted::of(request.primitive) {
+            None => {
+                let keys = self.keys(&request.name);
+                let args = vec![
+                    request.owner.as_str().as_bytes().to_vec(),
+                    request.ttl.as_millis().to_string().into_bytes(),
+                    if request.reentrant {
+                        b"1".to_vec()
+                    } else {
+                        b"0".to_vec()
+                    },
+                    entry.as_bytes().to_vec(),
+                    waiter_lease.into_bytes(),
+                    inner.channel_prefix(&keys.lock).as_bytes().to_vec(),
+                    call.as_bytes().to_vec(),
+                ];
+                let key_list = vec![keys.fence, keys.queue, keys.timeouts];
+                (&inner.scripts.acquire, keys.lock, key_list, args)
+            }
+            Some(counted) => {
+                let keys = counted.keys(&inner.options.prefix, request);
+                let args = vec![
+                    entry.as_bytes().to_vec(),
+                    request.owner.as_str().as_bytes().to_vec(),
+                    counted.weight.to_string().into_bytes(),
+                    counted.capacity.to_string().into_bytes(),
+                    request.ttl.as_millis().to_string().into_bytes(),
+                    waiter_lease.into_bytes(),
+                    if wait { b"1".to_vec() } else { b"0".to_vec() },
+                    inner.channel_prefix(&keys.lock).as_bytes().to_vec(),
+                ];
+                let key_list = vec![keys.order, keys.entries, keys.expiry, keys.fence];
+                (&inner.scripts.acquire_counted, keys.lock, key_list, args)
+            }
+        };
+        let mut conn = inner.node.conn_for(&lock);
+        // The mutex's first key is its lock key; a counted lock's keys only
+        // share its slot.
+        let mut key_refs: Vec<&str> = Vec::with_capacity(4);
+        if Counted::of(request.primitive).is_none() {
+            key_refs.push(&lock);
+        }
+        key_refs.extend(key_list.iter().map(String::as_str));
         let ((status, value), confirmed): ((i64, i64), Option<u32>) =
             match inner.options.wait_replicas {
                 Some(wait) => {
                     let (answer, acknowledged) =
-                        eval_then_wait(&mut conn, script, &key_list, &args, wait)
+                        eval_then_wait(&mut conn, script, &key_refs, &args, wait)
                             .await
                             .map_err(|e| inner.node.err(e))?;
                     (answer, Some(acknowledged))
                 }
                 None => {
                     let mut invocation = script.prepare_invoke();
-                    for key in key_list {
-                        invocation.key(key);
+                    for key in &key_refs {
+                        invocation.key(*key);
                     }
                     for arg in &args {
                         invocation.arg(arg);
@@ -333,15 +381,26 @@ impl RedisStore {
                     // first run's reply was lost must not drop a second
                     // hold of a reentrant owner.
                     let (store, request, undo) = (self.clone(), request.clone(), nonce());
+                    let entry = entry.to_string();
                     let undoing = retry_in_background(move || {
                         let (store, request, undo) = (store.clone(), request.clone(), undo.clone());
-                        async move { store.release_token(&request, token, &undo).await.map(drop) }
+                        let entry = entry.clone();
+                        async move { store.undo(&request, &entry, token, &undo).await }
                     });
                     return Ok(Attempt::Unconfirmed(err, undoing));
                 }
                 Ok(Attempt::Taken(token))
             }
             -1 => Err(Error::would_deadlock()),
+            -2 => Err(Error::config(format!(
+                "the semaphore is in use with {value} permits, not {}: every user must ask \
+                 for the same number",
+                Counted::of(request.primitive).map_or(0, |c| c.capacity)
+            ))),
+            -3 => Err(Error::new(
+                ErrorKind::Backend,
+                "this acquisition's entry was already released",
+            )),
             _ => Ok(Attempt::Busy(
                 (value > 0).then(|| Duration::from_millis(value as u64)),
             )),
@@ -355,25 +414,43 @@ impl RedisStore {
         request: &AcquireRequest,
         entry: &str,
         call: &str,
+        wait: bool,
     ) -> Result<(Attempt, Instant)> {
         let (store, undo) = (self.clone(), self.clone());
         let (call_request, undo_request) = (request.clone(), request.clone());
         let (entry, call) = (entry.to_string(), call.to_string());
+        let undo_entry = entry.clone();
         complete_or_undo(
             async move {
                 let started = Instant::now();
                 store
-                    .attempt(&call_request, &entry, &call)
+                    .attempt(&call_request, &entry, &call, wait)
                     .await
                     .map(|a| (a, started))
             },
             move |abandoned| async move {
                 if let Ok((Attempt::Taken(token), _)) = abandoned {
-                    let _ = undo.release_token(&undo_request, token, &nonce()).await;
+                    let _ = undo.undo(&undo_request, &undo_entry, token, &nonce()).await;
                 }
             },
         )
         .await
+    }
+
+    /// Gives back a grant nobody will use: the mutex's hold (`call` names
+    /// this undo, for its retries), or the semaphore's or read-write lock's
+    /// `entry`.
+    async fn undo(
+        &self,
+        request: &AcquireRequest,
+        entry: &str,
+        token: u64,
+        call: &str,
+    ) -> Result<()> {
+        if Counted::of(request.primitive).is_some() {
+            return self.cancel_counted(request, entry).await;
+        }
+        self.release_token(request, token, call).await.map(drop)
     }
 
     /// With `?wait_replicas=N`: `Unavailable` unless `WAIT` said N
@@ -407,7 +484,7 @@ impl RedisStore {
             .key(&keys.timeouts)
             .arg(request.owner.as_str())
             .arg(token)
-            .arg(&*inner.channel_prefix(&keys))
+            .arg(&*inner.channel_prefix(&keys.lock))
             .arg(call)
             .invoke_async(&mut conn)
             .await
@@ -558,11 +635,19 @@ fn nonce() -> String {
     format!("{:016x}", rand::random::<u64>())
 }
 
-/// The release call id of a hold, kept in its grant.
-struct ReleaseCall(String);
+/// What a hold's release and renewal name, kept in its grant: the release
+/// call id (the mutex), or the entry id (a semaphore permit, a side of a
+/// read-write lock).
+struct HoldId {
+    call: String,
+    entry: String,
+}
 
-fn granted(token: u64, valid_until: Instant) -> Grant {
-    Grant::new(token, valid_until).with_state(ReleaseCall(nonce()))
+fn granted(token: u64, valid_until: Instant, entry: &str) -> Grant {
+    Grant::new(token, valid_until).with_state(HoldId {
+        call: nonce(),
+        entry: entry.to_string(),
+    })
 }
 
 impl RedisStore {
@@ -643,16 +728,16 @@ impl Drop for Place {
         // Leave the queue in the background, retried through a short stall
         // of the server (the waiter lease would otherwise hold up the next
         // in line until it runs out).
-        let (store, name, entry) = (
-            self.store.clone(),
-            self.request.name.clone(),
-            self.entry.clone(),
-        );
+        let (store, request, entry) =
+            (self.store.clone(), self.request.clone(), self.entry.clone());
         retry_in_background(move || {
-            let (store, name, entry) = (store.clone(), name.clone(), entry.clone());
+            let (store, request, entry) = (store.clone(), request.clone(), entry.clone());
             async move {
+                if Counted::of(request.primitive).is_some() {
+                    return store.cancel_counted(&request, &entry).await;
+                }
                 let inner = &store.inner;
-                let keys = store.keys(&name);
+                let keys = store.keys(&request.name);
                 let mut conn = inner.node.conn_for(&keys.lock);
                 inner
                     .scripts
@@ -661,7 +746,7 @@ impl Drop for Place {
                     .key(&keys.queue)
                     .key(&keys.timeouts)
                     .arg(&entry)
-                    .arg(&*inner.channel_prefix(&keys))
+                    .arg(&*inner.channel_prefix(&keys.lock))
                     .invoke_async::<i64>(&mut conn)
                     .await
                     .map(drop)
@@ -690,14 +775,23 @@ impl Backend for RedisStore {
             election: true,
             // Replication is asynchronous, persistence optional.
             survives_failover: false,
-            semaphore: false,
-            rw_lock: false,
+            semaphore: true,
+            rw_lock: true,
         }
     }
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
-        match self.attempt_detached(request, "", &nonce()).await? {
-            (Attempt::Taken(token), started) => Ok(Some(granted(token, started + request.ttl))),
+        let entry = match Counted::of(request.primitive) {
+            None => String::new(),
+            Some(_) => self.new_entry(),
+        };
+        match self
+            .attempt_detached(request, &entry, &nonce(), false)
+            .await?
+        {
+            (Attempt::Taken(token), started) => {
+                Ok(Some(granted(token, started + request.ttl, &entry)))
+            }
             (Attempt::Busy(_), _) => Ok(None),
             (Attempt::Unconfirmed(err, _), _) => Err(err),
         }
@@ -705,8 +799,7 @@ impl Backend for RedisStore {
 
     async fn acquire(&self, request: &AcquireRequest) -> Result<Grant> {
         let inner = &self.inner;
-        let waiter = inner.next_waiter.fetch_add(1, Ordering::Relaxed);
-        let entry = format!("{}:{waiter}", inner.client_id);
+        let entry = self.new_entry();
         let notify = Arc::new(Notify::new());
         lock_unpoisoned(&inner.waiters).insert(entry.clone(), notify.clone());
         let mut place = Place {
@@ -735,7 +828,7 @@ impl Backend for RedisStore {
                 }
                 unconfirmed = false;
             }
-            let delay = match self.attempt_detached(request, &entry, &call).await {
+            let delay = match self.attempt_detached(request, &entry, &call, true).await {
                 Ok((Attempt::Taken(token), started)) => {
                     place.granted = true;
                     if !by_message {
@@ -744,7 +837,7 @@ impl Backend for RedisStore {
                         // silently. Subscribe again on the next wait.
                         self.suspect_channel(&place);
                     }
-                    return Ok(granted(token, started + request.ttl));
+                    return Ok(granted(token, started + request.ttl, &entry));
                 }
                 Ok((Attempt::Busy(remaining), _)) => {
                     if self.listen_for(&mut place).await {
@@ -784,14 +877,32 @@ impl Backend for RedisStore {
     }
 
     async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
-        let call = grant.backend_state::<ReleaseCall>()?;
-        if self.release_token(request, grant.token, &call.0).await? < 0 {
+        let id = grant.backend_state::<HoldId>()?;
+        let released = match Counted::of(request.primitive) {
+            None => self.release_token(request, grant.token, &id.call).await? >= 0,
+            Some(_) => {
+                self.release_counted(request, &id.entry, grant.token)
+                    .await?
+            }
+        };
+        if !released {
             return Err(Error::not_owner());
         }
         Ok(())
     }
 
     async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
+        if Counted::of(request.primitive).is_some() {
+            let id = grant.backend_state::<HoldId>()?;
+            let started = Instant::now();
+            if self.renew_counted(request, &id.entry, grant.token).await? {
+                return Ok(started + request.ttl);
+            }
+            return Err(Error::new(
+                ErrorKind::LockLost,
+                "the permit or read-write lock is no longer held by this owner",
+            ));
+        }
         let inner = &self.inner;
         let keys = self.keys(&request.name);
         let mut conn = inner.node.conn_for(&keys.lock);
@@ -872,7 +983,7 @@ impl Backend for RedisStore {
             .key(&keys.lock)
             .key(&keys.queue)
             .key(&keys.timeouts)
-            .arg(&*inner.channel_prefix(&keys))
+            .arg(&*inner.channel_prefix(&keys.lock))
             .arg(holder.token)
             .invoke_async(&mut conn)
             .await

@@ -1,0 +1,122 @@
+//! Semaphores and read-write locks on one Redis master: which keys and
+//! weights a primitive uses, and the calls of their scripts (the protocol
+//! is in `scripts.rs`). The waiting, wake-ups and replica checks are the
+//! mutex's, in `single.rs`.
+
+use omnilock_core::{AcquireRequest, Primitive, Result};
+
+use crate::node::CountedKeys;
+use crate::single::RedisStore;
+
+/// A read-write lock's capacity, and a writer's weight: readers never add
+/// up to it (Lua numbers are exact to 2^53).
+const RW_CAPACITY: u64 = 1 << 40;
+
+/// How one acquisition of a semaphore or read-write lock counts.
+pub(crate) struct Counted {
+    /// The key family: the semaphore `name` and the read-write lock `name`
+    /// are separate things.
+    family: &'static str,
+    /// How much of the capacity the entry takes.
+    pub weight: u64,
+    /// How much there is: the permits, or unbounded for readers.
+    pub capacity: u64,
+}
+
+impl Counted {
+    /// `None` for the mutex.
+    pub(crate) fn of(primitive: Primitive) -> Option<Counted> {
+        let (family, weight, capacity) = match primitive {
+            Primitive::Mutex => return None,
+            Primitive::Semaphore { permits } => ("sem", 1, u64::from(permits)),
+            Primitive::Read => ("rw", 1, RW_CAPACITY),
+            Primitive::Write => ("rw", RW_CAPACITY, RW_CAPACITY),
+        };
+        Some(Counted {
+            family,
+            weight,
+            capacity,
+        })
+    }
+
+    pub(crate) fn keys(&self, prefix: &str, request: &AcquireRequest) -> CountedKeys {
+        CountedKeys::new(prefix, request.name.as_str(), self.family)
+    }
+}
+
+impl RedisStore {
+    fn counted_keys(&self, request: &AcquireRequest) -> Option<CountedKeys> {
+        Counted::of(request.primitive).map(|c| c.keys(self.prefix(), request))
+    }
+
+    /// Releases the held `entry` (fenced by owner and token). `Ok(true)`
+    /// released (now or by an earlier run of this release), `Ok(false)` not
+    /// held by this owner and token.
+    pub(crate) async fn release_counted(
+        &self,
+        request: &AcquireRequest,
+        entry: &str,
+        token: u64,
+    ) -> Result<bool> {
+        let keys = self.counted_keys(request).expect("a counted lock");
+        let mut conn = self.node().conn_for(&keys.lock);
+        let released: i64 = self
+            .scripts()
+            .release_counted
+            .key(&keys.order)
+            .key(&keys.entries)
+            .key(&keys.expiry)
+            .arg(entry)
+            .arg(request.owner.as_str())
+            .arg(token)
+            .arg(&*self.channel_prefix_for(&keys.lock))
+            .arg(request.ttl.as_millis() as u64)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.node().err(e))?;
+        Ok(released >= 0)
+    }
+
+    /// Extends the held `entry`'s lease; `Ok(false)` when it is not held.
+    pub(crate) async fn renew_counted(
+        &self,
+        request: &AcquireRequest,
+        entry: &str,
+        token: u64,
+    ) -> Result<bool> {
+        let keys = self.counted_keys(request).expect("a counted lock");
+        let mut conn = self.node().conn_for(&keys.lock);
+        let renewed: i64 = self
+            .scripts()
+            .renew_counted
+            .key(&keys.order)
+            .key(&keys.entries)
+            .key(&keys.expiry)
+            .arg(entry)
+            .arg(request.owner.as_str())
+            .arg(token)
+            .arg(request.ttl.as_millis() as u64)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.node().err(e))?;
+        Ok(renewed == 1)
+    }
+
+    /// Takes `entry` out of the queue, waiting or holding: a dropped
+    /// acquire, or the undo of a grant nobody will use.
+    pub(crate) async fn cancel_counted(&self, request: &AcquireRequest, entry: &str) -> Result<()> {
+        let keys = self.counted_keys(request).expect("a counted lock");
+        let mut conn = self.node().conn_for(&keys.lock);
+        self.scripts()
+            .cancel_counted
+            .key(&keys.order)
+            .key(&keys.entries)
+            .key(&keys.expiry)
+            .arg(entry)
+            .arg(&*self.channel_prefix_for(&keys.lock))
+            .invoke_async::<i64>(&mut conn)
+            .await
+            .map(drop)
+            .map_err(|e| self.node().err(e))
+    }
+}
