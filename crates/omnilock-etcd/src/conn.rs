@@ -135,6 +135,14 @@ impl Etcd {
         format!("{}/{}/", self.prefix, segment(name))
     }
 
+    /// `<prefix>/%<family>/<name>/`: the range of the semaphore (`sem`) or
+    /// read-write lock (`rw`) `name`. A raw `%` never starts a name segment
+    /// (names have theirs encoded), so no mutex range holds these keys, nor
+    /// these ranges a mutex's.
+    pub(crate) fn counted_prefix(&self, family: &str, name: &str) -> String {
+        format!("{}/%{family}/{}/", self.prefix, segment(name))
+    }
+
     /// The queue key of `owner` for the lock whose range is `lock_prefix`.
     /// The `o:` keeps it apart from the hexadecimal lease IDs that etcd's
     /// Lock RPC uses in the same range.

@@ -13,6 +13,7 @@ use omnilock_core::{
     SessionsPerTtl,
 };
 
+mod counted;
 mod lockapi;
 mod recipe;
 
@@ -296,12 +297,15 @@ impl Backend for EtcdStore {
             election: self.mode == Mode::Recipe,
             // Raft: a grant is committed on a majority of members.
             survives_failover: true,
-            semaphore: false,
-            rw_lock: false,
+            semaphore: true,
+            rw_lock: true,
         }
     }
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
+        if counted::Counted::of(request.primitive).is_some() {
+            return self.acquire_counted(request, false).await;
+        }
         match self.mode {
             Mode::Recipe => self.acquire_recipe(request, false).await,
             Mode::LockApi => self.acquire_lockapi(request, false).await,
@@ -310,6 +314,9 @@ impl Backend for EtcdStore {
 
     async fn acquire(&self, request: &AcquireRequest) -> Result<Grant> {
         let granted = match self.mode {
+            _ if counted::Counted::of(request.primitive).is_some() => {
+                self.acquire_counted(request, true).await?
+            }
             Mode::Recipe => self.acquire_recipe(request, true).await?,
             Mode::LockApi => self.acquire_lockapi(request, true).await?,
         };
@@ -319,6 +326,9 @@ impl Backend for EtcdStore {
     async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
         let held = grant.backend_state::<Held>()?;
         held.session.unregister(held.ticket);
+        if counted::Counted::of(request.primitive).is_some() {
+            return self.release_counted(&held.key, held.rev).await;
+        }
         let key = held.key.as_str();
         let mut uncertain = false;
         let mut backoff = backoff();

@@ -12,11 +12,11 @@ use crate::conn::Etcd;
 use crate::queue::{abandon, gets, hold_count, Enqueued, Turn};
 
 /// A queue key that is deleted if the acquire is dropped or fails.
-struct Entry {
-    etcd: Etcd,
-    key: String,
-    rev: i64,
-    armed: bool,
+pub(super) struct Entry {
+    pub(super) etcd: Etcd,
+    pub(super) key: String,
+    pub(super) rev: i64,
+    pub(super) armed: bool,
 }
 
 impl Drop for Entry {

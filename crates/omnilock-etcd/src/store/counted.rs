@@ -1,0 +1,353 @@
+//! Semaphores and read-write locks, in both modes: one key per acquisition
+//! in the range `<prefix>/%sem/<name>/` or `<prefix>/%rw/<name>/`, on the
+//! shared lease of its TTL, valued `<weight> <capacity> <owner>`.
+//!
+//! Keys are ordered by create revision (also the fencing token). Walking
+//! them from the oldest, a key fits while the weights so far, its own
+//! included, are within the capacity; the first that does not fit stops the
+//! walk. Keys only ever leave the range or join at its end, so a key that
+//! fits keeps fitting: it holds, with no further write. Grants are FIFO and
+//! a writer (whose weight is the capacity) holds back every reader behind
+//! it.
+//!
+//! No herd: the first waiter watches the range for deletions (a holder
+//! leaving); every later waiter watches only its predecessor, which touches
+//! its own key when it is granted after waiting. A release thus wakes the
+//! first waiter, and each grant the next one.
+//!
+//! The recorded capacity (a semaphore's permits) is the oldest key's: a key
+//! with another capacity is deleted at once and the acquire fails.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use etcd_client::{
+    Compare, CompareOp, EventType, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn,
+    TxnOp, WatchFilterType, WatchOptions,
+};
+use omnilock_core::{
+    complete_or_undo, retry, AcquireRequest, Backoff, Error, ErrorKind, Grant, Primitive, Result,
+};
+
+use super::recipe::Entry;
+use super::EtcdStore;
+use crate::conn::Etcd;
+use crate::queue::{abandon, gets, revision};
+
+/// A read-write lock's capacity and a writer's weight: readers never add
+/// up to it.
+const RW_CAPACITY: u64 = 1 << 40;
+
+/// Makes entry keys unique within this process (the lease makes them
+/// unique across processes).
+static NEXT_ENTRY: AtomicU64 = AtomicU64::new(0);
+
+/// How one acquisition of a semaphore or read-write lock counts.
+pub(super) struct Counted {
+    family: &'static str,
+    weight: u64,
+    capacity: u64,
+}
+
+impl Counted {
+    /// `None` for the mutex.
+    pub(super) fn of(primitive: Primitive) -> Option<Counted> {
+        let (family, weight, capacity) = match primitive {
+            Primitive::Mutex => return None,
+            Primitive::Semaphore { permits } => ("sem", 1, u64::from(permits)),
+            Primitive::Read => ("rw", 1, RW_CAPACITY),
+            Primitive::Write => ("rw", RW_CAPACITY, RW_CAPACITY),
+        };
+        Some(Counted {
+            family,
+            weight,
+            capacity,
+        })
+    }
+
+    /// Where the key created at `rev` stands among `entries` (the range's
+    /// keys up to it, oldest first).
+    fn place(&self, entries: &[KeyValue], rev: i64) -> Result<Place> {
+        if let Some(recorded) = entries.first().and_then(|kv| parse(kv).map(|(_, c)| c)) {
+            if recorded != self.capacity {
+                return Err(Error::config(format!(
+                    "the semaphore is in use with {recorded} permits, not {}: every user \
+                     must ask for the same number",
+                    self.capacity
+                )));
+            }
+        }
+        let mut used = 0u64;
+        let mut previous: Option<(&KeyValue, bool)> = None;
+        for kv in entries {
+            if kv.create_revision() == rev {
+                if used + self.weight <= self.capacity && previous.is_none_or(|(_, fits)| fits) {
+                    return Ok(Place::Fits);
+                }
+                let (predecessor, first) = previous
+                    .map(|(kv, fits)| (kv.key().to_vec(), fits))
+                    .expect("a key that does not fit has one before it");
+                return Ok(Place::Behind { predecessor, first });
+            }
+            let weight = parse(kv).map_or(self.capacity, |(w, _)| w);
+            let fits = previous.is_none_or(|(_, fits)| fits) && used + weight <= self.capacity;
+            used = used.saturating_add(weight);
+            previous = Some((kv, fits));
+        }
+        Err(Error::new(
+            ErrorKind::LockLost,
+            "this acquisition's key is gone from etcd (its lease expired)",
+        )
+        .with_retryable(true))
+    }
+}
+
+/// A key's weight and capacity (`None` if it is not ours to read: it then
+/// counts as taking everything, which is safe).
+fn parse(kv: &KeyValue) -> Option<(u64, u64)> {
+    let value = std::str::from_utf8(kv.value()).ok()?;
+    let mut parts = value.splitn(3, ' ');
+    let weight = parts.next()?.parse().ok()?;
+    let capacity = parts.next()?.parse().ok()?;
+    Some((weight, capacity))
+}
+
+enum Place {
+    Fits,
+    /// Waiting behind `predecessor`; `first` when that one holds (then any
+    /// holder's leaving may let us in).
+    Behind {
+        predecessor: Vec<u8>,
+        first: bool,
+    },
+}
+
+impl EtcdStore {
+    pub(super) async fn acquire_counted(
+        &self,
+        request: &AcquireRequest,
+        wait: bool,
+    ) -> Result<Option<Grant>> {
+        let counted = Counted::of(request.primitive).expect("a counted lock");
+        let session = self.shared_session(request.ttl).await?;
+        let prefix = self
+            .etcd
+            .counted_prefix(counted.family, request.name.as_str());
+        let key = format!(
+            "{prefix}{:x}-{}",
+            session.id,
+            NEXT_ENTRY.fetch_add(1, Ordering::Relaxed)
+        );
+        let value = format!("{} {} {}", counted.weight, counted.capacity, request.owner);
+        let (rev, mut seen_at, entries) = self.join(&prefix, &key, &value, session.id).await?;
+        let mut entry = Entry {
+            etcd: self.etcd.clone(),
+            key: key.clone(),
+            rev,
+            armed: true,
+        };
+        let mut place = match counted.place(&entries, rev) {
+            Ok(place) => place,
+            Err(err) => {
+                // Gone before the error returns: nobody counts it after.
+                entry.leave_now().await;
+                return Err(err);
+            }
+        };
+        let mut waited = false;
+        loop {
+            let (predecessor, first) = match place {
+                Place::Fits => break,
+                Place::Behind { predecessor, first } => (predecessor, first),
+            };
+            if !wait {
+                entry.leave_now().await;
+                return Ok(None);
+            }
+            if !waited {
+                request.waiting.raise();
+                waited = true;
+            }
+            let watched = if first {
+                let options = WatchOptions::new()
+                    .with_prefix()
+                    .with_start_revision(seen_at + 1)
+                    .with_filters([WatchFilterType::NoPut]);
+                self.etcd.watch_once(prefix.as_bytes().to_vec(), options)
+            } else {
+                let options = WatchOptions::new().with_start_revision(seen_at + 1);
+                self.etcd.watch_once(predecessor, options)
+            };
+            tokio::select! {
+                watched = watched => {
+                    if let Err(err) = watched {
+                        if !err.is_retryable() {
+                            return Err(err);
+                        }
+                        tracing::debug!(error = %err, "omnilock etcd watch failed; looking again");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+                cause = session.died() => return Err(cause),
+            }
+            let (now, entries) = self.read_up_to(&prefix, &key, rev).await?;
+            seen_at = now;
+            place = counted.place(&entries, rev)?;
+        }
+        entry.armed = false;
+        if waited {
+            // The waiter behind us watches our key: tell it we hold now.
+            self.touch(&key, rev).await;
+        }
+        Ok(Some(self.grant(request, key, rev, session, None)))
+    }
+
+    /// Puts our key (once, even if the call is retried) and reads the range
+    /// up to it in one transaction: our key's create revision, the revision
+    /// read at, and the keys up to ours, oldest first. If the caller goes
+    /// away meanwhile, the key is deleted.
+    async fn join(
+        &self,
+        prefix: &str,
+        key: &str,
+        value: &str,
+        lease: i64,
+    ) -> Result<(i64, i64, Vec<KeyValue>)> {
+        let range = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend);
+        let txn = Txn::new()
+            .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+            .and_then([
+                TxnOp::put(key, value, Some(PutOptions::new().with_lease(lease))),
+                TxnOp::get(prefix, Some(range.clone())),
+            ])
+            .or_else([TxnOp::get(prefix, Some(range))]);
+        let etcd = self.etcd.clone();
+        let undo_etcd = self.etcd.clone();
+        let (call_key, undo_key) = (key.to_string(), key.to_string());
+        complete_or_undo(
+            async move {
+                let deadline = tokio::time::Instant::now() + etcd.request_timeout * 2;
+                let backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
+                let resp = retry(backoff, deadline, || etcd.txn(txn.clone())).await?;
+                let seen_at = revision(&resp);
+                let mut entries = gets(&resp).next().unwrap_or_default();
+                let Some(at) = entries
+                    .iter()
+                    .position(|kv| kv.key() == call_key.as_bytes())
+                else {
+                    return Err(Error::new(
+                        ErrorKind::Backend,
+                        "etcd did not keep the semaphore's key",
+                    ));
+                };
+                let rev = entries[at].create_revision();
+                entries.truncate(at + 1);
+                Ok((rev, seen_at, entries))
+            },
+            move |joined: Result<(i64, i64, Vec<KeyValue>)>| async move {
+                if let Ok((rev, _, _)) = joined {
+                    abandon(&undo_etcd, undo_key, rev);
+                }
+            },
+        )
+        .await
+    }
+
+    /// The range's keys up to ours (oldest first) and the revision read at;
+    /// `LockLost` if ours is gone.
+    async fn read_up_to(&self, prefix: &str, key: &str, rev: i64) -> Result<(i64, Vec<KeyValue>)> {
+        let txn = Txn::new()
+            .when([Compare::create_revision(key, CompareOp::Equal, rev)])
+            .and_then([TxnOp::get(
+                prefix,
+                Some(
+                    GetOptions::new()
+                        .with_prefix()
+                        .with_max_create_revision(rev)
+                        .with_sort(SortTarget::Create, SortOrder::Ascend),
+                ),
+            )]);
+        let resp = self.etcd.txn(txn).await?;
+        if !resp.succeeded() {
+            return Err(Error::new(
+                ErrorKind::LockLost,
+                "this acquisition's key is gone from etcd (its lease expired)",
+            )
+            .with_retryable(true));
+        }
+        Ok((revision(&resp), gets(&resp).next().unwrap_or_default()))
+    }
+
+    /// Rewrites our key's value (same lease, same create revision) so that
+    /// the waiter watching it looks again. If it cannot, that waiter looks
+    /// again when we release.
+    async fn touch(&self, key: &str, rev: i64) {
+        let txn = Txn::new()
+            .when([Compare::create_revision(key, CompareOp::Equal, rev)])
+            .and_then([TxnOp::put(
+                key,
+                "",
+                Some(PutOptions::new().with_ignore_value().with_ignore_lease()),
+            )]);
+        if let Err(err) = self.etcd.txn(txn).await {
+            tracing::debug!(error = %err, "omnilock etcd: cannot wake the next waiter; it waits for the release");
+        }
+    }
+
+    /// Releases a semaphore permit or a side of a read-write lock: deletes
+    /// its key if it is still the one granted.
+    pub(super) async fn release_counted(&self, key: &str, rev: i64) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + self.etcd.request_timeout * 2;
+        let backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
+        let mut tries = 0;
+        let deleted = retry(backoff, deadline, || {
+            tries += 1;
+            self.etcd.delete_if_created(key, rev)
+        })
+        .await?;
+        // A retry may find the key gone because the first try deleted it.
+        if deleted || tries > 1 {
+            return Ok(());
+        }
+        Err(Error::not_owner())
+    }
+}
+
+impl Entry {
+    /// Deletes the key now (a busy try-acquire, a refused permits count),
+    /// so that the next acquire does not count it; in the background if
+    /// that fails.
+    async fn leave_now(&mut self) {
+        if let Ok(true) = self.etcd.delete_if_created(&self.key, self.rev).await {
+            self.armed = false;
+        }
+    }
+}
+
+impl Etcd {
+    /// Waits for the first event `options` select on `key` (a deletion in
+    /// a range, or any change of one key), or for the watch to end.
+    async fn watch_once(&self, key: Vec<u8>, options: WatchOptions) -> Result<()> {
+        let mut stream = self
+            .call(|mut c| async move { c.watch(key, Some(options)).await })
+            .await?;
+        loop {
+            match stream.message().await {
+                Ok(Some(resp)) => {
+                    if resp.canceled()
+                        || resp
+                            .events()
+                            .iter()
+                            .any(|e| matches!(e.event_type(), EventType::Delete | EventType::Put))
+                    {
+                        return Ok(());
+                    }
+                }
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(crate::conn::classify(e, &self.shown)),
+            }
+        }
+    }
+}
