@@ -6,6 +6,7 @@
 mod builder;
 mod config;
 mod conn;
+mod counted;
 mod measure;
 mod queue;
 mod session;

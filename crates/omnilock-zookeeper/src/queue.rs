@@ -2,6 +2,10 @@
 //! each contender creates one EPHEMERAL_SEQUENTIAL child `<guid>-lock-<seq>`
 //! there. The lowest sequence holds the lock; a waiter watches only the child
 //! just below its own and looks again when that one is deleted.
+//!
+//! Curator's `InterProcessMutex` names its nodes `_c_<uuid>-lock-<seq>` in
+//! the same order: both are contenders, so the two exclude each other on
+//! one path.
 
 use std::time::{Duration, Instant};
 
@@ -26,47 +30,70 @@ impl Drop for Entry {
     }
 }
 
-/// Creates our ephemeral-sequential node (and the parents it needs),
-/// finding it by its guid if the connection dropped mid-create.
+/// The mutex's node name before the sequence: `<guid>-lock-`.
+pub(crate) fn lock_node_base() -> String {
+    format!("{:032x}-lock-", rand::random::<u128>())
+}
+
+/// A node name before the sequence as Curator's protected mode makes it:
+/// `_c_<uuid>-<name>`.
+pub(crate) fn protected_node_base(name: &str) -> String {
+    let id = rand::random::<u128>();
+    format!(
+        "_c_{:08x}-{:04x}-{:04x}-{:04x}-{:012x}-{name}",
+        id >> 96,
+        (id >> 80) & 0xffff,
+        (id >> 64) & 0xffff,
+        (id >> 48) & 0xffff,
+        id & 0xffff_ffff_ffff
+    )
+}
+
+/// Creates our ephemeral-sequential node `<parent>/<base><seq>` holding
+/// `data` (and the containers it needs, `parent` and those between it and
+/// the prefix), finding it by its unique base if the connection dropped
+/// mid-create.
 pub(crate) async fn create_node(
     ctx: &Ctx,
     session: &Session,
-    lock_path: &str,
-    owner: &str,
+    parent: &str,
+    base: &str,
+    data: &[u8],
 ) -> Result<(String, i64)> {
-    let guid = format!("{:032x}", rand::random::<u128>());
-    let node_prefix = format!("{lock_path}/{guid}-lock-");
+    let node_prefix = format!("{parent}/{base}");
     let acls = acls(ctx);
     let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
     let deadline = Instant::now() + ctx.options.request_timeout * 2;
     loop {
         let options = CreateMode::EphemeralSequential.with_acls(acls);
-        let created = session
-            .client
-            .create(&node_prefix, owner.as_bytes(), &options)
-            .await;
+        let created = session.client.create(&node_prefix, data, &options).await;
         match created {
             Ok((stat, sequence)) => return Ok((format!("{node_prefix}{sequence}"), stat.czxid)),
             Err(zookeeper_client::Error::NoNode) => {
-                // The lock's container does not exist (first use, or the
-                // server removed it when it was last empty): make it.
+                // A container does not exist (first use, or the server
+                // removed it when it was last empty): make them, outermost
+                // first.
                 let container = CreateMode::Container.with_acls(acls);
-                match session.client.create(lock_path, &[], &container).await {
-                    Ok(_) | Err(zookeeper_client::Error::NodeExists) => {}
-                    Err(zookeeper_client::Error::NoNode) => {
-                        call(ctx, mkdir_prefix(ctx, session)).await?;
+                for path in containers(&ctx.options.prefix, parent) {
+                    match session.client.create(&path, &[], &container).await {
+                        Ok(_) | Err(zookeeper_client::Error::NodeExists) => {}
+                        Err(zookeeper_client::Error::NoNode) => {
+                            call(ctx, mkdir_prefix(ctx, session)).await?;
+                            break;
+                        }
+                        Err(e) if connection_trouble(&e) && Instant::now() < deadline => {
+                            tokio::time::sleep(backoff.next_delay()).await;
+                            break;
+                        }
+                        Err(e) => return Err(classify(e, &ctx.shown)),
                     }
-                    Err(e) if connection_trouble(&e) && Instant::now() < deadline => {
-                        tokio::time::sleep(backoff.next_delay()).await;
-                    }
-                    Err(e) => return Err(classify(e, &ctx.shown)),
                 }
             }
             Err(e) if connection_trouble(&e) => {
                 // The create may have happened: look for our guid first.
-                if let Ok(children) = session.client.list_children(lock_path).await {
-                    if let Some(child) = children.iter().find(|c| c.starts_with(&guid)) {
-                        let path = format!("{lock_path}/{child}");
+                if let Ok(children) = session.client.list_children(parent).await {
+                    if let Some(child) = children.iter().find(|c| c.starts_with(base)) {
+                        let path = format!("{parent}/{child}");
                         if let Ok(Some(stat)) = session.client.check_stat(&path).await {
                             return Ok((path, stat.czxid));
                         }
@@ -90,21 +117,67 @@ pub(crate) fn contenders(children: &mut Vec<String>) {
     children.sort_by_key(|c| sequence(c));
 }
 
-/// Whether `child` is a lock node: `<32 hex digits>-lock-<10 digits>`, as
-/// [`create_protected`]-style creation names them.
-pub(crate) fn is_contender(child: &str) -> bool {
-    let bytes = child.as_bytes();
-    bytes.len() == 48
-        && bytes[..32].iter().all(|b| b.is_ascii_hexdigit())
-        && &bytes[32..38] == b"-lock-"
-        && bytes[38..].iter().all(u8::is_ascii_digit)
+/// The containers from the one below `prefix` down to `parent`, outermost
+/// first (`parent` is under `prefix`).
+fn containers(prefix: &str, parent: &str) -> Vec<String> {
+    let below = parent.strip_prefix(prefix).unwrap_or(parent);
+    let mut path = prefix.trim_end_matches('/').to_string();
+    below
+        .split('/')
+        .filter(|part| !part.is_empty())
+        .map(|part| {
+            path = format!("{path}/{part}");
+            path.clone()
+        })
+        .collect()
 }
 
-/// The sequence number at the end of a child's name (`<guid>-lock-<seq>`).
+/// Whether `child` is a mutex node: omnilock's `<32 hex digits>-lock-<10
+/// digits>`, or Curator's `_c_<uuid>-lock-<10 digits>`.
+pub(crate) fn is_contender(child: &str) -> bool {
+    let bytes = child.as_bytes();
+    let omnilock = bytes.len() == 48
+        && bytes[..32].iter().all(|b| b.is_ascii_hexdigit())
+        && &bytes[32..38] == b"-lock-";
+    let curator = bytes.len() == 55
+        && child.starts_with("_c_")
+        && is_uuid(&bytes[3..39])
+        && &bytes[39..45] == b"-lock-";
+    (omnilock || curator) && bytes[bytes.len() - 10..].iter().all(u8::is_ascii_digit)
+}
+
+/// `8-4-4-4-12` hex digits, as Java's `UUID.toString()` writes them.
+fn is_uuid(bytes: &[u8]) -> bool {
+    bytes.len() == 36
+        && bytes.iter().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => *b == b'-',
+            _ => b.is_ascii_hexdigit(),
+        })
+}
+
+/// A node of a read-write lock, Curator's layout: `...__READ__<10 digits>`
+/// or `...__WRIT__<10 digits>`; `Some(true)` for a writer.
+pub(crate) fn rw_node(child: &str) -> Option<bool> {
+    let (head, digits) = child.split_at_checked(child.len().checked_sub(10)?)?;
+    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    if head.ends_with("__WRIT__") {
+        Some(true)
+    } else if head.ends_with("__READ__") {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+/// The sequence number ZooKeeper put at the end of a child's name (its
+/// last 10 characters).
 pub(crate) fn sequence(child: &str) -> i64 {
     child
-        .rsplit('-')
-        .next()
+        .len()
+        .checked_sub(10)
+        .and_then(|at| child.get(at..))
         .and_then(|s| s.parse().ok())
         .unwrap_or(i64::MAX)
 }

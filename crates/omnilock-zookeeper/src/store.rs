@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use omnilock_core::{
     async_trait, complete_or_undo, AcquireRequest, Backend, Backoff, Capabilities, Error,
-    ErrorKind, Grant, Holder, LockName, Owner, Result, SessionsPerTtl,
+    ErrorKind, Grant, Holder, LockName, Owner, Primitive, Result, SessionsPerTtl,
 };
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use zookeeper_client::{Acls, Client, CreateMode, SessionState};
@@ -17,7 +17,8 @@ use crate::conn::{
     acls, call, call_raw, classify, has_identity, mkdir_prefix, no_answer, Ctx, GIVEN,
 };
 use crate::queue::{
-    abandon, contenders, create_node, is_contender, position, refuse_own_holder, wait_turn, Entry,
+    abandon, contenders, create_node, is_contender, lock_node_base, position, refuse_own_holder,
+    rw_node, wait_turn, Entry,
 };
 use crate::session::Session;
 
@@ -171,7 +172,7 @@ impl ZkStore {
     /// The session whose nodes live `ttl`: from a URL, one per TTL; on the
     /// application's session, that one, if its timeout is not longer than
     /// `ttl` (a crashed holder's lock must free within the TTL).
-    async fn session(&self, ttl: Duration) -> Result<Arc<Session>> {
+    pub(crate) async fn session(&self, ttl: Duration) -> Result<Arc<Session>> {
         match &self.sessions {
             Sessions::PerTtl { config, open } => open.get(ttl, || Session::open(config, ttl)).await,
             Sessions::Given(session) => {
@@ -196,17 +197,18 @@ impl ZkStore {
     /// The container of lock `name`. A name spelt exactly like a contender
     /// node is refused: under a prefix nested inside another lock's
     /// container, its container would pass for a contender of that lock.
-    fn lock_path(&self, name: &str) -> Result<String> {
+    pub(crate) fn lock_path(&self, name: &str) -> Result<String> {
         let encoded = match name {
             "." => "%2E".to_string(),
             ".." => "%2E%2E".to_string(),
             other => utf8_percent_encode(other, NODE).to_string(),
         };
-        if is_contender(&encoded) {
+        if is_contender(&encoded) || rw_node(&encoded).is_some() {
             return Err(Error::new(
                 ErrorKind::InvalidName,
                 "on ZooKeeper, a lock name may not look like a lock node \
-                 (<32 hex digits>-lock-<10 digits>)",
+                 (<32 hex digits>-lock-<10 digits>, _c_<uuid>-lock-<10 digits>, \
+                 ...__READ__<10 digits> or ...__WRIT__<10 digits>)",
             ));
         }
         Ok(format!("{}/{encoded}", self.ctx.options.prefix))
@@ -225,7 +227,7 @@ impl ZkStore {
             );
             let client = session.client.clone();
             complete_or_undo(
-                async move { create_node(&ctx, &s, &l, &o).await },
+                async move { create_node(&ctx, &s, &l, &lock_node_base(), o.as_bytes()).await },
                 move |created: Result<(String, i64)>| async move {
                     if let Ok((path, _)) = created {
                         abandon(&client, path);
@@ -250,16 +252,30 @@ impl ZkStore {
             checked = Instant::now();
         }
         entry.armed = false;
+        Ok(Some(self.granted(request, session, path, czxid, checked)))
+    }
+
+    pub(crate) fn ctx(&self) -> &Ctx {
+        &self.ctx
+    }
+
+    /// The grant of the node at `path`, known to hold when `checked`.
+    pub(crate) fn granted(
+        &self,
+        request: &AcquireRequest,
+        session: Arc<Session>,
+        path: String,
+        czxid: i64,
+        checked: Instant,
+    ) -> Grant {
         let ticket = session.register(&request.lost);
         let valid_until = checked + request.ttl.min(session.timeout);
-        Ok(Some(Grant::new(czxid as u64, valid_until).with_state(
-            Held {
-                path,
-                czxid,
-                session,
-                ticket,
-            },
-        )))
+        Grant::new(czxid as u64, valid_until).with_state(Held {
+            path,
+            czxid,
+            session,
+            ticket,
+        })
     }
 }
 
@@ -310,19 +326,24 @@ impl Backend for ZkStore {
             election: true,
             // ZAB: a node is committed on a quorum of the ensemble.
             survives_failover: true,
-            semaphore: false,
-            rw_lock: false,
+            semaphore: true,
+            rw_lock: true,
         }
     }
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
-        self.take(request, false).await
+        match request.primitive {
+            Primitive::Mutex => self.take(request, false).await,
+            _ => self.take_counted(request, false).await,
+        }
     }
 
     async fn acquire(&self, request: &AcquireRequest) -> Result<Grant> {
-        self.take(request, true)
-            .await?
-            .ok_or_else(|| Error::new(ErrorKind::Backend, "a waiting acquire returned nothing"))
+        let taken = match request.primitive {
+            Primitive::Mutex => self.take(request, true).await,
+            _ => self.take_counted(request, true).await,
+        };
+        taken?.ok_or_else(|| Error::new(ErrorKind::Backend, "a waiting acquire returned nothing"))
     }
 
     async fn release(&self, _request: &AcquireRequest, grant: &Grant) -> Result<()> {
