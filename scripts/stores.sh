@@ -54,7 +54,8 @@ declare -A PACKAGES=(
   [redis_cluster]="redis-server"
   [redis_sentinel]="redis-server"
   [etcd]="etcd-server etcd-client openssl"
-  [zookeeper]="zookeeper netcat-openbsd"
+  # Curator and a JDK: the Curator interoperation test (tests/curator.rs).
+  [zookeeper]="zookeeper netcat-openbsd default-jdk-headless libcurator-recipes-java libcurator-framework-java libcurator-client-java"
 )
 
 # Debian packages the build itself needs: none. etcd-client's protoc comes
