@@ -185,6 +185,21 @@ pub struct RunArgs {
     #[arg(long, value_name = "NAME")]
     pub owner: Option<String>,
 
+    /// Take one permit of the counting semaphore NAME, which admits N
+    /// holders at once (every user must give the same N) instead of the lock
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..),
+          conflicts_with_all = ["read", "write"])]
+    pub permits: Option<u32>,
+
+    /// Take the shared (read) side of the read-write lock NAME: readers run
+    /// together, never beside a writer
+    #[arg(long, conflicts_with = "write")]
+    pub read: bool,
+
+    /// Take the exclusive (write) side of the read-write lock NAME
+    #[arg(long)]
+    pub write: bool,
+
     /// Print a line on stderr when the lock is busy and omnilock starts waiting
     #[arg(long, short = 'v')]
     pub verbose: bool,

@@ -116,7 +116,12 @@ pub async fn run(store: &str, args: RunArgs) -> u8 {
         signal = signals.next() => return exit::die_of(signal),
     };
 
-    let mut request = locks.lock(&args.name);
+    let mut request = match (args.permits, args.read, args.write) {
+        (Some(permits), _, _) => locks.semaphore(&args.name, permits),
+        (None, true, _) => locks.rw_lock(&args.name).read(),
+        (None, false, true) => locks.rw_lock(&args.name).write(),
+        (None, false, false) => locks.lock(&args.name),
+    };
     if let Some(ttl) = args.ttl {
         request = request.ttl(ttl);
     }
@@ -144,7 +149,13 @@ pub async fn run(store: &str, args: RunArgs) -> u8 {
     let guard = match acquired {
         Ok(Some(guard)) => guard,
         Ok(None) => {
-            eprintln!("omnilock: lock {:?} is held by another owner", args.name);
+            match args.permits {
+                Some(permits) => eprintln!(
+                    "omnilock: all {permits} permits of semaphore {:?} are held",
+                    args.name
+                ),
+                None => eprintln!("omnilock: lock {:?} is held by another owner", args.name),
+            }
             return args.conflict_exit_code;
         }
         Err(err) if err.kind() == ErrorKind::Timeout => {

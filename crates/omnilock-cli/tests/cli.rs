@@ -684,6 +684,78 @@ mod cross_process {
         process::counter_across_processes(Path::new(OMNILOCK), &sqlite_store(&dir), &dir, 8);
     }
 
+    /// The stores with semaphores and read-write locks.
+    const COUNTED: &[&str] = &[
+        "REDIS",
+        "REDIS_CLUSTER",
+        "REDIS_SENTINEL",
+        "ETCD",
+        "ETCD_LOCKAPI",
+        "ZK",
+    ];
+
+    fn each_counted_store(test: &str, scenario: impl Fn(&Path, &str, &Path)) {
+        let dir = scratch(test);
+        for store in COUNTED {
+            let url = store_url(store).expect("store URL");
+            eprintln!("{test}: {store}");
+            scenario(Path::new(OMNILOCK), &url, &dir);
+        }
+    }
+
+    #[test]
+    fn permits_across_processes() {
+        each_counted_store("permits", |bin, url, dir| {
+            process::permits_across_processes(bin, url, dir, 6)
+        });
+    }
+
+    #[test]
+    fn rw_across_processes() {
+        each_counted_store("rw", |bin, url, dir| {
+            process::rw_across_processes(bin, url, dir, 6)
+        });
+    }
+
+    /// A store without semaphores says so: exit 64 and a message naming the
+    /// semaphore, before running anything.
+    #[test]
+    fn permits_on_a_store_without_semaphores_exits_64() {
+        let dir = scratch("no-semaphore");
+        let store = sqlite_store(&dir);
+        let out = run(&[
+            "run",
+            "--store",
+            &store,
+            "--permits",
+            "2",
+            "jobs",
+            "--",
+            "true",
+        ]);
+        assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains("semaphore"),
+            "{}",
+            text(&out.stderr)
+        );
+        let out = run(&[
+            "run",
+            "--store",
+            &store,
+            "--permits",
+            "0",
+            "jobs",
+            "--",
+            "true",
+        ]);
+        assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
+        let out = run(&[
+            "run", "--store", &store, "--read", "--write", "jobs", "--", "true",
+        ]);
+        assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
+    }
+
     #[test]
     fn killed_holder_frees_lock() {
         each_store("killed", process::killed_holder_frees_lock);

@@ -45,6 +45,91 @@ pub fn counter_across_processes(omnilock: &Path, url: &str, dir: &Path, processe
     );
 }
 
+/// `processes` processes each take a permit of a `permits`-permit semaphore
+/// five times through `omnilock run --permits`, and while holding claim one
+/// of `permits` slot directories (`mkdir` is atomic): a process that finds
+/// every slot taken has seen one holder too many. The command sees
+/// `OMNILOCK_TOKEN` as with the lock.
+pub fn permits_across_processes(omnilock: &Path, url: &str, dir: &Path, processes: usize) {
+    let permits = 2;
+    let slots = dir.join(format!("slots-{}", std::process::id()));
+    std::fs::create_dir_all(&slots).expect("slots directory");
+    let name = format!("processes/permits/{}", std::process::id());
+    let inside = format!(
+        "[ -n \"$OMNILOCK_TOKEN\" ] || exit 8; \
+         for k in $(seq 0 {last}); do \
+           if mkdir \"{d}/slot-$k\" 2>/dev/null; then sleep 0.02; rmdir \"{d}/slot-$k\"; exit 0; fi; \
+         done; echo VIOLATION: more than {permits} holders >&2; exit 9",
+        last = permits - 1,
+        d = slots.display()
+    );
+    run_workers(omnilock, url, &name, processes, |_| {
+        format!("--permits {permits} \"$NAME\" -- sh -c '{inside}'")
+    });
+}
+
+/// `processes` processes, one in three a writer, take the read-write lock
+/// five times each through `omnilock run --read` / `--write`; holders mark
+/// a shared directory (`mkdir writer` exclusively, `reader-<pid>`) and fail
+/// on a reader beside a writer or two writers.
+pub fn rw_across_processes(omnilock: &Path, url: &str, dir: &Path, processes: usize) {
+    let marks = dir.join(format!("rw-{}", std::process::id()));
+    std::fs::create_dir_all(&marks).expect("marks directory");
+    let name = format!("processes/rw/{}", std::process::id());
+    let d = marks.display();
+    let reader = format!(
+        "mkdir \"{d}/reader-$$\"; \
+         if [ -e \"{d}/writer\" ]; then echo VIOLATION: reader beside writer >&2; exit 9; fi; \
+         sleep 0.02; rmdir \"{d}/reader-$$\""
+    );
+    let writer = format!(
+        "mkdir \"{d}/writer\" 2>/dev/null || {{ echo VIOLATION: two writers >&2; exit 9; }}; \
+         if ls \"{d}\" | grep -q reader-; then echo VIOLATION: writer beside reader >&2; exit 9; fi; \
+         sleep 0.02; rmdir \"{d}/writer\""
+    );
+    run_workers(omnilock, url, &name, processes, |i| {
+        if i % 3 == 0 {
+            format!("--write \"$NAME\" -- sh -c '{writer}'")
+        } else {
+            format!("--read \"$NAME\" -- sh -c '{reader}'")
+        }
+    });
+}
+
+/// Starts `processes` shells, each running `omnilock run --store ... --wait
+/// 120s <rest>` five times (`rest` for worker `i`), and checks they all
+/// succeed.
+fn run_workers(
+    omnilock: &Path,
+    url: &str,
+    name: &str,
+    processes: usize,
+    rest: impl Fn(usize) -> String,
+) {
+    let mut children = Vec::new();
+    for i in 0..processes {
+        let script = format!(
+            "for i in $(seq 5); do \"$OMNILOCK\" run --store \"$STORE\" --wait 120s {} || exit 1; done",
+            rest(i)
+        );
+        children.push(
+            Command::new("sh")
+                .arg("-c")
+                .arg(&script)
+                .env("OMNILOCK", omnilock)
+                .env("STORE", url)
+                .env("NAME", name)
+                .stdin(Stdio::null())
+                .spawn()
+                .expect("spawn worker shell"),
+        );
+    }
+    for mut child in children {
+        let status = child.wait().expect("worker");
+        assert!(status.success(), "a worker process failed: {status}");
+    }
+}
+
 /// A holder process killed with SIGKILL: another process gets the lock within
 /// TTL + 1 s of the kill.
 pub fn killed_holder_frees_lock(omnilock: &Path, url: &str, dir: &Path) {
