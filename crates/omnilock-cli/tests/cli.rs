@@ -542,6 +542,8 @@ fn bench_compares_stores_and_writes_json() {
         "floor,uncontended,contended",
         "--workload",
         "many-locks,handoff,herd",
+        "--workload",
+        "semaphore,rw",
         "--duration",
         "200ms",
         "--clients",
@@ -553,10 +555,11 @@ fn bench_compares_stores_and_writes_json() {
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let table = text(&out.stdout);
-    // Per store: floor, uncontended, contended x 2, many-locks, handoff, herd.
+    // Per store: floor, uncontended, contended x 2, many-locks, handoff,
+    // herd, semaphore, rw.
     assert_eq!(
         table.lines().filter(|l| l.starts_with("| mem://")).count(),
-        7,
+        9,
         "{table}"
     );
     assert_eq!(
@@ -564,20 +567,26 @@ fn bench_compares_stores_and_writes_json() {
             .lines()
             .filter(|l| l.starts_with("| sqlite://"))
             .count(),
-        7,
+        9,
         "{table}"
     );
     let json = std::fs::read_to_string(out_dir.join("results.json")).expect("results.json");
     let rows: Vec<serde_json::Value> = serde_json::from_str(&json).expect("results.json is JSON");
-    assert_eq!(rows.len(), 14, "{json}");
+    assert_eq!(rows.len(), 18, "{json}");
     for row in &rows {
         let measured = ["uncontended", "contended", "many-locks", "handoff"]
             .iter()
             .any(|w| row["workload"] == *w);
-        if measured {
+        // Semaphores and read-write locks: measured on mem://; SQLite has
+        // neither yet, and says so.
+        let shared =
+            ["semaphore", "rw"].iter().any(|w| row["workload"] == *w) && row["store"] == "mem://";
+        if measured || shared {
             assert_ne!(row["ops"], 0, "a run did no work: {row}");
         }
     }
+    assert!(json.contains("no semaphores on this store"), "{json}");
+    assert!(json.contains("no read-write locks on this store"), "{json}");
     // SQLite has a floor hook, so its uncontended row carries a ratio.
     let sqlite_uncontended = rows
         .iter()

@@ -14,7 +14,10 @@ mod report;
 mod workloads;
 
 use self::report::{charts, json, print_table};
-use self::workloads::{contended, floor, handoff, herd, many_locks, uncontended, MANY_CLIENTS};
+use self::workloads::{
+    contended, floor, handoff, herd, many_locks, rw, semaphore, uncontended, MANY_CLIENTS,
+    SHARED_CLIENTS,
+};
 use crate::args::BenchArgs;
 use crate::exit::{self, fail};
 
@@ -36,6 +39,10 @@ pub enum Workload {
     Handoff,
     /// Store requests per hand-off as waiters grow.
     Herd,
+    /// 16 clients on a semaphore of 4 permits.
+    Semaphore,
+    /// 16 clients on a read-write lock, 9 reads in 10.
+    Rw,
 }
 
 impl fmt::Display for Workload {
@@ -109,7 +116,9 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
                     Workload::Floor
                     | Workload::Uncontended
                     | Workload::ManyLocks
-                    | Workload::Handoff => 1,
+                    | Workload::Handoff
+                    | Workload::Semaphore
+                    | Workload::Rw => 1,
                 })
                 .sum::<usize>()
         })
@@ -124,6 +133,7 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
                 Workload::Handoff => vec![args.waiters as usize],
                 Workload::Herd => args.herd_waiters.iter().map(|n| *n as usize).collect(),
                 Workload::ManyLocks => vec![MANY_CLIENTS],
+                Workload::Semaphore | Workload::Rw => vec![SHARED_CLIENTS],
                 Workload::Floor | Workload::Uncontended => vec![1],
             };
             // The floor is then measured interleaved with the uncontended
@@ -151,6 +161,8 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
                     Workload::ManyLocks => one(many_locks(locks, &name, args.duration).await),
                     Workload::Handoff => one(handoff(locks, &name, clients, args.duration).await),
                     Workload::Herd => one(herd(locks, &name, clients).await),
+                    Workload::Semaphore => one(semaphore(locks, &name, args.duration).await),
+                    Workload::Rw => one(rw(locks, &name, args.duration).await),
                 };
                 match result {
                     Ok(new) => rows.extend(new.into_iter().map(|mut row| {
@@ -265,7 +277,9 @@ mod tests {
                 "contended",
                 "many-locks",
                 "handoff",
-                "herd"
+                "herd",
+                "semaphore",
+                "rw"
             ]
         );
     }

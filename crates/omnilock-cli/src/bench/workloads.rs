@@ -256,6 +256,101 @@ pub(super) async fn contended(
     ))
 }
 
+/// Clients of the semaphore and rw workloads.
+pub(super) const SHARED_CLIENTS: usize = 16;
+
+/// The semaphore workload's permits.
+const PERMITS: u32 = 4;
+
+/// 16 clients take permits of a 4-permit semaphore again and again: grants
+/// per second, the wait for a permit, and fairness over the clients.
+pub(super) async fn semaphore(
+    locks: &Locks,
+    name: &str,
+    duration: Duration,
+) -> omnilock::Result<Row> {
+    if !locks.capabilities().semaphore {
+        let why = "no semaphores on this store";
+        return Ok(skipped(Workload::Semaphore, SHARED_CLIENTS, why));
+    }
+    fn take<'a>(locks: &'a Locks, name: &str, _: u64) -> omnilock::LockRequest<'a> {
+        locks.semaphore(name, PERMITS)
+    }
+    let row = shared(locks, name, duration, Workload::Semaphore, take).await?;
+    Ok(Row {
+        note: format!("{PERMITS} permits"),
+        ..row
+    })
+}
+
+/// 16 clients take a read-write lock again and again, one take in ten a
+/// write: grants per second and the wait for a grant.
+pub(super) async fn rw(locks: &Locks, name: &str, duration: Duration) -> omnilock::Result<Row> {
+    if !locks.capabilities().rw_lock {
+        let why = "no read-write locks on this store";
+        return Ok(skipped(Workload::Rw, SHARED_CLIENTS, why));
+    }
+    fn take<'a>(locks: &'a Locks, name: &str, round: u64) -> omnilock::LockRequest<'a> {
+        let lock = locks.rw_lock(name);
+        if round % 10 == 9 {
+            lock.write()
+        } else {
+            lock.read()
+        }
+    }
+    let row = shared(locks, name, duration, Workload::Rw, take).await?;
+    Ok(Row {
+        note: "9 reads in 10".to_string(),
+        ..row
+    })
+}
+
+/// `SHARED_CLIENTS` tasks, each taking what `take` builds (given its round)
+/// until `duration` is over.
+async fn shared(
+    locks: &Locks,
+    name: &str,
+    duration: Duration,
+    workload: Workload,
+    take: for<'a> fn(&'a Locks, &str, u64) -> omnilock::LockRequest<'a>,
+) -> omnilock::Result<Row> {
+    let waits = Arc::new(Mutex::new(Vec::new()));
+    let counts = Arc::new(Mutex::new(vec![0u64; SHARED_CLIENTS]));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for client in 0..SHARED_CLIENTS {
+        let (locks, name) = (locks.clone(), name.to_string());
+        let (waits, counts) = (waits.clone(), counts.clone());
+        tasks.push(tokio::spawn(async move {
+            // Clients start at different rounds, so writes are spread out.
+            let mut round = client as u64;
+            while started.elapsed() < duration {
+                let at = Instant::now();
+                let acquire = take(&locks, &name, round).acquire();
+                let Some(guard) = until(started + duration, acquire).await? else {
+                    break;
+                };
+                waits.lock().unwrap().push(at.elapsed());
+                counts.lock().unwrap()[client] += 1;
+                guard.release().await?;
+                round += 1;
+            }
+            Ok::<_, omnilock::Error>(())
+        }));
+    }
+    join(tasks).await?;
+    let elapsed = started.elapsed();
+    let counts = counts.lock().unwrap().clone();
+    let samples = std::mem::take(&mut *waits.lock().unwrap());
+    Ok(row(
+        workload,
+        SHARED_CLIENTS,
+        samples,
+        elapsed,
+        Some(jain(&counts)),
+    ))
+}
+
 /// `waiters` tasks queue for one lock; each holds it for a moment and
 /// releases. Latency is from one holder's release call to the next grant.
 pub(super) async fn handoff(
