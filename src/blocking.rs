@@ -46,7 +46,8 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 
 use crate::{
-    lock_unpoisoned, Capabilities, Error, ErrorKind, Holder, LockName, Operation, Owner, Result,
+    lock_unpoisoned, Capabilities, Error, ErrorKind, Holder, LockName, Operation, Owner, Primitive,
+    Result,
 };
 
 /// How long dropping the last handle waits for the runtime's threads to stop.
@@ -286,9 +287,47 @@ impl Locks {
     /// # Ok::<(), omnilock::Error>(())
     /// ```
     pub fn lock(&self, name: &str) -> LockRequest<'_> {
+        self.request(name, Primitive::Mutex)
+    }
+
+    /// Starts building an acquisition of one permit of the counting
+    /// semaphore `name`, which admits `permits` holders at once (see
+    /// [`crate::Locks::semaphore`]).
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let first = locks.semaphore("exports", 2).acquire()?;
+    /// let second = locks.semaphore("exports", 2).acquire()?;
+    /// assert!(locks.semaphore("exports", 2).try_acquire()?.is_none());
+    /// # drop((first, second));
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn semaphore(&self, name: &str, permits: u32) -> LockRequest<'_> {
+        self.request(name, Primitive::Semaphore { permits })
+    }
+
+    /// The read-write lock `name` (see [`crate::Locks::rw_lock`]).
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let catalog = locks.rw_lock("catalog");
+    /// let reader = catalog.read().acquire()?;
+    /// assert!(catalog.write().try_acquire()?.is_none());
+    /// reader.release()?;
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn rw_lock(&self, name: &str) -> ReadWriteLock<'_> {
+        ReadWriteLock {
+            locks: self,
+            name: name.to_string(),
+        }
+    }
+
+    fn request(&self, name: &str, primitive: Primitive) -> LockRequest<'_> {
         LockRequest {
             locks: self,
             name: name.to_string(),
+            primitive,
             ttl: None,
             owner: None,
             reentrant: None,
@@ -409,6 +448,7 @@ impl fmt::Debug for Locks {
 pub struct LockRequest<'a> {
     locks: &'a Locks,
     name: String,
+    primitive: Primitive,
     ttl: Option<Duration>,
     owner: Option<Owner>,
     reentrant: Option<bool>,
@@ -536,7 +576,12 @@ impl<'a> LockRequest<'a> {
 
     fn into_async(self) -> (&'a Locks, crate::LockRequest<'a>) {
         let locks = self.locks;
-        let mut request = locks.inner.lock(&self.name);
+        let mut request = match self.primitive {
+            Primitive::Mutex => locks.inner.lock(&self.name),
+            Primitive::Semaphore { permits } => locks.inner.semaphore(&self.name, permits),
+            Primitive::Read => locks.inner.rw_lock(&self.name).read(),
+            Primitive::Write => locks.inner.rw_lock(&self.name).write(),
+        };
         if let Some(ttl) = self.ttl {
             request = request.ttl(ttl);
         }
@@ -553,6 +598,26 @@ impl<'a> LockRequest<'a> {
             request = request.on_wait(callback);
         }
         (locks, request)
+    }
+}
+
+/// A read-write lock of one name (see [`crate::ReadWriteLock`]): many
+/// readers or one writer.
+#[derive(Debug, Clone)]
+pub struct ReadWriteLock<'a> {
+    locks: &'a Locks,
+    name: String,
+}
+
+impl<'a> ReadWriteLock<'a> {
+    /// Starts building an acquisition of the shared (read) side.
+    pub fn read(&self) -> LockRequest<'a> {
+        self.locks.request(&self.name, Primitive::Read)
+    }
+
+    /// Starts building an acquisition of the exclusive (write) side.
+    pub fn write(&self) -> LockRequest<'a> {
+        self.locks.request(&self.name, Primitive::Write)
     }
 }
 
