@@ -37,6 +37,9 @@ type SlotKey = (LockName, Owner, Primitive);
 pub(crate) struct Shared {
     pub(crate) backend: Arc<dyn Backend>,
     holds: Mutex<HashMap<SlotKey, HoldSlot>>,
+    /// The holds of read-write locks by named owners, readable without
+    /// waiting for a slot: whether an owner holds the other side.
+    rw_holds: Mutex<HashMap<SlotKey, Weak<Hold>>>,
 }
 
 impl Shared {
@@ -48,17 +51,25 @@ impl Shared {
             .clone()
     }
 
-    /// The live hold of `owner` on `name`'s `primitive` in this process, if
-    /// there is one and no acquisition of it is under way.
+    /// The live hold of `owner` on `name`'s read or write side in this
+    /// process, if there is one.
     fn held(&self, name: &LockName, owner: &Owner, primitive: Primitive) -> Option<Arc<Hold>> {
-        let slot = {
-            let holds = lock_unpoisoned(&self.holds);
-            holds
-                .get(&(name.clone(), owner.clone(), primitive))?
-                .clone()
-        };
-        let current = slot.try_lock().ok()?;
-        current.upgrade().filter(|hold| hold.is_held())
+        let rw_holds = lock_unpoisoned(&self.rw_holds);
+        let hold = rw_holds.get(&(name.clone(), owner.clone(), primitive))?;
+        hold.upgrade().filter(|hold| hold.is_held())
+    }
+
+    /// Records a new hold of a read-write lock (see [`Shared::held`]).
+    fn remember_rw(&self, hold: &Arc<Hold>) {
+        let request = &hold.request;
+        if matches!(request.primitive, Primitive::Read | Primitive::Write) {
+            let key = (
+                request.name.clone(),
+                request.owner.clone(),
+                request.primitive,
+            );
+            lock_unpoisoned(&self.rw_holds).insert(key, Arc::downgrade(hold));
+        }
     }
 
     /// Drops the reentrancy slot of a released hold unless someone is using it.
@@ -73,6 +84,14 @@ impl Shared {
             if Arc::strong_count(slot) == 1 {
                 holds.remove(&key);
             }
+        }
+        drop(holds);
+        let mut rw_holds = lock_unpoisoned(&self.rw_holds);
+        if rw_holds
+            .get(&key)
+            .is_some_and(|h| std::ptr::eq(h.as_ptr(), hold))
+        {
+            rw_holds.remove(&key);
         }
     }
 }
@@ -120,6 +139,7 @@ impl Locks {
             shared: Arc::new(Shared {
                 backend,
                 holds: Mutex::new(HashMap::new()),
+                rw_holds: Mutex::new(HashMap::new()),
             }),
             defaults: Defaults {
                 ttl: DEFAULT_TTL,
@@ -586,6 +606,7 @@ impl LockRequest<'_> {
         let guard = self.in_store(name, owner, wait).await?;
         if let Some(guard) = &guard {
             *current = Arc::downgrade(guard.hold());
+            shared.remember_rw(guard.hold());
         }
         Ok(guard)
     }

@@ -210,8 +210,10 @@ return existed
 /// release record runs out). Walking `order` from the front, an entry fits
 /// while the weights so far, its own included, are within the capacity; a
 /// fitting waiter claims its grant with its own next attempt, woken by one
-/// message. Holders are always a prefix of `order`, so grants are FIFO, and
-/// a writer (whose weight is the capacity) holds back everyone behind it.
+/// message. The entries that fit (holders, and waiters about to claim,
+/// whose weight counts already) are always a prefix of `order`, so grants
+/// are FIFO, and a writer (whose weight is the capacity) holds back
+/// everyone behind it.
 const COUNTED_COMMON: &str = r#"
 local function parse(info)
   local state, weight, token, owner = string.match(info, '^(%a) (%d+) (%d+) (.*)$')

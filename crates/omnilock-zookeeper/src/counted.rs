@@ -110,7 +110,12 @@ impl ZkStore {
             .create_entry(session, path, protected_node_base(side), data)
             .await?;
         let mut waited = false;
-        while let Some(blocker) = self.rw_blocker(session, path, &entry.path, writer).await? {
+        while let Some(blocker) = self
+            .patiently(session, || {
+                self.rw_blocker(session, path, &entry.path, writer)
+            })
+            .await?
+        {
             if !wait {
                 return Ok(None); // the entry deletes the node
             }
@@ -189,8 +194,11 @@ impl ZkStore {
             .unwrap_or_default()
             .to_string();
         loop {
-            let listed = session.client.list_and_watch_children(&leases).await;
-            let (children, watcher) = listed.map_err(|e| classify(e, &self.ctx().shown))?;
+            let (children, watcher) = self
+                .patiently(session, || {
+                    call(self.ctx(), session.client.list_and_watch_children(&leases))
+                })
+                .await?;
             if !children.contains(&name) {
                 return Err(lost());
             }
@@ -209,11 +217,12 @@ impl ZkStore {
                 cause = session.died() => return Err(cause),
             }
         }
-        lease.armed = false;
-        // Let the next contender in now rather than in the background.
+        // Let the next contender in now rather than in the background; a
+        // caller going away meanwhile gives the lease back too.
         if let Ok(Ok(())) = call_raw(self.ctx(), session.client.delete(&lock.path, None)).await {
             lock.armed = false;
         }
+        lease.armed = false;
         Ok(Some((std::mem::take(&mut lease.path), czxid, waited)))
     }
 
@@ -248,6 +257,29 @@ impl ZkStore {
             }
         }
         Ok(())
+    }
+
+    /// Runs `op` until it succeeds, retrying connection trouble (a leader
+    /// election, a reconnect) with backoff while the session lives, as the
+    /// mutex's waits do.
+    async fn patiently<T, F, Fut>(&self, session: &Session, mut op: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(1));
+        loop {
+            match op().await {
+                Ok(value) => return Ok(value),
+                Err(err) if err.kind() == ErrorKind::Unavailable => {
+                    if let Some(cause) = session.death() {
+                        return Err(cause);
+                    }
+                    tokio::time::sleep(backoff.next_delay()).await;
+                }
+                Err(err) => return Err(session.death().unwrap_or(err)),
+            }
+        }
     }
 
     /// Waits until `node` changes or is gone (returns at once if it is

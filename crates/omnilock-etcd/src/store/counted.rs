@@ -15,8 +15,10 @@
 //! its own key when it is granted after waiting. A release thus wakes the
 //! first waiter, and each grant the next one.
 //!
-//! The recorded capacity (a semaphore's permits) is the oldest key's: a key
-//! with another capacity is deleted at once and the acquire fails.
+//! The count (a semaphore's permits) is in every key: a key behind one with
+//! another count is deleted at once and its acquire fails, so while any
+//! holder or waiter exists, nobody is admitted by another count. A waiter
+//! also reads the range again every few seconds without an event.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -26,7 +28,8 @@ use etcd_client::{
     TxnOp, WatchFilterType, WatchOptions,
 };
 use omnilock_core::{
-    complete_or_undo, retry, AcquireRequest, Backoff, Error, ErrorKind, Grant, Primitive, Result,
+    complete_or_undo, retry, retry_in_background, AcquireRequest, Backoff, Error, ErrorKind, Grant,
+    Primitive, Result,
 };
 
 use super::recipe::Entry;
@@ -37,6 +40,9 @@ use crate::queue::{abandon, gets, revision};
 /// A read-write lock's capacity and a writer's weight: readers never add
 /// up to it.
 const RW_CAPACITY: u64 = 1 << 40;
+
+/// How often a waiter reads the range again without an event.
+const RECHECK: Duration = Duration::from_secs(5);
 
 /// Makes entry keys unique within this process (the lease makes them
 /// unique across processes).
@@ -68,14 +74,20 @@ impl Counted {
     /// Where the key created at `rev` stands among `entries` (the range's
     /// keys up to it, oldest first).
     fn place(&self, entries: &[KeyValue], rev: i64) -> Result<Place> {
-        if let Some(recorded) = entries.first().and_then(|kv| parse(kv).map(|(_, c)| c)) {
-            if recorded != self.capacity {
-                return Err(Error::config(format!(
-                    "the semaphore is in use with {recorded} permits, not {}: every user \
-                     must ask for the same number",
-                    self.capacity
-                )));
-            }
+        // Every key before ours must agree: a key with another count (even
+        // one whose client is about to delete it) means the count is in
+        // dispute, and admitting by ours could exceed the count another
+        // holder was promised.
+        let disagreeing = entries
+            .iter()
+            .filter(|kv| kv.create_revision() != rev)
+            .find_map(|kv| parse(kv).map(|(_, c)| c).filter(|c| *c != self.capacity));
+        if let Some(recorded) = disagreeing {
+            return Err(Error::config(format!(
+                "the semaphore is in use with {recorded} permits, not {}: every user \
+                 must ask for the same number",
+                self.capacity
+            )));
         }
         let mut used = 0u64;
         let mut previous: Option<(&KeyValue, bool)> = None;
@@ -155,6 +167,7 @@ impl EtcdStore {
             }
         };
         let mut waited = false;
+        let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(1));
         loop {
             let (predecessor, first) = match place {
                 Place::Fits => break,
@@ -178,27 +191,43 @@ impl EtcdStore {
                 let options = WatchOptions::new().with_start_revision(seen_at + 1);
                 self.etcd.watch_once(predecessor, options)
             };
+            // Looked at again now and then even without an event: a
+            // predecessor's touch that never landed must not strand us.
             tokio::select! {
-                watched = watched => {
-                    if let Err(err) = watched {
+                watched = tokio::time::timeout(RECHECK, watched) => {
+                    if let Ok(Err(err)) = watched {
                         if !err.is_retryable() {
                             return Err(err);
                         }
                         tracing::debug!(error = %err, "omnilock etcd watch failed; looking again");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        tokio::time::sleep(backoff.next_delay()).await;
                     }
                 }
                 cause = session.died() => return Err(cause),
             }
-            let (now, entries) = self.read_up_to(&prefix, &key, rev).await?;
+            let (now, entries) = loop {
+                match self.read_up_to(&prefix, &key, rev).await {
+                    Ok(read) => break read,
+                    Err(err) if err.kind() == ErrorKind::Unavailable => {
+                        if let Some(cause) = session.death() {
+                            return Err(cause);
+                        }
+                        tokio::time::sleep(backoff.next_delay()).await;
+                    }
+                    Err(err) => return Err(session.death().unwrap_or(err)),
+                }
+            };
+            backoff.reset();
             seen_at = now;
             place = counted.place(&entries, rev)?;
         }
-        entry.armed = false;
         if waited {
-            // The waiter behind us watches our key: tell it we hold now.
-            self.touch(&key, rev).await;
+            // The waiter behind us watches our key: tell it we hold now. In
+            // the background, so that a caller going away now cannot stop it
+            // (nor leave the key with nobody holding it).
+            touch_in_background(&self.etcd, &key, rev);
         }
+        entry.armed = false;
         Ok(Some(self.grant(request, key, rev, session, None)))
     }
 
@@ -230,7 +259,16 @@ impl EtcdStore {
             async move {
                 let deadline = tokio::time::Instant::now() + etcd.request_timeout * 2;
                 let backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
-                let resp = retry(backoff, deadline, || etcd.txn(txn.clone())).await?;
+                let resp = match retry(backoff, deadline, || etcd.txn(txn.clone())).await {
+                    Ok(resp) => resp,
+                    Err(err) => {
+                        // A try may have been applied without us hearing
+                        // back: the key, unique to this acquisition, would
+                        // otherwise sit in the range as long as the lease.
+                        delete_in_background(&etcd, &call_key);
+                        return Err(err);
+                    }
+                };
                 let seen_at = revision(&resp);
                 let mut entries = gets(&resp).next().unwrap_or_default();
                 let Some(at) = entries
@@ -280,22 +318,6 @@ impl EtcdStore {
         Ok((revision(&resp), gets(&resp).next().unwrap_or_default()))
     }
 
-    /// Rewrites our key's value (same lease, same create revision) so that
-    /// the waiter watching it looks again. If it cannot, that waiter looks
-    /// again when we release.
-    async fn touch(&self, key: &str, rev: i64) {
-        let txn = Txn::new()
-            .when([Compare::create_revision(key, CompareOp::Equal, rev)])
-            .and_then([TxnOp::put(
-                key,
-                "",
-                Some(PutOptions::new().with_ignore_value().with_ignore_lease()),
-            )]);
-        if let Err(err) = self.etcd.txn(txn).await {
-            tracing::debug!(error = %err, "omnilock etcd: cannot wake the next waiter; it waits for the release");
-        }
-    }
-
     /// Releases a semaphore permit or a side of a read-write lock: deletes
     /// its key if it is still the one granted.
     pub(super) async fn release_counted(&self, key: &str, rev: i64) -> Result<()> {
@@ -313,6 +335,44 @@ impl EtcdStore {
         }
         Err(Error::not_owner())
     }
+}
+
+/// Rewrites our key's value (same lease, same create revision) so that the
+/// waiter watching it looks again; retried over transient errors. If it
+/// never lands, that waiter looks again at its periodic re-read.
+fn touch_in_background(etcd: &Etcd, key: &str, rev: i64) {
+    let (etcd, key) = (etcd.clone(), key.to_string());
+    retry_in_background(move || {
+        let (etcd, key) = (etcd.clone(), key.clone());
+        async move {
+            let txn = Txn::new()
+                .when([Compare::create_revision(
+                    key.as_str(),
+                    CompareOp::Equal,
+                    rev,
+                )])
+                .and_then([TxnOp::put(
+                    key.as_str(),
+                    "",
+                    Some(PutOptions::new().with_ignore_value().with_ignore_lease()),
+                )]);
+            etcd.txn(txn).await.map(drop)
+        }
+    });
+}
+
+/// Deletes `key` (unique to one acquisition), retried over transient
+/// errors.
+fn delete_in_background(etcd: &Etcd, key: &str) {
+    let (etcd, key) = (etcd.clone(), key.to_string());
+    retry_in_background(move || {
+        let (etcd, key) = (etcd.clone(), key.clone());
+        async move {
+            etcd.call(|mut c| async move { c.delete(key, None).await })
+                .await
+                .map(drop)
+        }
+    });
 }
 
 impl Entry {
