@@ -59,6 +59,24 @@ pub struct Capabilities {
     pub rw_lock: bool,
 }
 
+/// A read-write lock's capacity, and a writer's weight: readers never add
+/// up to it, and stores that compute in doubles (Lua) keep it exact.
+pub const RW_CAPACITY: u64 = 1 << 40;
+
+/// How one acquisition of a semaphore or read-write lock counts: its
+/// weight against the capacity, under the grant rule every store follows
+/// (see [`Backend`] and [`Primitive::share`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Share {
+    /// `sem` or `rw`: the key family the entries live under.
+    pub family: &'static str,
+    /// How much of the capacity the entry takes: 1 for a permit or a
+    /// reader, the whole capacity for a writer.
+    pub weight: u64,
+    /// A semaphore's permits, or [`RW_CAPACITY`].
+    pub capacity: u64,
+}
+
 /// What an acquisition takes. Each kind has its own namespace in the store:
 /// the mutex `a`, the semaphore `a` and the read-write lock `a` are three
 /// unrelated things.
@@ -93,6 +111,33 @@ impl Primitive {
             Primitive::Read => "read lock",
             Primitive::Write => "write lock",
         }
+    }
+
+    /// How an acquisition of a semaphore or a read-write lock counts under
+    /// the grant rule (see [`Backend`]); `None` for the mutex. Backends key
+    /// their entries by [`Share::family`], so the semaphore and the
+    /// read-write lock of one name stay apart.
+    ///
+    /// ```
+    /// use omnilock_core::Primitive;
+    /// let permit = Primitive::Semaphore { permits: 4 }.share().unwrap();
+    /// assert_eq!((permit.family, permit.weight, permit.capacity), ("sem", 1, 4));
+    /// let writer = Primitive::Write.share().unwrap();
+    /// assert_eq!(writer.weight, writer.capacity);
+    /// assert!(Primitive::Mutex.share().is_none());
+    /// ```
+    pub fn share(self) -> Option<Share> {
+        let (family, weight, capacity) = match self {
+            Primitive::Mutex => return None,
+            Primitive::Semaphore { permits } => ("sem", 1, u64::from(permits)),
+            Primitive::Read => ("rw", 1, RW_CAPACITY),
+            Primitive::Write => ("rw", RW_CAPACITY, RW_CAPACITY),
+        };
+        Some(Share {
+            family,
+            weight,
+            capacity,
+        })
     }
 
     /// Whether `capabilities` offer this primitive.

@@ -48,7 +48,9 @@ mod signal;
 mod sync;
 mod url;
 
-pub use backend::{AcquireRequest, Backend, Capabilities, Grant, Holder, Primitive};
+pub use backend::{
+    AcquireRequest, Backend, Capabilities, Grant, Holder, Primitive, Share, RW_CAPACITY,
+};
 pub use client::{check_ttl, LockRequest, Locks, ReadWriteLock, DEFAULT_TTL, MAX_TTL, MIN_TTL};
 pub use detach::{complete_or_undo, CompleteOrUndo};
 pub use election::{Candidate, Election, Leader, Leadership, Observer, MAX_ELECTION_VALUE_BYTES};

@@ -195,6 +195,12 @@ impl Etcd {
         let options = WatchOptions::new()
             .with_start_revision(from)
             .with_filters([WatchFilterType::NoPut]);
+        self.watch_once(key, options).await
+    }
+
+    /// Waits for the first event `options` select on `key` (a deletion, a
+    /// deletion in a range, any change of one key), or for the watch to end.
+    pub(crate) async fn watch_once(&self, key: Vec<u8>, options: WatchOptions) -> Result<()> {
         let mut stream = self
             .call(|mut c| async move { c.watch(key, Some(options)).await })
             .await?;
@@ -205,7 +211,7 @@ impl Etcd {
                         || resp
                             .events()
                             .iter()
-                            .any(|e| e.event_type() == EventType::Delete)
+                            .any(|e| matches!(e.event_type(), EventType::Delete | EventType::Put))
                     {
                         return Ok(());
                     }

@@ -3,44 +3,31 @@
 //! is in `scripts.rs`). The waiting, wake-ups and replica checks are the
 //! mutex's, in `single.rs`.
 
-use omnilock_core::{AcquireRequest, Primitive, Result};
+use omnilock_core::{AcquireRequest, Primitive, Result, Share};
 
 use crate::node::CountedKeys;
 use crate::single::RedisStore;
 
-/// A read-write lock's capacity, and a writer's weight: readers never add
-/// up to it (Lua numbers are exact to 2^53).
-const RW_CAPACITY: u64 = 1 << 40;
-
-/// How one acquisition of a semaphore or read-write lock counts.
-pub(crate) struct Counted {
-    /// The key family: the semaphore `name` and the read-write lock `name`
-    /// are separate things.
-    family: &'static str,
-    /// How much of the capacity the entry takes.
-    pub weight: u64,
-    /// How much there is: the permits, or unbounded for readers.
-    pub capacity: u64,
-}
+/// How one acquisition of a semaphore or read-write lock counts (core's
+/// [`Share`]), with its keys.
+pub(crate) struct Counted(Share);
 
 impl Counted {
     /// `None` for the mutex.
     pub(crate) fn of(primitive: Primitive) -> Option<Counted> {
-        let (family, weight, capacity) = match primitive {
-            Primitive::Mutex => return None,
-            Primitive::Semaphore { permits } => ("sem", 1, u64::from(permits)),
-            Primitive::Read => ("rw", 1, RW_CAPACITY),
-            Primitive::Write => ("rw", RW_CAPACITY, RW_CAPACITY),
-        };
-        Some(Counted {
-            family,
-            weight,
-            capacity,
-        })
+        primitive.share().map(Counted)
+    }
+
+    pub(crate) fn weight(&self) -> u64 {
+        self.0.weight
+    }
+
+    pub(crate) fn capacity(&self) -> u64 {
+        self.0.capacity
     }
 
     pub(crate) fn keys(&self, prefix: &str, request: &AcquireRequest) -> CountedKeys {
-        CountedKeys::new(prefix, request.name.as_str(), self.family)
+        CountedKeys::new(prefix, request.name.as_str(), self.0.family)
     }
 }
 

@@ -328,8 +328,8 @@ impl RedisStore {
                 let args = vec![
                     entry.as_bytes().to_vec(),
                     request.owner.as_str().as_bytes().to_vec(),
-                    counted.weight.to_string().into_bytes(),
-                    counted.capacity.to_string().into_bytes(),
+                    counted.weight().to_string().into_bytes(),
+                    counted.capacity().to_string().into_bytes(),
                     request.ttl.as_millis().to_string().into_bytes(),
                     waiter_lease.into_bytes(),
                     if wait { b"1".to_vec() } else { b"0".to_vec() },
@@ -395,7 +395,7 @@ impl RedisStore {
             -2 => Err(Error::config(format!(
                 "the semaphore is in use with {value} permits, not {}: every user must ask \
                  for the same number",
-                Counted::of(request.primitive).map_or(0, |c| c.capacity)
+                Counted::of(request.primitive).map_or(0, |c| c.capacity())
             ))),
             -3 => Err(Error::new(
                 ErrorKind::Backend,

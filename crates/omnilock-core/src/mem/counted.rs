@@ -20,9 +20,6 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::name::{LockName, Owner};
 use crate::signal::LostNotifier;
 
-/// A read-write lock admits any number of readers: its capacity.
-const UNBOUNDED: u64 = u64::MAX / 2;
-
 /// Semaphores and read-write locks live apart from mutexes and from each
 /// other.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -82,18 +79,11 @@ pub(super) enum Joined {
     Waiting(oneshot::Receiver<Admitted>),
 }
 
-fn capacity_of(primitive: Primitive) -> u64 {
-    match primitive {
-        Primitive::Semaphore { permits } => u64::from(permits),
-        _ => UNBOUNDED,
-    }
-}
-
-fn weight_of(primitive: Primitive) -> u64 {
-    match primitive {
-        Primitive::Write => UNBOUNDED,
-        _ => 1,
-    }
+fn share(request: &AcquireRequest) -> crate::backend::Share {
+    request
+        .primitive
+        .share()
+        .expect("a semaphore or read-write lock")
 }
 
 fn key(request: &AcquireRequest) -> (Family, LockName) {
@@ -113,7 +103,7 @@ impl CountedLocks {
         last_token: &mut u64,
     ) -> Result<Option<Joined>> {
         let key = key(request);
-        let capacity = capacity_of(request.primitive);
+        let capacity = share(request).capacity;
         let queue = self.queues.entry(key.clone()).or_insert_with(|| Queue {
             capacity,
             entries: Vec::new(),
@@ -131,7 +121,7 @@ impl CountedLocks {
         queue.entries.push(Entry {
             id,
             owner: request.owner.clone(),
-            weight: weight_of(request.primitive),
+            weight: share(request).weight,
             ttl: request.ttl,
             lost: request.lost.clone(),
             state: EntryState::Waiting(Some(tx)),

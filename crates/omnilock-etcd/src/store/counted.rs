@@ -24,22 +24,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use etcd_client::{
-    Compare, CompareOp, EventType, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn,
-    TxnOp, WatchFilterType, WatchOptions,
+    Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+    WatchFilterType, WatchOptions,
 };
 use omnilock_core::{
     complete_or_undo, retry, retry_in_background, AcquireRequest, Backoff, Error, ErrorKind, Grant,
-    Primitive, Result,
+    Primitive, Result, Share,
 };
 
 use super::recipe::Entry;
 use super::EtcdStore;
 use crate::conn::Etcd;
 use crate::queue::{abandon, gets, revision};
-
-/// A read-write lock's capacity and a writer's weight: readers never add
-/// up to it.
-const RW_CAPACITY: u64 = 1 << 40;
 
 /// How often a waiter reads the range again without an event.
 const RECHECK: Duration = Duration::from_secs(5);
@@ -48,27 +44,14 @@ const RECHECK: Duration = Duration::from_secs(5);
 /// unique across processes).
 static NEXT_ENTRY: AtomicU64 = AtomicU64::new(0);
 
-/// How one acquisition of a semaphore or read-write lock counts.
-pub(super) struct Counted {
-    family: &'static str,
-    weight: u64,
-    capacity: u64,
-}
+/// How one acquisition of a semaphore or read-write lock counts (core's
+/// [`Share`]).
+pub(super) struct Counted(Share);
 
 impl Counted {
     /// `None` for the mutex.
     pub(super) fn of(primitive: Primitive) -> Option<Counted> {
-        let (family, weight, capacity) = match primitive {
-            Primitive::Mutex => return None,
-            Primitive::Semaphore { permits } => ("sem", 1, u64::from(permits)),
-            Primitive::Read => ("rw", 1, RW_CAPACITY),
-            Primitive::Write => ("rw", RW_CAPACITY, RW_CAPACITY),
-        };
-        Some(Counted {
-            family,
-            weight,
-            capacity,
-        })
+        primitive.share().map(Counted)
     }
 
     /// Where the key created at `rev` stands among `entries` (the range's
@@ -81,19 +64,20 @@ impl Counted {
         let disagreeing = entries
             .iter()
             .filter(|kv| kv.create_revision() != rev)
-            .find_map(|kv| parse(kv).map(|(_, c)| c).filter(|c| *c != self.capacity));
+            .find_map(|kv| parse(kv).map(|(_, c)| c).filter(|c| *c != self.0.capacity));
         if let Some(recorded) = disagreeing {
             return Err(Error::config(format!(
                 "the semaphore is in use with {recorded} permits, not {}: every user \
                  must ask for the same number",
-                self.capacity
+                self.0.capacity
             )));
         }
         let mut used = 0u64;
         let mut previous: Option<(&KeyValue, bool)> = None;
         for kv in entries {
             if kv.create_revision() == rev {
-                if used + self.weight <= self.capacity && previous.is_none_or(|(_, fits)| fits) {
+                if used + self.0.weight <= self.0.capacity && previous.is_none_or(|(_, fits)| fits)
+                {
                     return Ok(Place::Fits);
                 }
                 let (predecessor, first) = previous
@@ -101,8 +85,8 @@ impl Counted {
                     .expect("a key that does not fit has one before it");
                 return Ok(Place::Behind { predecessor, first });
             }
-            let weight = parse(kv).map_or(self.capacity, |(w, _)| w);
-            let fits = previous.is_none_or(|(_, fits)| fits) && used + weight <= self.capacity;
+            let weight = parse(kv).map_or(self.0.capacity, |(w, _)| w);
+            let fits = previous.is_none_or(|(_, fits)| fits) && used + weight <= self.0.capacity;
             used = used.saturating_add(weight);
             previous = Some((kv, fits));
         }
@@ -144,13 +128,16 @@ impl EtcdStore {
         let session = self.shared_session(request.ttl).await?;
         let prefix = self
             .etcd
-            .counted_prefix(counted.family, request.name.as_str());
+            .counted_prefix(counted.0.family, request.name.as_str());
         let key = format!(
             "{prefix}{:x}-{}",
             session.id,
             NEXT_ENTRY.fetch_add(1, Ordering::Relaxed)
         );
-        let value = format!("{} {} {}", counted.weight, counted.capacity, request.owner);
+        let value = format!(
+            "{} {} {}",
+            counted.0.weight, counted.0.capacity, request.owner
+        );
         let (rev, mut seen_at, entries) = self.join(&prefix, &key, &value, session.id).await?;
         let mut entry = Entry {
             etcd: self.etcd.clone(),
@@ -382,32 +369,6 @@ impl Entry {
     async fn leave_now(&mut self) {
         if let Ok(true) = self.etcd.delete_if_created(&self.key, self.rev).await {
             self.armed = false;
-        }
-    }
-}
-
-impl Etcd {
-    /// Waits for the first event `options` select on `key` (a deletion in
-    /// a range, or any change of one key), or for the watch to end.
-    async fn watch_once(&self, key: Vec<u8>, options: WatchOptions) -> Result<()> {
-        let mut stream = self
-            .call(|mut c| async move { c.watch(key, Some(options)).await })
-            .await?;
-        loop {
-            match stream.message().await {
-                Ok(Some(resp)) => {
-                    if resp.canceled()
-                        || resp
-                            .events()
-                            .iter()
-                            .any(|e| matches!(e.event_type(), EventType::Delete | EventType::Put))
-                    {
-                        return Ok(());
-                    }
-                }
-                Ok(None) => return Ok(()),
-                Err(e) => return Err(crate::conn::classify(e, &self.shown)),
-            }
         }
     }
 }

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use omnilock_core::{ErrorKind, Locks};
 
-use super::{caps, clients, unique, within, PATIENCE};
+use super::{abandon, caps, clients, unique, within, PATIENCE};
 use crate::Subject;
 
 /// A holder that vanishes without releasing (its runtime is gone, as if the
@@ -14,32 +14,10 @@ pub async fn abandoned_holder_expires(subject: &Subject) {
     let name = unique("abandoned");
     let ttl = Duration::from_secs(2);
     let thief = subject.client().await;
-    let victim = subject.clone();
-    let victim_name = name.clone();
-    // Acquire on a separate runtime, leak the guard, then drop that runtime:
-    // its renewal task and its connections die with it, like a killed process.
-    let acquired_at = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let at = runtime.block_on(async {
-            let locks = victim.client().await;
-            let guard = locks
-                .lock(&victim_name)
-                .ttl(ttl)
-                .acquire()
-                .await
-                .expect("victim");
-            let at = Instant::now();
-            std::mem::forget(guard);
-            at
-        });
-        drop(runtime);
-        at
-    })
-    .join()
-    .expect("victim thread");
+    let acquired_at = abandon(subject, {
+        let name = name.clone();
+        move |locks| Box::pin(async move { locks.lock(&name).ttl(ttl).acquire().await })
+    });
     let guard = thief
         .lock(&name)
         .timeout(ttl + PATIENCE)

@@ -5,9 +5,11 @@
 //! stall now and then) and driven by events, not sleeps, except where the
 //! passing of time is the point (leases).
 
-use std::time::Duration;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
 
-use omnilock_core::{Capabilities, LockGuard, Locks};
+use omnilock_core::{Capabilities, LockGuard, Locks, Result};
 
 pub(crate) use crate::queue_waiter;
 use crate::Subject;
@@ -104,4 +106,36 @@ async fn once_free(locks: &Locks, name: &str) -> LockGuard {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// A way to take a guard on a client: what [`abandon`] leaks.
+type Take =
+    Box<dyn FnOnce(Locks) -> Pin<Box<dyn Future<Output = Result<LockGuard>> + Send>> + Send>;
+
+/// Acquires with `take` on a runtime of its own, leaks the guard and drops
+/// that runtime: its renewal task and connections die with it, as in a
+/// killed process. Returns when it acquired.
+fn abandon(
+    subject: &Subject,
+    take: impl FnOnce(Locks) -> Pin<Box<dyn Future<Output = Result<LockGuard>> + Send>> + Send + 'static,
+) -> Instant {
+    let take: Take = Box::new(take);
+    let victim = subject.clone();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let at = runtime.block_on(async {
+            let locks = victim.client().await;
+            let guard = take(locks).await.expect("the victim acquires");
+            let at = Instant::now();
+            std::mem::forget(guard);
+            at
+        });
+        drop(runtime);
+        at
+    })
+    .join()
+    .expect("victim thread")
 }

@@ -9,8 +9,7 @@ use std::time::Duration;
 use omnilock_core::{ErrorKind, LockGuard, Locks, Owner, Result};
 use tokio::task::JoinHandle;
 
-use super::semaphore::abandon;
-use super::{clients, unique, within, PATIENCE};
+use super::{abandon, clients, unique, within, PATIENCE};
 use crate::Subject;
 
 #[derive(Clone, Copy, Debug)]

@@ -2,16 +2,14 @@
 //! the permits count is agreed; leases, fencing and cancellation as for the
 //! mutex.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use omnilock_core::{ErrorKind, LockGuard, Locks, Result};
 use tokio::task::JoinHandle;
 
-use super::{clients, unique, within, PATIENCE};
+use super::{abandon, clients, unique, within, PATIENCE};
 use crate::Subject;
 
 /// Queues an acquire of one permit in a task and returns the task once the
@@ -380,38 +378,6 @@ pub async fn semaphore_abandoned_permit_expires(subject: &Subject) {
         "the permit freed {waited:?} after its holder vanished (TTL {ttl:?})"
     );
     permit.release().await.expect("release");
-}
-
-/// A way to take a guard on a client: what [`abandon`] leaks.
-pub(super) type Take =
-    Box<dyn FnOnce(Locks) -> Pin<Box<dyn Future<Output = Result<LockGuard>> + Send>> + Send>;
-
-/// Acquires with `take` on a runtime of its own, leaks the guard and drops
-/// that runtime: its renewal task and connections die with it, as in a
-/// killed process. Returns when it acquired.
-pub(super) fn abandon(
-    subject: &Subject,
-    take: impl FnOnce(Locks) -> Pin<Box<dyn Future<Output = Result<LockGuard>> + Send>> + Send + 'static,
-) -> Instant {
-    let take: Take = Box::new(take);
-    let victim = subject.clone();
-    std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let at = runtime.block_on(async {
-            let locks = victim.client().await;
-            let guard = take(locks).await.expect("the victim acquires");
-            let at = Instant::now();
-            std::mem::forget(guard);
-            at
-        });
-        drop(runtime);
-        at
-    })
-    .join()
-    .expect("victim thread")
 }
 
 /// A holder that stops running (paused past its lease: no renewal) loses
