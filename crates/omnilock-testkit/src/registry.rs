@@ -211,13 +211,27 @@ pub static CONFORMANCE: &[Scenario] = &[
 ];
 
 /// The scenarios that read store-wide request counters: a test binary of
-/// their own runs them, since any test running beside them adds to the
-/// counts.
-pub static HERD: &[Scenario] = &[scenario!(
-    handoff_cost_is_flat,
-    Claim::PushWakeups,
-    Claim::RequestCounter
-)];
+/// their own runs them, one at a time, since any test running beside them
+/// adds to the counts.
+pub static HERD: &[Scenario] = &[
+    scenario!(
+        handoff_cost_is_flat,
+        Claim::PushWakeups,
+        Claim::RequestCounter
+    ),
+    scenario!(
+        semaphore_handoff_cost_is_flat,
+        Claim::Semaphore,
+        Claim::PushWakeups,
+        Claim::RequestCounter
+    ),
+    scenario!(
+        rw_handoff_cost_is_flat,
+        Claim::RwLock,
+        Claim::PushWakeups,
+        Claim::RequestCounter
+    ),
+];
 
 /// Public scenario functions that take more than one subject: each
 /// backend's own tests call them with the subjects they need.

@@ -67,7 +67,12 @@ impl Suite {
 
     /// Runs the trials the command line selects, as `cargo test` would.
     pub fn main(self) -> ExitCode {
-        libtest_mimic::run(&Arguments::from_args(), self.trials).exit_code()
+        let mut arguments = Arguments::from_args();
+        if std::ptr::eq(self.scenarios, crate::registry::HERD) {
+            // Store-wide counters: a trial beside another counts its requests.
+            arguments.test_threads = Some(1);
+        }
+        libtest_mimic::run(&arguments, self.trials).exit_code()
     }
 }
 

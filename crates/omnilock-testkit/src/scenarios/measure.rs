@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use omnilock_core::{ErrorKind, Locks};
+use omnilock_core::{ErrorKind, LockRequest, Locks};
 use tokio::sync::oneshot;
 
 use super::{clients, unique, within};
@@ -16,11 +16,38 @@ use crate::Subject;
 /// and a request counter (`Measure::requests_served`); runs alone (see
 /// [`crate::herd_main!`]).
 pub async fn handoff_cost_is_flat(subject: &Subject) {
+    fn mutex<'a>(locks: &'a Locks, name: &str) -> LockRequest<'a> {
+        locks.lock(name)
+    }
+    flat_handoffs(subject, "lock", mutex).await;
+}
+
+/// The same for a one-permit semaphore: a release wakes one waiter, not
+/// every waiter of the name.
+pub async fn semaphore_handoff_cost_is_flat(subject: &Subject) {
+    fn permit<'a>(locks: &'a Locks, name: &str) -> LockRequest<'a> {
+        locks.semaphore(name, 1)
+    }
+    flat_handoffs(subject, "semaphore", permit).await;
+}
+
+/// The same for a chain of writers of a read-write lock.
+pub async fn rw_handoff_cost_is_flat(subject: &Subject) {
+    fn writer<'a>(locks: &'a Locks, name: &str) -> LockRequest<'a> {
+        locks.rw_lock(name).write()
+    }
+    flat_handoffs(subject, "write lock", writer).await;
+}
+
+/// What each waiter of a chain takes.
+type Take = for<'a> fn(&'a Locks, &str) -> LockRequest<'a>;
+
+async fn flat_handoffs(subject: &Subject, what: &str, take: Take) {
     let counter = subject.client().await;
-    let few = handoff_cost(subject, &counter, 2).await;
-    let many = handoff_cost(subject, &counter, 64).await;
+    let few = handoff_cost(subject, &counter, 2, take).await;
+    let many = handoff_cost(subject, &counter, 64, take).await;
     eprintln!(
-        "{}: store requests per hand-off: {few:.2} with 2 waiters, {many:.2} with 64",
+        "{} ({what}): store requests per hand-off: {few:.2} with 2 waiters, {many:.2} with 64",
         subject.label()
     );
     assert!(
@@ -31,12 +58,11 @@ pub async fn handoff_cost_is_flat(subject: &Subject) {
 }
 
 /// Requests per hand-off along a chain of `waiters` queued acquisitions.
-async fn handoff_cost(subject: &Subject, counter: &Locks, waiters: usize) -> f64 {
+async fn handoff_cost(subject: &Subject, counter: &Locks, waiters: usize, take: Take) -> f64 {
     let name = unique("herd");
     let clients = clients(subject, 4).await;
     let ttl = Duration::from_secs(60);
-    let holder = clients[0]
-        .lock(&name)
+    let holder = take(&clients[0], &name)
         .ttl(ttl)
         .acquire()
         .await
@@ -47,8 +73,7 @@ async fn handoff_cost(subject: &Subject, counter: &Locks, waiters: usize) -> f64
         let locks = clients[i % clients.len()].clone();
         let name = name.clone();
         chain.push(tokio::spawn(async move {
-            let guard = locks
-                .lock(&name)
+            let guard = take(&locks, &name)
                 .ttl(ttl)
                 .on_wait(move || {
                     let _ = queued_tx.send(());

@@ -41,7 +41,10 @@ pub use leases::{
     abandoned_holder_expires, fencing_tokens_increase, lost_signal_fires, release_is_not_a_loss,
     renewal_keeps_lock, stale_release_is_not_owner,
 };
-pub use measure::{handoff_cost_is_flat, measure_hooks_work};
+pub use measure::{
+    handoff_cost_is_flat, measure_hooks_work, rw_handoff_cost_is_flat,
+    semaphore_handoff_cost_is_flat,
+};
 pub use multi::{
     lock_all_cancelled_leaves_nothing, lock_all_in_opposite_orders_never_deadlocks,
     lock_all_is_all_or_nothing, lock_all_lost_fires_when_a_part_is_lost,
