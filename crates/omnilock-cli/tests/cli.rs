@@ -577,16 +577,12 @@ fn bench_compares_stores_and_writes_json() {
         let measured = ["uncontended", "contended", "many-locks", "handoff"]
             .iter()
             .any(|w| row["workload"] == *w);
-        // Semaphores and read-write locks: measured on mem://; SQLite has
-        // neither yet, and says so.
-        let shared =
-            ["semaphore", "rw"].iter().any(|w| row["workload"] == *w) && row["store"] == "mem://";
+        // Semaphores and read-write locks: both stores have them.
+        let shared = ["semaphore", "rw"].iter().any(|w| row["workload"] == *w);
         if measured || shared {
             assert_ne!(row["ops"], 0, "a run did no work: {row}");
         }
     }
-    assert!(json.contains("no semaphores on this store"), "{json}");
-    assert!(json.contains("no read-write locks on this store"), "{json}");
     // SQLite has a floor hook, so its uncontended row carries a ratio.
     let sqlite_uncontended = rows
         .iter()
@@ -695,6 +691,7 @@ mod cross_process {
 
     /// The stores with semaphores and read-write locks.
     const COUNTED: &[&str] = &[
+        "SQLITE",
         "REDIS",
         "REDIS_CLUSTER",
         "REDIS_SENTINEL",
@@ -730,8 +727,7 @@ mod cross_process {
     /// semaphore, before running anything.
     #[test]
     fn permits_on_a_store_without_semaphores_exits_64() {
-        let dir = scratch("no-semaphore");
-        let store = sqlite_store(&dir);
+        let store = store_url("POSTGRES").expect("store URL");
         let out = run(&[
             "run",
             "--store",

@@ -25,6 +25,8 @@
 mod builder;
 mod config;
 mod conn;
+#[cfg(feature = "sqlite")]
+mod counted;
 mod measure;
 #[cfg(feature = "postgres")]
 mod notify;

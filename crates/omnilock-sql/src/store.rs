@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use omnilock_core::{
     async_trait, AcquireRequest, Backend, Backoff, Capabilities, Error, ErrorKind, Grant,
-    LocalWaiters, LockName, Owner, Result,
+    LocalWaiters, LockName, Owner, Primitive, Result,
 };
 use sqlx::Row;
 use tokio::sync::Notify;
@@ -181,12 +181,26 @@ impl SqlStore {
         })
     }
 
-    fn local_notify(&self, name: &LockName) -> Arc<Notify> {
+    pub(crate) fn local_notify(&self, name: &LockName) -> Arc<Notify> {
         self.inner.local_waiters.register(name)
     }
 
     fn wake_local(&self, name: &LockName) {
         self.inner.wake_local(name);
+    }
+
+    /// A semaphore permit or a side of a read-write lock (SQLite only).
+    async fn counted(&self, request: &AcquireRequest, wait: bool) -> Result<Option<Grant>> {
+        #[cfg(feature = "sqlite")]
+        return self.take_counted(request, wait).await;
+        #[cfg(not(feature = "sqlite"))]
+        {
+            let _ = (request, wait);
+            Err(Error::new(
+                ErrorKind::Unsupported,
+                "semaphores and read-write locks are on SQLite only, for now",
+            ))
+        }
     }
 }
 
@@ -211,12 +225,16 @@ impl Backend for SqlStore {
             // failover to an asynchronous replica is outside what the
             // library sees (docs/backends/sql.md).
             survives_failover: true,
-            semaphore: false,
-            rw_lock: false,
+            // SQLite only, for now (see `counted.rs`).
+            semaphore: self.inner.config.dialect == crate::config::Dialect::Sqlite,
+            rw_lock: self.inner.config.dialect == crate::config::Dialect::Sqlite,
         }
     }
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
+        if request.primitive != Primitive::Mutex {
+            return self.counted(request, false).await;
+        }
         match self.attempt_detached(request, false, None).await? {
             (Attempt::Taken { token }, started) => {
                 Ok(Some(Grant::new(token, started + request.ttl)))
@@ -226,6 +244,11 @@ impl Backend for SqlStore {
     }
 
     async fn acquire(&self, request: &AcquireRequest) -> Result<Grant> {
+        if request.primitive != Primitive::Mutex {
+            return self.counted(request, true).await?.ok_or_else(|| {
+                Error::new(ErrorKind::Backend, "a waiting acquire returned nothing")
+            });
+        }
         let notify = self.local_notify(&request.name);
         let mut backoff = Backoff::new(Duration::from_millis(2), self.inner.config.max_poll);
         // Fair mode: our place in line, given up (in the background) when
@@ -270,6 +293,10 @@ impl Backend for SqlStore {
     }
 
     async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
+        #[cfg(feature = "sqlite")]
+        if request.primitive != Primitive::Mutex {
+            return self.release_counted(request, grant).await;
+        }
         if self
             .release_row(&request.name, &request.owner, grant.token)
             .await?
@@ -281,6 +308,10 @@ impl Backend for SqlStore {
     }
 
     async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
+        #[cfg(feature = "sqlite")]
+        if request.primitive != Primitive::Mutex {
+            return self.renew_counted(request, grant).await;
+        }
         let started = Instant::now();
         let args = Args {
             name: request.name.as_str(),

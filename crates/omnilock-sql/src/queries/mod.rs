@@ -163,6 +163,12 @@ pub(crate) fn ident(dialect: Dialect, name: &str) -> String {
     }
 }
 
+/// The names of the semaphore and read-write lock entries table and its
+/// index, as given (unquoted).
+pub(crate) fn entries_names(table: &str) -> (String, String) {
+    (format!("{table}_entries"), format!("{table}_entries_order"))
+}
+
 /// The names of fair mode's waiting line and its index, as given (unquoted).
 pub(crate) fn queue_names(table: &str) -> (String, String) {
     (format!("{table}_queue"), format!("{table}_queue_name"))

@@ -3,7 +3,9 @@
 //! placeholders `$N` natively, so they share this text; only the clock and
 //! `GREATEST` are spelled differently.
 
-use super::{ident, queue_names, text_type, Acquire, Param, Queries, Statement, Tickets};
+use super::{
+    entries_names, ident, queue_names, text_type, Acquire, Param, Queries, Statement, Tickets,
+};
 use crate::config::Dialect;
 use Param::*;
 
@@ -40,6 +42,21 @@ pub(super) fn queries(dialect: Dialect, table_name: &str, notify: bool, fair: bo
             waiting_until {int} NULL
         )"
     )];
+    if dialect == Dialect::Sqlite {
+        // Semaphores and read-write locks (SQLite only, for now).
+        let (entries, entries_index) = entries_names(table_name);
+        let (entries, entries_index) = (ident(dialect, &entries), ident(dialect, &entries_index));
+        create.push(format!(
+            "CREATE TABLE IF NOT EXISTS {entries} (
+                id {serial},
+                family {text} NOT NULL, name {text} NOT NULL, owner {text} NOT NULL,
+                weight {int} NOT NULL, capacity {int} NOT NULL,
+                holding {int} NOT NULL DEFAULT 0, expires_at {int} NOT NULL)"
+        ));
+        create.push(format!(
+            "CREATE INDEX IF NOT EXISTS {entries_index} ON {entries} (family, name, id)"
+        ));
+    }
     if fair {
         create.push(format!(
             "CREATE TABLE IF NOT EXISTS {queue} (
