@@ -666,7 +666,13 @@ mod cross_process {
         // The embedded default (a private SQLite file) always runs.
         let dir = scratch(test);
         scenario(Path::new(OMNILOCK), &sqlite_store(&dir), &dir);
-        for store in STORES {
+        each_of(STORES, test, scenario);
+    }
+
+    /// `scenario` on every store of `stores` (their test URLs).
+    fn each_of(stores: &[&str], test: &str, scenario: impl Fn(&Path, &str, &Path)) {
+        let dir = scratch(test);
+        for store in stores {
             if let Some(url) = store_url(store) {
                 eprintln!("{test}: {store}");
                 scenario(Path::new(OMNILOCK), &url, &dir);
@@ -700,27 +706,42 @@ mod cross_process {
         "ZK",
     ];
 
-    fn each_counted_store(test: &str, scenario: impl Fn(&Path, &str, &Path)) {
-        let dir = scratch(test);
-        for store in COUNTED {
-            let url = store_url(store).expect("store URL");
-            eprintln!("{test}: {store}");
-            scenario(Path::new(OMNILOCK), &url, &dir);
-        }
-    }
-
     #[test]
     fn permits_across_processes() {
-        each_counted_store("permits", |bin, url, dir| {
+        each_of(COUNTED, "permits", |bin, url, dir| {
             process::permits_across_processes(bin, url, dir, 6)
         });
     }
 
     #[test]
     fn rw_across_processes() {
-        each_counted_store("rw", |bin, url, dir| {
+        each_of(COUNTED, "rw", |bin, url, dir| {
             process::rw_across_processes(bin, url, dir, 6)
         });
+    }
+
+    /// SIGKILL to the holder of the only permit, and to a writer: the next
+    /// process gets it within TTL + 1 s.
+    #[test]
+    fn killed_permit_holder_and_writer_free_them() {
+        each_of(
+            COUNTED,
+            "killed-permit",
+            process::killed_permit_holder_frees_permit,
+        );
+        each_of(COUNTED, "killed-writer", process::killed_writer_frees_lock);
+    }
+
+    /// SIGSTOP past the TTL to the holder of the only permit: the next
+    /// process takes it, the resumed one exits 70, and its release does not
+    /// free the new holder's permit.
+    #[test]
+    fn paused_permit_holder_loses_permit() {
+        each_of(
+            COUNTED,
+            "paused-permit",
+            process::paused_permit_holder_loses_permit,
+        );
     }
 
     /// A store without semaphores says so: exit 64 and a message naming the

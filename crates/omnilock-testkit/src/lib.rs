@@ -118,13 +118,32 @@ pub async fn queue_waiter(
     name: &str,
     ttl: std::time::Duration,
 ) -> tokio::task::JoinHandle<Result<omnilock_core::LockGuard>> {
+    let name = name.to_string();
+    queue_request(locks, take(move |locks| locks.lock(&name).ttl(ttl))).await
+}
+
+/// What [`queue_request`] acquires: a request built on the given client.
+pub type Take = Box<dyn for<'a> FnOnce(&'a Locks) -> omnilock_core::LockRequest<'a> + Send>;
+
+/// Boxes `build` as a [`Take`] (a closure that borrows its client needs
+/// this to be accepted for every borrow).
+pub fn take<F>(build: F) -> Take
+where
+    F: for<'a> FnOnce(&'a Locks) -> omnilock_core::LockRequest<'a> + Send + 'static,
+{
+    Box::new(build)
+}
+
+/// Like [`queue_waiter`], for any request: a semaphore permit, a side of a
+/// read-write lock.
+pub async fn queue_request(
+    locks: &Locks,
+    build: Take,
+) -> tokio::task::JoinHandle<Result<omnilock_core::LockGuard>> {
     let (queued_tx, queued_rx) = tokio::sync::oneshot::channel();
     let locks = locks.clone();
-    let name = name.to_string();
     let task = tokio::spawn(async move {
-        locks
-            .lock(&name)
-            .ttl(ttl)
+        build(&locks)
             .on_wait(move || {
                 let _ = queued_tx.send(());
             })

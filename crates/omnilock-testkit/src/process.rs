@@ -14,29 +14,11 @@ pub fn counter_across_processes(omnilock: &Path, url: &str, dir: &Path, processe
     let counter = dir.join("counter");
     std::fs::write(&counter, "0\n").expect("counter file");
     let name = format!("processes/counter/{}", std::process::id());
-    let script = format!(
-        "for i in $(seq 20); do \"$OMNILOCK\" run --store \"$STORE\" --wait 120s \"$NAME\" -- \
-         sh -c 'n=$(cat \"{c}\"); sleep 0.001; echo $((n+1)) > \"{c}\"' || exit 1; done",
+    let increment = format!(
+        "\"$NAME\" -- sh -c 'n=$(cat \"{c}\"); sleep 0.001; echo $((n+1)) > \"{c}\"'",
         c = counter.display()
     );
-    let mut children = Vec::new();
-    for _ in 0..processes {
-        children.push(
-            Command::new("sh")
-                .arg("-c")
-                .arg(&script)
-                .env("OMNILOCK", omnilock)
-                .env("STORE", url)
-                .env("NAME", &name)
-                .stdin(Stdio::null())
-                .spawn()
-                .expect("spawn worker shell"),
-        );
-    }
-    for mut child in children {
-        let status = child.wait().expect("worker");
-        assert!(status.success(), "a worker process failed: {status}");
-    }
+    run_workers(omnilock, url, &name, processes, 20, |_| increment.clone());
     let total = std::fs::read_to_string(&counter).expect("counter");
     assert_eq!(
         total.trim(),
@@ -63,7 +45,7 @@ pub fn permits_across_processes(omnilock: &Path, url: &str, dir: &Path, processe
         last = permits - 1,
         d = slots.display()
     );
-    run_workers(omnilock, url, &name, processes, |_| {
+    run_workers(omnilock, url, &name, processes, 5, |_| {
         format!("--permits {permits} \"$NAME\" -- sh -c '{inside}'")
     });
 }
@@ -87,7 +69,7 @@ pub fn rw_across_processes(omnilock: &Path, url: &str, dir: &Path, processes: us
          if ls \"{d}\" | grep -q reader-; then echo VIOLATION: writer beside reader >&2; exit 9; fi; \
          sleep 0.02; rmdir \"{d}/writer\""
     );
-    run_workers(omnilock, url, &name, processes, |i| {
+    run_workers(omnilock, url, &name, processes, 5, |i| {
         if i % 3 == 0 {
             format!("--write \"$NAME\" -- sh -c '{writer}'")
         } else {
@@ -97,19 +79,21 @@ pub fn rw_across_processes(omnilock: &Path, url: &str, dir: &Path, processes: us
 }
 
 /// Starts `processes` shells, each running `omnilock run --store ... --wait
-/// 120s <rest>` five times (`rest` for worker `i`), and checks they all
-/// succeed.
+/// 120s <rest>` `rounds` times (`rest` for worker `i`; `$NAME` is `name`),
+/// and checks they all succeed.
 fn run_workers(
     omnilock: &Path,
     url: &str,
     name: &str,
     processes: usize,
+    rounds: usize,
     rest: impl Fn(usize) -> String,
 ) {
     let mut children = Vec::new();
     for i in 0..processes {
         let script = format!(
-            "for i in $(seq 5); do \"$OMNILOCK\" run --store \"$STORE\" --wait 120s {} || exit 1; done",
+            "for i in $(seq {rounds}); do \"$OMNILOCK\" run --store \"$STORE\" --wait 120s {} \
+             || exit 1; done",
             rest(i)
         );
         children.push(
@@ -133,14 +117,30 @@ fn run_workers(
 /// A holder process killed with SIGKILL: another process gets the lock within
 /// TTL + 1 s of the kill.
 pub fn killed_holder_frees_lock(omnilock: &Path, url: &str, dir: &Path) {
+    killed_holder_frees(omnilock, url, dir, &[]);
+}
+
+/// The same for the only permit of a semaphore (`--permits 1`).
+pub fn killed_permit_holder_frees_permit(omnilock: &Path, url: &str, dir: &Path) {
+    killed_holder_frees(omnilock, url, dir, &["--permits", "1"]);
+}
+
+/// The same for a writer (`--write`), freeing the lock for a writer.
+pub fn killed_writer_frees_lock(omnilock: &Path, url: &str, dir: &Path) {
+    killed_holder_frees(omnilock, url, dir, &["--write"]);
+}
+
+/// A holder of `side` (extra `omnilock run` flags: none for the mutex)
+/// killed with SIGKILL; the successor takes the same side.
+fn killed_holder_frees(omnilock: &Path, url: &str, dir: &Path, side: &[&str]) {
     let ttl = Duration::from_secs(2);
-    let name = format!("processes/victim/{}", std::process::id());
+    let name = format!("processes/victim/{}/{}", std::process::id(), side.join(""));
     let marker = dir.join("holding");
     let _ = std::fs::remove_file(&marker);
     let mut holder = Command::new(omnilock)
-        .args([
-            "run", "--store", url, "--ttl", "2s", &name, "--", "sh", "-c",
-        ])
+        .args(["run", "--store", url, "--ttl", "2s"])
+        .args(side)
+        .args([&name, "--", "sh", "-c"])
         .arg(format!("touch '{}'; exec sleep 600", marker.display()))
         .stdin(Stdio::null())
         .without_terminal()
@@ -167,7 +167,9 @@ pub fn killed_holder_frees_lock(omnilock: &Path, url: &str, dir: &Path) {
     let killed_at = Instant::now();
     holder.wait().expect("reap holder");
     let status = Command::new(omnilock)
-        .args(["run", "--store", url, "--wait", "30s", &name, "--", "true"])
+        .args(["run", "--store", url, "--wait", "30s"])
+        .args(side)
+        .args([&name, "--", "true"])
         .status()
         .expect("run successor");
     let waited = killed_at.elapsed();
@@ -183,16 +185,28 @@ pub fn killed_holder_frees_lock(omnilock: &Path, url: &str, dir: &Path) {
 /// the loss (exit 70, its release answered "not the owner") and the new
 /// holder's lock is untouched.
 pub fn paused_holder_loses_lock(omnilock: &Path, url: &str, dir: &Path) {
+    paused_holder_loses(omnilock, url, dir, &[]);
+}
+
+/// The same for the only permit of a semaphore (`--permits 1`).
+pub fn paused_permit_holder_loses_permit(omnilock: &Path, url: &str, dir: &Path) {
+    paused_holder_loses(omnilock, url, dir, &["--permits", "1"]);
+}
+
+/// A holder of `side` (extra `omnilock run` flags: none for the mutex)
+/// paused past its TTL; the successor and the probe take the same side.
+fn paused_holder_loses(omnilock: &Path, url: &str, dir: &Path, side: &[&str]) {
     let ttl = Duration::from_secs(2);
-    let name = format!("processes/paused/{}", std::process::id());
+    let name = format!("processes/paused/{}/{}", std::process::id(), side.join(""));
     let held = dir.join("paused-holding");
     let next = dir.join("successor-holding");
     let _ = std::fs::remove_file(&held);
     let _ = std::fs::remove_file(&next);
     let hold = |marker: &Path| {
         Command::new(omnilock)
-            .args(["run", "--store", url, "--ttl", "2s", "--wait", "60s", &name])
-            .args(["--", "sh", "-c"])
+            .args(["run", "--store", url, "--ttl", "2s", "--wait", "60s"])
+            .args(side)
+            .args([&name, "--", "sh", "-c"])
             .arg(format!("touch '{}'; exec sleep 600", marker.display()))
             .stdin(Stdio::null())
             .stderr(Stdio::piped())
@@ -213,7 +227,9 @@ pub fn paused_holder_loses_lock(omnilock: &Path, url: &str, dir: &Path) {
     std::io::Read::read_to_string(&mut holder.stderr.take().expect("stderr"), &mut stderr)
         .expect("holder stderr");
     let probe = Command::new(omnilock)
-        .args(["run", "--store", url, "--no-wait", &name, "--", "true"])
+        .args(["run", "--store", url, "--no-wait"])
+        .args(side)
+        .args([&name, "--", "true"])
         .status()
         .expect("probe");
     signal(&successor, "-KILL", true);

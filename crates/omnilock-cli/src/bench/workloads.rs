@@ -223,37 +223,10 @@ pub(super) async fn contended(
     clients: usize,
     duration: Duration,
 ) -> omnilock::Result<Row> {
-    let waits = Arc::new(Mutex::new(Vec::new()));
-    let counts = Arc::new(Mutex::new(vec![0u64; clients]));
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for client in 0..clients {
-        let (locks, name) = (locks.clone(), name.to_string());
-        let (waits, counts) = (waits.clone(), counts.clone());
-        tasks.push(tokio::spawn(async move {
-            while started.elapsed() < duration {
-                let at = Instant::now();
-                let Some(guard) = until(started + duration, locks.acquire(&name)).await? else {
-                    break;
-                };
-                waits.lock().unwrap().push(at.elapsed());
-                counts.lock().unwrap()[client] += 1;
-                guard.release().await?;
-            }
-            Ok::<_, omnilock::Error>(())
-        }));
+    fn take<'a>(locks: &'a Locks, name: &str, _: u64) -> omnilock::LockRequest<'a> {
+        locks.lock(name)
     }
-    join(tasks).await?;
-    let elapsed = started.elapsed();
-    let counts = counts.lock().unwrap().clone();
-    let samples = std::mem::take(&mut *waits.lock().unwrap());
-    Ok(row(
-        Workload::Contended,
-        clients,
-        samples,
-        elapsed,
-        Some(jain(&counts)),
-    ))
+    contend(locks, name, clients, duration, Workload::Contended, take).await
 }
 
 /// Clients of the semaphore and rw workloads.
@@ -276,7 +249,15 @@ pub(super) async fn semaphore(
     fn take<'a>(locks: &'a Locks, name: &str, _: u64) -> omnilock::LockRequest<'a> {
         locks.semaphore(name, PERMITS)
     }
-    let row = shared(locks, name, duration, Workload::Semaphore, take).await?;
+    let row = contend(
+        locks,
+        name,
+        SHARED_CLIENTS,
+        duration,
+        Workload::Semaphore,
+        take,
+    )
+    .await?;
     Ok(Row {
         note: format!("{PERMITS} permits"),
         ..row
@@ -298,27 +279,28 @@ pub(super) async fn rw(locks: &Locks, name: &str, duration: Duration) -> omniloc
             lock.read()
         }
     }
-    let row = shared(locks, name, duration, Workload::Rw, take).await?;
+    let row = contend(locks, name, SHARED_CLIENTS, duration, Workload::Rw, take).await?;
     Ok(Row {
         note: "9 reads in 10".to_string(),
         ..row
     })
 }
 
-/// `SHARED_CLIENTS` tasks, each taking what `take` builds (given its round)
-/// until `duration` is over.
-async fn shared(
+/// `clients` tasks, each taking what `take` builds (given its round) again
+/// and again until `duration` is over: grants, waits and fairness.
+async fn contend(
     locks: &Locks,
     name: &str,
+    clients: usize,
     duration: Duration,
     workload: Workload,
     take: for<'a> fn(&'a Locks, &str, u64) -> omnilock::LockRequest<'a>,
 ) -> omnilock::Result<Row> {
     let waits = Arc::new(Mutex::new(Vec::new()));
-    let counts = Arc::new(Mutex::new(vec![0u64; SHARED_CLIENTS]));
+    let counts = Arc::new(Mutex::new(vec![0u64; clients]));
     let started = Instant::now();
     let mut tasks = Vec::new();
-    for client in 0..SHARED_CLIENTS {
+    for client in 0..clients {
         let (locks, name) = (locks.clone(), name.to_string());
         let (waits, counts) = (waits.clone(), counts.clone());
         tasks.push(tokio::spawn(async move {
@@ -344,7 +326,7 @@ async fn shared(
     let samples = std::mem::take(&mut *waits.lock().unwrap());
     Ok(row(
         workload,
-        SHARED_CLIENTS,
+        clients,
         samples,
         elapsed,
         Some(jain(&counts)),

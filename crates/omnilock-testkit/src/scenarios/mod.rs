@@ -9,10 +9,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
-use omnilock_core::{Capabilities, LockGuard, Locks, Result};
+use omnilock_core::{Capabilities, LockGuard, LockRequest, Locks, Result};
 
-pub(crate) use crate::queue_waiter;
 use crate::Subject;
+pub(crate) use crate::{queue_request, queue_waiter, take};
 
 mod contract;
 mod elections;
@@ -103,8 +103,17 @@ async fn caps(subject: &Subject) -> Capabilities {
 /// try-acquires `name` until it succeeds: for a lock that is free but may
 /// still have a cancelled waiter's entry, which goes in the background.
 async fn once_free(locks: &Locks, name: &str) -> LockGuard {
+    once_taken(locks, |locks| locks.lock(name)).await
+}
+
+/// try-acquires what `build` makes until it succeeds (a permit, a side of a
+/// read-write lock), as [`once_free`] does for a lock.
+async fn once_taken<F>(locks: &Locks, build: F) -> LockGuard
+where
+    F: for<'a> Fn(&'a Locks) -> LockRequest<'a>,
+{
     loop {
-        if let Some(guard) = locks.try_acquire(name).await.expect("try_acquire") {
+        if let Some(guard) = build(locks).try_acquire().await.expect("try_acquire") {
             return guard;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

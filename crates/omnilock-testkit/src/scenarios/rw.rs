@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use omnilock_core::{ErrorKind, LockGuard, Locks, Owner, Result};
+use omnilock_core::{ErrorKind, LockGuard, LockRequest, Locks, Owner, Result};
 use tokio::task::JoinHandle;
 
-use super::{abandon, clients, unique, within, PATIENCE};
+use super::{abandon, clients, once_taken, queue_request, take, unique, within, PATIENCE};
 use crate::Subject;
 
 #[derive(Clone, Copy, Debug)]
@@ -18,12 +18,16 @@ enum Side {
     Write,
 }
 
-async fn take(locks: &Locks, name: &str, side: Side, wait: bool) -> Result<Option<LockGuard>> {
+fn request<'a>(locks: &'a Locks, name: &str, side: Side) -> LockRequest<'a> {
     let lock = locks.rw_lock(name);
-    let request = match side {
+    match side {
         Side::Read => lock.read(),
         Side::Write => lock.write(),
-    };
+    }
+}
+
+async fn take_side(locks: &Locks, name: &str, side: Side, wait: bool) -> Result<Option<LockGuard>> {
+    let request = request(locks, name, side);
     if wait {
         request
             .timeout(Duration::from_secs(120))
@@ -38,36 +42,14 @@ async fn take(locks: &Locks, name: &str, side: Side, wait: bool) -> Result<Optio
 /// Queues an acquire of one side in a task and returns the task once the
 /// store reports it waiting.
 async fn queue_side(locks: &Locks, name: &str, side: Side) -> JoinHandle<Result<LockGuard>> {
-    let (queued_tx, queued_rx) = tokio::sync::oneshot::channel();
-    let (locks, name) = (locks.clone(), name.to_string());
-    let task = tokio::spawn(async move {
-        let lock = locks.rw_lock(&name);
-        let request = match side {
-            Side::Read => lock.read(),
-            Side::Write => lock.write(),
-        };
-        request
-            .on_wait(move || {
-                let _ = queued_tx.send(());
-            })
-            .acquire()
-            .await
-    });
-    within("an rw waiter reports that it waits", queued_rx)
-        .await
-        .expect("the waiter reports waiting before it ends");
-    task
+    let name = name.to_string();
+    queue_request(locks, take(move |locks| request(locks, &name, side))).await
 }
 
 /// try-acquires one side until it is free (a cancelled waiter or dropped
 /// holder may leave in the background).
 async fn once_side(locks: &Locks, name: &str, side: Side) -> LockGuard {
-    loop {
-        if let Some(guard) = take(locks, name, side, false).await.expect("try_acquire") {
-            return guard;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    once_taken(locks, |locks| request(locks, name, side)).await
 }
 
 /// Readers share the lock and shut out a writer; a writer shuts out
@@ -75,19 +57,21 @@ async fn once_side(locks: &Locks, name: &str, side: Side) -> LockGuard {
 pub async fn rw_readers_share_writers_exclude(subject: &Subject) {
     let name = unique("rw-share");
     let [a, b, c] = <[Locks; 3]>::try_from(clients(subject, 3).await).unwrap();
-    let one = take(&a, &name, Side::Read, true)
+    let one = take_side(&a, &name, Side::Read, true)
         .await
         .expect("read")
         .unwrap();
-    let two = take(&b, &name, Side::Read, false).await.expect("try read");
+    let two = take_side(&b, &name, Side::Read, false)
+        .await
+        .expect("try read");
     let two = two.expect("a second reader shares the lock");
     for side in [Side::Write] {
-        let blocked = take(&c, &name, side, false).await.expect("try write");
+        let blocked = take_side(&c, &name, side, false).await.expect("try write");
         assert!(blocked.is_none(), "a writer beside two readers");
     }
     one.release().await.expect("release");
     assert!(
-        take(&c, &name, Side::Write, false)
+        take_side(&c, &name, Side::Write, false)
             .await
             .expect("try")
             .is_none(),
@@ -100,7 +84,7 @@ pub async fn rw_readers_share_writers_exclude(subject: &Subject) {
     )
     .await;
     for side in [Side::Read, Side::Write] {
-        let blocked = take(&a, &name, side, false).await.expect("try");
+        let blocked = take_side(&a, &name, side, false).await.expect("try");
         assert!(blocked.is_none(), "{side:?} beside a writer");
     }
     writer.release().await.expect("release");
@@ -136,7 +120,7 @@ pub async fn rw_readers_never_overlap_a_writer(subject: &Subject) {
                 } else {
                     Side::Read
                 };
-                let guard = take(&locks, &name, side, true)
+                let guard = take_side(&locks, &name, side, true)
                     .await
                     .expect("acquire")
                     .unwrap();
@@ -180,12 +164,14 @@ pub async fn rw_readers_never_overlap_a_writer(subject: &Subject) {
 pub async fn rw_waiting_writer_blocks_later_readers(subject: &Subject) {
     let name = unique("rw-starve");
     let [a, b, c] = <[Locks; 3]>::try_from(clients(subject, 3).await).unwrap();
-    let early = take(&a, &name, Side::Read, true)
+    let early = take_side(&a, &name, Side::Read, true)
         .await
         .expect("read")
         .unwrap();
     let writer = queue_side(&b, &name, Side::Write).await;
-    let late = take(&c, &name, Side::Read, false).await.expect("try read");
+    let late = take_side(&c, &name, Side::Read, false)
+        .await
+        .expect("try read");
     assert!(late.is_none(), "a reader overtook the waiting writer");
     let late = queue_side(&c, &name, Side::Read).await;
     early.release().await.expect("release");
@@ -221,7 +207,7 @@ pub async fn rw_reentrancy_rules(subject: &Subject) {
         "the read rides on the write hold"
     );
     write.release().await.expect("release the write guard");
-    let blocked = take(&b, &name, Side::Read, false).await.expect("try");
+    let blocked = take_side(&b, &name, Side::Read, false).await.expect("try");
     assert!(
         blocked.is_none(),
         "still exclusive while the nested read is held"
@@ -261,7 +247,7 @@ pub async fn rw_reentrancy_rules(subject: &Subject) {
 pub async fn rw_cancelled_writer_leaves_nothing(subject: &Subject) {
     let name = unique("rw-cancel");
     let [a, b, c] = <[Locks; 3]>::try_from(clients(subject, 3).await).unwrap();
-    let reader = take(&a, &name, Side::Read, true)
+    let reader = take_side(&a, &name, Side::Read, true)
         .await
         .expect("read")
         .unwrap();
@@ -294,7 +280,10 @@ pub async fn rw_tokens_rise(subject: &Subject) {
     let [a, b] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
     let mut last = 0;
     for side in [Side::Read, Side::Write, Side::Read, Side::Read, Side::Write] {
-        let first = take(&a, &name, side, true).await.expect("acquire").unwrap();
+        let first = take_side(&a, &name, side, true)
+            .await
+            .expect("acquire")
+            .unwrap();
         assert!(
             first.token() > last,
             "{side:?} token {} after {last}",
@@ -302,7 +291,10 @@ pub async fn rw_tokens_rise(subject: &Subject) {
         );
         last = first.token();
         if let Side::Read = side {
-            let second = take(&b, &name, side, true).await.expect("acquire").unwrap();
+            let second = take_side(&b, &name, side, true)
+                .await
+                .expect("acquire")
+                .unwrap();
             assert!(
                 second.token() > last,
                 "token {} after {last}",

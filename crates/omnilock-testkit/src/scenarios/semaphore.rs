@@ -9,39 +9,19 @@ use std::time::Duration;
 use omnilock_core::{ErrorKind, LockGuard, Locks, Result};
 use tokio::task::JoinHandle;
 
-use super::{abandon, clients, unique, within, PATIENCE};
+use super::{abandon, clients, once_taken, queue_request, take, unique, within, PATIENCE};
 use crate::Subject;
 
 /// Queues an acquire of one permit in a task and returns the task once the
 /// store reports it waiting.
 async fn queue_permit(locks: &Locks, name: &str, permits: u32) -> JoinHandle<Result<LockGuard>> {
-    let (queued_tx, queued_rx) = tokio::sync::oneshot::channel();
-    let (locks, name) = (locks.clone(), name.to_string());
-    let task = tokio::spawn(async move {
-        locks
-            .semaphore(&name, permits)
-            .on_wait(move || {
-                let _ = queued_tx.send(());
-            })
-            .acquire()
-            .await
-    });
-    within("a permit waiter reports that it waits", queued_rx)
-        .await
-        .expect("the waiter reports waiting before it ends");
-    task
+    let name = name.to_string();
+    queue_request(locks, take(move |locks| locks.semaphore(&name, permits))).await
 }
 
-/// try-acquires a permit until one is free: for a permit whose cancelled
-/// waiter or dropped holder leaves in the background.
+/// try-acquires a permit until one is free.
 async fn once_permit(locks: &Locks, name: &str, permits: u32) -> LockGuard {
-    loop {
-        let attempt = locks.semaphore(name, permits).try_acquire().await;
-        if let Some(guard) = attempt.expect("try_acquire a permit") {
-            return guard;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    once_taken(locks, |locks| locks.semaphore(name, permits)).await
 }
 
 /// 32 tasks on 4 clients take permits of a 3-permit semaphore again and
