@@ -97,22 +97,16 @@ pub async fn rw_readers_share_writers_exclude(subject: &Subject) {
 }
 
 /// 32 tasks on 4 clients, one in four a writer: no reader is ever inside
-/// with a writer, no two writers together, and readers do overlap.
+/// with a writer and no two writers are ever together.
 pub async fn rw_readers_never_overlap_a_writer(subject: &Subject) {
     let name = unique("rw-overlap");
     let clients = clients(subject, 4).await;
     let readers = Arc::new(AtomicUsize::new(0));
     let writing = Arc::new(AtomicBool::new(false));
-    let most_readers = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for i in 0..32 {
         let locks = clients[i % clients.len()].clone();
-        let (name, readers, writing, most) = (
-            name.clone(),
-            readers.clone(),
-            writing.clone(),
-            most_readers.clone(),
-        );
+        let (name, readers, writing) = (name.clone(), readers.clone(), writing.clone());
         tasks.push(tokio::spawn(async move {
             for round in 0..4 {
                 let side = if (i + round) % 4 == 0 {
@@ -126,8 +120,7 @@ pub async fn rw_readers_never_overlap_a_writer(subject: &Subject) {
                     .unwrap();
                 match side {
                     Side::Read => {
-                        let now = readers.fetch_add(1, Ordering::SeqCst) + 1;
-                        most.fetch_max(now, Ordering::SeqCst);
+                        readers.fetch_add(1, Ordering::SeqCst);
                         assert!(!writing.load(Ordering::SeqCst), "a reader beside a writer");
                         tokio::time::sleep(Duration::from_millis(5)).await;
                         assert!(!writing.load(Ordering::SeqCst), "a writer joined a reader");
@@ -152,10 +145,10 @@ pub async fn rw_readers_never_overlap_a_writer(subject: &Subject) {
     for task in tasks {
         task.await.expect("worker task");
     }
-    assert!(
-        most_readers.load(Ordering::SeqCst) >= 2,
-        "readers never shared the lock"
-    );
+    // Whether readers happened to overlap here depends on timing (an etcd
+    // reader chain wakes one round trip at a time, and a loaded machine can
+    // spread them apart), so sharing is asserted deterministically in
+    // `rw_readers_share_writers_exclude`, not here.
 }
 
 /// A waiting writer holds back readers that come after it, so a stream of
