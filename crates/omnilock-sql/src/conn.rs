@@ -126,6 +126,9 @@ where
             Param::LeaseMs => query.bind(args.lease_ms),
             Param::Id => query.bind(args.id),
             Param::Token => query.bind(args.token),
+            Param::Family => query.bind(args.family),
+            Param::Weight => query.bind(args.weight),
+            Param::Capacity => query.bind(args.capacity),
         };
     }
     query

@@ -1,19 +1,20 @@
-//! Semaphores and read-write locks on SQLite: one row per acquisition in
-//! `<table>_entries` (family, name, owner, weight, capacity, holding,
-//! expires_at by the database clock), admitted by the grant rule every
-//! store follows (see `omnilock_core::Backend`): rows in id order, each
-//! admitted while the weights so far, its own included, fit the capacity.
+//! Semaphores and read-write locks on every SQL dialect: one row per
+//! acquisition in `<table>_entries` (family, name, owner, weight, capacity,
+//! holding, expires_at by the database clock), admitted by the grant rule
+//! every store follows (see `omnilock_core::Backend`): rows in id order,
+//! each admitted while the weights so far, its own included, fit the
+//! capacity.
 //!
-//! Every attempt is one `BEGIN IMMEDIATE` transaction (SQLite's single
-//! writer), so attempts on one file never interleave: it purges expired
-//! rows, checks the count, adds or refreshes the caller's row and, if it
-//! fits, marks it holding. The row id is the fencing token (rising across
-//! all rows, `AUTOINCREMENT`). Waiters poll with backoff, woken early by a
-//! release in the same process.
-//!
-//! MySQL/MariaDB and PostgreSQL need a per-name serialization of their own
-//! (concurrent transactions commit auto-increment ids out of order) and do
-//! not offer these primitives yet.
+//! Every attempt is one transaction, and attempts on one name never
+//! interleave: SQLite's `BEGIN IMMEDIATE` takes the file's single writer
+//! lock; MySQL and PostgreSQL first lock the name's row in `<table>_heads`
+//! (an upsert, so the first attempt creates it). Without that, two attempts
+//! could each admit themselves beside the other's uncommitted row, and ids
+//! could commit out of order. The attempt purges expired rows, checks the
+//! count, adds or refreshes the caller's row and, if it fits, marks it
+//! holding. The row id is the fencing token (rising across all rows of a
+//! name: ids are taken under the head lock). Waiters poll with backoff,
+//! woken early by a release in the same process.
 
 use std::time::{Duration, Instant};
 
@@ -21,14 +22,11 @@ use omnilock_core::{
     complete_or_undo, retry_in_background, AcquireRequest, Backoff, Error, ErrorKind, Grant,
     LockName, Result, Share,
 };
-use sqlx::{AssertSqlSafe, Row};
+use sqlx::Row;
 
-use crate::conn::Pool;
-use crate::queries::{entries_names, ident};
+use crate::conn::{query, with_pool};
+use crate::queries::{Args, Counted};
 use crate::store::SqlStore;
-
-/// The database clock in milliseconds, as the lock table's statements read it.
-const NOW: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
 
 /// What one attempt found.
 enum Step {
@@ -45,20 +43,8 @@ enum Step {
 struct Entry(i64);
 
 impl SqlStore {
-    fn entries_table(&self) -> String {
-        let (table, _) = entries_names(&self.inner.config.table);
-        ident(self.inner.config.dialect, &table)
-    }
-
-    fn sqlite(&self) -> Result<&sqlx::SqlitePool> {
-        match &self.inner.pool {
-            Pool::Sqlite(pool) => Ok(pool),
-            #[allow(unreachable_patterns)]
-            _ => Err(Error::new(
-                ErrorKind::Unsupported,
-                "semaphores and read-write locks are on SQLite only, for now",
-            )),
-        }
+    fn counted_queries(&self) -> &Counted {
+        &self.queries().counted
     }
 
     /// One attempt in one transaction. `row`: the caller's waiting row from
@@ -70,141 +56,108 @@ impl SqlStore {
         row: Option<i64>,
         wait: bool,
     ) -> Result<Step> {
-        let pool = self.sqlite()?;
-        let table = self.entries_table();
+        let q = self.counted_queries();
         let err = |e| self.err(e);
-        let lease_ms = self.inner.config.waiting_mark.as_millis() as i64;
-        let (family, name) = (share.family, request.name.as_str());
-        let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(err)?;
-        let sql = |text: String| AssertSqlSafe(text);
-        sqlx::query(sql(format!(
-            "DELETE FROM {table} WHERE family = $1 AND name = $2 AND expires_at <= {NOW}"
-        )))
-        .bind(family)
-        .bind(name)
-        .execute(&mut *tx)
-        .await
-        .map_err(err)?;
-        let mine = match row {
-            Some(id) => {
-                let refreshed = sqlx::query(sql(format!(
-                    "UPDATE {table} SET expires_at = {NOW} + $2 WHERE id = $1 AND holding = 0"
-                )))
-                .bind(id)
-                .bind(lease_ms)
-                .execute(&mut *tx)
-                .await
-                .map_err(err)?;
-                if refreshed.rows_affected() == 0 {
-                    return Err(Error::new(
-                        ErrorKind::LockLost,
-                        "this waiter's place ran out (it did not poll in time)",
-                    )
-                    .with_retryable(true));
-                }
-                id
+        let args = Args {
+            family: share.family,
+            name: request.name.as_str(),
+            owner: request.owner.as_str(),
+            weight: share.weight as i64,
+            capacity: share.capacity as i64,
+            lease_ms: self.inner.config.waiting_mark.as_millis() as i64,
+            ttl_ms: request.ttl.as_millis() as i64,
+            id: row.unwrap_or_default(),
+            ..Args::default()
+        };
+        with_pool!(self.pool(), p => {
+            let mut tx = p.begin_with(q.begin).await.map_err(err)?;
+            if let Some(head) = &q.head {
+                query(head, &args).execute(&mut *tx).await.map_err(err)?;
             }
-            None => {
-                let other: Option<i64> = sqlx::query_scalar(sql(format!(
-                    "SELECT capacity FROM {table} WHERE family = $1 AND name = $2 \
-                     AND capacity <> $3 LIMIT 1"
-                )))
-                .bind(family)
-                .bind(name)
-                .bind(share.capacity as i64)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(err)?;
-                if let Some(recorded) = other {
-                    return Err(Error::config(format!(
-                        "the semaphore is in use with {recorded} permits, not {}: every user \
-                         must ask for the same number",
-                        share.capacity
-                    )));
-                }
-                if !wait {
-                    // A try: only beside holders, nobody waiting, if it fits.
-                    let (waiting, used): (i64, i64) = sqlx::query_as(sql(format!(
-                        "SELECT COUNT(*) - COALESCE(SUM(holding), 0), COALESCE(SUM(weight), 0) \
-                         FROM {table} WHERE family = $1 AND name = $2"
-                    )))
-                    .bind(family)
-                    .bind(name)
-                    .fetch_one(&mut *tx)
-                    .await
-                    .map_err(err)?;
-                    if waiting > 0 || used as u64 + share.weight > share.capacity {
-                        tx.commit().await.map_err(err)?;
-                        return Ok(Step::Busy);
+            query(&q.purge, &args).execute(&mut *tx).await.map_err(err)?;
+            let mine = match row {
+                Some(id) => {
+                    let refreshed = query(&q.refresh, &args)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(err)?;
+                    if refreshed.rows_affected() == 0 {
+                        return Err(Error::new(
+                            ErrorKind::LockLost,
+                            "this waiter's place ran out (it did not poll in time)",
+                        )
+                        .with_retryable(true));
                     }
+                    id
                 }
-                sqlx::query_scalar(sql(format!(
-                    "INSERT INTO {table} (family, name, owner, weight, capacity, holding, \
-                     expires_at) VALUES ($1, $2, $3, $4, $5, 0, {NOW} + $6) RETURNING id"
-                )))
-                .bind(family)
-                .bind(name)
-                .bind(request.owner.as_str())
-                .bind(share.weight as i64)
-                .bind(share.capacity as i64)
-                .bind(lease_ms)
+                None => {
+                    let other = query(&q.other_capacity, &args)
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err(err)?;
+                    if let Some(other) = other {
+                        let recorded: i64 = other.try_get(0).map_err(err)?;
+                        return Err(Error::config(format!(
+                            "the semaphore is in use with {recorded} permits, not {}: every \
+                             user must ask for the same number",
+                            share.capacity
+                        )));
+                    }
+                    if !wait {
+                        // A try: only beside holders, nobody waiting, if it fits.
+                        let usage = query(&q.usage, &args).fetch_one(&mut *tx).await.map_err(err)?;
+                        let waiting: i64 = usage.try_get(0).map_err(err)?;
+                        let used: i64 = usage.try_get(1).map_err(err)?;
+                        if waiting > 0 || used as u64 + share.weight > share.capacity {
+                            tx.commit().await.map_err(err)?;
+                            return Ok(Step::Busy);
+                        }
+                    }
+                    let inserted = match &q.inserted_id {
+                        None => query(&q.insert, &args).fetch_one(&mut *tx).await.map_err(err)?,
+                        Some(read) => {
+                            query(&q.insert, &args).execute(&mut *tx).await.map_err(err)?;
+                            query(read, &args).fetch_one(&mut *tx).await.map_err(err)?
+                        }
+                    };
+                    inserted.try_get::<i64, _>(0).map_err(err)?
+                }
+            };
+            let args = Args { id: mine, ..args };
+            let ahead = query(&q.ahead, &args).fetch_all(&mut *tx).await.map_err(err)?;
+            let mut used = 0u64;
+            let mut fits = false;
+            for entry in &ahead {
+                let (id, weight): (i64, i64) = (
+                    entry.try_get(0).map_err(err)?,
+                    entry.try_get(1).map_err(err)?,
+                );
+                if used + weight as u64 > share.capacity {
+                    break;
+                }
+                if id == mine {
+                    fits = true;
+                    break;
+                }
+                used += weight as u64;
+            }
+            if fits {
+                query(&q.grant, &args).execute(&mut *tx).await.map_err(err)?;
+                tx.commit().await.map_err(err)?;
+                return Ok(Step::Held(mine));
+            }
+            let next: Option<i64> = query(&q.next_expiry, &args)
                 .fetch_one(&mut *tx)
                 .await
                 .map_err(err)?
-            }
-        };
-        let ahead = sqlx::query(sql(format!(
-            "SELECT id, weight FROM {table} WHERE family = $1 AND name = $2 AND id <= $3 \
-             ORDER BY id"
-        )))
-        .bind(family)
-        .bind(name)
-        .bind(mine)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(err)?;
-        let mut used = 0u64;
-        let mut fits = false;
-        for entry in &ahead {
-            let (id, weight): (i64, i64) = (
-                entry.try_get(0).map_err(err)?,
-                entry.try_get(1).map_err(err)?,
-            );
-            if used + weight as u64 > share.capacity {
-                break;
-            }
-            if id == mine {
-                fits = true;
-                break;
-            }
-            used += weight as u64;
-        }
-        if fits {
-            sqlx::query(sql(format!(
-                "UPDATE {table} SET holding = 1, expires_at = {NOW} + $2 WHERE id = $1"
-            )))
-            .bind(mine)
-            .bind(request.ttl.as_millis() as i64)
-            .execute(&mut *tx)
-            .await
-            .map_err(err)?;
+                .try_get(0)
+                .map_err(err)?;
             tx.commit().await.map_err(err)?;
-            return Ok(Step::Held(mine));
-        }
-        let next: Option<i64> = sqlx::query_scalar(sql(format!(
-            "SELECT MIN(expires_at) - {NOW} FROM {table} WHERE family = $1 AND name = $2 \
-             AND holding = 1"
-        )))
-        .bind(family)
-        .bind(name)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(err)?;
-        tx.commit().await.map_err(err)?;
-        Ok(Step::Waiting(
-            mine,
-            next.map(|ms| Duration::from_millis(ms.max(0) as u64)),
-        ))
+            Ok(Step::Waiting(
+                mine,
+                next.map(|ms| Duration::from_millis(ms.max(0) as u64)),
+            ))
+        })
     }
 
     /// An attempt that completes even if the caller goes away; a row it
@@ -253,26 +206,18 @@ impl SqlStore {
     /// Deletes row `id` (only if it holds, for `owner`, when given);
     /// whether it did.
     async fn delete_row(&self, id: i64, owner: Option<&str>) -> Result<bool> {
-        let pool = self.sqlite()?;
-        let table = self.entries_table();
-        let err = |e| self.err(e);
-        let deleted = match owner {
-            None => sqlx::query(AssertSqlSafe(format!("DELETE FROM {table} WHERE id = $1")))
-                .bind(id)
-                .execute(pool)
-                .await
-                .map_err(err)?,
-            Some(owner) => sqlx::query(AssertSqlSafe(format!(
-                "DELETE FROM {table} WHERE id = $1 AND owner = $2 AND holding = 1 \
-                 AND expires_at > {NOW}"
-            )))
-            .bind(id)
-            .bind(owner)
-            .execute(pool)
-            .await
-            .map_err(err)?,
+        let q = self.counted_queries();
+        let args = Args {
+            id,
+            owner: owner.unwrap_or_default(),
+            ..Args::default()
         };
-        Ok(deleted.rows_affected() == 1)
+        let statement = if owner.is_some() {
+            &q.release
+        } else {
+            &q.forget
+        };
+        Ok(self.execute(statement, &args).await? == 1)
     }
 
     /// A semaphore permit or a side of a read-write lock: `None` from a
@@ -357,20 +302,15 @@ impl SqlStore {
         grant: &Grant,
     ) -> Result<Instant> {
         let Entry(id) = grant.backend_state::<Entry>()?;
-        let pool = self.sqlite()?;
-        let table = self.entries_table();
         let started = Instant::now();
-        let renewed = sqlx::query(AssertSqlSafe(format!(
-            "UPDATE {table} SET expires_at = MAX(expires_at, {NOW} + $3) \
-             WHERE id = $1 AND owner = $2 AND holding = 1 AND expires_at > {NOW}"
-        )))
-        .bind(*id)
-        .bind(request.owner.as_str())
-        .bind(request.ttl.as_millis() as i64)
-        .execute(pool)
-        .await
-        .map_err(|e| self.err(e))?;
-        if renewed.rows_affected() == 0 {
+        let args = Args {
+            id: *id,
+            owner: request.owner.as_str(),
+            ttl_ms: request.ttl.as_millis() as i64,
+            ..Args::default()
+        };
+        let renewed = self.execute(&self.counted_queries().renew, &args).await?;
+        if renewed == 0 {
             return Err(Error::new(
                 ErrorKind::LockLost,
                 "the permit or read-write lock is no longer held by this owner",

@@ -25,7 +25,6 @@
 mod builder;
 mod config;
 mod conn;
-#[cfg(feature = "sqlite")]
 mod counted;
 mod measure;
 #[cfg(feature = "postgres")]

@@ -188,20 +188,6 @@ impl SqlStore {
     fn wake_local(&self, name: &LockName) {
         self.inner.wake_local(name);
     }
-
-    /// A semaphore permit or a side of a read-write lock (SQLite only).
-    async fn counted(&self, request: &AcquireRequest, wait: bool) -> Result<Option<Grant>> {
-        #[cfg(feature = "sqlite")]
-        return self.take_counted(request, wait).await;
-        #[cfg(not(feature = "sqlite"))]
-        {
-            let _ = (request, wait);
-            Err(Error::new(
-                ErrorKind::Unsupported,
-                "semaphores and read-write locks are on SQLite only, for now",
-            ))
-        }
-    }
 }
 
 #[async_trait]
@@ -225,15 +211,14 @@ impl Backend for SqlStore {
             // failover to an asynchronous replica is outside what the
             // library sees (docs/backends/sql.md).
             survives_failover: true,
-            // SQLite only, for now (see `counted.rs`).
-            semaphore: self.inner.config.dialect == crate::config::Dialect::Sqlite,
-            rw_lock: self.inner.config.dialect == crate::config::Dialect::Sqlite,
+            semaphore: true,
+            rw_lock: true,
         }
     }
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
         if request.primitive != Primitive::Mutex {
-            return self.counted(request, false).await;
+            return self.take_counted(request, false).await;
         }
         match self.attempt_detached(request, false, None).await? {
             (Attempt::Taken { token }, started) => {
@@ -245,7 +230,7 @@ impl Backend for SqlStore {
 
     async fn acquire(&self, request: &AcquireRequest) -> Result<Grant> {
         if request.primitive != Primitive::Mutex {
-            return self.counted(request, true).await?.ok_or_else(|| {
+            return self.take_counted(request, true).await?.ok_or_else(|| {
                 Error::new(ErrorKind::Backend, "a waiting acquire returned nothing")
             });
         }
@@ -293,7 +278,6 @@ impl Backend for SqlStore {
     }
 
     async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
-        #[cfg(feature = "sqlite")]
         if request.primitive != Primitive::Mutex {
             return self.release_counted(request, grant).await;
         }
@@ -308,7 +292,6 @@ impl Backend for SqlStore {
     }
 
     async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
-        #[cfg(feature = "sqlite")]
         if request.primitive != Primitive::Mutex {
             return self.renew_counted(request, grant).await;
         }

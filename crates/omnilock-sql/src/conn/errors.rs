@@ -139,6 +139,13 @@ pub(crate) fn map_err(err: sqlx::Error, config: &SqlConfig) -> Error {
                 (Dialect::Postgres, "42P01") | (Dialect::MySql, "42S02") => Error::config(
                     "the lock table does not exist (create it, or allow create_table)",
                 ),
+                // A deadlock or a serialization conflict rolled the
+                // transaction back: running it again can succeed.
+                (_, "40001" | "40P01") => Error::new(
+                    ErrorKind::Backend,
+                    format!("the database at {place} rolled a transaction back (deadlock or conflict)"),
+                )
+                .with_retryable(true),
                 (Dialect::Postgres, c) if c.starts_with("08") || c.starts_with("57P") => {
                     Error::unavailable(format!("the connection to {place} failed"))
                 }

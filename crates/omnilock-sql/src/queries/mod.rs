@@ -15,8 +15,11 @@
 //! milliseconds since the Unix epoch **by the database's clock**, never the
 //! client's.
 
+mod counted;
 mod mysql;
 mod upsert;
+
+pub(crate) use counted::Counted;
 
 use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
 
@@ -41,6 +44,12 @@ pub(crate) enum Param {
     Id,
     /// The holder's fencing token.
     Token,
+    /// A semaphore's or read-write lock's family (`sem`, `rw`).
+    Family,
+    /// An entry's weight (a permit or reader 1, a writer the capacity).
+    Weight,
+    /// A semaphore's permits, or a read-write lock's fixed capacity.
+    Capacity,
 }
 
 /// The values a statement may bind; each statement takes the ones its
@@ -55,6 +64,9 @@ pub(crate) struct Args<'a> {
     pub lease_ms: i64,
     pub id: i64,
     pub token: i64,
+    pub family: &'a str,
+    pub weight: i64,
+    pub capacity: i64,
 }
 
 /// One SQL statement and the values it binds, in placeholder order.
@@ -140,6 +152,8 @@ pub(crate) struct Queries {
     pub holder: Statement,
     /// The benchmark floor: insert a row, then delete it.
     pub floor: [Statement; 2],
+    /// Semaphores and read-write locks.
+    pub counted: Counted,
 }
 
 impl Queries {
@@ -161,12 +175,6 @@ pub(crate) fn ident(dialect: Dialect, name: &str) -> String {
         Dialect::Postgres => format!("\"{}\"", name.to_ascii_lowercase()),
         Dialect::Sqlite => format!("\"{name}\""),
     }
-}
-
-/// The names of the semaphore and read-write lock entries table and its
-/// index, as given (unquoted).
-pub(crate) fn entries_names(table: &str) -> (String, String) {
-    (format!("{table}_entries"), format!("{table}_entries_order"))
 }
 
 /// The names of fair mode's waiting line and its index, as given (unquoted).
@@ -207,6 +215,7 @@ mod tests {
         if let Some(t) = &q.tickets {
             all.extend([&t.enqueue, &t.heartbeat, &t.dequeue, &t.sweep]);
         }
+        all.extend(q.counted.statements());
         all
     }
 

@@ -4,12 +4,14 @@
 //! Placeholders are positional `?`: each statement's list names the value
 //! of every `?` in the order they appear.
 
-use super::{ident, queue_names, text_type, Acquire, Param, Queries, Statement, Tickets};
+use super::{
+    counted, ident, queue_names, text_type, Acquire, Counted, Param, Queries, Statement, Tickets,
+};
 use crate::config::Dialect;
 use Param::*;
 
 /// The database's clock, in milliseconds since the Unix epoch.
-const NOW: &str = "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)";
+pub(super) const NOW: &str = "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)";
 
 pub(super) fn queries(table_name: &str, fair: bool) -> Queries {
     let now = NOW;
@@ -29,6 +31,7 @@ pub(super) fn queries(table_name: &str, fair: bool) -> Queries {
             waiting_until BIGINT NULL
         )"
     )];
+    create.extend(counted::create(Dialect::MySql, table_name));
     if fair {
         create.push(format!(
             "CREATE TABLE IF NOT EXISTS {queue} (
@@ -71,6 +74,7 @@ pub(super) fn queries(table_name: &str, fair: bool) -> Queries {
     update_params.extend([Owner, Reentrant]);
 
     Queries {
+        counted: Counted::new(Dialect::MySql, table_name),
         create: create
             .into_iter()
             .map(|s| Statement::new(s, &[]).sql)

@@ -4,7 +4,7 @@
 //! `GREATEST` are spelled differently.
 
 use super::{
-    entries_names, ident, queue_names, text_type, Acquire, Param, Queries, Statement, Tickets,
+    counted, ident, queue_names, text_type, Acquire, Counted, Param, Queries, Statement, Tickets,
 };
 use crate::config::Dialect;
 use Param::*;
@@ -42,21 +42,7 @@ pub(super) fn queries(dialect: Dialect, table_name: &str, notify: bool, fair: bo
             waiting_until {int} NULL
         )"
     )];
-    if dialect == Dialect::Sqlite {
-        // Semaphores and read-write locks (SQLite only, for now).
-        let (entries, entries_index) = entries_names(table_name);
-        let (entries, entries_index) = (ident(dialect, &entries), ident(dialect, &entries_index));
-        create.push(format!(
-            "CREATE TABLE IF NOT EXISTS {entries} (
-                id {serial},
-                family {text} NOT NULL, name {text} NOT NULL, owner {text} NOT NULL,
-                weight {int} NOT NULL, capacity {int} NOT NULL,
-                holding {int} NOT NULL DEFAULT 0, expires_at {int} NOT NULL)"
-        ));
-        create.push(format!(
-            "CREATE INDEX IF NOT EXISTS {entries_index} ON {entries} (family, name, id)"
-        ));
-    }
+    create.extend(counted::create(dialect, table_name));
     if fair {
         create.push(format!(
             "CREATE TABLE IF NOT EXISTS {queue} (
@@ -124,6 +110,7 @@ pub(super) fn queries(dialect: Dialect, table_name: &str, notify: bool, fair: bo
         release
     };
     Queries {
+        counted: Counted::new(dialect, table_name),
         create: create
             .into_iter()
             .map(|s| Statement::new(s, &[]).sql)

@@ -1,0 +1,271 @@
+//! The statements of semaphores and read-write locks (see
+//! `crate::counted` for the recipe), per dialect.
+//!
+//! The text is written once with `?` placeholders, one per value in the
+//! statement's list; PostgreSQL and SQLite get them numbered (`$1`, `$2`,
+//! ...) in the same order, so every placeholder has its own number.
+
+use super::{ident, text_type, Param, Statement};
+use crate::config::Dialect;
+use Param::*;
+
+/// The entries table, its index, and the heads table (MySQL and
+/// PostgreSQL), as given (unquoted).
+fn counted_names(table: &str) -> [String; 3] {
+    [
+        format!("{table}_entries"),
+        format!("{table}_entries_order"),
+        format!("{table}_heads"),
+    ]
+}
+
+/// One dialect's statements for semaphores and read-write locks.
+#[derive(Debug, Clone)]
+pub(crate) struct Counted {
+    /// Opens an attempt's transaction.
+    pub begin: &'static str,
+    /// MySQL and PostgreSQL: locks the name's head row (creating it), so
+    /// that attempts on one name run one at a time and ids are taken in
+    /// the order they commit. SQLite's `BEGIN IMMEDIATE` already does.
+    pub head: Option<Statement>,
+    /// Deletes the name's expired entries.
+    pub purge: Statement,
+    /// Extends a waiting entry's mark; one row when it was still there.
+    pub refresh: Statement,
+    /// A capacity other than the caller's, recorded by a live entry.
+    pub other_capacity: Statement,
+    /// `(waiting entries, total weight)` of the name.
+    pub usage: Statement,
+    /// Adds the caller's entry, waiting; returns its id unless
+    /// `inserted_id` is needed to read it.
+    pub insert: Statement,
+    /// MySQL (no `RETURNING`): reads the id `insert` took.
+    pub inserted_id: Option<Statement>,
+    /// `(id, weight)` of the name's entries up to the caller's, in order.
+    pub ahead: Statement,
+    /// Marks an entry holding, with the lease asked for.
+    pub grant: Statement,
+    /// Milliseconds until the first holder's lease ends, NULL without one.
+    pub next_expiry: Statement,
+    /// Deletes an entry whatever its state (a dropped acquire).
+    pub forget: Statement,
+    /// Deletes a live, holding entry of this owner.
+    pub release: Statement,
+    /// Extends a live, holding entry of this owner; never revives one.
+    pub renew: Statement,
+}
+
+impl Counted {
+    pub(crate) fn new(dialect: Dialect, table: &str) -> Self {
+        let [entries, _, heads] = counted_names(table);
+        let (e, heads) = (ident(dialect, &entries), ident(dialect, &heads));
+        let (now, int, greatest) = clock(dialect);
+        let stmt = |sql: String, params: &[Param]| Statement::new(number(dialect, &sql), params);
+        let head = match dialect {
+            Dialect::Sqlite => None,
+            Dialect::Postgres => Some(stmt(
+                format!(
+                    "INSERT INTO {heads} (family, name, used_at) VALUES (?, ?, {now}) \
+                     ON CONFLICT (family, name) DO UPDATE SET used_at = excluded.used_at"
+                ),
+                &[Family, Name],
+            )),
+            Dialect::MySql => Some(stmt(
+                format!(
+                    "INSERT INTO {heads} (family, name, used_at) VALUES (?, ?, {now}) \
+                     ON DUPLICATE KEY UPDATE used_at = {now}"
+                ),
+                &[Family, Name],
+            )),
+        };
+        let returning = if dialect == Dialect::MySql {
+            ""
+        } else {
+            " RETURNING id"
+        };
+        Counted {
+            begin: match dialect {
+                Dialect::Sqlite => "BEGIN IMMEDIATE",
+                // Each statement reads what committed before it: the head
+                // row's lock orders the attempts, and a snapshot taken
+                // earlier would miss the previous attempt's rows.
+                Dialect::Postgres => "BEGIN ISOLATION LEVEL READ COMMITTED",
+                Dialect::MySql => {
+                    "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION"
+                }
+            },
+            head,
+            purge: stmt(
+                format!("DELETE FROM {e} WHERE family = ? AND name = ? AND expires_at <= {now}"),
+                &[Family, Name],
+            ),
+            refresh: stmt(
+                format!("UPDATE {e} SET expires_at = {now} + ? WHERE id = ? AND holding = 0"),
+                &[LeaseMs, Id],
+            ),
+            other_capacity: stmt(
+                format!(
+                    "SELECT capacity FROM {e} WHERE family = ? AND name = ? AND capacity <> ? \
+                     LIMIT 1"
+                ),
+                &[Family, Name, Capacity],
+            ),
+            usage: stmt(
+                format!(
+                    "SELECT CAST(COUNT(*) - COALESCE(SUM(holding), 0) AS {int}), \
+                     CAST(COALESCE(SUM(weight), 0) AS {int}) \
+                     FROM {e} WHERE family = ? AND name = ?"
+                ),
+                &[Family, Name],
+            ),
+            insert: stmt(
+                format!(
+                    "INSERT INTO {e} (family, name, owner, weight, capacity, holding, expires_at) \
+                     VALUES (?, ?, ?, ?, ?, 0, {now} + ?){returning}"
+                ),
+                &[Family, Name, Owner, Weight, Capacity, LeaseMs],
+            ),
+            inserted_id: (dialect == Dialect::MySql)
+                .then(|| stmt("SELECT CAST(LAST_INSERT_ID() AS SIGNED)".to_string(), &[])),
+            ahead: stmt(
+                format!(
+                    "SELECT id, weight FROM {e} WHERE family = ? AND name = ? AND id <= ? \
+                     ORDER BY id"
+                ),
+                &[Family, Name, Id],
+            ),
+            grant: stmt(
+                format!("UPDATE {e} SET holding = 1, expires_at = {now} + ? WHERE id = ?"),
+                &[TtlMs, Id],
+            ),
+            next_expiry: stmt(
+                format!(
+                    "SELECT CAST(MIN(expires_at) - {now} AS {int}) FROM {e} \
+                     WHERE family = ? AND name = ? AND holding = 1"
+                ),
+                &[Family, Name],
+            ),
+            forget: stmt(format!("DELETE FROM {e} WHERE id = ?"), &[Id]),
+            release: stmt(
+                format!(
+                    "DELETE FROM {e} WHERE id = ? AND owner = ? AND holding = 1 \
+                     AND expires_at > {now}"
+                ),
+                &[Id, Owner],
+            ),
+            renew: stmt(
+                format!(
+                    "UPDATE {e} SET expires_at = {greatest}(expires_at, {now} + ?) \
+                     WHERE id = ? AND owner = ? AND holding = 1 AND expires_at > {now}"
+                ),
+                &[TtlMs, Id, Owner],
+            ),
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn statements(&self) -> Vec<&Statement> {
+        let mut all = vec![
+            &self.purge,
+            &self.refresh,
+            &self.other_capacity,
+            &self.usage,
+            &self.insert,
+            &self.ahead,
+            &self.grant,
+            &self.next_expiry,
+            &self.forget,
+            &self.release,
+            &self.renew,
+        ];
+        all.extend(self.head.iter().chain(&self.inserted_id));
+        all
+    }
+}
+
+/// The tables (and SQLite's and PostgreSQL's index) that hold semaphores
+/// and read-write locks.
+pub(crate) fn create(dialect: Dialect, table: &str) -> Vec<String> {
+    let [entries, index, heads] = counted_names(table);
+    let (entries, index, heads) = (
+        ident(dialect, &entries),
+        ident(dialect, &index),
+        ident(dialect, &heads),
+    );
+    let text = text_type(dialect);
+    let int = match dialect {
+        Dialect::Sqlite => "INTEGER",
+        _ => "BIGINT",
+    };
+    let id = match dialect {
+        Dialect::Sqlite => "INTEGER PRIMARY KEY AUTOINCREMENT",
+        Dialect::Postgres => "BIGSERIAL PRIMARY KEY",
+        Dialect::MySql => "BIGINT AUTO_INCREMENT PRIMARY KEY",
+    };
+    let columns = format!(
+        "id {id},
+         family {text} NOT NULL, name {text} NOT NULL, owner {text} NOT NULL,
+         weight {int} NOT NULL, capacity {int} NOT NULL,
+         holding {int} NOT NULL DEFAULT 0, expires_at {int} NOT NULL"
+    );
+    let heads = format!(
+        "CREATE TABLE IF NOT EXISTS {heads} (
+            family {text} NOT NULL, name {text} NOT NULL, used_at {int} NOT NULL,
+            PRIMARY KEY (family, name))"
+    );
+    match dialect {
+        Dialect::MySql => vec![
+            format!(
+                "CREATE TABLE IF NOT EXISTS {entries} ({columns},
+                    KEY {index} (family, name, id))"
+            ),
+            heads,
+        ],
+        _ => {
+            let mut all = vec![
+                format!("CREATE TABLE IF NOT EXISTS {entries} ({columns})"),
+                format!("CREATE INDEX IF NOT EXISTS {index} ON {entries} (family, name, id)"),
+            ];
+            if dialect == Dialect::Postgres {
+                all.push(heads);
+            }
+            all
+        }
+    }
+}
+
+/// The dialect's database clock in milliseconds, its 64-bit integer type
+/// (as `CAST` spells it) and its two-argument maximum.
+fn clock(dialect: Dialect) -> (&'static str, &'static str, &'static str) {
+    match dialect {
+        Dialect::Sqlite => (
+            "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
+            "INTEGER",
+            "MAX",
+        ),
+        Dialect::Postgres => (
+            "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+            "BIGINT",
+            "GREATEST",
+        ),
+        Dialect::MySql => (super::mysql::NOW, "SIGNED", "GREATEST"),
+    }
+}
+
+/// `sql` with its `?` placeholders numbered for PostgreSQL and SQLite.
+fn number(dialect: Dialect, sql: &str) -> String {
+    if dialect == Dialect::MySql {
+        return sql.to_string();
+    }
+    let mut out = String::with_capacity(sql.len() + 8);
+    let mut n = 0;
+    for c in sql.chars() {
+        if c == '?' {
+            n += 1;
+            out.push_str(&format!("${n}"));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
