@@ -66,6 +66,13 @@ pub struct Report {
     pub lost_unnoticed: u64,
     /// Locks still held after every client stopped and one TTL passed.
     pub leftovers: u64,
+    /// Semaphores and read-write locks: grants that took more than the
+    /// capacity (more than N permits, a reader beside a writer, two
+    /// writers) while the holders already inside had not lost enough of
+    /// it (none of the excess noticed its loss or was killed). The safety
+    /// violation of these primitives.
+    #[serde(default)]
+    pub capacity_exceeded: u64,
 }
 
 impl Report {
@@ -121,6 +128,10 @@ impl Report {
                 ),
             ),
             ("locks left behind", self.leftovers.to_string()),
+            (
+                "grants beyond the capacity (violations)",
+                self.capacity_exceeded.to_string(),
+            ),
         ];
         rows.iter()
             .map(|(what, value)| format!("{what:<48} {value}"))
@@ -144,6 +155,10 @@ impl Report {
         check(self.lost_updates, "lost updates");
         check(self.lost_unnoticed, "lost locks their holder never noticed");
         check(self.leftovers, "locks left behind");
+        check(
+            self.capacity_exceeded,
+            "grants beyond the capacity that no holder lost",
+        );
         found
     }
 }
@@ -161,6 +176,8 @@ struct Hold {
     released_ok: Option<u64>,
     noticed: bool,
     killed: bool,
+    /// `(weight, capacity)` of a semaphore permit or read-write lock side.
+    share: Option<(u64, u64)>,
 }
 
 /// Checks a history (in any order; it is sorted by stamp first).
@@ -195,6 +212,7 @@ pub fn check(events: &[Event]) -> Report {
                     released_ok: None,
                     noticed: false,
                     killed: false,
+                    share: e.share,
                 });
                 open.insert(client, (lock, list.len() - 1));
             }
@@ -274,9 +292,15 @@ pub fn check(events: &[Event]) -> Report {
     let mut recoveries = Vec::new();
     for list in holds.values_mut() {
         list.sort_by_key(|h| h.granted);
+        if list.iter().any(|h| h.share.is_some()) {
+            count_against_capacity(list, &mut report);
+        }
         // Overlaps and losses: compare each hold with every later grant that
         // began while it was believed / still held.
         for i in 0..list.len() {
+            if list[i].share.is_some() {
+                continue;
+            }
             let believed = list[i].believed_until.unwrap_or(u64::MAX);
             let overlapped = list[i + 1..]
                 .iter()
@@ -331,6 +355,59 @@ pub fn check(events: &[Event]) -> Report {
     report.recovery_p50_s = recoveries.get(recoveries.len() / 2).copied();
     report.recovery_max_s = recoveries.last().copied();
     report
+}
+
+/// Semaphores and read-write locks (holds sorted by grant): at each grant,
+/// the holds still inside by their holders' account must leave room for
+/// it. When they do not, the store must have taken at least the excess from
+/// holders that noticed the loss (lost signal, refused release) or died;
+/// otherwise the grant is a violation. Counts, per the fields' meaning:
+/// over-capacity grants by belief as overlaps; the holds that had lost
+/// their place at such a grant (and every hold inside a violating one) as
+/// lost; the unnoticed ones of a violating grant as lost unnoticed.
+fn count_against_capacity(list: &[Hold], report: &mut Report) {
+    let weight = |h: &Hold| h.share.map_or(1, |(w, _)| w);
+    let mut lost = vec![false; list.len()];
+    let mut unnoticed = vec![false; list.len()];
+    for (g, grant) in list.iter().enumerate() {
+        let capacity = grant.share.map_or(1, |(_, c)| c);
+        let at = grant.granted;
+        let inside_until = |end: Option<u64>| end.is_none_or(|end| end > at);
+        let believed: u64 = list[..g]
+            .iter()
+            .filter(|h| inside_until(h.believed_until))
+            .map(weight)
+            .sum();
+        if believed + weight(grant) > capacity {
+            report.overlaps_seen_by_clients += 1;
+        }
+        let inside: Vec<usize> = (0..g).filter(|&h| inside_until(list[h].gave_up)).collect();
+        let used: u64 = inside.iter().map(|&h| weight(&list[h])).sum();
+        if used + weight(grant) <= capacity {
+            continue;
+        }
+        let excess = used + weight(grant) - capacity;
+        let gone = |h: &Hold| h.noticed || h.killed;
+        let covered: u64 = inside
+            .iter()
+            .map(|&h| &list[h])
+            .filter(|h| gone(h))
+            .map(weight)
+            .sum();
+        for &h in &inside {
+            if gone(&list[h]) {
+                lost[h] = true;
+            } else if covered < excess {
+                lost[h] = true;
+                unnoticed[h] = true;
+            }
+        }
+        if covered < excess {
+            report.capacity_exceeded += 1;
+        }
+    }
+    report.locks_lost += lost.iter().filter(|&&l| l).count() as u64;
+    report.lost_unnoticed += unnoticed.iter().filter(|&&u| u).count() as u64;
 }
 
 fn end_by_death(
@@ -527,5 +604,91 @@ mod tests {
         assert_eq!(report.kills, 1);
         assert_eq!(report.recovery_max_s, Some(2.0));
         assert_eq!(report.lost_unnoticed, 0, "a dead holder cannot notice");
+    }
+
+    /// A grant of a semaphore permit or read-write lock side.
+    fn share(t: u64, c: u32, token: u64, weight: u64, capacity: u64) -> Vec<Event> {
+        let mut events = grant(t, c, token);
+        events[1].share = Some((weight, capacity));
+        events
+    }
+
+    #[test]
+    fn permits_within_the_count_are_no_violation() {
+        let history = [
+            share(1, 1, 10, 1, 2),
+            share(2, 2, 11, 1, 2),
+            release(3, 1),
+            share(4, 3, 12, 1, 2),
+            release(5, 2),
+            release(6, 3),
+        ]
+        .concat();
+        let report = check(&history);
+        assert_eq!(report.acquisitions, 3);
+        assert_eq!(report.overlaps_seen_by_clients, 0, "two of two permits");
+        assert_eq!(report.capacity_exceeded, 0);
+        assert_eq!(report.violations(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_permit_beyond_the_count_is_caught_unless_a_holder_lost_its_own() {
+        // Three holders of two permits at 3, none of them told.
+        let history = [
+            share(1, 1, 10, 1, 2),
+            share(2, 2, 11, 1, 2),
+            share(3, 3, 12, 1, 2),
+            release(4, 1),
+            release(5, 2),
+            release(6, 3),
+        ]
+        .concat();
+        let report = check(&history);
+        assert_eq!(report.capacity_exceeded, 1);
+        assert_eq!(report.lost_unnoticed, 2);
+        assert_eq!(report.violations().len(), 2);
+        // The same, but holder 1's lost signal fired: its permit was the
+        // one the store gave away.
+        let mut history = history;
+        history.push(client(3, 1, Op::Lost, Phase::Ok));
+        let report = check(&history);
+        assert_eq!(report.capacity_exceeded, 0);
+        assert_eq!((report.locks_lost, report.lost_unnoticed), (1, 0));
+        assert_eq!(report.violations(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn readers_share_but_a_reader_beside_a_writer_is_caught() {
+        const RW: u64 = 1 << 40;
+        let readers = [
+            share(1, 1, 10, 1, RW),
+            share(2, 2, 11, 1, RW),
+            release(3, 1),
+            release(4, 2),
+        ]
+        .concat();
+        assert_eq!(check(&readers).violations(), Vec::<String>::new());
+        let beside = [
+            share(1, 1, 10, RW, RW),
+            share(2, 2, 11, 1, RW),
+            release(3, 2),
+            release(4, 1),
+        ]
+        .concat();
+        assert_eq!(check(&beside).capacity_exceeded, 1);
+        let after_readers = [
+            share(1, 1, 10, 1, RW),
+            share(2, 2, 11, 1, RW),
+            release(3, 1),
+            share(4, 3, 12, RW, RW),
+            release(5, 2),
+            release(6, 3),
+        ]
+        .concat();
+        assert_eq!(
+            check(&after_readers).capacity_exceeded,
+            1,
+            "a writer beside a reader"
+        );
     }
 }

@@ -1,7 +1,9 @@
 //! One contending client process: acquire → read the register → work for a
 //! random while → write what it read plus one → release, until its standard
-//! input closes. Every step goes to
-//! standard output as a history line.
+//! input closes. With a semaphore or a read-write lock the holders are many,
+//! so the register (one value for one writer) stays out: acquire → work →
+//! release, and the checker counts the holders against the capacity. Every
+//! step goes to standard output as a history line.
 
 use std::io::Write;
 use std::time::Duration;
@@ -11,6 +13,7 @@ use rand::Rng;
 use tokio::io::AsyncReadExt;
 
 use crate::history::{Event, Op, Phase, Source};
+use crate::primitive::Primitive;
 use crate::register::{Answer, Connection};
 
 /// What a client is told by the harness.
@@ -31,6 +34,8 @@ pub struct ClientConfig {
     /// a pause can fall between any check and the write, so the harness
     /// writes regardless and lets the register show what fencing saves.
     pub careful: bool,
+    /// What it takes.
+    pub primitive: Primitive,
 }
 
 fn emit(event: Event) {
@@ -75,8 +80,8 @@ pub async fn run(config: ClientConfig) -> Result<(), String> {
 async fn one_round(locks: &Locks, register: &mut Connection, config: &ClientConfig, lock: &str) {
     let id = config.id;
     emit(client_event(id, Op::Acquire, Phase::Invoke, lock));
-    let acquired = locks
-        .lock(lock)
+    let (request, share) = config.primitive.request(locks, lock);
+    let acquired = request
         .ttl(config.ttl)
         .timeout(Duration::from_secs(20))
         .acquire()
@@ -90,7 +95,9 @@ async fn one_round(locks: &Locks, register: &mut Connection, config: &ClientConf
         }
     };
     let token = guard.token();
-    emit(client_event(id, Op::Acquire, Phase::Ok, lock).token(token));
+    let mut granted = client_event(id, Op::Acquire, Phase::Ok, lock).token(token);
+    granted.share = share;
+    emit(granted);
     let lost = guard.lost();
     let watcher = {
         let lock = lock.to_string();
@@ -104,6 +111,29 @@ async fn one_round(locks: &Locks, register: &mut Connection, config: &ClientConf
         })
     };
 
+    if share.is_some() {
+        let work = rand::thread_rng().gen_range(Duration::ZERO..=config.work);
+        tokio::time::sleep(work).await;
+    } else {
+        use_register(register, config, lock, &guard).await;
+    }
+    emit(client_event(id, Op::Release, Phase::Invoke, lock).token(token));
+    let released = guard.release().await;
+    watcher.abort();
+    emit(match released {
+        Ok(()) => client_event(id, Op::Release, Phase::Ok, lock),
+        Err(err) => client_event(id, Op::Release, Phase::Fail, lock).detail(err.to_string()),
+    });
+}
+
+/// Under the mutex: read the register, work, write what was read plus one.
+async fn use_register(
+    register: &mut Connection,
+    config: &ClientConfig,
+    lock: &str,
+    guard: &omnilock::LockGuard,
+) {
+    let (id, token) = (config.id, guard.token());
     emit(client_event(id, Op::Read, Phase::Invoke, lock).token(token));
     let value = match register.read(lock, token, id).await {
         Ok(Answer::Ok(value)) => {
@@ -141,11 +171,4 @@ async fn one_round(locks: &Locks, register: &mut Connection, config: &ClientConf
             emit(event);
         }
     }
-    emit(client_event(id, Op::Release, Phase::Invoke, lock).token(token));
-    let released = guard.release().await;
-    watcher.abort();
-    emit(match released {
-        Ok(()) => client_event(id, Op::Release, Phase::Ok, lock),
-        Err(err) => client_event(id, Op::Release, Phase::Fail, lock).detail(err.to_string()),
-    });
 }

@@ -98,6 +98,11 @@ pub struct Event {
     /// (it overwrote an update it never read).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub lost_update: bool,
+    /// Client acquire ok of a semaphore permit or a read-write lock side:
+    /// `(weight, capacity)` (a permit or a reader weighs 1, a writer the
+    /// whole capacity), which the checker counts the holders against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<(u64, u64)>,
     /// Harness start only: whether the store's tokens are fencing tokens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fencing: Option<bool>,
@@ -120,6 +125,7 @@ impl Event {
             value: None,
             stale: false,
             lost_update: false,
+            share: None,
             fencing: None,
             detail: None,
         }

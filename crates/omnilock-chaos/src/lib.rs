@@ -9,7 +9,10 @@
 //! operation lands in a history (`history.jsonl`, invoke / ok / fail with the
 //! machine's monotonic clock); the checker ([`checker::check`]) reads it
 //! afterwards and counts stale writes, lost updates, token-order violations,
-//! unnoticed lock losses, recovery times and locks left behind.
+//! unnoticed lock losses, recovery times and locks left behind. With
+//! `--primitive semaphore:N` or `rw` the clients take semaphore permits or
+//! read-write lock sides instead, and the checker counts the holders
+//! against the capacity.
 //! `docs/reliability.md` explains each figure and publishes a long run.
 //!
 //! ```
@@ -22,6 +25,7 @@
 pub mod checker;
 pub mod client;
 pub mod history;
+pub mod primitive;
 pub mod proxy;
 pub mod register;
 pub mod run;

@@ -14,6 +14,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use omnilock_chaos::checker::Report;
 use omnilock_chaos::client::{self, ClientConfig};
+use omnilock_chaos::primitive::Primitive;
 use omnilock_chaos::run::{self, Fault, RunConfig};
 
 #[derive(Parser)]
@@ -68,6 +69,12 @@ enum Command {
         /// paused between its check and its write would).
         #[arg(long)]
         careful: bool,
+        /// What the clients take: `mutex`, `semaphore:N` (permits of one
+        /// N-permit semaphore per lock name; more than N holders is a
+        /// violation) or `rw` (a read-write lock per name, one acquisition
+        /// in four a writer; a reader beside a writer is a violation).
+        #[arg(long, default_value = "mutex")]
+        primitive: Primitive,
         /// Where the history, client logs and report.json go.
         #[arg(long, default_value = "target/chaos")]
         out: PathBuf,
@@ -103,6 +110,8 @@ enum Command {
         work: Duration,
         #[arg(long)]
         careful: bool,
+        #[arg(long, default_value = "mutex")]
+        primitive: Primitive,
     },
 }
 
@@ -124,6 +133,7 @@ async fn main() -> ExitCode {
             interval,
             register,
             careful,
+            primitive,
             out,
             allow_violations,
         } => {
@@ -138,6 +148,7 @@ async fn main() -> ExitCode {
                 interval,
                 fenced: matches!(register, RegisterMode::Fenced),
                 careful,
+                primitive,
                 out: out.clone(),
             };
             match run::run(config).await {
@@ -178,6 +189,7 @@ async fn main() -> ExitCode {
             ttl,
             work,
             careful,
+            primitive,
         } => {
             let Ok(store) = std::env::var("OMNILOCK_CHAOS_STORE") else {
                 eprintln!("omnilock-chaos client: OMNILOCK_CHAOS_STORE is not set");
@@ -191,6 +203,7 @@ async fn main() -> ExitCode {
                 ttl,
                 work,
                 careful,
+                primitive,
             };
             match client::run(config).await {
                 Ok(()) => ExitCode::SUCCESS,

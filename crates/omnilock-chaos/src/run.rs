@@ -1,7 +1,7 @@
 //! One chaos run: the register, the client processes, the nemesis, the
 //! leftover check and the checker, for one store and a set of faults.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -16,6 +16,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use crate::checker::{check, Report};
 use crate::history::{self, Event, Op, Phase, Source};
+use crate::primitive::Primitive;
 use crate::proxy::Partitionable;
 
 /// A fault the nemesis injects, each repeated through the run.
@@ -86,6 +87,8 @@ pub struct RunConfig {
     pub fenced: bool,
     /// Whether clients skip their write when the guard says the lock is gone.
     pub careful: bool,
+    /// What the clients take.
+    pub primitive: Primitive,
     /// Where the history, the client logs and the report go.
     pub out: PathBuf,
 }
@@ -100,8 +103,9 @@ struct Harness {
     config: RunConfig,
     register: String,
     history: UnboundedSender<Event>,
-    /// Lock → client currently holding it (by the client's own account).
-    holders: Mutex<HashMap<String, u32>>,
+    /// (Lock, client) of every current hold, by the client's own account
+    /// (a semaphore or read-write lock has several holders).
+    holders: Mutex<HashSet<(String, u32)>>,
     clients: Mutex<HashMap<u32, Client>>,
     next_id: AtomicU32,
     stopping: AtomicBool,
@@ -124,6 +128,22 @@ pub async fn run(config: RunConfig) -> Result<Report, String> {
     let locks = locks
         .with_ttl(config.ttl)
         .map_err(|e| format!("--ttl: {e}"))?;
+    let capabilities = locks.capabilities();
+    let offered = match config.primitive {
+        Primitive::Mutex => true,
+        Primitive::Semaphore(_) => capabilities.semaphore,
+        Primitive::Rw => capabilities.rw_lock,
+    };
+    if !offered {
+        return Err(format!(
+            "{} offers no {}: pick another --primitive or store",
+            locks.backend_kind(),
+            match config.primitive {
+                Primitive::Rw => "read-write locks",
+                _ => "semaphores",
+            }
+        ));
+    }
     if config.fenced && !locks.capabilities().fencing {
         return Err(format!(
             "{} gives no fencing tokens: run it with --register unfenced",
@@ -181,7 +201,7 @@ pub async fn run(config: RunConfig) -> Result<Report, String> {
         config,
         register,
         history: history_tx,
-        holders: Mutex::new(HashMap::new()),
+        holders: Mutex::new(HashSet::new()),
         clients: Mutex::new(HashMap::new()),
         next_id: AtomicU32::new(1),
         stopping: AtomicBool::new(false),
@@ -227,7 +247,11 @@ pub async fn run(config: RunConfig) -> Result<Report, String> {
         .map(|f| format!("{f:?}").to_lowercase())
         .collect();
     report.setup = format!(
-        "{} · {} lock{} · {} clients · TTL {:?} · work ≤ {:?} · {:?} · {}",
+        "{}{} · {} lock{} · {} clients · TTL {:?} · work ≤ {:?} · {:?} · {}",
+        match config.primitive {
+            Primitive::Mutex => String::new(),
+            other => format!("{other} · "),
+        },
         if faults.is_empty() {
             "no fault".to_string()
         } else {
@@ -300,6 +324,7 @@ async fn spawn_client(harness: &Arc<Harness>) -> Result<(), String> {
             &humantime::format_duration(harness.config.work).to_string(),
         ])
         .args(harness.config.careful.then_some("--careful"))
+        .args(["--primitive", &harness.config.primitive.to_string()])
         // In the environment, not the command line: URLs carry passwords.
         .env("OMNILOCK_CHAOS_STORE", store)
         .stdin(Stdio::piped())
@@ -337,7 +362,7 @@ async fn spawn_client(harness: &Arc<Harness>) -> Result<(), String> {
             }
         }
         let status = child.wait().await;
-        harness.holders.lock().unwrap().retain(|_, c| *c != id);
+        harness.holders.lock().unwrap().retain(|(_, c)| *c != id);
         harness.clients.lock().unwrap().remove(&id);
         let _ = harness.history.send(
             Event::now(Source::Harness, Op::Exit, Phase::Ok)
@@ -360,10 +385,10 @@ impl Harness {
         let mut holders = self.holders.lock().unwrap();
         match (event.op, event.phase) {
             (Op::Acquire, Phase::Ok) => {
-                holders.insert(lock.clone(), client);
+                holders.insert((lock.clone(), client));
             }
-            (Op::Release, Phase::Invoke) if holders.get(lock) == Some(&client) => {
-                holders.remove(lock);
+            (Op::Release, Phase::Invoke) => {
+                holders.remove(&(lock.clone(), client));
             }
             _ => {}
         }
@@ -751,7 +776,11 @@ async fn majority_restart(harness: &Arc<Harness>) {
     // minority have expired and the lock stands on exactly that majority
     // (as if it had been granted while cut off).
     tokio::time::sleep(harness.config.ttl + Duration::from_millis(200)).await;
-    let still_held = harness.holders.lock().unwrap().get(&lock) == Some(&client);
+    let still_held = harness
+        .holders
+        .lock()
+        .unwrap()
+        .contains(&(lock.clone(), client));
     if still_held {
         let nodes = Nodes::of(&harness.config.store).expect("checked at start");
         let majority: Vec<u16> = (0..proxy.nodes())
@@ -845,19 +874,15 @@ async fn stop_clients(harness: &Arc<Harness>) {
     }
 }
 
-/// Every lock must be free once every client stopped and a TTL passed.
+/// Every lock must be free once every client stopped and a TTL passed:
+/// all of it (every permit, the write side) can be taken at once.
 async fn check_leftovers(harness: &Arc<Harness>, locks: &omnilock::Locks) {
     let deadline = Instant::now() + harness.config.ttl + Duration::from_secs(3);
     for n in 0..harness.config.locks {
         let name = format!("chaos-{n}");
         loop {
-            let attempt = locks
-                .lock(&name)
-                .ttl(harness.config.ttl)
-                .try_acquire()
-                .await;
-            if let Ok(Some(guard)) = attempt {
-                let _ = guard.release().await;
+            let attempt = take_all(harness, locks, &name).await;
+            if let Ok(true) = attempt {
                 break;
             }
             if Instant::now() > deadline {
@@ -874,6 +899,35 @@ async fn check_leftovers(harness: &Arc<Harness>, locks: &omnilock::Locks) {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
+
+/// Tries to take all of `name` at once, and gives it back.
+async fn take_all(
+    harness: &Harness,
+    locks: &omnilock::Locks,
+    name: &str,
+) -> omnilock::Result<bool> {
+    let mut guards = Vec::new();
+    let mut all = true;
+    for request in harness.config.primitive.fill(locks, name) {
+        match request.ttl(harness.config.ttl).try_acquire().await {
+            Ok(Some(guard)) => guards.push(guard),
+            Ok(None) => {
+                all = false;
+                break;
+            }
+            Err(err) => {
+                for guard in guards {
+                    let _ = guard.release().await;
+                }
+                return Err(err);
+            }
+        }
+    }
+    for guard in guards {
+        let _ = guard.release().await;
+    }
+    Ok(all)
 }
 
 /// Reads a history file and checks it.

@@ -77,4 +77,20 @@ fn bad_flags_are_usage_errors() {
     assert_eq!(output.status.code(), Some(2));
     let output = chaos(&["run", "--store", "sqlite:///tmp/x.db", "--fault", "meteor"]);
     assert_eq!(output.status.code(), Some(2));
+    for (primitive, says) in [
+        ("semaphore:0", "from 1"),
+        ("semaphore:many", "from 1"),
+        ("barrier", "mutex, semaphore:N or rw"),
+    ] {
+        let output = chaos(&[
+            "run",
+            "--store",
+            "sqlite:///tmp/x.db",
+            "--primitive",
+            primitive,
+        ]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{primitive}: {stderr}");
+        assert!(stderr.contains(says), "{primitive}: {stderr}");
+    }
 }

@@ -1,7 +1,9 @@
 //! The short chaos run of the test command: every store under its main
-//! faults for 40 s, 8 client processes on one lock, TTL 2 s. Fails on any
-//! safety violation where docs/reliability.md says there must be none, and
-//! when the run did not actually exercise the faults.
+//! faults for 40 s, 8 client processes on one lock, TTL 2 s; then a
+//! semaphore run and a read-write lock run, whose checker counts holders
+//! beyond the capacity. Fails on any safety violation where
+//! docs/reliability.md says there must be none, and when the run did not
+//! actually exercise the faults.
 //!
 //! The stores run concurrently, four at a time, to keep CI short.
 
@@ -14,6 +16,8 @@ struct Case {
     /// Redlock has no fencing tokens: its register runs unfenced and its
     /// stale writes are published, not failed on.
     fenced: bool,
+    /// `--primitive`: what the clients take.
+    primitive: &'static str,
 }
 
 const CASES: &[Case] = &[
@@ -21,41 +25,61 @@ const CASES: &[Case] = &[
         store: "SQLITE",
         faults: &["kill", "pause"],
         fenced: true,
+        primitive: "mutex",
     },
     Case {
         store: "MYSQL",
         faults: &["kill", "pause", "partition", "node"],
         fenced: true,
+        primitive: "mutex",
     },
     Case {
         store: "POSTGRES",
         faults: &["kill", "pause", "partition"],
         fenced: true,
+        primitive: "mutex",
     },
     Case {
         store: "REDIS",
         faults: &["kill", "pause", "partition", "restart"],
         fenced: true,
+        primitive: "mutex",
     },
     Case {
         store: "REDIS_CLUSTER",
         faults: &["kill", "pause", "failover"],
         fenced: true,
+        primitive: "mutex",
     },
     Case {
         store: "REDLOCK",
         faults: &["kill", "pause", "partition", "minority", "clock"],
         fenced: false,
+        primitive: "mutex",
     },
     Case {
         store: "ETCD",
         faults: &["kill", "pause", "partition", "minority", "node"],
         fenced: true,
+        primitive: "mutex",
     },
     Case {
         store: "ZK",
         faults: &["kill", "pause", "partition", "minority", "node"],
         fenced: true,
+        primitive: "mutex",
+    },
+    Case {
+        store: "POSTGRES",
+        faults: &["kill", "pause", "partition"],
+        fenced: true,
+        primitive: "semaphore:3",
+    },
+    Case {
+        store: "ETCD",
+        faults: &["kill", "pause", "partition"],
+        fenced: true,
+        primitive: "rw",
     },
 ];
 
@@ -63,7 +87,11 @@ fn run_case(case: &Case) -> Result<(), String> {
     let Some(url) = omnilock_testkit::store_url(case.store) else {
         return Ok(()); // OMNILOCK_TEST_ALLOW_MISSING=1 and no store
     };
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("chaos-{}", case.store));
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "chaos-{}-{}",
+        case.store,
+        case.primitive.replace(':', "")
+    ));
     let _ = std::fs::remove_dir_all(&out);
     let mut command = Command::new(env!("CARGO_BIN_EXE_omnilock-chaos"));
     command
@@ -71,6 +99,7 @@ fn run_case(case: &Case) -> Result<(), String> {
         .args(["--store", &url])
         .args(["--duration", "40s", "--interval", "3s", "--work", "300ms"])
         .args(["--ttl", "2s", "--clients", "8"])
+        .args(["--primitive", case.primitive])
         .arg("--out")
         .arg(&out);
     for fault in case.faults {
@@ -81,8 +110,9 @@ fn run_case(case: &Case) -> Result<(), String> {
     }
     let output = command.output().map_err(|e| e.to_string())?;
     let shown = format!(
-        "{}: {}\n{}{}\n(history in {})",
+        "{} {}: {}\n{}{}\n(history in {})",
         case.store,
+        case.primitive,
         output.status,
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr),
