@@ -186,21 +186,25 @@ pub fn check(events: &[Event]) -> Report {
     events.sort_by_key(|e| e.t);
     let mut report = Report::default();
     let mut holds: HashMap<String, Vec<Hold>> = HashMap::new();
-    // Per client: the lock and index of its open hold, and its last request.
-    let mut open: HashMap<u32, (String, usize)> = HashMap::new();
+    // Per client and lock: the index of its open hold (a client of
+    // `lock_all` holds several at once); per client, its last request.
+    let mut open: HashMap<(u32, String), usize> = HashMap::new();
     let mut requested: HashMap<u32, u64> = HashMap::new();
     let mut deaths: Vec<(String, u32, u64)> = Vec::new();
 
     for e in events {
         let client = e.client.unwrap_or(u32::MAX);
-        let current = |open: &HashMap<u32, (String, usize)>| open.get(&client).cloned();
+        let lock = e.lock.clone().unwrap_or_default();
+        let current = |open: &HashMap<(u32, String), usize>| {
+            let i = *open.get(&(client, lock.clone()))?;
+            Some((lock.clone(), i))
+        };
         match (e.src, e.op, e.phase) {
             (Source::Client, Op::Acquire, Phase::Invoke) => {
                 requested.insert(client, e.t);
             }
             (Source::Client, Op::Acquire, Phase::Ok) => {
                 report.acquisitions += 1;
-                let lock = e.lock.clone().unwrap_or_default();
                 let list = holds.entry(lock.clone()).or_default();
                 list.push(Hold {
                     client,
@@ -214,7 +218,7 @@ pub fn check(events: &[Event]) -> Report {
                     killed: false,
                     share: e.share,
                 });
-                open.insert(client, (lock, list.len() - 1));
+                open.insert((client, lock.clone()), list.len() - 1);
             }
             (Source::Client, Op::Acquire, Phase::Fail) => report.acquire_failures += 1,
             (Source::Client, Op::Lost | Op::Skip, _) => {
@@ -246,11 +250,11 @@ pub fn check(events: &[Event]) -> Report {
                         Phase::Invoke => {}
                         Phase::Ok => {
                             hold.released_ok = Some(e.t);
-                            open.remove(&client);
+                            open.remove(&(client, lock));
                         }
                         Phase::Fail => {
                             hold.noticed = true;
-                            open.remove(&client);
+                            open.remove(&(client, lock));
                         }
                     }
                 }
@@ -412,13 +416,16 @@ fn count_against_capacity(list: &[Hold], report: &mut Report) {
 
 fn end_by_death(
     holds: &mut HashMap<String, Vec<Hold>>,
-    open: &mut HashMap<u32, (String, usize)>,
+    open: &mut HashMap<(u32, String), usize>,
     deaths: &mut Vec<(String, u32, u64)>,
     client: u32,
     t: u64,
     killed: bool,
 ) {
-    if let Some((lock, i)) = open.remove(&client) {
+    let ended: Vec<(u32, String)> = open.keys().filter(|(c, _)| *c == client).cloned().collect();
+    for key in ended {
+        let i = open.remove(&key).expect("listed");
+        let lock = key.1;
         let hold = &mut holds.get_mut(&lock).expect("open hold")[i];
         hold.believed_until.get_or_insert(t);
         hold.gave_up.get_or_insert(t);
@@ -690,5 +697,34 @@ mod tests {
             1,
             "a writer beside a reader"
         );
+    }
+
+    /// `lock_all`: one client holds two locks at once; each is checked on
+    /// its own, and a kill ends both holds.
+    #[test]
+    fn a_client_holds_two_locks_at_once() {
+        let on_b = |mut events: Vec<Event>| {
+            for e in &mut events {
+                e.lock = Some("b".into());
+            }
+            events
+        };
+        let mut history = [grant(1, 1, 10), on_b(grant(1, 1, 20))].concat();
+        let mut kill = Event::now(Source::Nemesis, Op::Kill, Phase::Invoke).client(1);
+        kill.t = 2_000_000_000;
+        history.push(kill);
+        history.extend(grant(4, 2, 11));
+        history.extend(on_b(grant(5, 3, 21)));
+        let report = check(&history);
+        assert_eq!(report.acquisitions, 4);
+        assert_eq!(report.violations(), Vec::<String>::new());
+        assert_eq!(report.recovery_max_s, Some(3.0), "b was free again at 5");
+        // Without the kill, client 1 still holds b when client 3 gets it.
+        let history: Vec<Event> = history
+            .into_iter()
+            .filter(|e| e.src != Source::Nemesis)
+            .collect();
+        let report = check(&history);
+        assert_eq!(report.lost_unnoticed, 2, "a and b were both taken from it");
     }
 }

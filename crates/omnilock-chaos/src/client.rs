@@ -2,13 +2,15 @@
 //! random while → write what it read plus one → release, until its standard
 //! input closes. With a semaphore or a read-write lock the holders are many,
 //! so the register (one value for one writer) stays out: acquire → work →
-//! release, and the checker counts the holders against the capacity. Every
-//! step goes to standard output as a history line.
+//! release, and the checker counts the holders against the capacity. With
+//! `multi` it takes two locks at once through `lock_all` and uses the
+//! register of each. Every step goes to standard output as a history line.
 
 use std::io::Write;
 use std::time::Duration;
 
-use omnilock::Locks;
+use omnilock::{LockGuard, Locks};
+use rand::seq::{IteratorRandom, SliceRandom};
 use rand::Rng;
 use tokio::io::AsyncReadExt;
 
@@ -70,105 +72,140 @@ pub async fn run(config: ClientConfig) -> Result<(), String> {
         let _ = stop_tx.send(true);
     });
     while !*stop.borrow() {
-        let lock = format!("chaos-{}", rand::thread_rng().gen_range(0..config.locks));
-        one_round(&locks, &mut register, &config, &lock).await;
+        one_round(&locks, &mut register, &config).await;
     }
     locks.close().await;
     Ok(())
 }
 
-async fn one_round(locks: &Locks, register: &mut Connection, config: &ClientConfig, lock: &str) {
+/// One round: take the lock (or, with `multi`, two locks at once through
+/// `lock_all`), use it, release it.
+async fn one_round(locks: &Locks, register: &mut Connection, config: &ClientConfig) {
     let id = config.id;
-    emit(client_event(id, Op::Acquire, Phase::Invoke, lock));
-    let (request, share) = config.primitive.request(locks, lock);
-    let acquired = request
-        .ttl(config.ttl)
-        .timeout(Duration::from_secs(20))
-        .acquire()
-        .await;
-    let guard = match acquired {
-        Ok(guard) => guard,
+    let mut rng = rand::thread_rng();
+    let names: Vec<String> = if config.primitive == Primitive::Multi {
+        // Two different locks, in a random order: lock_all must not
+        // deadlock whatever order the callers name them in.
+        let mut picked = (0..config.locks).choose_multiple(&mut rng, 2);
+        picked.shuffle(&mut rng);
+        picked.iter().map(|n| format!("chaos-{n}")).collect()
+    } else {
+        vec![format!("chaos-{}", rng.gen_range(0..config.locks))]
+    };
+    drop(rng);
+    for name in &names {
+        emit(client_event(id, Op::Acquire, Phase::Invoke, name));
+    }
+    let (acquired, share) = if config.primitive == Primitive::Multi {
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let taken = locks
+            .lock_all(&names)
+            .ttl(config.ttl)
+            .timeout(Duration::from_secs(20))
+            .acquire()
+            .await;
+        (taken.map(omnilock::MultiGuard::into_guards), None)
+    } else {
+        let (request, share) = config.primitive.request(locks, &names[0]);
+        let taken = request
+            .ttl(config.ttl)
+            .timeout(Duration::from_secs(20))
+            .acquire()
+            .await;
+        (taken.map(|guard| vec![guard]), share)
+    };
+    let parts = match acquired {
+        Ok(parts) => parts,
         Err(err) => {
-            emit(client_event(id, Op::Acquire, Phase::Fail, lock).detail(err.to_string()));
+            for name in &names {
+                emit(client_event(id, Op::Acquire, Phase::Fail, name).detail(err.to_string()));
+            }
             tokio::time::sleep(Duration::from_millis(100)).await;
             return;
         }
     };
-    let token = guard.token();
-    let mut granted = client_event(id, Op::Acquire, Phase::Ok, lock).token(token);
-    granted.share = share;
-    emit(granted);
-    let lost = guard.lost();
-    let watcher = {
-        let lock = lock.to_string();
-        tokio::spawn(async move {
+    let mut watchers = Vec::new();
+    for part in &parts {
+        let (lock, token) = (part.name().as_str().to_string(), part.token());
+        let mut granted = client_event(id, Op::Acquire, Phase::Ok, &lock).token(token);
+        granted.share = share;
+        emit(granted);
+        let lost = part.lost();
+        watchers.push(tokio::spawn(async move {
             let err = lost.await;
             emit(
                 client_event(id, Op::Lost, Phase::Ok, &lock)
                     .token(token)
                     .detail(err.kind().to_string()),
             );
-        })
-    };
+        }));
+    }
 
     if share.is_some() {
         let work = rand::thread_rng().gen_range(Duration::ZERO..=config.work);
         tokio::time::sleep(work).await;
     } else {
-        use_register(register, config, lock, &guard).await;
+        use_register(register, config, &parts).await;
     }
-    emit(client_event(id, Op::Release, Phase::Invoke, lock).token(token));
-    let released = guard.release().await;
-    watcher.abort();
-    emit(match released {
-        Ok(()) => client_event(id, Op::Release, Phase::Ok, lock),
-        Err(err) => client_event(id, Op::Release, Phase::Fail, lock).detail(err.to_string()),
-    });
+    for part in parts {
+        let lock = part.name().as_str().to_string();
+        emit(client_event(id, Op::Release, Phase::Invoke, &lock).token(part.token()));
+        let released = part.release().await;
+        emit(match released {
+            Ok(()) => client_event(id, Op::Release, Phase::Ok, &lock),
+            Err(err) => client_event(id, Op::Release, Phase::Fail, &lock).detail(err.to_string()),
+        });
+    }
+    for watcher in watchers {
+        watcher.abort();
+    }
 }
 
-/// Under the mutex: read the register, work, write what was read plus one.
-async fn use_register(
-    register: &mut Connection,
-    config: &ClientConfig,
-    lock: &str,
-    guard: &omnilock::LockGuard,
-) {
-    let (id, token) = (config.id, guard.token());
-    emit(client_event(id, Op::Read, Phase::Invoke, lock).token(token));
-    let value = match register.read(lock, token, id).await {
-        Ok(Answer::Ok(value)) => {
-            let value = value.unwrap_or(0);
-            emit(client_event(id, Op::Read, Phase::Ok, lock).value(value));
-            Some(value)
+/// Under mutexes: read the register of every part, work, write what was
+/// read plus one.
+async fn use_register(register: &mut Connection, config: &ClientConfig, parts: &[LockGuard]) {
+    let id = config.id;
+    let mut read = Vec::new();
+    for part in parts {
+        let (lock, token) = (part.name().as_str(), part.token());
+        emit(client_event(id, Op::Read, Phase::Invoke, lock).token(token));
+        match register.read(lock, token, id).await {
+            Ok(Answer::Ok(value)) => {
+                let value = value.unwrap_or(0);
+                emit(client_event(id, Op::Read, Phase::Ok, lock).value(value));
+                read.push((part, value));
+            }
+            Ok(Answer::Refused) => {
+                emit(client_event(id, Op::Read, Phase::Fail, lock).detail("refused: stale token"));
+            }
+            Err(err) => {
+                emit(client_event(id, Op::Read, Phase::Fail, lock).detail(err.to_string()));
+            }
         }
-        Ok(Answer::Refused) => {
-            emit(client_event(id, Op::Read, Phase::Fail, lock).detail("refused: stale token"));
-            None
-        }
-        Err(err) => {
-            emit(client_event(id, Op::Read, Phase::Fail, lock).detail(err.to_string()));
-            None
-        }
-    };
-    if let Some(value) = value {
-        let work = rand::thread_rng().gen_range(Duration::ZERO..=config.work);
-        tokio::time::sleep(work).await;
-        if config.careful && !guard.is_held() {
+    }
+    if read.is_empty() {
+        return;
+    }
+    let work = rand::thread_rng().gen_range(Duration::ZERO..=config.work);
+    tokio::time::sleep(work).await;
+    for (part, value) in read {
+        let (lock, token) = (part.name().as_str(), part.token());
+        if config.careful && !part.is_held() {
             emit(client_event(id, Op::Skip, Phase::Ok, lock).token(token));
-        } else {
-            emit(
-                client_event(id, Op::Write, Phase::Invoke, lock)
-                    .token(token)
-                    .value(value + 1),
-            );
-            let event = match register.write(lock, token, id, value, value + 1).await {
-                Ok(Answer::Ok(_)) => client_event(id, Op::Write, Phase::Ok, lock),
-                Ok(Answer::Refused) => {
-                    client_event(id, Op::Write, Phase::Fail, lock).detail("refused: stale token")
-                }
-                Err(err) => client_event(id, Op::Write, Phase::Fail, lock).detail(err.to_string()),
-            };
-            emit(event);
+            continue;
         }
+        emit(
+            client_event(id, Op::Write, Phase::Invoke, lock)
+                .token(token)
+                .value(value + 1),
+        );
+        let event = match register.write(lock, token, id, value, value + 1).await {
+            Ok(Answer::Ok(_)) => client_event(id, Op::Write, Phase::Ok, lock),
+            Ok(Answer::Refused) => {
+                client_event(id, Op::Write, Phase::Fail, lock).detail("refused: stale token")
+            }
+            Err(err) => client_event(id, Op::Write, Phase::Fail, lock).detail(err.to_string()),
+        };
+        emit(event);
     }
 }

@@ -72,7 +72,9 @@ enum Command {
         /// What the clients take: `mutex`, `semaphore:N` (permits of one
         /// N-permit semaphore per lock name; more than N holders is a
         /// violation) or `rw` (a read-write lock per name, one acquisition
-        /// in four a writer; a reader beside a writer is a violation).
+        /// in four a writer; a reader beside a writer is a violation) or
+        /// `multi` (two of the --locks at once through lock_all, named in a
+        /// random order; needs --locks 2 or more).
         #[arg(long, default_value = "mutex")]
         primitive: Primitive,
         /// Where the history, client logs and report.json go.

@@ -1,5 +1,6 @@
 //! What the clients of a run take: the mutex (the default), permits of one
-//! semaphore per name, or the two sides of one read-write lock per name.
+//! semaphore per name, the two sides of one read-write lock per name, or
+//! two mutexes at once through `lock_all`.
 
 use std::fmt;
 use std::str::FromStr;
@@ -7,7 +8,7 @@ use std::str::FromStr;
 use omnilock::{LockRequest, Locks};
 use rand::Rng;
 
-/// `--primitive`: `mutex`, `semaphore:N` or `rw`.
+/// `--primitive`: `mutex`, `semaphore:N`, `rw` or `multi`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Primitive {
     /// One holder per lock; the fenced register checks the holders.
@@ -17,6 +18,9 @@ pub enum Primitive {
     Semaphore(u32),
     /// A read-write lock per name; one acquisition in four is a writer.
     Rw,
+    /// Two of the mutexes at once, through `lock_all`, named in a random
+    /// order; the fenced register checks each.
+    Multi,
 }
 
 impl Primitive {
@@ -29,7 +33,7 @@ impl Primitive {
         name: &str,
     ) -> (LockRequest<'a>, Option<(u64, u64)>) {
         let side = match self {
-            Primitive::Mutex => return (locks.lock(name), None),
+            Primitive::Mutex | Primitive::Multi => return (locks.lock(name), None),
             Primitive::Semaphore(permits) => {
                 let request = locks.semaphore(name, permits);
                 return (request, share(omnilock::Primitive::Semaphore { permits }));
@@ -50,7 +54,7 @@ impl Primitive {
     /// write side): taking them all proves nothing was left behind.
     pub fn fill<'a>(self, locks: &'a Locks, name: &str) -> Vec<LockRequest<'a>> {
         match self {
-            Primitive::Mutex => vec![locks.lock(name)],
+            Primitive::Mutex | Primitive::Multi => vec![locks.lock(name)],
             Primitive::Semaphore(permits) => (0..permits)
                 .map(|_| locks.semaphore(name, permits))
                 .collect(),
@@ -70,9 +74,10 @@ impl FromStr for Primitive {
         match text {
             "mutex" => Ok(Primitive::Mutex),
             "rw" => Ok(Primitive::Rw),
+            "multi" => Ok(Primitive::Multi),
             _ => {
                 let permits = text.strip_prefix("semaphore:").ok_or_else(|| {
-                    format!("unknown primitive {text:?}: use mutex, semaphore:N or rw")
+                    format!("unknown primitive {text:?}: use mutex, semaphore:N, rw or multi")
                 })?;
                 match permits.parse::<u32>() {
                     Ok(n) if n > 0 => Ok(Primitive::Semaphore(n)),
@@ -91,6 +96,7 @@ impl fmt::Display for Primitive {
             Primitive::Mutex => f.write_str("mutex"),
             Primitive::Semaphore(n) => write!(f, "semaphore:{n}"),
             Primitive::Rw => f.write_str("rw"),
+            Primitive::Multi => f.write_str("multi"),
         }
     }
 }
@@ -101,7 +107,7 @@ mod tests {
 
     #[test]
     fn parses_and_prints() {
-        for text in ["mutex", "semaphore:3", "rw"] {
+        for text in ["mutex", "semaphore:3", "rw", "multi"] {
             assert_eq!(text.parse::<Primitive>().unwrap().to_string(), text);
         }
         for bad in [

@@ -117,6 +117,9 @@ struct Harness {
 
 /// Runs one store under the configured faults and checks the history.
 pub async fn run(config: RunConfig) -> Result<Report, String> {
+    if config.primitive == Primitive::Multi && config.locks < 2 {
+        return Err("--primitive multi takes two locks at once: give --locks 2 or more".into());
+    }
     std::fs::create_dir_all(&config.out)
         .map_err(|e| format!("cannot create {}: {e}", config.out.display()))?;
     // The store must answer before anything starts; its capabilities decide
@@ -130,7 +133,7 @@ pub async fn run(config: RunConfig) -> Result<Report, String> {
         .map_err(|e| format!("--ttl: {e}"))?;
     let capabilities = locks.capabilities();
     let offered = match config.primitive {
-        Primitive::Mutex => true,
+        Primitive::Mutex | Primitive::Multi => true,
         Primitive::Semaphore(_) => capabilities.semaphore,
         Primitive::Rw => capabilities.rw_lock,
     };

@@ -52,6 +52,10 @@ fn bad_input_is_refused_before_any_client_starts() {
     refused(&["run", "--store", &db, "--fault", "node"], "sqlite");
     refused(&["run", "--store", &db, "--fault", "clock"], "redlock");
     refused(
+        &["run", "--store", &db, "--primitive", "multi"],
+        "--locks 2 or more",
+    );
+    refused(
         &["run", "--store", &db, "--fault", "minority"],
         "no network node",
     );
@@ -80,7 +84,7 @@ fn bad_flags_are_usage_errors() {
     for (primitive, says) in [
         ("semaphore:0", "from 1"),
         ("semaphore:many", "from 1"),
-        ("barrier", "mutex, semaphore:N or rw"),
+        ("barrier", "mutex, semaphore:N, rw or multi"),
     ] {
         let output = chaos(&[
             "run",

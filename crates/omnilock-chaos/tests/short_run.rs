@@ -1,7 +1,8 @@
 //! The short chaos run of the test command: every store under its main
 //! faults for 40 s, 8 client processes on one lock, TTL 2 s; then a
 //! semaphore run and a read-write lock run, whose checker counts holders
-//! beyond the capacity. Fails on any safety violation where
+//! beyond the capacity, and a `lock_all` run (two of three locks at once,
+//! in random order, each behind the fenced register). Fails on any safety violation where
 //! docs/reliability.md says there must be none, and when the run did not
 //! actually exercise the faults.
 //!
@@ -81,6 +82,12 @@ const CASES: &[Case] = &[
         fenced: true,
         primitive: "rw",
     },
+    Case {
+        store: "REDIS",
+        faults: &["kill", "pause", "partition"],
+        fenced: true,
+        primitive: "multi",
+    },
 ];
 
 fn run_case(case: &Case) -> Result<(), String> {
@@ -100,6 +107,8 @@ fn run_case(case: &Case) -> Result<(), String> {
         .args(["--duration", "40s", "--interval", "3s", "--work", "300ms"])
         .args(["--ttl", "2s", "--clients", "8"])
         .args(["--primitive", case.primitive])
+        // lock_all of two out of three locks.
+        .args(["--locks", if case.primitive == "multi" { "3" } else { "1" }])
         .arg("--out")
         .arg(&out);
     for fault in case.faults {

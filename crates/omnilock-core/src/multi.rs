@@ -200,6 +200,12 @@ impl MultiGuard {
             .map(LockGuard::token)
     }
 
+    /// The parts as separate guards, sorted by name: to release or watch
+    /// each on its own.
+    pub fn into_guards(self) -> Vec<LockGuard> {
+        self.guards
+    }
+
     /// Whether every part is still known to be held.
     pub fn is_held(&self) -> bool {
         self.guards.iter().all(LockGuard::is_held)
