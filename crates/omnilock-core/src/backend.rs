@@ -57,6 +57,11 @@ pub struct Capabilities {
     /// readers, so writers are never starved. Without it, an attempt answers
     /// `Unsupported`.
     pub rw_lock: bool,
+    /// [`Locks::lock_all`](crate::Locks::lock_all) takes free locks in one
+    /// atomic step ([`Backend::try_acquire_all`]: one transaction, one
+    /// script), one round trip for the whole set; busy sets are then waited
+    /// for part by part in the global order, as on every store.
+    pub atomic_lock_all: bool,
 }
 
 /// A read-write lock's capacity, and a writer's weight: readers never add
@@ -282,6 +287,21 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Extends the lease to `request.ttl` from now; returns the new
     /// [`Grant::valid_until`].
     async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant>;
+
+    /// Takes every mutex of `requests` (distinct names in sorted order, one
+    /// owner, none re-entered) in one atomic step if all are free: their
+    /// grants in the same order, or `Ok(None)` when any is busy, and then
+    /// none is taken. Asked only of stores that claim
+    /// [`Capabilities::atomic_lock_all`]. Cancellation-safe like
+    /// [`Backend::try_acquire`]: a step that completes after its caller has
+    /// gone gives every lock back.
+    async fn try_acquire_all(&self, requests: &[AcquireRequest]) -> Result<Option<Vec<Grant>>> {
+        let _ = requests;
+        Err(Error::new(
+            ErrorKind::Unsupported,
+            "this backend has no atomic step for several locks",
+        ))
+    }
 
     /// Removes the lock whatever its owner (an administrative action: the
     /// holder's lost signal fires when it notices). Returns whether a lock was

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
-use crate::backend::{AcquireRequest, Backend, Capabilities, Primitive};
+use crate::backend::{AcquireRequest, Backend, Capabilities, Grant, Primitive};
 use crate::error::{Error, ErrorKind, Operation, Result};
 use crate::guard::LockGuard;
 use crate::hold::Hold;
@@ -148,6 +148,25 @@ impl Locks {
                 metrics_names: false,
             },
         }
+    }
+
+    /// The backend, for the several-lock step of [`Locks::lock_all`].
+    pub(crate) fn backend(&self) -> &Arc<dyn Backend> {
+        &self.shared.backend
+    }
+
+    /// The guard of a grant the store has just given: renewal, the lost
+    /// signal and release on drop start here. No await may come between
+    /// the grant and this call (a cancellation there is the backend's to
+    /// undo).
+    pub(crate) fn guard_for(&self, request: AcquireRequest, grant: Grant) -> LockGuard {
+        let labels = metrics::Labels::new(
+            self.backend_kind(),
+            request.name.as_str(),
+            self.defaults.metrics_names,
+        );
+        let metrics = metrics::HoldMetrics::start(&labels, &request.lost);
+        LockGuard::new(Hold::start(self.shared.clone(), request, grant, metrics))
     }
 
     /// A handle whose acquisitions use `ttl` unless they set their own.
@@ -617,8 +636,7 @@ impl LockRequest<'_> {
         owner: Owner,
         wait: bool,
     ) -> Result<Option<LockGuard>> {
-        let shared = self.locks.shared.clone();
-        let labels = self.labels(&name);
+        let shared = &self.locks.shared;
         let request = AcquireRequest {
             name,
             primitive: self.primitive,
@@ -635,9 +653,6 @@ impl LockRequest<'_> {
         };
         // No await between the grant and `Hold::start`: a cancellation here
         // is handled by the backend's own drop path.
-        Ok(grant.map(|grant| {
-            let metrics = metrics::HoldMetrics::start(&labels, &request.lost);
-            LockGuard::new(Hold::start(shared, request, grant, metrics))
-        }))
+        Ok(grant.map(|grant| self.locks.guard_for(request, grant)))
     }
 }

@@ -399,6 +399,7 @@ impl Backend for MemStore {
             survives_failover: true,
             semaphore: true,
             rw_lock: true,
+            atomic_lock_all: true,
         }
     }
 
@@ -427,6 +428,33 @@ impl Backend for MemStore {
             Attempt::Taken(granted) => Ok(Some(grant(granted))),
             Attempt::Busy => Ok(None),
         }
+    }
+
+    async fn try_acquire_all(&self, requests: &[AcquireRequest]) -> Result<Option<Vec<Grant>>> {
+        // One lock over the whole state: look at every part, then take them.
+        let mut state = self.state();
+        let now = Instant::now();
+        for request in requests {
+            let slot = state.slot(&request.name, now);
+            let free = slot.holder.is_none() && slot.queue.is_empty();
+            state.tidy(&request.name);
+            if !free {
+                return Ok(None);
+            }
+        }
+        let mut grants = Vec::with_capacity(requests.len());
+        for request in requests {
+            match state.try_take(request, now)? {
+                Attempt::Taken(granted) => grants.push(grant(granted)),
+                Attempt::Busy => {
+                    return Err(Error::new(
+                        ErrorKind::Backend,
+                        "internal: a part free a moment ago under the same lock was busy",
+                    ))
+                }
+            }
+        }
+        Ok(Some(grants))
     }
 
     async fn acquire(&self, request: &AcquireRequest) -> Result<Grant> {

@@ -7,6 +7,12 @@
 //! can form (the classic lock-ordering rule). A part that cannot be taken
 //! (busy for `try_acquire`, a timeout, an error, a cancelled future) gives
 //! back every part already taken before the call returns.
+//!
+//! A store with an atomic step for several locks
+//! ([`Capabilities::atomic_lock_all`](crate::Capabilities::atomic_lock_all):
+//! SQL's one transaction) first tries them all at once, one round trip;
+//! when one is busy a `try_acquire` answers `None` at once and an
+//! `acquire` waits part by part as above.
 
 use std::fmt;
 use std::future::Future;
@@ -14,11 +20,12 @@ use std::pin::Pin;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
+use crate::backend::{AcquireRequest, Primitive};
 use crate::client::Locks;
 use crate::error::{Error, ErrorKind, Operation, Result};
 use crate::guard::LockGuard;
 use crate::name::{LockName, Owner};
-use crate::signal::WaitNotice;
+use crate::signal::{LostNotifier, WaitNotice};
 
 impl Locks {
     /// Starts taking every lock in `names` as one: all or nothing. The
@@ -140,9 +147,23 @@ impl MultiLockRequest<'_> {
         })
     }
 
-    async fn take(self, wait: bool) -> Result<Option<MultiGuard>> {
-        let names = self.names?;
-        let owner = self.owner.unwrap_or_else(Owner::random);
+    async fn take(mut self, wait: bool) -> Result<Option<MultiGuard>> {
+        let names = std::mem::replace(&mut self.names, Ok(Vec::new()))?;
+        // A named owner may hold some parts already in this process: its
+        // reentrancy goes through the per-part path below.
+        let fresh = self.owner.is_none();
+        let owner = self.owner.clone().unwrap_or_else(Owner::random);
+        if fresh && self.locks.capabilities().atomic_lock_all {
+            match self.at_once(&names, &owner).await {
+                Ok(Some(guards)) => return Ok(Some(MultiGuard { guards })),
+                Ok(None) if !wait => return Ok(None),
+                // Busy: wait part by part. A retryable failure (a rolled
+                // back transaction) takes the same path.
+                Ok(None) => {}
+                Err(err) if err.is_retryable() => {}
+                Err(err) => return Err(err),
+            }
+        }
         let mut guards: Vec<LockGuard> = Vec::with_capacity(names.len());
         for name in &names {
             let waiting = self.waiting.clone();
@@ -166,6 +187,40 @@ impl MultiLockRequest<'_> {
             }
         }
         Ok(Some(MultiGuard { guards }))
+    }
+}
+
+impl MultiLockRequest<'_> {
+    /// Every part in the store's one atomic step, if all are free.
+    async fn at_once(&self, names: &[LockName], owner: &Owner) -> Result<Option<Vec<LockGuard>>> {
+        let requests: Vec<AcquireRequest> = names
+            .iter()
+            .map(|name| AcquireRequest {
+                name: name.clone(),
+                primitive: Primitive::Mutex,
+                owner: owner.clone(),
+                ttl: self.ttl,
+                reentrant: false,
+                lost: LostNotifier::new(),
+                waiting: WaitNotice::none(),
+            })
+            .collect();
+        let Some(grants) = self.locks.backend().try_acquire_all(&requests).await? else {
+            return Ok(None);
+        };
+        if grants.len() != requests.len() {
+            return Err(Error::new(
+                ErrorKind::Backend,
+                "internal: the store granted a different number of locks",
+            ));
+        }
+        Ok(Some(
+            requests
+                .into_iter()
+                .zip(grants)
+                .map(|(request, grant)| self.locks.guard_for(request, grant))
+                .collect(),
+        ))
     }
 }
 

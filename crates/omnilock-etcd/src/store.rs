@@ -299,6 +299,7 @@ impl Backend for EtcdStore {
             survives_failover: true,
             semaphore: true,
             rw_lock: true,
+            atomic_lock_all: false,
         }
     }
 

@@ -349,6 +349,7 @@ impl Backend for RedlockStore {
             survives_failover: false,
             semaphore: false,
             rw_lock: false,
+            atomic_lock_all: false,
         }
     }
 

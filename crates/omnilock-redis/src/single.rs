@@ -777,6 +777,7 @@ impl Backend for RedisStore {
             survives_failover: false,
             semaphore: true,
             rw_lock: true,
+            atomic_lock_all: false,
         }
     }
 

@@ -70,7 +70,7 @@ impl SqlStore {
             ..Args::default()
         };
         with_pool!(self.pool(), p => {
-            let mut tx = p.begin_with(q.begin).await.map_err(err)?;
+            let mut tx = p.begin_with(self.queries().begin).await.map_err(err)?;
             if let Some(head) = &q.head {
                 query(head, &args).execute(&mut *tx).await.map_err(err)?;
             }

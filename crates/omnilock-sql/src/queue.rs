@@ -84,6 +84,75 @@ impl SqlStore {
         }
     }
 
+    /// `lock_all`'s one transaction: the acquire statement of every part, in
+    /// the requests' (sorted) order; the tokens if all were taken, else
+    /// `None` and the transaction rolled back. Parts wait for each other's
+    /// row locks only briefly, and in one order, so two of these cannot
+    /// deadlock.
+    pub(crate) async fn take_all(&self, requests: &[AcquireRequest]) -> Result<Option<Vec<u64>>> {
+        let inner = &self.inner;
+        fn args_of(request: &AcquireRequest) -> Args<'_> {
+            Args {
+                name: request.name.as_str(),
+                owner: request.owner.as_str(),
+                ttl_ms: request.ttl.as_millis() as i64,
+                reentrant: 0,
+                // Any live ticket of fair mode's line is ahead of this try.
+                ticket: i64::MAX,
+                ..Args::default()
+            }
+        }
+        let err = |e| self.err(e);
+        let begin = inner.queries.begin;
+        let mut tokens = Vec::with_capacity(requests.len());
+        match (&inner.queries.acquire, &inner.pool) {
+            (Acquire::Upsert(statement), pool) => with_pool!(pool, p => {
+                let mut tx = p.begin_with(begin).await.map_err(err)?;
+                for request in requests {
+                    let row = query(statement, &args_of(request))
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err(err)?;
+                    match row {
+                        Some(row) => tokens.push(row.try_get::<i64, _>(0).map_err(err)? as u64),
+                        None => {
+                            tx.rollback().await.map_err(err)?;
+                            return Ok(None);
+                        }
+                    }
+                }
+                tx.commit().await.map_err(err)?;
+            }),
+            #[cfg(feature = "mysql")]
+            (Acquire::UpdateThenInsert { update, insert }, crate::conn::Pool::MySql(p)) => {
+                let mut tx = p.begin_with(begin).await.map_err(err)?;
+                for request in requests {
+                    let args = args_of(request);
+                    let updated = query(update, &args).execute(&mut *tx).await.map_err(err)?;
+                    if updated.rows_affected() == 1 {
+                        tokens.push(updated.last_insert_id());
+                        continue;
+                    }
+                    let inserted = query(insert, &args).execute(&mut *tx).await.map_err(err)?;
+                    if inserted.rows_affected() != 1 {
+                        tx.rollback().await.map_err(err)?;
+                        return Ok(None);
+                    }
+                    tokens.push(1);
+                }
+                tx.commit().await.map_err(err)?;
+            }
+            #[allow(unreachable_patterns)]
+            _ => {
+                return Err(Error::new(
+                    ErrorKind::Backend,
+                    "internal: statements of another dialect",
+                ))
+            }
+        }
+        Ok(Some(tokens))
+    }
+
     /// One atomic attempt to take the lock; `waiting` when it comes from a
     /// waiting acquire (which then marks the row as waited for).
     pub(crate) async fn attempt(

@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use omnilock_core::{
-    async_trait, AcquireRequest, Backend, Backoff, Capabilities, Error, ErrorKind, Grant,
-    LocalWaiters, LockName, Owner, Primitive, Result,
+    async_trait, complete_or_undo, AcquireRequest, Backend, Backoff, Capabilities, Error,
+    ErrorKind, Grant, LocalWaiters, LockName, Owner, Primitive, Result,
 };
 use sqlx::Row;
 use tokio::sync::Notify;
@@ -213,6 +213,7 @@ impl Backend for SqlStore {
             survives_failover: true,
             semaphore: true,
             rw_lock: true,
+            atomic_lock_all: true,
         }
     }
 
@@ -226,6 +227,39 @@ impl Backend for SqlStore {
             }
             (Attempt::Busy { .. }, _) => Ok(None),
         }
+    }
+
+    async fn try_acquire_all(&self, requests: &[AcquireRequest]) -> Result<Option<Vec<Grant>>> {
+        if self.inner.config.fair {
+            self.settle_tickets().await;
+        }
+        let (store, undo_store) = (self.clone(), self.clone());
+        let (call_requests, undo_requests) = (requests.to_vec(), requests.to_vec());
+        let (tokens, started) = complete_or_undo(
+            async move {
+                let started = Instant::now();
+                let tokens = store.take_all(&call_requests).await?;
+                Ok((tokens, started))
+            },
+            // Taken for a caller that has gone: give every part back.
+            move |abandoned: Result<(Option<Vec<u64>>, Instant)>| async move {
+                if let Ok((Some(tokens), _)) = abandoned {
+                    for (request, token) in undo_requests.iter().zip(tokens) {
+                        let _ = undo_store
+                            .release_row(&request.name, &request.owner, token)
+                            .await;
+                    }
+                }
+            },
+        )
+        .await?;
+        Ok(tokens.map(|tokens| {
+            requests
+                .iter()
+                .zip(tokens)
+                .map(|(request, token)| Grant::new(token, started + request.ttl))
+                .collect()
+        }))
     }
 
     async fn acquire(&self, request: &AcquireRequest) -> Result<Grant> {

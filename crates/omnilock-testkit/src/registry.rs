@@ -67,6 +67,8 @@ pub enum Claim {
     RwLock,
     /// Both `Capabilities::semaphore` and `Capabilities::rw_lock`.
     SemaphoreAndRwLock,
+    /// `Capabilities::atomic_lock_all`.
+    AtomicLockAll,
     /// `Locks::measure` is there.
     BenchmarkHooks,
     /// `Measure::requests_served` counts (is not `Unsupported`).
@@ -87,6 +89,7 @@ impl Claim {
             Claim::Semaphore => caps.semaphore,
             Claim::RwLock => caps.rw_lock,
             Claim::SemaphoreAndRwLock => caps.semaphore && caps.rw_lock,
+            Claim::AtomicLockAll => caps.atomic_lock_all,
             Claim::BenchmarkHooks => locks.measure().is_some(),
             // Any answer but `Unsupported` is a claim: a counter that fails
             // for another reason must fail the scenario, not hide it.
@@ -113,6 +116,7 @@ impl Claim {
             Claim::Semaphore => "not claimed: semaphore",
             Claim::RwLock => "not claimed: read-write lock",
             Claim::SemaphoreAndRwLock => "not claimed: semaphore and read-write lock",
+            Claim::AtomicLockAll => "not claimed: an atomic lock_all step",
             Claim::BenchmarkHooks => "not claimed: benchmark hooks",
             Claim::RequestCounter => "not claimed: a request counter",
         }
@@ -158,6 +162,10 @@ pub static CONFORMANCE: &[Scenario] = &[
     scenario!(lock_all_cancelled_leaves_nothing),
     scenario!(lock_all_lost_fires_when_a_part_is_lost, Claim::BreakLock),
     scenario!(lock_all_rejects_bad_input),
+    scenario!(
+        lock_all_atomic_step_never_holds_a_part_alone,
+        Claim::AtomicLockAll
+    ),
     scenario!(primitives_reject_bad_input_and_report_support),
     scenario!(
         primitives_have_separate_namespaces,

@@ -328,6 +328,7 @@ impl Backend for ZkStore {
             survives_failover: true,
             semaphore: true,
             rw_lock: true,
+            atomic_lock_all: false,
         }
     }
 

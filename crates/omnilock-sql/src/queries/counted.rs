@@ -6,6 +6,18 @@
 //! ...) in the same order, so every placeholder has its own number.
 
 use super::{ident, text_type, Param, Statement};
+
+/// Opens a transaction that takes locks: SQLite's `IMMEDIATE` takes the
+/// file's writer lock at once (no upgrade later, which could fail as busy);
+/// MySQL and PostgreSQL read committed data with each statement, so a
+/// transaction that waited for a row lock sees what its holder committed.
+pub(crate) fn begin(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::Sqlite => "BEGIN IMMEDIATE",
+        Dialect::Postgres => "BEGIN ISOLATION LEVEL READ COMMITTED",
+        Dialect::MySql => "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION",
+    }
+}
 use crate::config::Dialect;
 use Param::*;
 
@@ -22,8 +34,6 @@ fn counted_names(table: &str) -> [String; 3] {
 /// One dialect's statements for semaphores and read-write locks.
 #[derive(Debug, Clone)]
 pub(crate) struct Counted {
-    /// Opens an attempt's transaction.
-    pub begin: &'static str,
     /// MySQL and PostgreSQL: locks the name's head row (creating it), so
     /// that attempts on one name run one at a time and ids are taken in
     /// the order they commit. SQLite's `BEGIN IMMEDIATE` already does.
@@ -84,16 +94,6 @@ impl Counted {
             " RETURNING id"
         };
         Counted {
-            begin: match dialect {
-                Dialect::Sqlite => "BEGIN IMMEDIATE",
-                // Each statement reads what committed before it: the head
-                // row's lock orders the attempts, and a snapshot taken
-                // earlier would miss the previous attempt's rows.
-                Dialect::Postgres => "BEGIN ISOLATION LEVEL READ COMMITTED",
-                Dialect::MySql => {
-                    "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION"
-                }
-            },
             head,
             purge: stmt(
                 format!("DELETE FROM {e} WHERE family = ? AND name = ? AND expires_at <= {now}"),

@@ -154,6 +154,8 @@ pub(crate) struct Queries {
     pub floor: [Statement; 2],
     /// Semaphores and read-write locks.
     pub counted: Counted,
+    /// Opens a transaction that takes locks (see [`counted::begin`]).
+    pub begin: &'static str,
 }
 
 impl Queries {

@@ -74,6 +74,7 @@ pub(super) fn queries(table_name: &str, fair: bool) -> Queries {
     update_params.extend([Owner, Reentrant]);
 
     Queries {
+        begin: counted::begin(Dialect::MySql),
         counted: Counted::new(Dialect::MySql, table_name),
         create: create
             .into_iter()

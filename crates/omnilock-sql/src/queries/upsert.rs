@@ -110,6 +110,7 @@ pub(super) fn queries(dialect: Dialect, table_name: &str, notify: bool, fair: bo
         release
     };
     Queries {
+        begin: counted::begin(dialect),
         counted: Counted::new(dialect, table_name),
         create: create
             .into_iter()

@@ -46,9 +46,9 @@ pub use measure::{
     semaphore_handoff_cost_is_flat,
 };
 pub use multi::{
-    lock_all_cancelled_leaves_nothing, lock_all_in_opposite_orders_never_deadlocks,
-    lock_all_is_all_or_nothing, lock_all_lost_fires_when_a_part_is_lost,
-    lock_all_rejects_bad_input, lock_all_takes_every_name,
+    lock_all_atomic_step_never_holds_a_part_alone, lock_all_cancelled_leaves_nothing,
+    lock_all_in_opposite_orders_never_deadlocks, lock_all_is_all_or_nothing,
+    lock_all_lost_fires_when_a_part_is_lost, lock_all_rejects_bad_input, lock_all_takes_every_name,
 };
 pub use names::{distinct_names_are_distinct_locks, namespaces_are_disjoint};
 pub use reentrancy::{non_reentrant_reacquire_fails, reentrancy, reentrancy_across_clients};

@@ -71,6 +71,45 @@ pub async fn lock_all_is_all_or_nothing(subject: &Subject) {
     blocker.release().await.expect("release");
 }
 
+/// A store with an atomic step for several locks never holds one part of
+/// a set alone: while the set's last part is busy and one client tries
+/// the set again and again, another client's try of the first part always
+/// succeeds (taken one by one, the first part would be held for a moment
+/// before the busy one was found).
+pub async fn lock_all_atomic_step_never_holds_a_part_alone(subject: &Subject) {
+    let base = unique("atomic");
+    let (first, last) = (format!("{base}/a"), format!("{base}/z"));
+    let [a, b, c] = <[Locks; 3]>::try_from(clients(subject, 3).await).unwrap();
+    let blocker = b.acquire(&last).await.expect("hold the last part");
+    let done = Arc::new(AtomicU32::new(0));
+    let trying = {
+        let (first, last, done) = (first.clone(), last.clone(), done.clone());
+        tokio::spawn(async move {
+            for _ in 0..200 {
+                let got = a
+                    .lock_all(&[&last, &first])
+                    .try_acquire()
+                    .await
+                    .expect("try the set");
+                assert!(got.is_none(), "the last part is busy: nothing is taken");
+            }
+            done.store(1, Ordering::SeqCst);
+        })
+    };
+    let mut probes = 0;
+    while done.load(Ordering::SeqCst) == 0 {
+        let got = c.try_acquire(&first).await.expect("try the first part");
+        let guard = got.unwrap_or_else(|| {
+            panic!("the first part was held on its own, {probes} probes in: no atomic step")
+        });
+        guard.release().await.expect("release");
+        probes += 1;
+    }
+    trying.await.expect("the trying task");
+    assert!(probes > 0, "the probe never ran beside the tries");
+    blocker.release().await.expect("release");
+}
+
 /// Two clients that take the same two locks in opposite orders, again and
 /// again, never deadlock and never overlap.
 pub async fn lock_all_in_opposite_orders_never_deadlocks(subject: &Subject) {
