@@ -158,9 +158,10 @@ impl MultiLockRequest<'_> {
                 Ok(Some(guards)) => return Ok(Some(MultiGuard { guards })),
                 Ok(None) if !wait => return Ok(None),
                 // Busy: wait part by part. A retryable failure (a rolled
-                // back transaction) takes the same path.
+                // back transaction), or a set the step cannot take (too
+                // many parts), takes the same path.
                 Ok(None) => {}
-                Err(err) if err.is_retryable() => {}
+                Err(err) if err.is_retryable() || err.kind() == ErrorKind::Unsupported => {}
                 Err(err) => return Err(err),
             }
         }

@@ -231,6 +231,105 @@ impl EtcdStore {
         }))
     }
 
+    /// `lock_all`'s one transaction: every part's key, on the shared
+    /// session's lease, only if every part's range is empty (nobody holds
+    /// or waits). The parts share the transaction's revision as their
+    /// create revision, hence as their token. A retried transaction whose
+    /// first try had succeeded finds our own keys: then they are ours.
+    async fn try_put_all(&self, requests: &[AcquireRequest]) -> Result<Option<Vec<Grant>>> {
+        /// etcd refuses a transaction of more than 128 operations (its
+        /// default `--max-txn-ops`); a larger set goes part by part.
+        const MOST_PARTS: usize = 64;
+        let Some(first) = requests.first() else {
+            return Ok(Some(Vec::new()));
+        };
+        if requests.len() > MOST_PARTS || self.mode != Mode::Recipe {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                "this set goes part by part (etcd's Lock RPC, or more than 64 parts)",
+            ));
+        }
+        let session = self.shared_session(first.ttl).await?;
+        let parts: Vec<(String, String)> = requests
+            .iter()
+            .map(|request| {
+                let prefix = self.etcd.lock_prefix(request.name.as_str());
+                let key = Etcd::owner_key(&prefix, request.owner.as_str());
+                (prefix, key)
+            })
+            .collect();
+        let lease = session.id;
+        let txn = Txn::new()
+            .when(
+                parts
+                    .iter()
+                    .map(|(prefix, _)| {
+                        Compare::create_revision(prefix.as_str(), CompareOp::Equal, 0).with_prefix()
+                    })
+                    .collect::<Vec<_>>(),
+            )
+            .and_then(
+                parts
+                    .iter()
+                    .map(|(_, key)| {
+                        TxnOp::put(key.as_str(), "1", Some(PutOptions::new().with_lease(lease)))
+                    })
+                    .collect::<Vec<_>>(),
+            )
+            .or_else(
+                parts
+                    .iter()
+                    .map(|(_, key)| TxnOp::get(key.as_str(), None))
+                    .collect::<Vec<_>>(),
+            );
+        let etcd = self.etcd.clone();
+        let undo_etcd = self.etcd.clone();
+        let undo_keys: Vec<String> = parts.iter().map(|(_, key)| key.clone()).collect();
+        let resp = complete_or_undo(
+            async move {
+                let deadline = tokio::time::Instant::now() + etcd.request_timeout;
+                retry(backoff(), deadline, || etcd.txn(txn.clone())).await
+            },
+            move |result: Result<etcd_client::TxnResponse>| async move {
+                if let Ok(resp) = result {
+                    if resp.succeeded() {
+                        for key in undo_keys {
+                            abandon(&undo_etcd, key, revision(&resp));
+                        }
+                    }
+                }
+            },
+        )
+        .await?;
+        let rev = if resp.succeeded() {
+            revision(&resp)
+        } else {
+            // Ours from a first try that succeeded (all of them, as it was
+            // one transaction), or none: then the set is busy.
+            let mine: Vec<i64> = gets(&resp)
+                .filter_map(|kvs| kvs.into_iter().next())
+                .filter(|kv| kv.lease() == lease)
+                .map(|kv| kv.create_revision())
+                .collect();
+            match mine.first() {
+                Some(&rev) if mine.len() == parts.len() && mine.iter().all(|&r| r == rev) => rev,
+                _ => {
+                    for ((_, key), rev) in parts.iter().zip(mine) {
+                        abandon(&self.etcd, key.clone(), rev);
+                    }
+                    return Ok(None);
+                }
+            }
+        };
+        Ok(Some(
+            requests
+                .iter()
+                .zip(parts)
+                .map(|(request, (_, key))| self.grant(request, key, rev, session.clone(), None))
+                .collect(),
+        ))
+    }
+
     /// A cheap copy sharing the connection, for background work.
     fn clone_handle(&self) -> Etcd {
         self.etcd.clone()
@@ -299,7 +398,7 @@ impl Backend for EtcdStore {
             survives_failover: true,
             semaphore: true,
             rw_lock: true,
-            atomic_lock_all: false,
+            atomic_lock_all: self.mode == Mode::Recipe,
         }
     }
 
@@ -311,6 +410,10 @@ impl Backend for EtcdStore {
             Mode::Recipe => self.acquire_recipe(request, false).await,
             Mode::LockApi => self.acquire_lockapi(request, false).await,
         }
+    }
+
+    async fn try_acquire_all(&self, requests: &[AcquireRequest]) -> Result<Option<Vec<Grant>>> {
+        self.try_put_all(requests).await
     }
 
     async fn acquire(&self, request: &AcquireRequest) -> Result<Grant> {

@@ -139,6 +139,39 @@ end
 return {0, redis.call('PTTL', KEYS[1])}
 "#;
 
+/// `lock_all` in one step, on one server (the keys of different names
+/// share no slot in a cluster).
+/// KEYS: lock, fence, queue, timeouts of each part, parts in name order.
+/// ARGV: owner, ttl_ms, call id (one per set, the same for its retries).
+/// Returns {1, token, ...} every part taken (or already taken by an
+/// earlier run of this call); {0} a part is held or has live waiters, and
+/// nothing changed.
+const ACQUIRE_ALL: &str = r#"
+local owner, ttl, call = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local parts = #KEYS / 4
+for i = 0, parts - 1 do
+  local held = redis.call('HMGET', KEYS[i * 4 + 1], 'owner', 'calls')
+  if held[1] then
+    if held[1] ~= owner or not seen(held[2], call) then return {0} end
+  elseif live_head(KEYS[i * 4 + 3], KEYS[i * 4 + 4]) then
+    return {0}
+  end
+end
+local answer = {1}
+for i = 0, parts - 1 do
+  local lock = KEYS[i * 4 + 1]
+  if redis.call('HEXISTS', lock, 'owner') == 1 then
+    answer[#answer + 1] = tonumber(redis.call('HGET', lock, 'token'))
+  else
+    local token = next_token(KEYS[i * 4 + 2])
+    redis.call('HSET', lock, 'owner', owner, 'holds', 1, 'token', token, 'calls', call)
+    redis.call('PEXPIRE', lock, ttl)
+    answer[#answer + 1] = tonumber(token)
+  end
+end
+return answer
+"#;
+
 /// KEYS: lock, queue, timeouts. ARGV: owner, token ('' = any: Redlock's
 /// undo of a grant whose reply never came, sent on the same connection so it
 /// runs right after that grant), channel_prefix, call id (optional: one per
@@ -375,6 +408,7 @@ return 1
 /// or `SCRIPT FLUSH`).
 pub(crate) struct Scripts {
     pub acquire: Script,
+    pub acquire_all: Script,
     pub release: Script,
     pub renew: Script,
     pub cancel: Script,
@@ -391,6 +425,7 @@ impl Scripts {
         let counted = |body: &str| Script::new(&format!("{COMMON}\n{COUNTED_COMMON}\n{body}"));
         Scripts {
             acquire: with_common(ACQUIRE),
+            acquire_all: with_common(ACQUIRE_ALL),
             release: with_common(RELEASE),
             renew: Script::new(RENEW),
             cancel: with_common(CANCEL),

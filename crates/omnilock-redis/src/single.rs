@@ -407,6 +407,41 @@ impl RedisStore {
         }
     }
 
+    /// One run of the `lock_all` script over every part: the tokens if all
+    /// were free (or taken by an earlier run of `call`), else `None`.
+    async fn take_all(&self, requests: &[AcquireRequest], call: &str) -> Result<Option<Vec<u64>>> {
+        let inner = &self.inner;
+        let first = &requests[0];
+        let mut invocation = inner.scripts.acquire_all.prepare_invoke();
+        for request in requests {
+            let keys = self.keys(&request.name);
+            invocation
+                .key(keys.lock)
+                .key(keys.fence)
+                .key(keys.queue)
+                .key(keys.timeouts);
+        }
+        invocation
+            .arg(first.owner.as_str())
+            .arg(first.ttl.as_millis().to_string())
+            .arg(call);
+        let mut conn = inner.node.conn_for(&self.keys(&first.name).lock);
+        let answer: Vec<i64> = invocation
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| inner.node.err(e))?;
+        match answer.split_first() {
+            Some((1, tokens)) if tokens.len() == requests.len() => {
+                Ok(Some(tokens.iter().map(|&t| t as u64).collect()))
+            }
+            Some((0, _)) => Ok(None),
+            _ => Err(Error::new(
+                ErrorKind::Backend,
+                "internal: the lock_all script answered something unexpected",
+            )),
+        }
+    }
+
     /// An attempt that completes even if the caller goes away; a lock it
     /// took for nobody is released at once.
     async fn attempt_detached(
@@ -777,8 +812,46 @@ impl Backend for RedisStore {
             survives_failover: false,
             semaphore: true,
             rw_lock: true,
-            atomic_lock_all: false,
+            // One script over every part's keys: one server or Sentinel's
+            // master. A cluster keeps each name in its own slot, and
+            // `wait_replicas` confirms one lock per write.
+            atomic_lock_all: matches!(self.inner.channels, WakeChannels::PerClient { .. })
+                && self.inner.options.wait_replicas.is_none(),
         }
+    }
+
+    async fn try_acquire_all(&self, requests: &[AcquireRequest]) -> Result<Option<Vec<Grant>>> {
+        if !self.capabilities().atomic_lock_all || requests.is_empty() {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                "this deployment takes a set part by part",
+            ));
+        }
+        let (store, undo) = (self.clone(), self.clone());
+        let (call_requests, undo_requests) = (requests.to_vec(), requests.to_vec());
+        let (tokens, started) = complete_or_undo(
+            async move {
+                let started = Instant::now();
+                let tokens = store.take_all(&call_requests, &nonce()).await?;
+                Ok((tokens, started))
+            },
+            // Taken for a caller that has gone: give every part back.
+            move |abandoned: Result<(Option<Vec<u64>>, Instant)>| async move {
+                if let Ok((Some(tokens), _)) = abandoned {
+                    for (request, token) in undo_requests.iter().zip(tokens) {
+                        let _ = undo.release_token(request, token, &nonce()).await;
+                    }
+                }
+            },
+        )
+        .await?;
+        Ok(tokens.map(|tokens| {
+            requests
+                .iter()
+                .zip(tokens)
+                .map(|(request, token)| granted(token, started + request.ttl, ""))
+                .collect()
+        }))
     }
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {

@@ -108,6 +108,30 @@ pub async fn lock_all_atomic_step_never_holds_a_part_alone(subject: &Subject) {
     trying.await.expect("the trying task");
     assert!(probes > 0, "the probe never ran beside the tries");
     blocker.release().await.expect("release");
+    // Free now: the one step takes the whole set.
+    let both = within(
+        "a try of the free set takes it",
+        once_all(&c, &[&first, &last]),
+    )
+    .await;
+    assert!(both.token(&first).is_some() && both.token(&last).is_some());
+    both.release().await.expect("release the set");
+}
+
+/// try-acquires the set until it is free (a released part may be freed in
+/// the background).
+async fn once_all(locks: &Locks, names: &[&str]) -> omnilock_core::MultiGuard {
+    loop {
+        if let Some(all) = locks
+            .lock_all(names)
+            .try_acquire()
+            .await
+            .expect("try the set")
+        {
+            return all;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// Two clients that take the same two locks in opposite orders, again and
