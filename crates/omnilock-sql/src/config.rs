@@ -59,7 +59,7 @@ impl Dialect {
 
 /// The longest suffix omnilock appends to the table name: fair mode's index
 /// on its waiting line, `<table>_queue_name`.
-const LONGEST_SUFFIX: &str = "_queue_name";
+pub(crate) const LONGEST_SUFFIX: &str = "_queue_name";
 
 /// The table omnilock uses unless `?table=` names another.
 pub const DEFAULT_TABLE: &str = "omnilock_locks";

@@ -6,6 +6,8 @@
 //! ...) in the same order, so every placeholder has its own number.
 
 use super::{ident, text_type, Param, Statement};
+use crate::config::Dialect;
+use Param::*;
 
 /// Opens a transaction that takes locks: SQLite's `IMMEDIATE` takes the
 /// file's writer lock at once (no upgrade later, which could fail as busy);
@@ -18,15 +20,15 @@ pub(crate) fn begin(dialect: Dialect) -> &'static str {
         Dialect::MySql => "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION",
     }
 }
-use crate::config::Dialect;
-use Param::*;
 
 /// The entries table, its index, and the heads table (MySQL and
 /// PostgreSQL), as given (unquoted).
 fn counted_names(table: &str) -> [String; 3] {
     [
         format!("{table}_entries"),
-        format!("{table}_entries_order"),
+        // No longer than fair mode's `_queue_name`, which sets the longest
+        // table name each dialect accepts (`config::LONGEST_SUFFIX`).
+        format!("{table}_entries_ix"),
         format!("{table}_heads"),
     ]
 }
@@ -268,4 +270,22 @@ fn number(dialect: Dialect, sql: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every name derived from the table fits wherever the longest allowed
+    /// table name does.
+    #[test]
+    fn derived_names_are_no_longer_than_the_longest_suffix() {
+        for name in counted_names("") {
+            assert!(
+                name.len() <= crate::config::LONGEST_SUFFIX.len(),
+                "{name:?} is longer than {:?}",
+                crate::config::LONGEST_SUFFIX
+            );
+        }
+    }
 }
