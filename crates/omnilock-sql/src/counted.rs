@@ -14,7 +14,8 @@
 //! count, adds or refreshes the caller's row and, if it fits, marks it
 //! holding. The row id is the fencing token (rising across all rows of a
 //! name: ids are taken under the head lock). Waiters poll with backoff,
-//! woken early by a release in the same process.
+//! woken early by a release in the same process and, on PostgreSQL with
+//! NOTIFY, by a release anywhere (the delete notifies `<table>_entries`).
 
 use std::time::{Duration, Instant};
 
@@ -197,7 +198,7 @@ impl SqlStore {
             let (store, name) = (store.clone(), name.clone());
             async move {
                 store.delete_row(id, None).await?;
-                store.inner.wake_local(&name);
+                store.inner.wake_all_local(&name);
                 Ok(())
             }
         });
@@ -217,7 +218,16 @@ impl SqlStore {
         } else {
             &q.forget
         };
-        Ok(self.execute(statement, &args).await? == 1)
+        let deleted = if q.deletes_select_count {
+            let err = |e| self.err(e);
+            with_pool!(self.pool(), p => {
+                let row = query(statement, &args).fetch_one(p).await.map_err(err)?;
+                row.try_get::<i64, _>(0).map_err(err)? as u64
+            })
+        } else {
+            self.execute(statement, &args).await?
+        };
+        Ok(deleted == 1)
     }
 
     /// A semaphore permit or a side of a read-write lock: `None` from a
@@ -292,7 +302,9 @@ impl SqlStore {
         if !self.delete_row(*id, Some(request.owner.as_str())).await? {
             return Err(Error::not_owner());
         }
-        self.inner.wake_local(&request.name);
+        // A release can admit several waiters (a writer's, readers): let
+        // every local one look.
+        self.inner.wake_all_local(&request.name);
         Ok(())
     }
 

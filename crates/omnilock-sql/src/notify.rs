@@ -1,7 +1,9 @@
 //! PostgreSQL LISTEN/NOTIFY: a release that frees a lock sends a NOTIFY on
 //! the channel named after the table, with the lock name as payload, in the
 //! same statement; every store listening on
-//! that table wakes one local waiter for that lock at once. Polling stays as
+//! that table wakes one local waiter for that lock at once. Semaphore and
+//! read-write lock entries that leave notify `<table>_entries`, which wakes
+//! every local waiter of the name (a release can admit several). Polling stays as
 //! the safety net for notifications missed while the listener reconnects.
 
 use std::sync::Weak;
@@ -15,7 +17,11 @@ use crate::store::Inner;
 /// Listens with a connection of its own (from a one-connection pool on the
 /// store's connect options), so the store's pool, or the application's pool
 /// it was built on, never loses a connection to it.
-pub(crate) async fn listen(store: Weak<Inner>, options: PgConnectOptions, channel: String) {
+pub(crate) async fn listen(store: Weak<Inner>, options: PgConnectOptions, table: String) {
+    // The mutex's releases notify on the table's name, the semaphores' and
+    // read-write locks' on `<table>_entries`.
+    let counted = crate::queries::notify_channel(&table);
+    let channels = [table.as_str(), counted.as_str()];
     let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
     let pool = PgPoolOptions::new()
         .max_connections(1)
@@ -31,7 +37,7 @@ pub(crate) async fn listen(store: Weak<Inner>, options: PgConnectOptions, channe
                 continue;
             }
         };
-        if let Err(err) = listener.listen(&channel).await {
+        if let Err(err) = listener.listen_all(channels).await {
             tracing::debug!(error = %err, "omnilock postgres LISTEN failed; polling");
             tokio::time::sleep(backoff.next_delay()).await;
             continue;
@@ -42,7 +48,12 @@ pub(crate) async fn listen(store: Weak<Inner>, options: PgConnectOptions, channe
                 Ok(Some(notification)) => {
                     let Some(inner) = store.upgrade() else { return };
                     if let Ok(name) = LockName::new(notification.payload()) {
-                        inner.wake_local(&name);
+                        if notification.channel() == counted {
+                            // A freed permit or side can admit several.
+                            inner.wake_all_local(&name);
+                        } else {
+                            inner.wake_local(&name);
+                        }
                     }
                 }
                 // The connection dropped; the next call reconnects and

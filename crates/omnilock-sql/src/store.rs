@@ -53,6 +53,12 @@ impl Drop for Inner {
 }
 
 impl Inner {
+    /// Wakes every local waiter of `name`: a semaphore permit or
+    /// read-write lock side that leaves can admit several.
+    pub(crate) fn wake_all_local(&self, name: &LockName) {
+        self.local_waiters.wake_all(name);
+    }
+
     pub(crate) fn wake_local(&self, name: &LockName) {
         if self.config.fair {
             // Only the head of the line may take it; let each look.

@@ -63,12 +63,23 @@ pub(crate) struct Counted {
     pub forget: Statement,
     /// Deletes a live, holding entry of this owner.
     pub release: Statement,
+    /// PostgreSQL with NOTIFY: `forget` and `release` are a `SELECT` over
+    /// the `DELETE` whose first column is the rows deleted, and which
+    /// notifies [`notify_channel`] with the lock name in the same round
+    /// trip.
+    pub deletes_select_count: bool,
     /// Extends a live, holding entry of this owner; never revives one.
     pub renew: Statement,
 }
 
+/// The PostgreSQL channel on which semaphore and read-write lock releases
+/// notify, with the lock name as payload (the mutex's is the table's name).
+pub(crate) fn notify_channel(table: &str) -> String {
+    format!("{table}_entries")
+}
+
 impl Counted {
-    pub(crate) fn new(dialect: Dialect, table: &str) -> Self {
+    pub(crate) fn new(dialect: Dialect, table: &str, notify: bool) -> Self {
         let [entries, _, heads] = counted_names(table);
         let (e, heads) = (ident(dialect, &entries), ident(dialect, &heads));
         let (now, int, greatest) = clock(dialect);
@@ -89,6 +100,22 @@ impl Counted {
                 ),
                 &[Family, Name],
             )),
+        };
+        let notifies = dialect == Dialect::Postgres && notify;
+        // With NOTIFY, a delete also wakes the waiters of the name in every
+        // listening process (the channel is a checked plain identifier).
+        let delete = |condition: &str, params: &[Param]| {
+            let delete = format!("DELETE FROM {e} WHERE {condition}");
+            let sql = if notifies {
+                let channel = notify_channel(table);
+                format!(
+                    "WITH gone AS ({delete} RETURNING name) \
+                     SELECT COUNT(*), COUNT(pg_notify('{channel}', name)) FROM gone"
+                )
+            } else {
+                delete
+            };
+            stmt(sql, params)
         };
         let returning = if dialect == Dialect::MySql {
             ""
@@ -147,14 +174,12 @@ impl Counted {
                 ),
                 &[Family, Name],
             ),
-            forget: stmt(format!("DELETE FROM {e} WHERE id = ?"), &[Id]),
-            release: stmt(
-                format!(
-                    "DELETE FROM {e} WHERE id = ? AND owner = ? AND holding = 1 \
-                     AND expires_at > {now}"
-                ),
+            forget: delete("id = ?", &[Id]),
+            release: delete(
+                &format!("id = ? AND owner = ? AND holding = 1 AND expires_at > {now}"),
                 &[Id, Owner],
             ),
+            deletes_select_count: notifies,
             renew: stmt(
                 format!(
                     "UPDATE {e} SET expires_at = {greatest}(expires_at, {now} + ?) \

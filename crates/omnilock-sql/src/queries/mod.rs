@@ -19,6 +19,8 @@ mod counted;
 mod mysql;
 mod upsert;
 
+#[cfg(feature = "postgres")]
+pub(crate) use counted::notify_channel;
 pub(crate) use counted::Counted;
 
 use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};

@@ -75,7 +75,7 @@ pub(super) fn queries(table_name: &str, fair: bool) -> Queries {
 
     Queries {
         begin: counted::begin(Dialect::MySql),
-        counted: Counted::new(Dialect::MySql, table_name),
+        counted: Counted::new(Dialect::MySql, table_name, false),
         create: create
             .into_iter()
             .map(|s| Statement::new(s, &[]).sql)

@@ -111,7 +111,7 @@ pub(super) fn queries(dialect: Dialect, table_name: &str, notify: bool, fair: bo
     };
     Queries {
         begin: counted::begin(dialect),
-        counted: Counted::new(dialect, table_name),
+        counted: Counted::new(dialect, table_name, notify),
         create: create
             .into_iter()
             .map(|s| Statement::new(s, &[]).sql)
