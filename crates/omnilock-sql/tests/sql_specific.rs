@@ -228,3 +228,40 @@ async fn concurrent_first_use_creates_the_table_once() {
             .await;
     }
 }
+
+/// PostgreSQL pushes semaphore and read-write lock releases: the delete of
+/// an entry notifies `<table>_entries` with the lock name, in the same
+/// statement, so a waiter in any process wakes at once instead of at its
+/// next poll (the store's listener routes that channel to every waiter of
+/// the name). Checked with a listener of our own on that channel.
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_release_of_a_permit_notifies_its_waiters() {
+    let Some(url) = store_url("POSTGRES") else {
+        return;
+    };
+    let table = "notify_counted";
+    let locks = connect(&with_option(&url, &format!("table={table}")))
+        .await
+        .expect("connect");
+    let mut listener = sqlx::postgres::PgListener::connect(&url)
+        .await
+        .expect("a listener");
+    listener
+        .listen(&format!("{table}_entries"))
+        .await
+        .expect("LISTEN");
+    let name = format!("notify-{}", std::process::id());
+    for side in ["permit", "writer"] {
+        let guard = match side {
+            "permit" => locks.semaphore(&name, 2).acquire().await,
+            _ => locks.rw_lock(&name).write().acquire().await,
+        }
+        .expect("acquire");
+        guard.release().await.expect("release");
+        let notification = tokio::time::timeout(Duration::from_secs(10), listener.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no NOTIFY within 10 s of the {side}'s release"))
+            .expect("the listener's connection");
+        assert_eq!(notification.payload(), name, "{side}");
+    }
+}
