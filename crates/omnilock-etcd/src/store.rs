@@ -170,6 +170,33 @@ impl EtcdStore {
         .await
     }
 
+    /// Runs a transaction that puts `keys` when it succeeds, retried over
+    /// transient errors and finished even if the caller goes away (then
+    /// the keys it put are deleted in the background).
+    async fn put_txn_detached(
+        &self,
+        txn: Txn,
+        keys: Vec<String>,
+    ) -> Result<etcd_client::TxnResponse> {
+        let (etcd, undo_etcd) = (self.etcd.clone(), self.etcd.clone());
+        complete_or_undo(
+            async move {
+                let deadline = tokio::time::Instant::now() + etcd.request_timeout;
+                retry(backoff(), deadline, || etcd.txn(txn.clone())).await
+            },
+            move |result: Result<etcd_client::TxnResponse>| async move {
+                if let Ok(resp) = result {
+                    if resp.succeeded() {
+                        for key in keys {
+                            abandon(&undo_etcd, key, revision(&resp));
+                        }
+                    }
+                }
+            },
+        )
+        .await
+    }
+
     /// A try-acquire's single transaction: put our key only if the lock's
     /// range is empty (nobody holds or waits). `None` when it is not and our
     /// owner is not the holder.
@@ -185,23 +212,8 @@ impl EtcdStore {
                 TxnOp::get(key, None),
                 TxnOp::get(lock_prefix, Some(first_created())),
             ]);
-        let etcd = self.etcd.clone();
-        let undo_etcd = self.etcd.clone();
-        let (undo_key, call_key) = (key.to_string(), key.to_string());
-        let resp = complete_or_undo(
-            async move {
-                let deadline = tokio::time::Instant::now() + etcd.request_timeout;
-                retry(backoff(), deadline, || etcd.txn(txn.clone())).await
-            },
-            move |result: Result<etcd_client::TxnResponse>| async move {
-                if let Ok(resp) = result {
-                    if resp.succeeded() {
-                        abandon(&undo_etcd, undo_key, revision(&resp));
-                    }
-                }
-            },
-        )
-        .await?;
+        let call_key = key.to_string();
+        let resp = self.put_txn_detached(txn, vec![key.to_string()]).await?;
         if resp.succeeded() {
             return Ok(Some(Enqueued::Mine {
                 rev: revision(&resp),
@@ -282,25 +294,8 @@ impl EtcdStore {
                     .map(|(_, key)| TxnOp::get(key.as_str(), None))
                     .collect::<Vec<_>>(),
             );
-        let etcd = self.etcd.clone();
-        let undo_etcd = self.etcd.clone();
-        let undo_keys: Vec<String> = parts.iter().map(|(_, key)| key.clone()).collect();
-        let resp = complete_or_undo(
-            async move {
-                let deadline = tokio::time::Instant::now() + etcd.request_timeout;
-                retry(backoff(), deadline, || etcd.txn(txn.clone())).await
-            },
-            move |result: Result<etcd_client::TxnResponse>| async move {
-                if let Ok(resp) = result {
-                    if resp.succeeded() {
-                        for key in undo_keys {
-                            abandon(&undo_etcd, key, revision(&resp));
-                        }
-                    }
-                }
-            },
-        )
-        .await?;
+        let keys = parts.iter().map(|(_, key)| key.clone()).collect();
+        let resp = self.put_txn_detached(txn, keys).await?;
         let rev = if resp.succeeded() {
             revision(&resp)
         } else {
