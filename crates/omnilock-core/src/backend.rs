@@ -288,6 +288,20 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// [`Grant::valid_until`].
     async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant>;
 
+    /// Renews several holds (each as [`Backend::renew`] would), answering
+    /// in the same order. Core's renewal task calls this with every hold of
+    /// a [`crate::Locks`] family that is due, up to a few hundred at a time:
+    /// a store that can extend many leases in one request overrides it. The
+    /// default runs [`Backend::renew`] for each, side by side.
+    async fn renew_all(&self, holds: &[(&AcquireRequest, &Grant)]) -> Vec<Result<Instant>> {
+        futures_util::future::join_all(
+            holds
+                .iter()
+                .map(|(request, grant)| self.renew(request, grant)),
+        )
+        .await
+    }
+
     /// Takes every mutex of `requests` (distinct names in sorted order, one
     /// owner, none re-entered) in one atomic step if all are free: their
     /// grants in the same order, or `Ok(None)` when any is busy, and then

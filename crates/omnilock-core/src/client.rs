@@ -15,6 +15,7 @@ use crate::guard::LockGuard;
 use crate::hold::Hold;
 use crate::metrics;
 use crate::name::{LockName, Owner};
+use crate::renewal::Renewals;
 use crate::signal::{LostNotifier, WaitNotice};
 use crate::sync::lock_unpoisoned;
 
@@ -40,6 +41,8 @@ pub(crate) struct Shared {
     /// The holds of read-write locks by named owners, readable without
     /// waiting for a slot: whether an owner holds the other side.
     rw_holds: Mutex<HashMap<SlotKey, Weak<Hold>>>,
+    /// The renewal schedule of every hold.
+    pub(crate) renewals: Arc<Renewals>,
 }
 
 impl Shared {
@@ -140,6 +143,7 @@ impl Locks {
                 backend,
                 holds: Mutex::new(HashMap::new()),
                 rw_holds: Mutex::new(HashMap::new()),
+                renewals: Arc::default(),
             }),
             defaults: Defaults {
                 ttl: DEFAULT_TTL,

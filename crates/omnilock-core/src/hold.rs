@@ -1,17 +1,18 @@
 //! A lock held in the store by this process: the grant, its hold count
-//! (reentrancy within the process), its renewal task and its lost signal.
+//! (reentrancy within the process), its place in the renewal schedule and
+//! its lost signal.
 //! Every [`crate::LockGuard`] for the same acquisition shares one `Hold`.
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::runtime::Handle;
-use tokio::task::JoinHandle;
 
 use crate::backend::{AcquireRequest, Backend, Grant};
 use crate::client::Shared;
 use crate::error::{Error, ErrorKind, Operation, Result};
 use crate::metrics::HoldMetrics;
+use crate::renewal::Renewal;
 use crate::retry::{retry, Backoff};
 use crate::sync::lock_unpoisoned as lock;
 
@@ -19,11 +20,13 @@ pub(crate) struct Hold {
     pub(crate) shared: Arc<Shared>,
     pub(crate) request: AcquireRequest,
     pub(crate) grant: Grant,
-    valid_until: Mutex<Instant>,
+    pub(crate) valid_until: Mutex<Instant>,
     state: Mutex<HoldState>,
-    renewal: Mutex<Option<JoinHandle<()>>>,
-    runtime: Handle,
-    metrics: HoldMetrics,
+    pub(crate) renewal: Mutex<Renewal>,
+    /// The runtime that acquired the lock: background releases, and the
+    /// renewal task when none runs, go there.
+    pub(crate) runtime: Handle,
+    pub(crate) metrics: HoldMetrics,
 }
 
 struct HoldState {
@@ -34,7 +37,8 @@ struct HoldState {
 }
 
 impl Hold {
-    /// Starts tracking a fresh grant and its renewal. Must run inside a runtime.
+    /// Starts tracking a fresh grant and schedules its renewal. Must run
+    /// inside a runtime.
     pub(crate) fn start(
         shared: Arc<Shared>,
         request: AcquireRequest,
@@ -42,6 +46,7 @@ impl Hold {
         metrics: HoldMetrics,
     ) -> Arc<Self> {
         let runtime = Handle::current();
+        let renewal = Renewal::new(request.ttl / 3);
         let hold = Arc::new(Hold {
             valid_until: Mutex::new(grant.valid_until),
             shared,
@@ -51,12 +56,11 @@ impl Hold {
                 holds: 1,
                 released: false,
             }),
-            renewal: Mutex::new(None),
+            renewal: Mutex::new(renewal),
             runtime,
             metrics,
         });
-        let task = hold.runtime.spawn(renewal_loop(Arc::downgrade(&hold)));
-        *lock(&hold.renewal) = Some(task);
+        hold.shared.renewals.start(&hold);
         hold
     }
 
@@ -119,9 +123,7 @@ impl Hold {
     /// errors are retried while the lease is still valid (after that the
     /// store frees the lock by itself).
     pub(crate) async fn release_in_store(self: &Arc<Self>) -> Result<()> {
-        if let Some(task) = lock(&self.renewal).take() {
-            task.abort();
-        }
+        self.shared.renewals.stop(self);
         let deadline = tokio::time::Instant::from_std(self.valid_until());
         let backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
         let result = retry(backoff, deadline, || {
@@ -156,65 +158,6 @@ impl Hold {
         }));
         if spawn.is_err() {
             tracing::warn!("omnilock: runtime gone; the lock frees when its lease expires");
-        }
-    }
-}
-
-/// Extends the lease every third of the TTL until the hold is released;
-/// fires the lost signal when the store says the lock is gone, or when
-/// transient failures last until the lease may have expired.
-async fn renewal_loop(hold: Weak<Hold>) {
-    let (interval, lost, renews) = match hold.upgrade() {
-        Some(h) => (
-            h.request.ttl / 3,
-            h.request.lost.clone(),
-            h.backend().capabilities().lease_renewal,
-        ),
-        None => return,
-    };
-    let mut backoff = Backoff::new(interval / 8, interval);
-    let mut next = tokio::time::Instant::now() + interval;
-    loop {
-        let deadline = match hold.upgrade() {
-            Some(h) => tokio::time::Instant::from_std(h.valid_until()),
-            None => return,
-        };
-        let wake = if renews { next.min(deadline) } else { deadline };
-        tokio::select! {
-            _ = tokio::time::sleep_until(wake) => {}
-            _ = lost.fired() => return,
-        }
-        let Some(hold) = hold.upgrade() else { return };
-        let now = tokio::time::Instant::now();
-        if now >= deadline {
-            lost.fire(
-                Error::new(
-                    ErrorKind::LockLost,
-                    "the lease expired before it could be renewed",
-                )
-                .with_lock(hold.request.name.as_str()),
-            );
-            return;
-        }
-        let renewal = hold.backend().renew(&hold.request, &hold.grant);
-        let outcome = tokio::time::timeout_at(deadline, renewal).await;
-        match hold.metrics.renewal(outcome) {
-            Ok(Ok(until)) => {
-                *lock(&hold.valid_until) = until;
-                backoff.reset();
-                next = now + interval;
-                tracing::trace!(lock = %hold.request.name, "omnilock renewed");
-            }
-            Ok(Err(err)) if err.is_retryable() => {
-                tracing::warn!(lock = %hold.request.name, error = %err, "omnilock renewal failed; retrying");
-                next = tokio::time::Instant::now() + backoff.next_delay();
-            }
-            Ok(Err(err)) => {
-                lost.fire(err.with_lock(hold.request.name.as_str()));
-                return;
-            }
-            // The lease ran out while the store did not answer.
-            Err(_) => next = tokio::time::Instant::now(),
         }
     }
 }

@@ -42,6 +42,7 @@ pub mod mem;
 pub mod metrics;
 mod multi;
 mod name;
+mod renewal;
 mod retry;
 mod sessions;
 mod signal;

@@ -121,7 +121,8 @@ if owner == ARGV[1] then
 end
 local head = live_head(KEYS[3], KEYS[4])
 if not owner and (not head or head == ARGV[4]) then
-  leave()
+  -- An empty queue holds no entry of ours: nothing to leave.
+  if head then leave() end
   local token = next_token(KEYS[2])
   redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'holds', 1, 'token', token, 'calls', call)
   redis.call('PEXPIRE', KEYS[1], ttl)
@@ -180,14 +181,16 @@ return answer
 /// freed, and the next waiter woken).
 const RELEASE: &str = r#"
 local call = ARGV[4] or ''
-local held = redis.call('HMGET', KEYS[1], 'owner', 'token', 'calls')
+local held = redis.call('HMGET', KEYS[1], 'owner', 'token', 'calls', 'holds')
 if held[1] ~= ARGV[1] or (ARGV[2] ~= '' and held[2] ~= ARGV[2]) then
   return -1
 end
 if seen(held[3], call) then
-  return tonumber(redis.call('HGET', KEYS[1], 'holds'))
+  return tonumber(held[4])
 end
-local holds = redis.call('HINCRBY', KEYS[1], 'holds', -1)
+-- The last hold (the usual case) frees the lock without counting down.
+local holds = 0
+if tonumber(held[4]) > 1 then holds = redis.call('HINCRBY', KEYS[1], 'holds', -1) end
 if holds > 0 then
   redis.call('HSET', KEYS[1], 'calls', remember(held[3], call))
   return holds
@@ -207,6 +210,25 @@ end
 local ttl = tonumber(ARGV[3])
 if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
 return 1
+"#;
+
+/// KEYS: the lock of each hold. ARGV: owner, token, ttl_ms of each hold in
+/// turn. Returns, in order, 1 (extended) or 0 (not held) for each. Never
+/// re-creates a lock that is gone. One run renews a whole batch of one
+/// client's locks (all on one server).
+const RENEW_ALL: &str = r#"
+local renewed = {}
+for i, lock in ipairs(KEYS) do
+  local owner, token, ttl = ARGV[i * 3 - 2], ARGV[i * 3 - 1], tonumber(ARGV[i * 3])
+  local held = redis.call('HMGET', lock, 'owner', 'token')
+  if held[1] == owner and held[2] == token then
+    if redis.call('PTTL', lock) < ttl then redis.call('PEXPIRE', lock, ttl) end
+    renewed[i] = 1
+  else
+    renewed[i] = 0
+  end
+end
+return renewed
 "#;
 
 /// KEYS: lock, queue, timeouts. ARGV: entry, channel_prefix.
@@ -411,6 +433,7 @@ pub(crate) struct Scripts {
     pub acquire_all: Script,
     pub release: Script,
     pub renew: Script,
+    pub renew_all: Script,
     pub cancel: Script,
     pub break_lock: Script,
     pub acquire_counted: Script,
@@ -428,6 +451,7 @@ impl Scripts {
             acquire_all: with_common(ACQUIRE_ALL),
             release: with_common(RELEASE),
             renew: Script::new(RENEW),
+            renew_all: Script::new(RENEW_ALL),
             cancel: with_common(CANCEL),
             break_lock: with_common(BREAK),
             acquire_counted: counted(ACQUIRE_COUNTED),

@@ -505,6 +505,58 @@ impl RedisStore {
         Ok(())
     }
 
+    /// One run of the batch renewal script over mutex holds (all on one
+    /// server): whether each is still held by its owner and token, and
+    /// extended. With `wait_replicas`, a shortfall of confirmations fails
+    /// the whole batch (retried).
+    async fn renew_mutexes(&self, holds: &[(&AcquireRequest, &Grant)]) -> Result<Vec<bool>> {
+        let Some((first, _)) = holds.first() else {
+            return Ok(Vec::new());
+        };
+        let inner = &self.inner;
+        let keys: Vec<String> = holds.iter().map(|(r, _)| self.keys(&r.name).lock).collect();
+        let mut args = Vec::with_capacity(holds.len() * 3);
+        for (request, grant) in holds {
+            args.push(request.owner.as_str().as_bytes().to_vec());
+            args.push(grant.token.to_string().into_bytes());
+            args.push(request.ttl.as_millis().to_string().into_bytes());
+        }
+        let mut conn = inner.node.conn_for(&self.keys(&first.name).lock);
+        let script = &inner.scripts.renew_all;
+        let (renewed, confirmed): (Vec<i64>, Option<u32>) = match inner.options.wait_replicas {
+            Some(wait) => {
+                let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+                let (renewed, acknowledged) =
+                    eval_then_wait(&mut conn, script, &key_refs, &args, wait)
+                        .await
+                        .map_err(|e| inner.node.err(e))?;
+                (renewed, Some(acknowledged))
+            }
+            None => {
+                let mut invocation = script.prepare_invoke();
+                for key in &keys {
+                    invocation.key(key);
+                }
+                for arg in &args {
+                    invocation.arg(arg);
+                }
+                let renewed = invocation
+                    .invoke_async(&mut conn)
+                    .await
+                    .map_err(|e| inner.node.err(e))?;
+                (renewed, None)
+            }
+        };
+        if renewed.len() != holds.len() {
+            return Err(Error::new(
+                ErrorKind::Backend,
+                "internal: the renewal script answered for a different number of locks",
+            ));
+        }
+        self.check_confirmed(confirmed)?;
+        Ok(renewed.into_iter().map(|r| r == 1).collect())
+    }
+
     /// One run of the release script; `call` is the same for every retry
     /// of one hold's release.
     async fn release_token(&self, request: &AcquireRequest, token: u64, call: &str) -> Result<i64> {
@@ -666,6 +718,14 @@ async fn check_same_server(node: &Node, channel: &str) -> Result<()> {
 /// release whose reply was lost. One id per acquire (all its attempts) and
 /// one per hold's release (all its retries) let the scripts recognise a
 /// second run and change nothing (see `scripts.rs`).
+/// A mutex's renewal found another holder, or none.
+fn lock_gone() -> Error {
+    Error::new(
+        ErrorKind::LockLost,
+        "the lock is no longer held by this owner",
+    )
+}
+
 fn nonce() -> String {
     format!("{:016x}", rand::random::<u64>())
 }
@@ -977,46 +1037,55 @@ impl Backend for RedisStore {
                 "the permit or read-write lock is no longer held by this owner",
             ));
         }
-        let inner = &self.inner;
-        let keys = self.keys(&request.name);
-        let mut conn = inner.node.conn_for(&keys.lock);
         let started = Instant::now();
-        let script = &inner.scripts.renew;
-        let args = [
-            request.owner.as_str().as_bytes().to_vec(),
-            grant.token.to_string().into_bytes(),
-            request.ttl.as_millis().to_string().into_bytes(),
-        ];
-        let (renewed, confirmed): (i64, Option<u32>) = match inner.options.wait_replicas {
-            Some(wait) => {
-                let (renewed, acknowledged) =
-                    eval_then_wait(&mut conn, script, &[&*keys.lock], &args, wait)
-                        .await
-                        .map_err(|e| inner.node.err(e))?;
-                (renewed, Some(acknowledged))
-            }
-            None => {
-                let mut invocation = script.prepare_invoke();
-                invocation.key(&keys.lock);
-                for arg in &args {
-                    invocation.arg(arg);
-                }
-                let renewed = invocation
-                    .invoke_async(&mut conn)
-                    .await
-                    .map_err(|e| inner.node.err(e))?;
-                (renewed, None)
-            }
-        };
-        if renewed == 1 {
-            self.check_confirmed(confirmed)?;
+        if self.renew_mutexes(&[(request, grant)]).await? == [true] {
             Ok(started + request.ttl)
         } else {
-            Err(Error::new(
-                ErrorKind::LockLost,
-                "the lock is no longer held by this owner",
-            ))
+            Err(lock_gone())
         }
+    }
+
+    /// Mutexes share one script run per batch on one server (a cluster's
+    /// locks live in different slots: each is renewed on its own there);
+    /// semaphore permits and read-write locks are renewed each on its own.
+    async fn renew_all(&self, holds: &[(&AcquireRequest, &Grant)]) -> Vec<Result<Instant>> {
+        let started = Instant::now();
+        let batched = |request: &AcquireRequest| {
+            Counted::of(request.primitive).is_none() && !self.inner.node.is_cluster()
+        };
+        let (mutexes, others): (Vec<usize>, Vec<usize>) =
+            (0..holds.len()).partition(|&i| batched(holds[i].0));
+        let mut results: Vec<Option<Result<Instant>>> = holds.iter().map(|_| None).collect();
+        let each = futures_util::future::join_all(
+            others.iter().map(|&i| self.renew(holds[i].0, holds[i].1)),
+        );
+        let batch: Vec<_> = mutexes.iter().map(|&i| holds[i]).collect();
+        let (each, batch) = tokio::join!(each, self.renew_mutexes(&batch));
+        for (&i, result) in others.iter().zip(each) {
+            results[i] = Some(result);
+        }
+        match batch {
+            Ok(renewed) => {
+                for (&i, renewed) in mutexes.iter().zip(renewed) {
+                    results[i] = Some(if renewed {
+                        Ok(started + holds[i].0.ttl)
+                    } else {
+                        Err(lock_gone())
+                    });
+                }
+            }
+            Err(err) => {
+                for &i in &mutexes {
+                    results[i] = Some(Err(err.clone()));
+                }
+            }
+        }
+        results
+            .into_iter()
+            .map(|r| {
+                r.unwrap_or_else(|| Err(Error::new(ErrorKind::Backend, "internal: not renewed")))
+            })
+            .collect()
     }
 
     fn measure(&self) -> Option<&dyn omnilock_core::Measure> {

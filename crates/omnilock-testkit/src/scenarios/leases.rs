@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use omnilock_core::{ErrorKind, Locks};
+use omnilock_core::{ErrorKind, LockGuard, Locks};
 
 use super::{abandon, caps, clients, unique, within, PATIENCE};
 use crate::Subject;
@@ -35,11 +35,15 @@ pub async fn abandoned_holder_expires(subject: &Subject) {
 /// Renewal keeps a lock held across 3 × TTL. The TTL is 2 s: renewals run
 /// every third of it, and a store on a shared 2-core machine stalls half a
 /// second now and then (a 1 s TTL lost MariaDB's lock in CI once).
+///
+/// The same client holds 100 more locks meanwhile, so that renewals go out
+/// in batches (`Backend::renew_all`): every one of them must stay held too.
 pub async fn renewal_keeps_lock(subject: &Subject) {
     let name = unique("renewal");
     let ttl = Duration::from_secs(2);
     let [a, b] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
     let guard = a.lock(&name).ttl(ttl).acquire().await.expect("acquire");
+    let others = hold_many(&a, &name, ttl, 100).await;
     let first_deadline = guard.safe_until();
     let lost = guard.lost();
     tokio::pin!(lost);
@@ -57,7 +61,40 @@ pub async fn renewal_keeps_lock(subject: &Subject) {
         guard.safe_until() > first_deadline,
         "safe deadline never moved"
     );
+    for (index, other) in others.iter().enumerate() {
+        assert!(
+            other.is_held(),
+            "lock {index} of 100 held beside it was lost"
+        );
+        assert!(
+            other.safe_until() > first_deadline,
+            "lock {index} of 100 held beside it was never renewed"
+        );
+        let stolen = b
+            .lock(&format!("{name}/{index}"))
+            .ttl(ttl)
+            .try_acquire()
+            .await
+            .expect("probe");
+        assert!(stolen.is_none(), "another owner took renewed lock {index}");
+    }
     guard.release().await.expect("release");
+    for other in others {
+        other.release().await.expect("release");
+    }
+}
+
+/// `count` locks `<name>/<i>` held by `locks`, taken side by side.
+async fn hold_many(locks: &Locks, name: &str, ttl: Duration, count: usize) -> Vec<LockGuard> {
+    let acquisitions = (0..count).map(|index| {
+        let name = format!("{name}/{index}");
+        async move { locks.lock(&name).ttl(ttl).acquire().await }
+    });
+    futures_util::future::join_all(acquisitions)
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()
+        .expect("acquire the locks held beside it")
 }
 
 /// The lost signal fires when the lock is taken away under its holder, and
@@ -65,15 +102,22 @@ pub async fn renewal_keeps_lock(subject: &Subject) {
 pub async fn lost_signal_fires(subject: &Subject) {
     let name = unique("lost");
     let [a, admin] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
-    let guard = a
-        .lock(&name)
-        .ttl(Duration::from_secs(1))
-        .acquire()
-        .await
-        .expect("acquire");
+    let ttl = Duration::from_secs(1);
+    let guard = a.lock(&name).ttl(ttl).acquire().await.expect("acquire");
+    // Renewed in the same batches as the broken one: they stay held.
+    let others = hold_many(&a, &name, ttl, 20).await;
     assert!(guard.is_held());
     assert!(admin.break_lock(&name).await.expect("break"));
     let loss = within("the lost signal fires", guard.lost()).await;
+    for (index, other) in others.iter().enumerate() {
+        assert!(
+            other.is_held(),
+            "lock {index} renewed beside the broken one was reported lost too"
+        );
+    }
+    for other in others {
+        other.release().await.expect("release");
+    }
     assert_eq!(loss.kind(), ErrorKind::LockLost);
     assert_eq!(loss.backend(), Some(a.backend_kind()), "{loss}");
     assert_eq!(loss.lock(), Some(name.as_str()), "{loss}");
