@@ -263,7 +263,7 @@ pub(crate) fn create(dialect: Dialect, table: &str) -> Vec<String> {
 
 /// The dialect's database clock in milliseconds, its 64-bit integer type
 /// (as `CAST` spells it) and its two-argument maximum.
-fn clock(dialect: Dialect) -> (&'static str, &'static str, &'static str) {
+pub(super) fn clock(dialect: Dialect) -> (&'static str, &'static str, &'static str) {
     match dialect {
         Dialect::Sqlite => (
             "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
@@ -280,7 +280,7 @@ fn clock(dialect: Dialect) -> (&'static str, &'static str, &'static str) {
 }
 
 /// `sql` with its `?` placeholders numbered for PostgreSQL and SQLite.
-fn number(dialect: Dialect, sql: &str) -> String {
+pub(super) fn number(dialect: Dialect, sql: &str) -> String {
     if dialect == Dialect::MySql {
         return sql.to_string();
     }

@@ -17,11 +17,13 @@
 
 mod counted;
 mod mysql;
+mod renew_batch;
 mod upsert;
 
 #[cfg(feature = "postgres")]
 pub(crate) use counted::notify_channel;
 pub(crate) use counted::Counted;
+pub(crate) use renew_batch::RenewBatch;
 
 use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
 
@@ -148,6 +150,8 @@ pub(crate) struct Queries {
     /// Extends a live lease, owner- and token-checked. One row affected on
     /// success; never revives a lock.
     pub renew: Statement,
+    /// Extends many live leases at once (see [`RenewBatch`]).
+    pub renew_batch: RenewBatch,
     /// Frees a lock whatever its owner.
     pub break_lock: Statement,
     /// The live holder's owner and token.

@@ -5,7 +5,8 @@
 //! of every `?` in the order they appear.
 
 use super::{
-    counted, ident, queue_names, text_type, Acquire, Counted, Param, Queries, Statement, Tickets,
+    counted, ident, queue_names, text_type, Acquire, Counted, Param, Queries, RenewBatch,
+    Statement, Tickets,
 };
 use crate::config::Dialect;
 use Param::*;
@@ -75,6 +76,7 @@ pub(super) fn queries(table_name: &str, fair: bool) -> Queries {
 
     Queries {
         begin: counted::begin(Dialect::MySql),
+        renew_batch: RenewBatch::new(Dialect::MySql, table_name),
         counted: Counted::new(Dialect::MySql, table_name, false),
         create: create
             .into_iter()

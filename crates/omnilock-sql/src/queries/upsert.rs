@@ -4,7 +4,8 @@
 //! `GREATEST` are spelled differently.
 
 use super::{
-    counted, ident, queue_names, text_type, Acquire, Counted, Param, Queries, Statement, Tickets,
+    counted, ident, queue_names, text_type, Acquire, Counted, Param, Queries, RenewBatch,
+    Statement, Tickets,
 };
 use crate::config::Dialect;
 use Param::*;
@@ -111,6 +112,7 @@ pub(super) fn queries(dialect: Dialect, table_name: &str, notify: bool, fair: bo
     };
     Queries {
         begin: counted::begin(dialect),
+        renew_batch: RenewBatch::new(dialect, table_name),
         counted: Counted::new(dialect, table_name, notify),
         create: create
             .into_iter()
