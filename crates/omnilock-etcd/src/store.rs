@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 use omnilock_core::{
     async_trait, complete_or_undo, lock_unpoisoned as lock, retry, AcquireRequest, Backend,
     Backoff, Capabilities, Error, ErrorKind, Grant, Holder, LockName, Owner, Result,
@@ -518,10 +518,7 @@ impl Backend for EtcdStore {
             .first()
             .is_some_and(|kv| kv.create_revision() == held.rev);
         if !present {
-            return Err(Error::new(
-                ErrorKind::LockLost,
-                "the lock's key is gone from etcd (lease expired or lock broken)",
-            ));
+            return Err(key_gone());
         }
         match held.foreign_lease {
             Some(lease) => Ok(self
@@ -530,6 +527,57 @@ impl Backend for EtcdStore {
                 .min(held.session.safe_until())),
             None => Ok(held.session.safe_until()),
         }
+    }
+
+    /// Holds on this client's own lease (the usual case) are checked up to
+    /// 64 per `Txn` (etcd allows 128 operations in one); the lease itself
+    /// is kept alive by the session. Others are renewed each on its own.
+    async fn renew_all(&self, holds: &[(&AcquireRequest, &Grant)]) -> Vec<Result<Instant>> {
+        let mut results: Vec<Option<Result<Instant>>> = holds.iter().map(|_| None).collect();
+        let own: Vec<(usize, &Held)> = holds
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (_, grant))| {
+                let held = grant.backend_state::<Held>().ok()?;
+                (held.foreign_lease.is_none() && held.session.death().is_none())
+                    .then_some((i, held))
+            })
+            .collect();
+        for batch in own.chunks(RENEW_BATCH) {
+            let ops: Vec<TxnOp> = batch
+                .iter()
+                .map(|(_, held)| {
+                    TxnOp::get(held.key.clone(), Some(GetOptions::new().with_keys_only()))
+                })
+                .collect();
+            let checked = self.etcd.txn(Txn::new().and_then(ops)).await;
+            let found: Vec<Vec<etcd_client::KeyValue>> = match &checked {
+                Ok(resp) => gets(resp).collect(),
+                Err(_) => Vec::new(),
+            };
+            for (n, (i, held)) in batch.iter().enumerate() {
+                results[*i] = Some(match &checked {
+                    Err(err) => Err(err.clone()),
+                    Ok(_) => {
+                        let present = found
+                            .get(n)
+                            .and_then(|kvs| kvs.first())
+                            .is_some_and(|kv| kv.create_revision() == held.rev);
+                        if present {
+                            Ok(held.session.safe_until())
+                        } else {
+                            Err(key_gone())
+                        }
+                    }
+                });
+            }
+        }
+        for (i, (request, grant)) in holds.iter().enumerate() {
+            if results[i].is_none() {
+                results[i] = Some(self.renew(request, grant).await);
+            }
+        }
+        results.into_iter().flatten().collect()
     }
 
     async fn break_lock(&self, name: &LockName) -> Result<bool> {
@@ -591,4 +639,15 @@ impl Backend for EtcdStore {
             session.close(&self.etcd).await;
         }
     }
+}
+
+/// Holds checked by one renewal `Txn` at most.
+const RENEW_BATCH: usize = 64;
+
+/// A renewal found the hold's key gone, or another in its place.
+fn key_gone() -> Error {
+    Error::new(
+        ErrorKind::LockLost,
+        "the lock's key is gone from etcd (lease expired or lock broken)",
+    )
 }
