@@ -269,6 +269,15 @@ pub struct BenchArgs {
     #[arg(long, value_name = "DUR", default_value = "5s", value_parser = parse_duration)]
     pub duration: Duration,
 
+    /// Lock counts for the many-held workload (one process holding them all)
+    #[arg(long, value_name = "N,...", value_delimiter = ',', default_values_t = vec![10_000],
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub held: Vec<u32>,
+
+    /// The TTL of the locks the many-held workload holds
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
+    pub held_ttl: Duration,
+
     /// Directory for results.json (created if missing)
     #[arg(long, value_name = "DIR")]
     pub out: Option<std::path::PathBuf>,

@@ -17,6 +17,10 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// Counts live heap bytes for `omnilock bench`'s many-held workload.
+#[global_allocator]
+static ALLOCATOR: bench::heap::Counting = bench::heap::Counting;
+
 fn main() -> ExitCode {
     if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new(child::GUARD_ARG)) {
         return ExitCode::from(child::guardian_main());

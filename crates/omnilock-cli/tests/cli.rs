@@ -543,7 +543,11 @@ fn bench_compares_stores_and_writes_json() {
         "--workload",
         "many-locks,handoff,herd",
         "--workload",
-        "semaphore,rw",
+        "semaphore,rw,many-held",
+        "--held",
+        "200",
+        "--held-ttl",
+        "300ms",
         "--duration",
         "200ms",
         "--clients",
@@ -556,10 +560,10 @@ fn bench_compares_stores_and_writes_json() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let table = text(&out.stdout);
     // Per store: floor, uncontended, contended x 2, many-locks, handoff,
-    // herd, semaphore, rw.
+    // herd, semaphore, rw, many-held.
     assert_eq!(
         table.lines().filter(|l| l.starts_with("| mem://")).count(),
-        9,
+        10,
         "{table}"
     );
     assert_eq!(
@@ -567,16 +571,29 @@ fn bench_compares_stores_and_writes_json() {
             .lines()
             .filter(|l| l.starts_with("| sqlite://"))
             .count(),
-        9,
+        10,
         "{table}"
     );
     let json = std::fs::read_to_string(out_dir.join("results.json")).expect("results.json");
     let rows: Vec<serde_json::Value> = serde_json::from_str(&json).expect("results.json is JSON");
-    assert_eq!(rows.len(), 18, "{json}");
+    assert_eq!(rows.len(), 20, "{json}");
     for row in &rows {
-        let measured = ["uncontended", "contended", "many-locks", "handoff"]
-            .iter()
-            .any(|w| row["workload"] == *w);
+        if row["workload"] == "many-held" {
+            // 200 locks held through several renewals, none lost.
+            let note = row["note"].as_str().unwrap_or_default();
+            assert!(note.contains("200 locks held"), "{row}");
+            assert!(note.contains("KiB heap per held lock"), "{row}");
+            assert!(!note.contains("lost"), "{row}");
+        }
+        let measured = [
+            "uncontended",
+            "contended",
+            "many-locks",
+            "handoff",
+            "many-held",
+        ]
+        .iter()
+        .any(|w| row["workload"] == *w);
         // Semaphores and read-write locks: both stores have them.
         let shared = ["semaphore", "rw"].iter().any(|w| row["workload"] == *w);
         if measured || shared {
@@ -624,6 +641,18 @@ fn bench_refuses_bad_input_before_running() {
         ),
         (vec!["--store", "mem://", "--duration", "soon"], 64),
         (vec!["--store", "mem://", "--clients", "0"], 64),
+        (vec!["--store", "mem://", "--held", "0"], 64),
+        (
+            vec![
+                "--store",
+                "mem://",
+                "--workload",
+                "many-held",
+                "--held-ttl",
+                "5ms",
+            ],
+            64,
+        ),
     ] {
         let mut all = vec!["bench", "--out", out_arg];
         all.extend(args.iter().copied());

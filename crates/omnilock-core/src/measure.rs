@@ -15,6 +15,13 @@ pub trait Measure: Send + Sync {
     /// without lease keep-alives. Comparable only between two reads.
     async fn requests_served(&self) -> Result<u64>;
 
+    /// Like [`Measure::requests_served`], but counting what clients sent:
+    /// on Redis a script is one request, whatever commands it runs inside.
+    /// The same count on stores that have no such distinction.
+    async fn round_trips_served(&self) -> Result<u64> {
+        self.requests_served().await
+    }
+
     /// What one floor round does, for the report (e.g. "Txn put-if-absent +
     /// Txn fenced delete").
     fn floor_ops(&self) -> &'static str;

@@ -4,7 +4,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 use crate::error::{Error, ErrorKind};
 use crate::sync::lock_unpoisoned;
@@ -16,14 +16,26 @@ use crate::sync::lock_unpoisoned;
 /// Firing is idempotent: the first loss is the one guards report.
 #[derive(Clone)]
 pub struct LostNotifier {
-    tx: Arc<watch::Sender<Option<Error>>>,
+    inner: Arc<Lost>,
+}
+
+/// A small cell rather than a `watch` channel: one of these lives in every
+/// held lock, and a process may hold 100,000 (a `watch` sender is several
+/// hundred bytes).
+struct Lost {
+    loss: Mutex<Option<Error>>,
+    fired: Notify,
 }
 
 impl LostNotifier {
     /// A new, unfired signal.
     pub fn new() -> Self {
-        let (tx, _) = watch::channel(None);
-        LostNotifier { tx: Arc::new(tx) }
+        LostNotifier {
+            inner: Arc::new(Lost {
+                loss: Mutex::new(None),
+                fired: Notify::new(),
+            }),
+        }
     }
 
     /// Marks the lock as lost for `cause`. The loss is of kind
@@ -31,48 +43,49 @@ impl LostNotifier {
     /// backend and cause intact (see [`Error::into_lock_lost`]).
     pub fn fire(&self, cause: Error) {
         let cause = cause.into_lock_lost();
-        self.tx.send_if_modified(|state| {
-            if state.is_some() {
-                return false;
+        {
+            let mut loss = lock_unpoisoned(&self.inner.loss);
+            if loss.is_some() {
+                return;
             }
             tracing::warn!(error = %cause, "omnilock lock lost");
-            *state = Some(cause);
-            true
-        });
+            *loss = Some(cause);
+        }
+        self.inner.fired.notify_waiters();
     }
 
     /// Whether `other` is this same signal (not merely an equal one).
     pub fn same_as(&self, other: &LostNotifier) -> bool {
-        Arc::ptr_eq(&self.tx, &other.tx)
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 
     /// Whether the signal has fired.
     pub fn is_fired(&self) -> bool {
-        self.tx.borrow().is_some()
+        lock_unpoisoned(&self.inner.loss).is_some()
     }
 
     /// The loss, if the signal has fired.
     pub fn loss(&self) -> Option<Error> {
-        self.tx.borrow().clone()
+        lock_unpoisoned(&self.inner.loss).clone()
     }
 
     /// A future that completes with the loss when the signal fires, and
     /// never completes if the lock is released (or the acquisition ends)
-    /// without being lost.
+    /// without being lost: completing then would be a false alarm to whoever
+    /// watches for losses in another task (the fault harness caught exactly
+    /// that).
     pub fn fired(&self) -> impl Future<Output = Error> + Send + 'static {
-        let mut rx = self.tx.subscribe();
+        let inner = self.inner.clone();
         async move {
-            let loss = rx
-                .wait_for(|state| state.is_some())
-                .await
-                .map(|state| state.clone().expect("waited for Some"));
-            match loss {
-                Ok(loss) => loss,
-                // Every sender is gone: the hold ended without a loss (a clean
-                // release). Completing here would be a false alarm to whoever
-                // watches for losses in another task; the fault harness caught
-                // exactly that.
-                Err(_) => std::future::pending().await,
+            loop {
+                let fired = inner.fired.notified();
+                tokio::pin!(fired);
+                // Registered before looking, so a fire in between wakes it.
+                fired.as_mut().enable();
+                if let Some(loss) = lock_unpoisoned(&inner.loss).clone() {
+                    return loss;
+                }
+                fired.await;
             }
         }
     }

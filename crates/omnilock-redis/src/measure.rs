@@ -21,6 +21,56 @@ impl Measure for RedisStore {
     /// except `INFO` itself and connection housekeeping; on a cluster,
     /// summed over every master.
     async fn requests_served(&self) -> Result<u64> {
+        Ok(self
+            .commandstats()
+            .await?
+            .iter()
+            .map(|info| commands_run(info))
+            .sum())
+    }
+
+    /// Scripts run, and the commands omnilock sends outside scripts;
+    /// commands inside scripts are not counted.
+    async fn round_trips_served(&self) -> Result<u64> {
+        Ok(self
+            .commandstats()
+            .await?
+            .iter()
+            .map(|info| requests_sent(info))
+            .sum())
+    }
+
+    fn floor_ops(&self) -> &'static str {
+        "SET NX PX + EVALSHA owner-checked DEL"
+    }
+
+    async fn floor_round(&self) -> Result<()> {
+        let node = self.node();
+        let mut conn = node.conn.clone();
+        let key = format!("{}:floor", self.prefix());
+        let token = format!("{:x}", rand::random::<u64>());
+        let _: Option<String> = redis::cmd("SET")
+            .arg(&key)
+            .arg(&token)
+            .arg("NX")
+            .arg("PX")
+            .arg(15_000)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| node.err(e))?;
+        let _: i64 = Script::new(FLOOR_RELEASE)
+            .key(&key)
+            .arg(&token)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| node.err(e))?;
+        Ok(())
+    }
+}
+
+impl RedisStore {
+    /// `INFO commandstats` of the master (on a cluster, of every master).
+    async fn commandstats(&self) -> Result<Vec<String>> {
         let node = self.node();
         let mut info = redis::cmd("INFO");
         info.arg("commandstats");
@@ -52,56 +102,60 @@ impl Measure for RedisStore {
                 .await
                 .map_err(|e| node.err(e))?],
         };
-        Ok(replies.iter().map(|info| commands_run(info)).sum())
+        Ok(replies)
     }
+}
 
-    fn floor_ops(&self) -> &'static str {
-        "SET NX PX + EVALSHA owner-checked DEL"
-    }
+/// What clients sent, from one `INFO commandstats` reply: scripts run, and
+/// the commands omnilock sends outside scripts (every other command it
+/// sends runs inside a script, where `INFO` counts it too).
+fn requests_sent(info: &str) -> u64 {
+    calls(info)
+        .filter(|(command, _)| {
+            // `script|load`: a subcommand is listed under its command.
+            let base = command.split('|').next().unwrap_or(command);
+            base.starts_with("eval")
+                || base.starts_with("fcall")
+                || [
+                    "wait",
+                    "subscribe",
+                    "unsubscribe",
+                    "ssubscribe",
+                    "sunsubscribe",
+                    "script",
+                ]
+                .contains(&base)
+        })
+        .map(|(_, calls)| calls)
+        .sum()
+}
 
-    async fn floor_round(&self) -> Result<()> {
-        let node = self.node();
-        let mut conn = node.conn.clone();
-        let key = format!("{}:floor", self.prefix());
-        let token = format!("{:x}", rand::random::<u64>());
-        let _: Option<String> = redis::cmd("SET")
-            .arg(&key)
-            .arg(&token)
-            .arg("NX")
-            .arg("PX")
-            .arg(15_000)
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| node.err(e))?;
-        let _: i64 = Script::new(FLOOR_RELEASE)
-            .key(&key)
-            .arg(&token)
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| node.err(e))?;
-        Ok(())
-    }
+/// `(command, calls)` of each command one `INFO commandstats` reply lists.
+fn calls(info: &str) -> impl Iterator<Item = (&str, u64)> {
+    info.lines()
+        .filter_map(|line| line.strip_prefix("cmdstat_"))
+        .filter_map(|line| {
+            let (command, rest) = line.split_once(':')?;
+            let calls = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((command, calls))
+        })
 }
 
 /// The commands one `INFO commandstats` reply counts, less `INFO` itself
 /// and connection housekeeping.
 fn commands_run(info: &str) -> u64 {
-    info.lines()
-        .filter_map(|line| line.strip_prefix("cmdstat_"))
-        .filter(|line| {
+    calls(info)
+        .filter(|(command, _)| {
             ![
                 "info", "ping", "hello", "auth", "client", "select", "cluster", "readonly",
             ]
-            .iter()
-            .any(|skip| line.starts_with(&format!("{skip}:")))
+            .contains(command)
         })
-        .filter_map(|line| {
-            line.split_once("calls=")?
-                .1
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
+        .map(|(_, calls)| calls)
         .sum()
 }

@@ -9,7 +9,7 @@ use omnilock_core::{
     ErrorKind, Grant, Holder, LockName, Owner, Primitive, Result, SessionsPerTtl,
 };
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
-use zookeeper_client::{Acls, Client, CreateMode, SessionState};
+use zookeeper_client::{Acls, Client, CreateMode, MultiReadResult, SessionState};
 
 use crate::builder::ZkBuilder;
 use crate::config::{ZkConfig, ZkOptions};
@@ -387,11 +387,63 @@ impl Backend for ZkStore {
             Some(stat) if stat.czxid == held.czxid => {
                 Ok(sent + request.ttl.min(held.session.timeout))
             }
-            _ => Err(Error::new(
-                ErrorKind::LockLost,
-                "the lock node is gone from ZooKeeper (session expired or lock broken)",
-            )),
+            _ => Err(node_gone()),
         }
+    }
+
+    /// Holds are checked up to 64 per `multiRead` of their session
+    /// (ZooKeeper 3.6+); on an older server, or when the batch fails as a
+    /// whole, each is renewed on its own.
+    async fn renew_all(&self, holds: &[(&AcquireRequest, &Grant)]) -> Vec<Result<Instant>> {
+        let mut results: Vec<Option<Result<Instant>>> = holds.iter().map(|_| None).collect();
+        let mut by_session: Vec<(&Arc<Session>, Vec<(usize, &Held)>)> = Vec::new();
+        for (i, (_, grant)) in holds.iter().enumerate() {
+            let Ok(held) = grant.backend_state::<Held>() else {
+                continue;
+            };
+            if held.session.death().is_some() {
+                continue;
+            }
+            match by_session
+                .iter_mut()
+                .find(|(s, _)| Arc::ptr_eq(s, &held.session))
+            {
+                Some((_, group)) => group.push((i, held)),
+                None => by_session.push((&held.session, vec![(i, held)])),
+            }
+        }
+        for (session, group) in &by_session {
+            for batch in group.chunks(RENEW_BATCH) {
+                let sent = Instant::now();
+                let mut reader = session.client.new_multi_reader();
+                if batch
+                    .iter()
+                    .any(|(_, held)| reader.add_get_data(&held.path).is_err())
+                {
+                    continue;
+                }
+                let Ok(read) = call(&self.ctx, reader.commit()).await else {
+                    continue;
+                };
+                if read.len() != batch.len() {
+                    continue;
+                }
+                for ((i, held), answer) in batch.iter().zip(read) {
+                    results[*i] = Some(match answer {
+                        MultiReadResult::Data { stat, .. } if stat.czxid == held.czxid => {
+                            Ok(sent + holds[*i].0.ttl.min(held.session.timeout))
+                        }
+                        _ => Err(node_gone()),
+                    });
+                }
+            }
+        }
+        for (i, (request, grant)) in holds.iter().enumerate() {
+            if results[i].is_none() {
+                results[i] = Some(self.renew(request, grant).await);
+            }
+        }
+        results.into_iter().flatten().collect()
     }
 
     async fn break_lock(&self, name: &LockName) -> Result<bool> {
@@ -463,4 +515,15 @@ impl Backend for ZkStore {
             Sessions::Given(session) => session.close(),
         }
     }
+}
+
+/// Holds checked by one renewal `multiRead` at most.
+const RENEW_BATCH: usize = 64;
+
+/// A renewal found the hold's node gone, or another in its place.
+fn node_gone() -> Error {
+    Error::new(
+        ErrorKind::LockLost,
+        "the lock node is gone from ZooKeeper (session expired or lock broken)",
+    )
 }

@@ -10,13 +10,14 @@ use std::time::{Duration, Instant};
 
 use clap::ValueEnum;
 
+pub mod heap;
 mod report;
 mod workloads;
 
 use self::report::{charts, json, print_table};
 use self::workloads::{
-    contended, floor, handoff, herd, many_locks, rw, semaphore, uncontended, MANY_CLIENTS,
-    SHARED_CLIENTS,
+    contended, floor, handoff, herd, many_held, many_locks, rw, semaphore, uncontended,
+    MANY_CLIENTS, SHARED_CLIENTS,
 };
 use crate::args::BenchArgs;
 use crate::exit::{self, fail};
@@ -43,6 +44,8 @@ pub enum Workload {
     Semaphore,
     /// 16 clients on a read-write lock, 9 reads in 10.
     Rw,
+    /// One process holding many locks: memory and renewal cost per lock.
+    ManyHeld,
 }
 
 impl fmt::Display for Workload {
@@ -88,11 +91,17 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
     } else {
         args.workload.clone()
     };
+    // A bad TTL for the many-held locks is refused before anything runs.
+    if workloads.contains(&Workload::ManyHeld) {
+        if let Err(err) = omnilock::check_ttl(args.held_ttl) {
+            return fail(&err.with_operation(omnilock::Operation::Acquire));
+        }
+    }
     // Connect to every store before running anything.
     let mut connected = Vec::new();
     for url in stores {
         match omnilock::connect(url).await {
-            Ok(locks) => connected.push((exit::shown(url), locks)),
+            Ok(locks) => connected.push((exit::shown(url), url, locks)),
             Err(err) => return fail(&err),
         }
     }
@@ -106,12 +115,13 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
         workloads.contains(&Workload::Floor) && workloads.contains(&Workload::Uncontended);
     let runs: usize = connected
         .iter()
-        .map(|(_, locks)| {
+        .map(|(_, _, locks)| {
             workloads
                 .iter()
                 .map(|w| match w {
                     Workload::Contended => args.clients.len(),
                     Workload::Herd => args.herd_waiters.len(),
+                    Workload::ManyHeld => args.held.len(),
                     Workload::Floor if interleaved && locks.measure().is_some() => 0,
                     Workload::Floor
                     | Workload::Uncontended
@@ -126,12 +136,13 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
     let mut done = 0;
     let mut rows = Vec::new();
     let tag = std::process::id();
-    for (shown, locks) in &connected {
+    for (shown, url, locks) in &connected {
         for &workload in &workloads {
             let client_counts: Vec<usize> = match workload {
                 Workload::Contended => args.clients.iter().map(|n| *n as usize).collect(),
                 Workload::Handoff => vec![args.waiters as usize],
                 Workload::Herd => args.herd_waiters.iter().map(|n| *n as usize).collect(),
+                Workload::ManyHeld => args.held.iter().map(|n| *n as usize).collect(),
                 Workload::ManyLocks => vec![MANY_CLIENTS],
                 Workload::Semaphore | Workload::Rw => vec![SHARED_CLIENTS],
                 Workload::Floor | Workload::Uncontended => vec![1],
@@ -163,6 +174,18 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
                     Workload::Herd => one(herd(locks, &name, clients).await),
                     Workload::Semaphore => one(semaphore(locks, &name, args.duration).await),
                     Workload::Rw => one(rw(locks, &name, args.duration).await),
+                    Workload::ManyHeld => match omnilock::connect(url).await {
+                        Ok(probe) => one(many_held(
+                            locks,
+                            &probe,
+                            &name,
+                            clients,
+                            args.held_ttl,
+                            args.duration,
+                        )
+                        .await),
+                        Err(err) => Err(err),
+                    },
                 };
                 match result {
                     Ok(new) => rows.extend(new.into_iter().map(|mut row| {

@@ -424,3 +424,115 @@ mod tests {
         assert!((jain(&[20, 0, 0, 0]) - 0.25).abs() < 1e-9);
     }
 }
+
+/// Acquisitions (and releases) in flight at once while the many-held
+/// workload takes and gives back its locks.
+const HOLDERS: usize = 64;
+
+/// One process holds `count` locks (TTL `ttl`) and keeps them renewed:
+/// what each held lock costs in memory (RSS growth over the locks), how many
+/// store requests per second their renewals take (from the store's own
+/// counter, over 1.2 TTL with nothing else running), and the acquire +
+/// release latency of another client meanwhile (the row's latencies).
+pub(super) async fn many_held(
+    locks: &Locks,
+    probe: &Locks,
+    name: &str,
+    count: usize,
+    ttl: Duration,
+    duration: Duration,
+) -> omnilock::Result<Row> {
+    // The bench's own list of guards is set aside before counting.
+    let held = Arc::new(Mutex::new(Vec::with_capacity(count)));
+    let (before, heap_before) = (resident_bytes(), super::heap::live_bytes());
+    let mut tasks = Vec::new();
+    for holder in 0..HOLDERS {
+        let (locks, name, held) = (locks.clone(), name.to_string(), held.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in (holder..count).step_by(HOLDERS) {
+                let guard = locks
+                    .lock(&format!("{name}/{i}"))
+                    .ttl(ttl)
+                    .acquire()
+                    .await?;
+                held.lock().unwrap().push(guard);
+            }
+            Ok::<_, omnilock::Error>(())
+        }));
+    }
+    join(tasks).await?;
+    let (after, heap_after) = (resident_bytes(), super::heap::live_bytes());
+    // Renewals alone: the store's requests over 1.2 TTL, nothing else running.
+    let renewal_rate = match locks.measure() {
+        Some(measure) => {
+            let window = ttl.mul_f64(1.2);
+            match measure.round_trips_served().await {
+                Ok(start) => {
+                    let started = Instant::now();
+                    tokio::time::sleep(window).await;
+                    let end = measure.round_trips_served().await?;
+                    Some(end.saturating_sub(start) as f64 / started.elapsed().as_secs_f64())
+                }
+                Err(err) if err.kind() == omnilock::ErrorKind::Unsupported => None,
+                Err(err) => return Err(err),
+            }
+        }
+        None => None,
+    };
+    // Another client's acquire + release while the locks stay held.
+    let started = Instant::now();
+    let mut samples = Vec::new();
+    while started.elapsed() < duration {
+        let at = Instant::now();
+        let guard = probe.lock(&format!("{name}/probe")).acquire().await?;
+        guard.release().await?;
+        samples.push(at.elapsed());
+    }
+    let elapsed = started.elapsed();
+    let guards = std::mem::take(&mut *held.lock().unwrap());
+    let lost = guards.iter().filter(|g| !g.is_held()).count();
+    let mut releases = Vec::new();
+    let mut guards = guards.into_iter();
+    for _ in 0..HOLDERS {
+        let part: Vec<_> = guards.by_ref().take(count.div_ceil(HOLDERS)).collect();
+        releases.push(tokio::spawn(async move {
+            for guard in part {
+                guard.release().await?;
+            }
+            Ok::<_, omnilock::Error>(())
+        }));
+    }
+    join(releases).await?;
+    let mut row = row(Workload::ManyHeld, count, samples, elapsed, None);
+    let per_lock = |bytes: usize| bytes as f64 / 1024.0 / count as f64;
+    let mut memory = format!(
+        "{:.2} KiB heap per held lock",
+        per_lock(heap_after.saturating_sub(heap_before))
+    );
+    if let (Some(before), Some(after)) = (before, after) {
+        // RSS grows less once an earlier run's freed memory is reused.
+        memory.push_str(&format!(
+            " ({:.2} KiB RSS)",
+            per_lock(after.saturating_sub(before) as usize)
+        ));
+    }
+    let renewals = match renewal_rate {
+        Some(rate) => format!("{rate:.1} store requests/s renewing them"),
+        None => "no request counter for this store".to_string(),
+    };
+    row.note = format!(
+        "{count} locks held (TTL {ttl:?}): {memory}, {renewals}; latencies: another client's \
+         acquire + release meanwhile"
+    );
+    if lost > 0 {
+        row.note.push_str(&format!("; {lost} held locks were lost"));
+    }
+    Ok(row)
+}
+
+/// This process's resident memory in bytes (Linux: /proc/self/statm).
+fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
+}
