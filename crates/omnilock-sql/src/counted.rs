@@ -242,7 +242,26 @@ impl SqlStore {
             Grant::new(id as u64, started + request.ttl).with_state(Entry(id))
         };
         if !wait {
-            return match self.step_detached(request, share, None, false).await? {
+            // A transaction the database rolled back to break a deadlock or
+            // a serialization conflict (two first users of a name at once)
+            // took nothing: try again, a few times, rather than hand the
+            // caller an error for a lock that may be free.
+            let mut backoff = Backoff::new(Duration::from_millis(2), Duration::from_millis(50));
+            let mut attempts = 0;
+            let step = loop {
+                attempts += 1;
+                match self.step_detached(request, share, None, false).await {
+                    Err(err)
+                        if attempts < 4
+                            && err.kind() == ErrorKind::Backend
+                            && err.is_retryable() =>
+                    {
+                        tokio::time::sleep(backoff.next_delay()).await;
+                    }
+                    step => break step?,
+                }
+            };
+            return match step {
                 (Step::Held(id), started) => Ok(Some(granted(id, started))),
                 (Step::Waiting(id, _), _) => {
                     self.forget_row(id, &request.name);

@@ -302,7 +302,8 @@ mod tests {
                 "handoff",
                 "herd",
                 "semaphore",
-                "rw"
+                "rw",
+                "many-held"
             ]
         );
     }
