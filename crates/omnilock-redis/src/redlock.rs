@@ -419,40 +419,83 @@ impl Backend for RedlockStore {
     }
 
     async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
+        self.renew_all(&[(request, grant)])
+            .await
+            .pop()
+            .unwrap_or_else(|| Err(Error::new(ErrorKind::Backend, "internal: not renewed")))
+    }
+
+    /// One script run per node extends every hold of the batch that node
+    /// granted; a hold is renewed when a majority extended it within its
+    /// validity, as for one lock.
+    async fn renew_all(&self, holds: &[(&AcquireRequest, &Grant)]) -> Vec<Result<Instant>> {
         let inner = &self.inner;
-        let tokens = grant.state::<NodeTokens>().cloned().unwrap_or_default();
-        let keys = Keys::new(&inner.options.prefix, request.name.as_str());
         let started = Instant::now();
-        let calls = inner.nodes.iter().zip(&tokens).filter_map(|(node, token)| {
-            let token = (*token)?;
+        let calls = inner.nodes.iter().enumerate().map(|(n, node)| {
+            // The holds this node granted, with its token for each.
+            let granted: Vec<(usize, u64)> = holds
+                .iter()
+                .enumerate()
+                .filter_map(|(i, (_, grant))| {
+                    let token = grant.state::<NodeTokens>()?.get(n).copied().flatten()?;
+                    Some((i, token))
+                })
+                .collect();
             let mut conn = node.conn.clone();
-            let keys = &keys;
             let timeout = inner.options.response_timeout;
-            Some(async move {
-                let mut script = inner.scripts.renew.key(&keys.lock);
-                script
-                    .arg(request.owner.as_str())
-                    .arg(token)
-                    .arg(request.ttl.as_millis() as u64);
-                tokio::time::timeout(timeout, script.invoke_async::<i64>(&mut conn)).await
-            })
+            async move {
+                if granted.is_empty() {
+                    return (granted, None);
+                }
+                let mut script = inner.scripts.renew_all.prepare_invoke();
+                for &(i, _) in &granted {
+                    script.key(Keys::new(&inner.options.prefix, holds[i].0.name.as_str()).lock);
+                }
+                for &(i, token) in &granted {
+                    let request = holds[i].0;
+                    script
+                        .arg(request.owner.as_str())
+                        .arg(token)
+                        .arg(request.ttl.as_millis() as u64);
+                }
+                let answer =
+                    tokio::time::timeout(timeout, script.invoke_async::<Vec<i64>>(&mut conn)).await;
+                (granted, answer.ok().and_then(|a| a.ok()))
+            }
         });
-        let results = join_all(calls).await;
-        let extended = results.iter().filter(|r| matches!(r, Ok(Ok(1)))).count();
-        let refused = results.iter().filter(|r| matches!(r, Ok(Ok(0)))).count();
+        let (mut extended, mut refused) = (vec![0; holds.len()], vec![0; holds.len()]);
+        for (granted, answer) in join_all(calls).await {
+            let Some(answer) = answer.filter(|a| a.len() == granted.len()) else {
+                continue;
+            };
+            for (&(i, _), renewed) in granted.iter().zip(answer) {
+                if renewed == 1 {
+                    extended[i] += 1;
+                } else {
+                    refused[i] += 1;
+                }
+            }
+        }
         let elapsed = started.elapsed();
-        if extended >= self.quorum() && elapsed + Self::drift(request.ttl) < request.ttl {
-            return Ok(started + request.ttl - Self::drift(request.ttl));
-        }
-        if refused > inner.node_count - self.quorum() {
-            return Err(Error::new(
-                ErrorKind::LockLost,
-                "a majority of nodes no longer holds the lock for this owner",
-            ));
-        }
-        Err(Error::unavailable(format!(
-            "only {extended} Redlock nodes extended the lease"
-        )))
+        holds
+            .iter()
+            .enumerate()
+            .map(|(i, (request, _))| {
+                if extended[i] >= self.quorum() && elapsed + Self::drift(request.ttl) < request.ttl {
+                    return Ok(started + request.ttl - Self::drift(request.ttl));
+                }
+                if refused[i] > inner.node_count - self.quorum() {
+                    return Err(Error::new(
+                        ErrorKind::LockLost,
+                        "a majority of nodes no longer holds the lock for this owner",
+                    ));
+                }
+                Err(Error::unavailable(format!(
+                    "only {} Redlock nodes extended the lease",
+                    extended[i]
+                )))
+            })
+            .collect()
     }
 
     async fn break_lock(&self, name: &LockName) -> Result<bool> {

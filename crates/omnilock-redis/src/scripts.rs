@@ -200,22 +200,10 @@ wake(KEYS[2], KEYS[3], ARGV[3])
 return 0
 "#;
 
-/// KEYS: lock. ARGV: owner, token, ttl_ms. Returns 1 extended, 0 not held.
-/// Never re-creates a lock that is gone.
-const RENEW: &str = r#"
-if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1]
-  or redis.call('HGET', KEYS[1], 'token') ~= ARGV[2] then
-  return 0
-end
-local ttl = tonumber(ARGV[3])
-if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
-return 1
-"#;
-
 /// KEYS: the lock of each hold. ARGV: owner, token, ttl_ms of each hold in
 /// turn. Returns, in order, 1 (extended) or 0 (not held) for each. Never
 /// re-creates a lock that is gone. One run renews a whole batch of one
-/// client's locks (all on one server).
+/// client's locks on one server (on Redlock, on each node).
 const RENEW_ALL: &str = r#"
 local renewed = {}
 for i, lock in ipairs(KEYS) do
@@ -432,7 +420,6 @@ pub(crate) struct Scripts {
     pub acquire: Script,
     pub acquire_all: Script,
     pub release: Script,
-    pub renew: Script,
     pub renew_all: Script,
     pub cancel: Script,
     pub break_lock: Script,
@@ -450,7 +437,6 @@ impl Scripts {
             acquire: with_common(ACQUIRE),
             acquire_all: with_common(ACQUIRE_ALL),
             release: with_common(RELEASE),
-            renew: Script::new(RENEW),
             renew_all: Script::new(RENEW_ALL),
             cancel: with_common(CANCEL),
             break_lock: with_common(BREAK),
