@@ -269,7 +269,25 @@ async fn run(renewals: &Arc<Renewals>) {
     loop {
         let wake = match renewals.take_due() {
             Ok(holds) => {
-                renewals.renew(holds).await;
+                // A round of its own: a store call that hangs until its
+                // leases' deadline must not hold back holds that come due
+                // meanwhile (with a shorter TTL, say).
+                let round = Round {
+                    renewals: renewals.clone(),
+                    holds,
+                    done: false,
+                };
+                let task = async move {
+                    round.renewals.renew(round.holds.clone()).await;
+                    round.finish();
+                };
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    drop(tokio::spawn(task))
+                }))
+                .is_err()
+                {
+                    return;
+                }
                 continue;
             }
             Err(wake) => wake,
@@ -289,6 +307,36 @@ async fn run(renewals: &Arc<Renewals>) {
                     schedule.running = false;
                     return;
                 }
+            }
+        }
+    }
+}
+
+/// One round of renewals under way. Dropped unfinished (its runtime shut
+/// down), it puts the holds it had taken out of the schedule back in, due at
+/// once, so that another runtime's task renews them or reports them lost.
+struct Round {
+    renewals: Arc<Renewals>,
+    holds: Vec<Arc<Hold>>,
+    done: bool,
+}
+
+impl Round {
+    fn finish(mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for Round {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let now = Instant::now();
+        for hold in &self.holds {
+            let mut renewal = lock(&hold.renewal);
+            if renewal.key.is_none() {
+                self.renewals.schedule_locked(hold, &mut renewal, now);
             }
         }
     }

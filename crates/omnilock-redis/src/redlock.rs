@@ -481,7 +481,8 @@ impl Backend for RedlockStore {
             .iter()
             .enumerate()
             .map(|(i, (request, _))| {
-                if extended[i] >= self.quorum() && elapsed + Self::drift(request.ttl) < request.ttl {
+                if extended[i] >= self.quorum() && elapsed + Self::drift(request.ttl) < request.ttl
+                {
                     return Ok(started + request.ttl - Self::drift(request.ttl));
                 }
                 if refused[i] > inner.node_count - self.quorum() {
