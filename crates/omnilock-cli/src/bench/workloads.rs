@@ -414,17 +414,6 @@ fn jain(counts: &[u64]) -> f64 {
     sum * sum / (counts.len() as f64 * squares)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fairness_index() {
-        assert!((jain(&[5, 5, 5, 5]) - 1.0).abs() < 1e-9);
-        assert!((jain(&[20, 0, 0, 0]) - 0.25).abs() < 1e-9);
-    }
-}
-
 /// Acquisitions (and releases) in flight at once while the many-held
 /// workload takes and gives back its locks.
 const HOLDERS: usize = 64;
@@ -557,4 +546,15 @@ fn resident_bytes() -> Option<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
     Some(pages * 4096)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fairness_index() {
+        assert!((jain(&[5, 5, 5, 5]) - 1.0).abs() < 1e-9);
+        assert!((jain(&[20, 0, 0, 0]) - 0.25).abs() < 1e-9);
+    }
 }
