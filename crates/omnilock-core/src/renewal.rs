@@ -277,17 +277,12 @@ async fn run(renewals: &Arc<Renewals>) {
                     holds,
                     done: false,
                 };
-                let task = async move {
+                // Inside this task's runtime: spawning cannot fail (at
+                // shutdown the round is dropped, and puts its holds back).
+                tokio::spawn(async move {
                     round.renewals.renew(round.holds.clone()).await;
                     round.finish();
-                };
-                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    drop(tokio::spawn(task))
-                }))
-                .is_err()
-                {
-                    return;
-                }
+                });
                 continue;
             }
             Err(wake) => wake,

@@ -173,6 +173,7 @@ pub static CONFORMANCE: &[Scenario] = &[
     ),
     scenario!(semaphore_permits_never_exceeded, Claim::Semaphore),
     scenario!(semaphore_full_refuses_until_release, Claim::Semaphore),
+    scenario!(semaphore_first_tries_at_once_never_error, Claim::Semaphore),
     scenario!(semaphore_permits_mismatch_rejected, Claim::Semaphore),
     scenario!(semaphore_cancelled_acquire_leaves_nothing, Claim::Semaphore),
     scenario!(semaphore_fifo_order, Claim::Semaphore, Claim::Fair),

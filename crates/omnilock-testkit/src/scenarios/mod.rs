@@ -61,7 +61,8 @@ pub use rw::{
 pub use semaphore::{
     primitives_have_separate_namespaces, primitives_reject_bad_input_and_report_support,
     semaphore_abandoned_permit_expires, semaphore_cancelled_acquire_leaves_nothing,
-    semaphore_fifo_order, semaphore_full_refuses_until_release, semaphore_paused_holder_is_told,
+    semaphore_fifo_order, semaphore_first_tries_at_once_never_error,
+    semaphore_full_refuses_until_release, semaphore_paused_holder_is_told,
     semaphore_permits_mismatch_rejected, semaphore_permits_never_exceeded, semaphore_tokens_rise,
 };
 

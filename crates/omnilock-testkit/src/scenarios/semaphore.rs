@@ -71,6 +71,44 @@ pub async fn semaphore_permits_never_exceeded(subject: &Subject) {
     assert_eq!(most.load(Ordering::SeqCst), PERMITS as usize);
 }
 
+/// 16 first users try a fresh 3-permit semaphore at the same instant (a
+/// database may roll one transaction back to break a deadlock between
+/// them): every try answers, none with an error, and at most 3 hold.
+pub async fn semaphore_first_tries_at_once_never_error(subject: &Subject) {
+    const PERMITS: u32 = 3;
+    let name = unique("semaphore-first");
+    let clients = clients(subject, 4).await;
+    let start = Arc::new(tokio::sync::Barrier::new(16));
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let (locks, name, start) = (
+            clients[i % clients.len()].clone(),
+            name.clone(),
+            start.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            start.wait().await;
+            locks.semaphore(&name, PERMITS).try_acquire().await
+        }));
+    }
+    let mut held = Vec::new();
+    for task in tasks {
+        match task.await.expect("worker task") {
+            Ok(Some(permit)) => held.push(permit),
+            Ok(None) => {}
+            Err(err) => panic!("a first try failed instead of answering: {err}"),
+        }
+    }
+    assert!(
+        !held.is_empty() && held.len() <= PERMITS as usize,
+        "{} of 16 first tries hold a {PERMITS}-permit semaphore",
+        held.len()
+    );
+    for permit in held {
+        permit.release().await.expect("release a permit");
+    }
+}
+
 /// A full semaphore refuses try-acquire and times out a waiting acquire;
 /// one release makes room for exactly one more.
 pub async fn semaphore_full_refuses_until_release(subject: &Subject) {
