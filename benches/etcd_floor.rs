@@ -2,7 +2,9 @@
 //! raw floor the recipe needs (one `Txn` put-if-absent on a lease + one
 //! revision-fenced `Txn` delete), and etcd's own Lock + Unlock RPC used
 //! directly — all in interleaved batches of the same run, one client,
-//! sequential, uncontended.
+//! sequential, uncontended. Then 8 clients, each on its own connection
+//! and lease, contend for one lock: etcd's Lock RPC (the peer) against
+//! omnilock's recipe, grants per second and fairness.
 //!
 //! ```sh
 //! scripts/stores.sh up && source target/stores/env
@@ -109,6 +111,10 @@ async fn main() {
         s.sort();
     }
     let p50 = |s: &[Duration]| percentile(s, 0.5);
+    let contended_rows = [
+        ("etcd Lock + Unlock RPC (peer)", contend_rpc(&hosts).await),
+        ("omnilock etcd://", contend_omnilock(&url).await),
+    ];
     let floor = p50(&samples[0]).as_secs_f64();
     println!("| measured (etcd, 3 members) | p50 | p99 | p50 / floor |");
     println!("|---|---|---|---|");
@@ -128,4 +134,106 @@ async fn main() {
             p50(s).as_secs_f64() / floor
         );
     }
+    println!();
+    println!("| {CLIENTS} clients, a connection each, one lock | grants/s | wait p50 | wait p99 | fairness |");
+    println!("|---|---|---|---|---|");
+    for (label, (per_second, mut waits, fairness)) in contended_rows {
+        waits.sort();
+        println!(
+            "| {label} | {per_second:.0} | {} | {} | {fairness:.3} |",
+            ms(percentile(&waits, 0.5)),
+            ms(percentile(&waits, 0.99)),
+        );
+    }
+}
+
+/// Contending clients, and how long each contended run lasts.
+const CLIENTS: usize = 8;
+const CONTENDED_FOR: Duration = Duration::from_secs(5);
+
+/// Grants per second, every wait, and Jain's index over the clients' grant
+/// counts, of `CLIENTS` tasks each running `cycle` (one acquire + release,
+/// returning the wait) until the time is up.
+async fn contend<C, F, Fut>(clients: Vec<C>, cycle: F) -> (f64, Vec<Duration>, f64)
+where
+    C: Send + 'static,
+    F: Fn(&mut C) -> Fut + Send + Sync + Copy + 'static,
+    Fut: std::future::Future<Output = Duration> + Send,
+{
+    let started = Instant::now();
+    let tasks: Vec<_> = clients
+        .into_iter()
+        .map(|mut client| {
+            tokio::spawn(async move {
+                let mut waits = Vec::new();
+                while started.elapsed() < CONTENDED_FOR {
+                    waits.push(cycle(&mut client).await);
+                }
+                waits
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    let mut counts = Vec::new();
+    for task in tasks {
+        let waits = task.await.expect("contending client");
+        counts.push(waits.len() as f64);
+        all.extend(waits);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let sum: f64 = counts.iter().sum();
+    let squares: f64 = counts.iter().map(|c| c * c).sum();
+    let fairness = sum * sum / (counts.len() as f64 * squares.max(1.0));
+    (all.len() as f64 / elapsed, all, fairness)
+}
+
+/// etcd's Lock RPC, each client with its own connection and lease.
+async fn contend_rpc(hosts: &[String]) -> (f64, Vec<Duration>, f64) {
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        let mut client = etcd_client::Client::connect(hosts, None)
+            .await
+            .expect("client");
+        let lease = client.lease_grant(30, None).await.expect("lease").id();
+        clients.push((client, lease));
+    }
+    contend(clients, |(client, lease)| {
+        let (mut client, lease) = (client.clone(), *lease);
+        async move {
+            let started = Instant::now();
+            let held = client
+                .lock(
+                    "bench/contended-rpc",
+                    Some(LockOptions::new().with_lease(lease)),
+                )
+                .await
+                .expect("lock");
+            let waited = started.elapsed();
+            client.unlock(held.key().to_vec()).await.expect("unlock");
+            waited
+        }
+    })
+    .await
+}
+
+/// omnilock's recipe, each client its own `connect(url)`.
+async fn contend_omnilock(url: &str) -> (f64, Vec<Duration>, f64) {
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        clients.push(omnilock::connect(url).await.expect("connect"));
+    }
+    contend(clients, |locks| {
+        let locks = locks.clone();
+        async move {
+            let started = Instant::now();
+            let guard = locks
+                .acquire("bench/contended-omnilock")
+                .await
+                .expect("acquire");
+            let waited = started.elapsed();
+            guard.release().await.expect("release");
+            waited
+        }
+    })
+    .await
 }

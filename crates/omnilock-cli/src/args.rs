@@ -251,7 +251,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "NAME", value_enum, value_delimiter = ',')]
     pub workload: Vec<Workload>,
 
-    /// Client counts for the contended workload
+    /// Client counts for the contended and contended-apart workloads
     #[arg(long, value_name = "N,...", value_delimiter = ',', default_values_t = vec![1, 4, 16],
           value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub clients: Vec<u32>,

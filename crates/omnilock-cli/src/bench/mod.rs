@@ -16,8 +16,8 @@ mod workloads;
 
 use self::report::{charts, json, print_table};
 use self::workloads::{
-    contended, floor, handoff, herd, many_held, many_locks, rw, semaphore, uncontended,
-    MANY_CLIENTS, SHARED_CLIENTS,
+    contended, contended_apart, floor, handoff, herd, many_held, many_locks, rw, semaphore,
+    uncontended, MANY_CLIENTS, SHARED_CLIENTS,
 };
 use crate::args::BenchArgs;
 use crate::exit::{self, fail};
@@ -34,6 +34,8 @@ pub enum Workload {
     Uncontended,
     /// Several clients taking turns on one lock.
     Contended,
+    /// The same, each client with its own connection (as separate processes).
+    ContendedApart,
     /// Many clients over many lock names.
     ManyLocks,
     /// Release → next waiter's grant latency.
@@ -119,7 +121,7 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
             workloads
                 .iter()
                 .map(|w| match w {
-                    Workload::Contended => args.clients.len(),
+                    Workload::Contended | Workload::ContendedApart => args.clients.len(),
                     Workload::Herd => args.herd_waiters.len(),
                     Workload::ManyHeld => args.held.len(),
                     Workload::Floor if interleaved && locks.measure().is_some() => 0,
@@ -139,7 +141,9 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
     for (shown, url, locks) in &connected {
         for &workload in &workloads {
             let client_counts: Vec<usize> = match workload {
-                Workload::Contended => args.clients.iter().map(|n| *n as usize).collect(),
+                Workload::Contended | Workload::ContendedApart => {
+                    args.clients.iter().map(|n| *n as usize).collect()
+                }
                 Workload::Handoff => vec![args.waiters as usize],
                 Workload::Herd => args.herd_waiters.iter().map(|n| *n as usize).collect(),
                 Workload::ManyHeld => args.held.iter().map(|n| *n as usize).collect(),
@@ -168,6 +172,9 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
                     }
                     Workload::Contended => {
                         one(contended(locks, &name, clients, args.duration).await)
+                    }
+                    Workload::ContendedApart => {
+                        one(contended_apart(url, &name, clients, args.duration).await)
                     }
                     Workload::ManyLocks => one(many_locks(locks, &name, args.duration).await),
                     Workload::Handoff => one(handoff(locks, &name, clients, args.duration).await),

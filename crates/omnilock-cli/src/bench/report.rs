@@ -61,6 +61,19 @@ pub(super) fn charts(rows: &[Row]) -> Vec<(&'static str, String)> {
             ),
         ));
     }
+    let apart = by_clients(Workload::ContendedApart, &|r| Some(r.per_second));
+    if !apart.is_empty() {
+        charts.push((
+            "contended-apart.svg",
+            plots::lines(
+                "Contended: one lock, a connection per client",
+                "clients",
+                "grants per second",
+                &apart,
+                true,
+            ),
+        ));
+    }
     let herd = by_clients(Workload::Herd, &|r| r.requests);
     if !herd.is_empty() {
         charts.push((

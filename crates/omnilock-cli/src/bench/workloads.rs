@@ -223,10 +223,32 @@ pub(super) async fn contended(
     clients: usize,
     duration: Duration,
 ) -> omnilock::Result<Row> {
-    fn take<'a>(locks: &'a Locks, name: &str, _: u64) -> omnilock::LockRequest<'a> {
-        locks.lock(name)
+    let shared = vec![locks.clone(); clients];
+    contend(&shared, name, duration, Workload::Contended, take_lock).await
+}
+
+/// As [`contended`], but each client on its own connection (its own
+/// `connect(url)`: its own sessions, leases and store connections), as
+/// separate processes of an application are.
+pub(super) async fn contended_apart(
+    url: &str,
+    name: &str,
+    clients: usize,
+    duration: Duration,
+) -> omnilock::Result<Row> {
+    let mut apart = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        apart.push(omnilock::connect(url).await?);
     }
-    contend(locks, name, clients, duration, Workload::Contended, take).await
+    let row = contend(&apart, name, duration, Workload::ContendedApart, take_lock).await;
+    for locks in apart {
+        locks.close().await;
+    }
+    row
+}
+
+fn take_lock<'a>(locks: &'a Locks, name: &str, _: u64) -> omnilock::LockRequest<'a> {
+    locks.lock(name)
 }
 
 /// Clients of the semaphore and rw workloads.
@@ -249,15 +271,8 @@ pub(super) async fn semaphore(
     fn take<'a>(locks: &'a Locks, name: &str, _: u64) -> omnilock::LockRequest<'a> {
         locks.semaphore(name, PERMITS)
     }
-    let row = contend(
-        locks,
-        name,
-        SHARED_CLIENTS,
-        duration,
-        Workload::Semaphore,
-        take,
-    )
-    .await?;
+    let shared = vec![locks.clone(); SHARED_CLIENTS];
+    let row = contend(&shared, name, duration, Workload::Semaphore, take).await?;
     Ok(Row {
         note: format!("{PERMITS} permits"),
         ..row
@@ -279,28 +294,30 @@ pub(super) async fn rw(locks: &Locks, name: &str, duration: Duration) -> omniloc
             lock.read()
         }
     }
-    let row = contend(locks, name, SHARED_CLIENTS, duration, Workload::Rw, take).await?;
+    let shared = vec![locks.clone(); SHARED_CLIENTS];
+    let row = contend(&shared, name, duration, Workload::Rw, take).await?;
     Ok(Row {
         note: "9 reads in 10".to_string(),
         ..row
     })
 }
 
-/// `clients` tasks, each taking what `take` builds (given its round) again
-/// and again until `duration` is over: grants, waits and fairness.
+/// One task per handle in `clients`, each taking what `take` builds (given
+/// its round) again and again until `duration` is over: grants, waits and
+/// fairness.
 async fn contend(
-    locks: &Locks,
+    handles: &[Locks],
     name: &str,
-    clients: usize,
     duration: Duration,
     workload: Workload,
     take: for<'a> fn(&'a Locks, &str, u64) -> omnilock::LockRequest<'a>,
 ) -> omnilock::Result<Row> {
+    let clients = handles.len();
     let waits = Arc::new(Mutex::new(Vec::new()));
     let counts = Arc::new(Mutex::new(vec![0u64; clients]));
     let started = Instant::now();
     let mut tasks = Vec::new();
-    for client in 0..clients {
+    for (client, locks) in handles.iter().enumerate() {
         let (locks, name) = (locks.clone(), name.to_string());
         let (waits, counts) = (waits.clone(), counts.clone());
         tasks.push(tokio::spawn(async move {

@@ -118,6 +118,13 @@ enum Place {
     },
 }
 
+impl Place {
+    /// Whether this is still waiting behind `predecessor`, as `first` says.
+    fn is_behind(&self, predecessor: &[u8], first: bool) -> bool {
+        matches!(self, Place::Behind { predecessor: p, first: f } if p == predecessor && *f == first)
+    }
+}
+
 impl EtcdStore {
     pub(super) async fn acquire_counted(
         &self,
@@ -168,26 +175,48 @@ impl EtcdStore {
                 request.waiting.raise();
                 waited = true;
             }
-            let watched = if first {
+            let (watched_key, options) = if first {
                 let options = WatchOptions::new()
                     .with_prefix()
-                    .with_start_revision(seen_at + 1)
                     .with_filters([WatchFilterType::NoPut]);
-                self.etcd.watch_once(prefix.as_bytes().to_vec(), options)
+                (prefix.as_bytes().to_vec(), options)
             } else {
-                let options = WatchOptions::new().with_start_revision(seen_at + 1);
-                self.etcd.watch_once(predecessor, options)
+                (predecessor.clone(), WatchOptions::new())
+            };
+            let watched = async {
+                let (mut watch, from) = self.etcd.watch_from_now(watched_key, options).await?;
+                if from > seen_at {
+                    // The range may have moved between our read and the
+                    // watch's start.
+                    let (now, entries) = self.read_up_to(&prefix, &key, rev).await?;
+                    let again = counted.place(&entries, rev)?;
+                    if !again.is_behind(&predecessor, first) {
+                        return Ok(Some((now, again)));
+                    }
+                }
+                watch.fired().await.map(|_| None)
             };
             // Looked at again now and then even without an event: a
             // predecessor's touch that never landed must not strand us.
             tokio::select! {
                 watched = tokio::time::timeout(RECHECK, watched) => {
-                    if let Ok(Err(err)) = watched {
-                        if !err.is_retryable() {
-                            return Err(err);
+                    match watched {
+                        Ok(Ok(Some((now, again)))) => {
+                            seen_at = now;
+                            place = again;
+                            continue;
                         }
-                        tracing::debug!(error = %err, "omnilock etcd watch failed; looking again");
-                        tokio::time::sleep(backoff.next_delay()).await;
+                        Ok(Err(err)) if err.kind() == ErrorKind::LockLost => {
+                            return Err(session.death().unwrap_or(err));
+                        }
+                        Ok(Err(err)) => {
+                            if !err.is_retryable() {
+                                return Err(err);
+                            }
+                            tracing::debug!(error = %err, "omnilock etcd watch failed; looking again");
+                            tokio::time::sleep(backoff.next_delay()).await;
+                        }
+                        _ => {}
                     }
                 }
                 cause = session.died() => return Err(cause),
