@@ -539,7 +539,7 @@ fn bench_compares_stores_and_writes_json() {
         "--store",
         &sqlite,
         "--workload",
-        "floor,uncontended,contended",
+        "floor,uncontended,contended,contended-apart",
         "--workload",
         "many-locks,handoff,herd",
         "--workload",
@@ -559,11 +559,11 @@ fn bench_compares_stores_and_writes_json() {
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let table = text(&out.stdout);
-    // Per store: floor, uncontended, contended x 2, many-locks, handoff,
-    // herd, semaphore, rw, many-held.
+    // Per store: floor, uncontended, contended x 2, contended-apart x 2,
+    // many-locks, handoff, herd, semaphore, rw, many-held.
     assert_eq!(
         table.lines().filter(|l| l.starts_with("| mem://")).count(),
-        10,
+        12,
         "{table}"
     );
     assert_eq!(
@@ -571,12 +571,12 @@ fn bench_compares_stores_and_writes_json() {
             .lines()
             .filter(|l| l.starts_with("| sqlite://"))
             .count(),
-        10,
+        12,
         "{table}"
     );
     let json = std::fs::read_to_string(out_dir.join("results.json")).expect("results.json");
     let rows: Vec<serde_json::Value> = serde_json::from_str(&json).expect("results.json is JSON");
-    assert_eq!(rows.len(), 20, "{json}");
+    assert_eq!(rows.len(), 24, "{json}");
     for row in &rows {
         if row["workload"] == "many-held" {
             // 200 locks held through several renewals, none lost.
@@ -585,9 +585,15 @@ fn bench_compares_stores_and_writes_json() {
             assert!(note.contains("KiB heap per held lock"), "{row}");
             assert!(!note.contains("lost"), "{row}");
         }
+        if ["contended", "contended-apart"].contains(&row["workload"].as_str().unwrap_or_default())
+        {
+            let note = row["note"].as_str().unwrap_or_default();
+            assert!(note.contains("hand-offs/s"), "{row}");
+        }
         let measured = [
             "uncontended",
             "contended",
+            "contended-apart",
             "many-locks",
             "handoff",
             "many-held",

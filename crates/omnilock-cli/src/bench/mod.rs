@@ -305,6 +305,7 @@ mod tests {
                 "floor",
                 "uncontended",
                 "contended",
+                "contended-apart",
                 "many-locks",
                 "handoff",
                 "herd",

@@ -314,7 +314,11 @@ async fn contend(
 ) -> omnilock::Result<Row> {
     let clients = handles.len();
     let waits = Arc::new(Mutex::new(Vec::new()));
-    let counts = Arc::new(Mutex::new(vec![0u64; clients]));
+    let counts = Arc::new(Mutex::new(Grants {
+        per_client: vec![0; clients],
+        last: None,
+        handoffs: 0,
+    }));
     let started = Instant::now();
     let mut tasks = Vec::new();
     for (client, locks) in handles.iter().enumerate() {
@@ -330,7 +334,7 @@ async fn contend(
                     break;
                 };
                 waits.lock().unwrap().push(at.elapsed());
-                counts.lock().unwrap()[client] += 1;
+                counts.lock().unwrap().granted(client);
                 guard.release().await?;
                 round += 1;
             }
@@ -339,15 +343,40 @@ async fn contend(
     }
     join(tasks).await?;
     let elapsed = started.elapsed();
-    let counts = counts.lock().unwrap().clone();
+    let grants = std::mem::take(&mut *counts.lock().unwrap());
     let samples = std::mem::take(&mut *waits.lock().unwrap());
-    Ok(row(
+    let mut row = row(
         workload,
         clients,
         samples,
         elapsed,
-        Some(jain(&counts)),
-    ))
+        Some(jain(&grants.per_client)),
+    );
+    if matches!(workload, Workload::Contended | Workload::ContendedApart) {
+        let per_second = grants.handoffs as f64 / elapsed.as_secs_f64();
+        row.note = format!("{per_second:.0} hand-offs/s (grants to another client than the last)");
+    }
+    Ok(row)
+}
+
+/// Who got a contended lock, and how often it changed hands.
+#[derive(Default)]
+struct Grants {
+    per_client: Vec<u64>,
+    last: Option<usize>,
+    /// Grants to a client other than the previous one: a waiter served, not
+    /// the releaser taking the lock again.
+    handoffs: u64,
+}
+
+impl Grants {
+    fn granted(&mut self, client: usize) {
+        self.per_client[client] += 1;
+        if self.last.is_some_and(|last| last != client) {
+            self.handoffs += 1;
+        }
+        self.last = Some(client);
+    }
 }
 
 /// `waiters` tasks queue for one lock; each holds it for a moment and
