@@ -317,6 +317,21 @@ impl SqlStore {
         }
     }
 
+    /// How many live tickets of `request`'s lock are older than ticket `id`.
+    pub(crate) async fn ahead(&self, request: &AcquireRequest, id: i64) -> Result<i64> {
+        let tickets = self.inner.queries.tickets.as_ref().expect("fair mode");
+        let args = Args {
+            name: request.name.as_str(),
+            id,
+            ..Args::default()
+        };
+        let err = |e| self.err(e);
+        with_pool!(&self.inner.pool, p => {
+            let row = query(&tickets.ahead, &args).fetch_one(p).await.map_err(err)?;
+            row.try_get::<i64, _>(0).map_err(err)
+        })
+    }
+
     pub(crate) async fn dequeue(&self, id: i64) {
         if let Some(tickets) = &self.inner.queries.tickets {
             let args = Args {

@@ -104,6 +104,8 @@ pub(crate) struct Tickets {
     pub dequeue: Statement,
     /// Removes tickets of this lock long expired.
     pub sweep: Statement,
+    /// How many live tickets of this lock are older than ours.
+    pub ahead: Statement,
 }
 
 /// How a dialect takes a lock atomically.

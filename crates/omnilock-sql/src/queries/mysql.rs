@@ -119,6 +119,12 @@ pub(super) fn queries(table_name: &str, fair: bool) -> Queries {
                 format!("DELETE FROM {queue} WHERE name = ? AND expires_at < {now} - 60000"),
                 &[Name],
             ),
+            ahead: Statement::new(
+                format!(
+                    "SELECT COUNT(*) FROM {queue} WHERE name = ? AND id < ? AND expires_at > {now}"
+                ),
+                &[Name, Id],
+            ),
         }),
         // `holds` is assigned last (SET runs left to right): decrementing it
         // first made the CASEs see the new count and free a lock still held

@@ -149,6 +149,12 @@ pub(super) fn queries(dialect: Dialect, table_name: &str, notify: bool, fair: bo
                 format!("DELETE FROM {queue} WHERE name = $1 AND expires_at < {now} - 60000"),
                 &[Name],
             ),
+            ahead: Statement::new(
+                format!(
+                    "SELECT COUNT(*) FROM {queue} WHERE name = $1 AND id < $2 AND expires_at > {now}"
+                ),
+                &[Name, Id],
+            ),
         }),
         release: Statement::new(release, &[Name, Owner, Token]),
         release_selects_count: notifies,
