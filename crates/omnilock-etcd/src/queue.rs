@@ -344,7 +344,21 @@ impl Etcd {
                     // is confirmed: the key changed, look again.
                     return Ok((Watching::fired_already(stream, &self.shown), 0));
                 }
-                Ok(Ok(_)) => return Err(Error::unavailable("etcd did not start the watch")),
+                Ok(Ok(Some(resp))) => {
+                    // Refused (a compacted revision, a missing permission):
+                    // say why, the caller looks again.
+                    return Err(Error::unavailable(format!(
+                        "etcd {} did not start the watch: {}",
+                        self.shown,
+                        resp.cancel_reason()
+                    )));
+                }
+                Ok(Ok(None)) => {
+                    return Err(Error::unavailable(format!(
+                        "etcd {} closed the watch stream before starting it",
+                        self.shown
+                    )))
+                }
                 Ok(Err(e)) => return Err(classify(e)),
                 Err(_) => {
                     return Err(Error::unavailable(format!(
