@@ -199,10 +199,13 @@ sql_tls_options() {
   echo "sslmode=verify-full&sslrootcert=$SQL_TLS/ca.crt"
 }
 
+# MariaDB and PostgreSQL allow far more connections than their defaults
+# (151, 100): SQL advisory mode holds a connection per held lock, and its
+# conformance scenarios hold 100+ locks in one client while other suites run.
 launch_mariadb() {
   local data=$DIR/mariadb/data sock=$DIR/mariadb/mysqld.sock
   mariadbd --no-defaults --datadir="$data" --socket="$sock" --port="$MARIADB_PORT" \
-    --bind-address=127.0.0.1 $(mariadb_user) --skip-name-resolve --innodb-buffer-pool-size=64M \
+    --bind-address=127.0.0.1 $(mariadb_user) --skip-name-resolve --innodb-buffer-pool-size=64M --max-connections=1000 \
     --ssl-ca="$SQL_TLS/ca.crt" --ssl-cert="$SQL_TLS/server.crt" --ssl-key="$SQL_TLS/server.key" \
     --log-error="$DIR/mariadb/error.log" --pid-file="$DIR/mariadb/mariadbd.pid" \
     >"$DIR/mariadb/stdout.log" 2>&1 </dev/null &
@@ -267,7 +270,7 @@ start_postgres() {
   mv "$data/pg_hba.conf.new" "$data/pg_hba.conf"
   [ "$(id -u)" -eq 0 ] && chown postgres:postgres "$data/pg_hba.conf"
   as_postgres "$bin/pg_ctl" -D "$data" -l "$sock/server.log" -w -t 60 \
-    -o "-c listen_addresses=127.0.0.1 -p $POSTGRES_PORT -k $sock -c fsync=off -c ssl=on -c ssl_cert_file=$sock/tls/server.crt -c ssl_key_file=$sock/tls/server.key -c ssl_ca_file=$sock/tls/ca.crt" start >/dev/null
+    -o "-c listen_addresses=127.0.0.1 -p $POSTGRES_PORT -k $sock -c max_connections=600 -c fsync=off -c ssl=on -c ssl_cert_file=$sock/tls/server.crt -c ssl_key_file=$sock/tls/server.key -c ssl_ca_file=$sock/tls/ca.crt" start >/dev/null
   record "$(head -n 1 "$data/postmaster.pid")" postgres INT
   as_postgres psql -q -h "$sock" -p "$POSTGRES_PORT" -U postgres -v ON_ERROR_STOP=1 <<SQL
 CREATE USER $TEST_USER PASSWORD '$TEST_PASSWORD';

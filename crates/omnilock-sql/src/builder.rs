@@ -198,10 +198,12 @@ impl SqlStoreBuilder {
             waiting_mark: config::waiting_mark(self.max_poll),
             fair: self.fair,
             tls: TlsOptions::default(),
+            advisory: false,
+            advisory_sessions: config::DEFAULT_SESSIONS as u32,
         };
         let queries = Queries::new(dialect, &config.table, notify, config.fair);
         prepare_on_pool(&self.pool, &config, &queries).await?;
-        Ok(SqlStore::start(config, self.pool, queries))
+        Ok(SqlStore::start(config, self.pool, queries, None))
     }
 }
 

@@ -102,7 +102,20 @@ pub struct SqlConfig {
     /// TLS to a PostgreSQL or MySQL/MariaDB server (`?sslmode=`,
     /// `?sslrootcert=`, `?sslcert=`, `?sslkey=`; see [`TlsOptions`]).
     pub tls: TlsOptions,
+    /// `?mode=advisory` (MySQL/MariaDB and PostgreSQL): a mutex is the
+    /// database's own session lock (`GET_LOCK`, `pg_advisory_lock`), held
+    /// on a connection of its own; `?mode=table` (the default) is a row of
+    /// the lock table. Semaphores and read-write locks stay on the tables
+    /// in both modes. See `docs/backends/sql.md`, *Advisory mode*.
+    pub advisory: bool,
+    /// Advisory mode: how many sessions (connections) a store opens before
+    /// held locks share them (`?sessions=`, default 64). Below it every
+    /// held lock has a session of its own.
+    pub advisory_sessions: u32,
 }
+
+/// Advisory mode's sessions per store before held locks share them.
+pub(crate) const DEFAULT_SESSIONS: u64 = 64;
 
 /// The longest pause between two polls unless `?max_poll=` says otherwise.
 pub(crate) const DEFAULT_MAX_POLL: Duration = Duration::from_millis(250);
@@ -164,6 +177,13 @@ impl SqlConfig {
         }
         let create_table = url.take_bool("create_table")?.unwrap_or(true);
         let fair = url.take_bool("fair")?.unwrap_or(false);
+        let advisory = take_mode(&mut url, dialect, fair)?;
+        let advisory_sessions = url.take_u64("sessions")?.unwrap_or(DEFAULT_SESSIONS);
+        if !(1..=10_000).contains(&advisory_sessions) {
+            return Err(Error::config(
+                "option \"sessions\" must be between 1 and 10000",
+            ));
+        }
         let notify = match dialect {
             Dialect::Postgres => url.take_bool("notify")?.unwrap_or(true),
             _ => false,
@@ -191,6 +211,8 @@ impl SqlConfig {
             waiting_mark: waiting_mark(max_poll),
             fair,
             tls,
+            advisory,
+            advisory_sessions: advisory_sessions as u32,
         })
     }
 
@@ -207,6 +229,33 @@ impl SqlConfig {
         let encoded = utf8_percent_encode(text, PATH).to_string();
         SqlConfig::from_url(&StoreUrl::parse(&format!("sqlite://{encoded}"))?)
     }
+}
+
+/// `?mode=`: `table` (the default) or `advisory`, which SQLite lacks and
+/// which has no waiting line of omnilock's for `fair=true` to order.
+fn take_mode(url: &mut StoreUrl, dialect: Dialect, fair: bool) -> Result<bool> {
+    let advisory = match url.take("mode").as_deref() {
+        None | Some("table") => false,
+        Some("advisory") => true,
+        Some(other) => {
+            return Err(Error::config(format!(
+                "option \"mode\" is \"table\" or \"advisory\", not {:?}",
+                shorten(other)
+            )))
+        }
+    };
+    if advisory && dialect == Dialect::Sqlite {
+        return Err(Error::config(
+            "option \"mode=advisory\" needs MySQL/MariaDB or PostgreSQL: SQLite has no advisory locks",
+        ));
+    }
+    if advisory && fair {
+        return Err(Error::config(
+            "options \"mode=advisory\" and \"fair=true\" do not mix: in advisory mode the database \
+             itself decides which waiter is next, with no waiting line of omnilock's to order",
+        ));
+    }
+    Ok(advisory)
 }
 
 /// A table name omnilock can use: a plain identifier (letters, digits, `_`;
@@ -349,6 +398,27 @@ mod tests {
                 ErrorKind::InvalidConfig,
                 "{bad}"
             );
+        }
+    }
+
+    #[test]
+    fn mode_is_table_or_advisory_where_the_database_has_advisory_locks() {
+        assert!(!parse("mysql://h/db").unwrap().advisory);
+        assert!(!parse("mysql://h/db?mode=table").unwrap().advisory);
+        assert!(parse("mysql://h/db?mode=advisory").unwrap().advisory);
+        assert!(parse("postgres://h/db?mode=advisory").unwrap().advisory);
+        for (url, says) in [
+            (
+                "sqlite:///x.db?mode=advisory",
+                "SQLite has no advisory locks",
+            ),
+            ("postgres://h/db?mode=advisory&fair=true", "do not mix"),
+            ("mysql://h/db?mode=Advisory", "not \"Advisory\""),
+            ("mysql://h/db?mode=", "not \"\""),
+        ] {
+            let err = parse(url).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{url}");
+            assert!(err.to_string().contains(says), "{url}: {err}");
         }
     }
 

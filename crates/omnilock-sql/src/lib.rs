@@ -22,6 +22,7 @@
 //! # Ok(()) }
 //! ```
 
+mod advisory;
 mod builder;
 mod config;
 mod conn;

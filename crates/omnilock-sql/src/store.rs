@@ -12,6 +12,7 @@ use omnilock_core::{
 use sqlx::Row;
 use tokio::sync::Notify;
 
+use crate::advisory::Advisory;
 use crate::config::SqlConfig;
 use crate::conn::errors::map_err;
 use crate::conn::Conn;
@@ -40,6 +41,9 @@ pub(crate) struct Inner {
     /// cancelled waits never stand in its way (see `settle_tickets`).
     pub(crate) leaving: AtomicUsize,
     pub(crate) left: Notify,
+    /// Advisory mode's sessions (`?mode=advisory`): mutexes are the
+    /// database's session locks instead of rows.
+    pub(crate) advisory: Option<Advisory>,
     /// The PostgreSQL LISTEN task, stopped with the store.
     listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
@@ -105,11 +109,19 @@ impl SqlStore {
         conn.close().await;
         prepared?;
         let pool = target.pool(&config);
-        Ok(SqlStore::start(config, pool, queries))
+        let advisory = config
+            .advisory
+            .then(|| Advisory::new(&config, target.clone(), pool.clone()));
+        Ok(SqlStore::start(config, pool, queries, advisory))
     }
 
     /// The store over `pool`, whose tables `prepare` has set up.
-    pub(crate) fn start(config: SqlConfig, pool: Pool, queries: Queries) -> Self {
+    pub(crate) fn start(
+        config: SqlConfig,
+        pool: Pool,
+        queries: Queries,
+        advisory: Option<Advisory>,
+    ) -> Self {
         let store = SqlStore {
             inner: Arc::new(Inner {
                 config,
@@ -118,6 +130,7 @@ impl SqlStore {
                 local_waiters: LocalWaiters::default(),
                 leaving: AtomicUsize::new(0),
                 left: Notify::new(),
+                advisory,
                 listener: Mutex::new(None),
             }),
         };
@@ -234,6 +247,14 @@ impl SqlStore {
     fn wake_local(&self, name: &LockName) {
         self.inner.wake_local(name);
     }
+
+    /// Advisory mode's sessions, when `request` is a mutex in that mode.
+    fn advisory_for(&self, request: &AcquireRequest) -> Option<&Advisory> {
+        match request.primitive {
+            Primitive::Mutex => self.inner.advisory.as_ref(),
+            _ => None,
+        }
+    }
 }
 
 /// Fair mode: the waiters at the front of the line that poll at the line's
@@ -247,11 +268,15 @@ impl Backend for SqlStore {
     }
 
     fn capabilities(&self) -> Capabilities {
+        let advisory = self.inner.advisory.is_some();
         Capabilities {
             fair: self.inner.config.fair,
-            push_wakeups: self.inner.config.notify,
+            // Advisory mode: the database hands the lock to a waiter.
+            push_wakeups: self.inner.config.notify || advisory,
             fencing: true,
-            cross_process_reentrancy: true,
+            // Advisory mode: each hold is a session of its own, and one
+            // owner's second session waits like anyone else's.
+            cross_process_reentrancy: !advisory,
             lease_renewal: true,
             cross_process: true,
             break_lock: true,
@@ -260,14 +285,19 @@ impl Backend for SqlStore {
             // A committed row survives a restart of the server; a
             // failover to an asynchronous replica is outside what the
             // library sees (docs/backends/sql.md).
-            survives_failover: true,
+            // Advisory locks live in the server's memory: a restart frees
+            // them (and ends their sessions, so holders are told).
+            survives_failover: !advisory,
             semaphore: true,
             rw_lock: true,
-            atomic_lock_all: true,
+            atomic_lock_all: !advisory,
         }
     }
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
+        if let Some(advisory) = self.advisory_for(request) {
+            return advisory.try_take(request).await;
+        }
         if request.primitive != Primitive::Mutex {
             return self.take_counted(request, false).await;
         }
@@ -313,6 +343,9 @@ impl Backend for SqlStore {
     }
 
     async fn acquire(&self, request: &AcquireRequest) -> Result<Grant> {
+        if let Some(advisory) = self.advisory_for(request) {
+            return advisory.take(request).await;
+        }
         if request.primitive != Primitive::Mutex {
             return self.take_counted(request, true).await?.ok_or_else(|| {
                 Error::new(ErrorKind::Backend, "a waiting acquire returned nothing")
@@ -379,6 +412,9 @@ impl Backend for SqlStore {
     }
 
     async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
+        if let Some(advisory) = self.advisory_for(request) {
+            return advisory.release(grant).await;
+        }
         if request.primitive != Primitive::Mutex {
             return self.release_counted(request, grant).await;
         }
@@ -393,6 +429,9 @@ impl Backend for SqlStore {
     }
 
     async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
+        if let Some(advisory) = self.advisory_for(request) {
+            return advisory.renew_all(&[(request, grant)]).await.remove(0);
+        }
         if request.primitive != Primitive::Mutex {
             return self.renew_counted(request, grant).await;
         }
@@ -419,9 +458,19 @@ impl Backend for SqlStore {
     /// permits and read-write locks are renewed each on its own.
     async fn renew_all(&self, holds: &[(&AcquireRequest, &Grant)]) -> Vec<Result<Instant>> {
         let mut results: Vec<Option<Result<Instant>>> = holds.iter().map(|_| None).collect();
+        if let Some(advisory) = &self.inner.advisory {
+            // One statement per session, for all the locks it holds.
+            let mutexes: Vec<usize> = (0..holds.len())
+                .filter(|&i| holds[i].0.primitive == Primitive::Mutex)
+                .collect();
+            let picked: Vec<_> = mutexes.iter().map(|&i| holds[i]).collect();
+            for (&i, result) in mutexes.iter().zip(advisory.renew_all(&picked).await) {
+                results[i] = Some(result);
+            }
+        }
         let mut mutexes: Vec<usize> = Vec::new();
         for (i, (request, _)) in holds.iter().enumerate() {
-            if request.primitive == Primitive::Mutex {
+            if request.primitive == Primitive::Mutex && results[i].is_none() {
                 mutexes.push(i);
             }
         }
@@ -459,6 +508,9 @@ impl Backend for SqlStore {
     }
 
     async fn break_lock(&self, name: &LockName) -> Result<bool> {
+        if let Some(advisory) = &self.inner.advisory {
+            return advisory.break_lock(&self.inner.pool, name).await;
+        }
         let args = Args {
             name: name.as_str(),
             ..Args::default()
@@ -475,6 +527,9 @@ impl Backend for SqlStore {
     }
 
     async fn holder(&self, name: &LockName) -> Result<Option<omnilock_core::Holder>> {
+        if let Some(advisory) = &self.inner.advisory {
+            return advisory.holder(&self.inner.pool, name).await;
+        }
         let args = Args {
             name: name.as_str(),
             ..Args::default()
@@ -496,6 +551,9 @@ impl Backend for SqlStore {
     }
 
     async fn close(&self) {
+        if let Some(advisory) = &self.inner.advisory {
+            advisory.close();
+        }
         self.inner.pool.close().await;
     }
 }

@@ -18,6 +18,12 @@ pub fn fair_subject(store: &str) -> Option<Subject> {
     subject_with(store, "fair=true&table=omnilock_fair")
 }
 
+/// The store in advisory mode (`GET_LOCK`, `pg_advisory_lock`), on its own
+/// table: never mixed with table-mode clients of one table.
+pub fn advisory_subject(store: &str) -> Option<Subject> {
+    subject_with(store, "mode=advisory&table=omnilock_advisory")
+}
+
 /// The store through a TLS-only account, on its own table (scenarios that
 /// run at the same time on one database use fixed lock names).
 pub fn tls_subject(store: &str) -> Option<Subject> {
@@ -105,4 +111,8 @@ omnilock_testkit::conformance_main! {
     mysql_fair => fair_subject("MYSQL"),
     #[cfg(feature = "postgres")]
     postgres_fair => fair_subject("POSTGRES"),
+    #[cfg(feature = "mysql")]
+    mysql_advisory => advisory_subject("MYSQL"),
+    #[cfg(feature = "postgres")]
+    postgres_advisory => advisory_subject("POSTGRES"),
 }

@@ -29,6 +29,12 @@ use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
 
 use crate::config::Dialect;
 
+/// MySQL/MariaDB's clock in milliseconds since the Unix epoch.
+pub(crate) const MYSQL_NOW: &str = mysql::NOW;
+
+/// PostgreSQL's clock in milliseconds since the Unix epoch.
+pub(crate) const POSTGRES_NOW: &str = upsert::POSTGRES_NOW;
+
 /// A value a statement binds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Param {

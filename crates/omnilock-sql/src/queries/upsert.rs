@@ -10,10 +10,14 @@ use super::{
 use crate::config::Dialect;
 use Param::*;
 
+/// PostgreSQL's clock, in milliseconds since the Unix epoch.
+pub(super) const POSTGRES_NOW: &str =
+    "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)";
+
 pub(super) fn queries(dialect: Dialect, table_name: &str, notify: bool, fair: bool) -> Queries {
     let now = match dialect {
         Dialect::Sqlite => "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
-        _ => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+        _ => POSTGRES_NOW,
     };
     let greatest = match dialect {
         Dialect::Sqlite => "MAX",
