@@ -135,6 +135,11 @@ wait
 store_runs redis "$OMNILOCK_TEST_REDIS_URL" fenced restart node &
 store_runs mysql "$OMNILOCK_TEST_MYSQL_URL" fenced node &
 wait
+# SQL advisory mode: locks are database sessions (docs/backends/sql.md).
+advisory() { case "$1" in *\?*) echo "$1&$2" ;; *) echo "$1?$2" ;; esac; }
+store_runs mysql-advisory "$(advisory "$OMNILOCK_TEST_MYSQL_URL" mode=advisory\&table=omnilock_chaos_advisory)" fenced &
+store_runs postgres-advisory "$(advisory "$OMNILOCK_TEST_POSTGRES_URL" mode=advisory\&table=omnilock_chaos_advisory)" fenced &
+wait
 # Redlock has no fencing tokens: its register is always unfenced.
 store_runs redlock "$OMNILOCK_TEST_REDLOCK_URL" unfenced restart clock
 "$CHAOS" table "$OUT" | tee "$OUT/table.md"

@@ -3,8 +3,8 @@
 //! client. All keys of one lock share the hash tag `{prefix:name}`.
 //!
 //! Keys of a lock: `lock` (hash: owner, holds, token; PEXPIRE = the lease),
-//! `fence` (the fencing counter, never expires, and never below the server's
-//! clock in microseconds), `queue` (list of waiter
+//! `fence` (the fencing counter, never below the server's clock in
+//! microseconds, so it may expire: a day after it was last raised), `queue` (list of waiter
 //! entries, FIFO) and `timeouts` (zset entry → expiry of that waiter's place).
 //! A waiter entry is `<client id>:<waiter id>`; a release PUBLISHes the head
 //! entry on `<channel prefix><client id>`, so exactly one waiter is woken.
@@ -80,7 +80,9 @@ local function next_token(fence)
   local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
   if token <= floor then
     token = floor + 1
-    redis.call('SET', fence, string.format('%d', token))
+    -- Kept a day: a name used once (a job id) leaves no key behind for
+    -- good. Once it is gone, the clock floor keeps tokens rising.
+    redis.call('SET', fence, string.format('%d', token), 'PX', 86400000)
   end
   return string.format('%d', token)
 end

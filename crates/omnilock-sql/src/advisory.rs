@@ -470,7 +470,18 @@ impl Advisory {
             clean: true,
             killer: self.killer.clone(),
         };
-        set_idle_timeout(&mut session).await.map_err(err)?;
+        set_idle_timeout(&mut session).await.map_err(|e| {
+            if e.to_string()
+                .contains("unrecognized configuration parameter")
+            {
+                return Error::config(
+                    "mode=advisory needs PostgreSQL 14 or later: the lease is the session's \
+                     idle_session_timeout",
+                )
+                .with_backend(config.dialect.kind());
+            }
+            err(e)
+        })?;
         Ok(session)
     }
 

@@ -271,8 +271,10 @@ impl Backend for SqlStore {
         let advisory = self.inner.advisory.is_some();
         Capabilities {
             fair: self.inner.config.fair,
-            // Advisory mode: the database hands the lock to a waiter.
-            push_wakeups: self.inner.config.notify || advisory,
+            // Advisory mode: the database hands a mutex to its waiter, but
+            // semaphores and read-write locks stay on the tables, where only
+            // PostgreSQL's NOTIFY pushes: the claim covers every primitive.
+            push_wakeups: self.inner.config.notify,
             fencing: true,
             // Advisory mode: each hold is a session of its own, and one
             // owner's second session waits like anyone else's.

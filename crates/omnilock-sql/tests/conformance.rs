@@ -4,50 +4,11 @@
 //! verify-full); and through `SqlStore::builder` on the application's own
 //! sqlx pool instead of a URL.
 
-use omnilock_core::{Locks, StoreUrl};
-use omnilock_sql::{SqlConfig, SqlStore};
+mod common;
+
+use common::{advisory_subject, fair_subject, subject, tls_subject};
+use omnilock_sql::SqlStore;
 use omnilock_testkit::{store_url, Subject};
-
-/// The store at `$OMNILOCK_TEST_<store>_URL`, as a conformance subject.
-pub fn subject(store: &str) -> Option<Subject> {
-    subject_with(store, "")
-}
-
-/// The same store in fair mode, on its own table.
-pub fn fair_subject(store: &str) -> Option<Subject> {
-    subject_with(store, "fair=true&table=omnilock_fair")
-}
-
-/// The store in advisory mode (`GET_LOCK`, `pg_advisory_lock`), on its own
-/// table: never mixed with table-mode clients of one table.
-pub fn advisory_subject(store: &str) -> Option<Subject> {
-    subject_with(store, "mode=advisory&table=omnilock_advisory")
-}
-
-/// The store through a TLS-only account, on its own table (scenarios that
-/// run at the same time on one database use fixed lock names).
-pub fn tls_subject(store: &str) -> Option<Subject> {
-    subject_with(&format!("{store}_TLS"), "table=omnilock_tls")
-}
-
-fn subject_with(store: &str, options: &str) -> Option<Subject> {
-    let mut url = store_url(store)?;
-    if !options.is_empty() {
-        url.push(if url.contains('?') { '&' } else { '?' });
-        url.push_str(options);
-    }
-    let for_clients = url.clone();
-    Some(
-        Subject::new(store.to_lowercase(), move || {
-            let url = for_clients.clone();
-            async move {
-                let config = SqlConfig::from_url(&StoreUrl::parse(&url)?)?;
-                Ok(Locks::new(SqlStore::connect(config).await?))
-            }
-        })
-        .with_url(url),
-    )
-}
 
 /// The store at `$OMNILOCK_TEST_<store>_URL`, each client built on a sqlx
 /// pool of its own through `SqlStore::builder`, as an application that
