@@ -39,9 +39,22 @@ async fn main() {
         found.push((*store, url));
     }
     println!();
+    println!("Advisory mode (`?mode=advisory`):");
+    println!();
+    println!("| store | floor lock+unlock p50 / p99 | omnilock same name p50 / p99 | ratio p50 | omnilock new names p50 / p99 | ratio p50 |");
+    println!("|---|---|---|---|---|---|");
+    for (store, url) in &found {
+        if *store != "SQLITE" {
+            uncontended_advisory(store, url, iterations).await;
+        }
+    }
+    println!();
     println!("| store | hand-off p50 | p99 | waiters woken by |");
     println!("|---|---|---|---|");
     for (store, url) in &found {
+        if *store != "SQLITE" {
+            handoff(store, &advisory(url), "the database (advisory mode)").await;
+        }
         let how = if *store == "POSTGRES" {
             "NOTIFY"
         } else {
@@ -52,6 +65,11 @@ async fn main() {
             handoff(store, &with_option(url, "notify=false"), "polling").await;
         }
     }
+}
+
+/// The store's URL in advisory mode, on a table of its own.
+fn advisory(url: &str) -> String {
+    with_option(url, "mode=advisory&table=omnilock_bench_advisory")
 }
 
 fn with_option(url: &str, option: &str) -> String {
@@ -141,7 +159,6 @@ async fn uncontended(store: &str, url: &str, iterations: usize) {
     let (mut floor, mut same, mut fresh) = (Vec::new(), Vec::new(), Vec::new());
     let batches = 20;
     let per_batch = (iterations / batches).max(1);
-    let run_id = std::process::id();
     for batch in 0..=batches {
         let warmup = batch == 0;
         for _ in 0..per_batch {
@@ -160,47 +177,127 @@ async fn uncontended(store: &str, url: &str, iterations: usize) {
                 floor.push(started.elapsed());
             }
         }
-        for _ in 0..per_batch {
-            let started = Instant::now();
-            let guard = locks
-                .try_acquire("bench/same")
-                .await
-                .expect("acquire")
-                .expect("free");
-            guard.release().await.expect("release");
-            if !warmup {
-                same.push(started.elapsed());
-            }
-        }
-        for i in 0..per_batch {
-            let name = format!("bench/{run_id}/{batch}/{i}");
-            let started = Instant::now();
-            let guard = locks
-                .try_acquire(&name)
-                .await
-                .expect("acquire")
-                .expect("free");
-            guard.release().await.expect("release");
-            if !warmup {
-                fresh.push(started.elapsed());
-            }
+        let (same_batch, fresh_batch) = omnilock_batch(&locks, per_batch, batch).await;
+        if !warmup {
+            same.extend(same_batch);
+            fresh.extend(fresh_batch);
         }
     }
-    for samples in [&mut floor, &mut same, &mut fresh] {
+    print_row(store, &mut floor, &mut same, &mut fresh);
+}
+
+/// The advisory floor: the database's own lock and unlock on one
+/// connection (`GET_LOCK`/`RELEASE_LOCK`, `pg_try_advisory_lock`/
+/// `pg_advisory_unlock`), against omnilock's advisory mode, which also bumps
+/// the fencing token in the statement that takes the lock.
+async fn uncontended_advisory(store: &str, url: &str, iterations: usize) {
+    // One connection: these locks belong to a session.
+    let pool = match store {
+        "MYSQL" => RawPool::MySql(
+            sqlx::mysql::MySqlPoolOptions::new()
+                .max_connections(1)
+                .connect(url)
+                .await
+                .expect("raw connection"),
+        ),
+        _ => RawPool::Postgres(
+            sqlx::postgres::PgPoolOptions::new()
+                .max_connections(1)
+                .connect(url)
+                .await
+                .expect("raw connection"),
+        ),
+    };
+    let [lock, unlock] = match store {
+        "MYSQL" => [
+            "SELECT GET_LOCK('omnilock-bench-floor', 0)",
+            "SELECT RELEASE_LOCK('omnilock-bench-floor')",
+        ],
+        _ => [
+            "SELECT pg_try_advisory_lock(4242)",
+            "SELECT pg_advisory_unlock(4242)",
+        ],
+    };
+    let locks = omnilock::connect(&advisory(url)).await.expect("omnilock");
+    let (mut floor, mut same, mut fresh) = (Vec::new(), Vec::new(), Vec::new());
+    let batches = 20;
+    let per_batch = (iterations / batches).max(1);
+    for batch in 0..=batches {
+        let warmup = batch == 0;
+        // Checked out once per batch: omnilock's sessions are not pooled
+        // either, so neither side pays a pool checkout per statement.
+        on_pool!(&pool, p => {
+            let mut conn = p.acquire().await.expect("connection");
+            for _ in 0..per_batch {
+                let started = Instant::now();
+                for statement in [lock, unlock] {
+                    sqlx::query(statement).execute(&mut *conn).await.expect("floor statement");
+                }
+                if !warmup {
+                    floor.push(started.elapsed());
+                }
+            }
+        });
+        let (same_batch, fresh_batch) = omnilock_batch(&locks, per_batch, batch).await;
+        if !warmup {
+            same.extend(same_batch);
+            fresh.extend(fresh_batch);
+        }
+    }
+    print_row(store, &mut floor, &mut same, &mut fresh);
+}
+
+/// One batch of omnilock acquire + release: on one name, then on fresh
+/// names (an insert of the row instead of an update).
+async fn omnilock_batch(
+    locks: &omnilock::Locks,
+    per_batch: usize,
+    batch: usize,
+) -> (Vec<Duration>, Vec<Duration>) {
+    let run_id = std::process::id();
+    let (mut same, mut fresh) = (Vec::new(), Vec::new());
+    for _ in 0..per_batch {
+        let started = Instant::now();
+        let guard = locks
+            .try_acquire("bench/same")
+            .await
+            .expect("acquire")
+            .expect("free");
+        guard.release().await.expect("release");
+        same.push(started.elapsed());
+    }
+    for i in 0..per_batch {
+        let name = format!("bench/{run_id}/{batch}/{i}");
+        let started = Instant::now();
+        let guard = locks
+            .try_acquire(&name)
+            .await
+            .expect("acquire")
+            .expect("free");
+        guard.release().await.expect("release");
+        fresh.push(started.elapsed());
+    }
+    (same, fresh)
+}
+
+/// One table row: the floor, then omnilock on one name and on fresh names,
+/// each with its p50 over the floor's.
+fn print_row(store: &str, floor: &mut [Duration], same: &mut [Duration], fresh: &mut [Duration]) {
+    for samples in [&mut *floor, &mut *same, &mut *fresh] {
         samples.sort();
     }
     let ratio =
-        |s: &[Duration]| percentile(s, 0.5).as_secs_f64() / percentile(&floor, 0.5).as_secs_f64();
+        |s: &[Duration]| percentile(s, 0.5).as_secs_f64() / percentile(floor, 0.5).as_secs_f64();
     println!(
         "| {store} | {} / {} | {} / {} | {:.2}x | {} / {} | {:.2}x |",
-        ms(percentile(&floor, 0.5)),
-        ms(percentile(&floor, 0.99)),
-        ms(percentile(&same, 0.5)),
-        ms(percentile(&same, 0.99)),
-        ratio(&same),
-        ms(percentile(&fresh, 0.5)),
-        ms(percentile(&fresh, 0.99)),
-        ratio(&fresh),
+        ms(percentile(floor, 0.5)),
+        ms(percentile(floor, 0.99)),
+        ms(percentile(same, 0.5)),
+        ms(percentile(same, 0.99)),
+        ratio(same),
+        ms(percentile(fresh, 0.5)),
+        ms(percentile(fresh, 0.99)),
+        ratio(fresh),
     );
 }
 
