@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use omnilock_core::{check_ttl, Error, Locks, Result, Secret};
 
+use crate::advisory::Advisory;
 use crate::config::{self, Dialect, SqlConfig, DEFAULT_TABLE};
-use crate::conn::{Conn, Pool};
+use crate::conn::{Conn, Pool, Target};
 use crate::queries::Queries;
 use crate::store::{prepare, SqlStore};
 use crate::tls::TlsOptions;
@@ -54,6 +55,8 @@ pub struct SqlStoreBuilder {
     create_table: bool,
     notify: Option<bool>,
     fair: bool,
+    advisory: bool,
+    sessions: u32,
     ttl: Option<Duration>,
 }
 
@@ -95,6 +98,8 @@ impl SqlStore {
             create_table: true,
             notify: None,
             fair: false,
+            advisory: false,
+            sessions: config::DEFAULT_SESSIONS as u32,
             ttl: None,
         }
     }
@@ -140,6 +145,22 @@ impl SqlStoreBuilder {
         self
     }
 
+    /// Advisory mode (`?mode=advisory`, MySQL/MariaDB and PostgreSQL):
+    /// mutexes are the database's session locks. Their sessions are opened
+    /// with the pool's connect options but are not the pool's: each held
+    /// lock keeps one (see `docs/backends/sql.md`, *Advisory mode*).
+    pub fn advisory(mut self, advisory: bool) -> Self {
+        self.advisory = advisory;
+        self
+    }
+
+    /// Advisory mode: sessions opened for held locks before they share
+    /// them (`?sessions=`, default 64).
+    pub fn sessions(mut self, sessions: u32) -> Self {
+        self.sessions = sessions;
+        self
+    }
+
     /// The default lease of the returned handle's locks (`?ttl=`, default 15s).
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(ttl);
@@ -151,7 +172,8 @@ impl SqlStoreBuilder {
     ///
     /// Errors: [`InvalidConfig`](omnilock_core::ErrorKind::InvalidConfig) for
     /// a setting the URL would refuse (a bad table name, `notify` on a
-    /// database other than PostgreSQL, a TTL out of range);
+    /// database other than PostgreSQL, `advisory` on SQLite or with `fair`,
+    /// a TTL out of range);
     /// [`Unavailable`](omnilock_core::ErrorKind::Unavailable) when the
     /// pool gives no connection.
     pub async fn build(self) -> Result<Locks> {
@@ -171,6 +193,8 @@ impl SqlStoreBuilder {
         config::check_table(&self.table, dialect)?;
         config::check_max_poll(self.max_poll)?;
         config::check_connect_timeout(self.connect_timeout)?;
+        config::check_mode(dialect, self.advisory, self.fair)?;
+        config::check_sessions(u64::from(self.sessions))?;
         if let Some(ttl) = self.ttl {
             check_ttl(ttl)?;
         }
@@ -198,12 +222,15 @@ impl SqlStoreBuilder {
             waiting_mark: config::waiting_mark(self.max_poll),
             fair: self.fair,
             tls: TlsOptions::default(),
-            advisory: false,
-            advisory_sessions: config::DEFAULT_SESSIONS as u32,
+            advisory: self.advisory,
+            advisory_sessions: self.sessions,
         };
         let queries = Queries::new(dialect, &config.table, notify, config.fair);
         prepare_on_pool(&self.pool, &config, &queries).await?;
-        Ok(SqlStore::start(config, self.pool, queries, None))
+        let advisory = config
+            .advisory
+            .then(|| Advisory::new(&config, Target::of_pool(&self.pool), self.pool.clone()));
+        Ok(SqlStore::start(config, self.pool, queries, advisory))
     }
 }
 

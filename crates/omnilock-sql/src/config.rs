@@ -117,6 +117,15 @@ pub struct SqlConfig {
 /// Advisory mode's sessions per store before held locks share them.
 pub(crate) const DEFAULT_SESSIONS: u64 = 64;
 
+pub(crate) fn check_sessions(sessions: u64) -> Result<()> {
+    if !(1..=10_000).contains(&sessions) {
+        return Err(Error::config(
+            "option \"sessions\" must be between 1 and 10000",
+        ));
+    }
+    Ok(())
+}
+
 /// The longest pause between two polls unless `?max_poll=` says otherwise.
 pub(crate) const DEFAULT_MAX_POLL: Duration = Duration::from_millis(250);
 
@@ -179,11 +188,7 @@ impl SqlConfig {
         let fair = url.take_bool("fair")?.unwrap_or(false);
         let advisory = take_mode(&mut url, dialect, fair)?;
         let advisory_sessions = url.take_u64("sessions")?.unwrap_or(DEFAULT_SESSIONS);
-        if !(1..=10_000).contains(&advisory_sessions) {
-            return Err(Error::config(
-                "option \"sessions\" must be between 1 and 10000",
-            ));
-        }
+        check_sessions(advisory_sessions)?;
         let notify = match dialect {
             Dialect::Postgres => url.take_bool("notify")?.unwrap_or(true),
             _ => false,
@@ -244,6 +249,13 @@ fn take_mode(url: &mut StoreUrl, dialect: Dialect, fair: bool) -> Result<bool> {
             )))
         }
     };
+    check_mode(dialect, advisory, fair)?;
+    Ok(advisory)
+}
+
+/// Advisory mode needs a database with advisory locks, and has no waiting
+/// line of omnilock's for `fair` to order.
+pub(crate) fn check_mode(dialect: Dialect, advisory: bool, fair: bool) -> Result<()> {
     if advisory && dialect == Dialect::Sqlite {
         return Err(Error::config(
             "option \"mode=advisory\" needs MySQL/MariaDB or PostgreSQL: SQLite has no advisory locks",
@@ -255,7 +267,7 @@ fn take_mode(url: &mut StoreUrl, dialect: Dialect, fair: bool) -> Result<bool> {
              itself decides which waiter is next, with no waiting line of omnilock's to order",
         ));
     }
-    Ok(advisory)
+    Ok(())
 }
 
 /// A table name omnilock can use: a plain identifier (letters, digits, `_`;

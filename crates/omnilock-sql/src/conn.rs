@@ -257,6 +257,19 @@ impl Target {
         })
     }
 
+    /// Where `pool` connects: its own connect options (credentials, TLS),
+    /// for connections omnilock opens beside an application's pool.
+    pub(crate) fn of_pool(pool: &Pool) -> Self {
+        match pool {
+            #[cfg(feature = "sqlite")]
+            Pool::Sqlite(p) => Target::Sqlite((*p.connect_options()).clone()),
+            #[cfg(feature = "mysql")]
+            Pool::MySql(p) => Target::MySql((*p.connect_options()).clone()),
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(p) => Target::Postgres((*p.connect_options()).clone()),
+        }
+    }
+
     /// omnilock's pool: `?pool=` connections, opened on demand.
     pub(crate) fn pool(&self, config: &SqlConfig) -> Pool {
         macro_rules! options {

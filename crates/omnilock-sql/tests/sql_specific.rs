@@ -265,3 +265,60 @@ async fn postgres_release_of_a_permit_notifies_its_waiters() {
         assert_eq!(notification.payload(), name, "{side}");
     }
 }
+
+/// Advisory mode on the application's own pool: its sessions are opened
+/// with the pool's connect options, a lock taken through the builder
+/// excludes a URL client of the same table (one lock, two ways in), and a
+/// SQLite pool refuses the mode by name.
+#[tokio::test(flavor = "multi_thread")]
+async fn advisory_mode_on_an_application_pool() {
+    let table = "omnilock_advisory";
+    for (store, url) in stores() {
+        let pool: omnilock_sql::SqlPool = match store {
+            "POSTGRES" => sqlx::PgPool::connect(&url).await.expect("pool").into(),
+            "MYSQL" => sqlx::MySqlPool::connect(&url).await.expect("pool").into(),
+            _ => {
+                let pool = sqlx::SqlitePool::connect(&format!("{url}?mode=rwc"))
+                    .await
+                    .expect("pool");
+                let err = SqlStore::builder(pool)
+                    .advisory(true)
+                    .build()
+                    .await
+                    .expect_err("SQLite has no advisory locks");
+                assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+                assert!(err.to_string().contains("SQLite"), "{err}");
+                continue;
+            }
+        };
+        let locks = SqlStore::builder(pool)
+            .table(table)
+            .advisory(true)
+            .sessions(4)
+            .build()
+            .await
+            .unwrap_or_else(|e| panic!("{store}: {e}"));
+        let other = connect(&with_option(&url, &format!("mode=advisory&table={table}")))
+            .await
+            .unwrap_or_else(|e| panic!("{store}: {e}"));
+        let name = format!("builder-advisory/{}", std::process::id());
+        let held = locks
+            .try_acquire(&name)
+            .await
+            .expect("try_acquire")
+            .expect("a fresh name is free");
+        assert!(
+            other.try_acquire(&name).await.expect("probe").is_none(),
+            "{store}: a URL client took the lock the builder's client holds"
+        );
+        let token = held.token();
+        held.release().await.expect("release");
+        let next = other
+            .try_acquire(&name)
+            .await
+            .expect("try_acquire")
+            .unwrap_or_else(|| panic!("{store}: the released lock stays busy"));
+        assert!(next.token() > token, "{store}: the token did not rise");
+        next.release().await.expect("release");
+    }
+}
