@@ -187,20 +187,49 @@ impl Renewals {
         join_all(batches).await;
     }
 
-    async fn renew_batch(self: &Arc<Self>, batch: &[Arc<Hold>]) {
+    fn renew_batch<'a>(
+        self: &'a Arc<Self>,
+        batch: &'a [Arc<Hold>],
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+        Box::pin(self.renew_batch_inner(batch))
+    }
+
+    async fn renew_batch_inner(self: &Arc<Self>, batch: &[Arc<Hold>]) {
         let Some(first) = batch.first() else { return };
         let backend = first.backend().clone();
         let pairs: Vec<(&AcquireRequest, &Grant)> =
             batch.iter().map(|h| (&h.request, &h.grant)).collect();
-        // No answer before the earliest lease in the batch runs out counts as
-        // a failure for every hold of it (each is tried again at once, and
-        // the ones whose lease is over are then reported lost).
-        let deadline = batch
+        // A lone hold waits for an answer until its lease runs out (then it
+        // is tried again at once, and reported lost). Several holds wait
+        // only until the earliest of them has a third of its TTL left: a
+        // call that hangs on one of their locks (one stuck connection or
+        // session among several) then gives each the rest of its own lease
+        // in a call of its own, instead of taking them all down with it.
+        let earliest = batch
             .iter()
             .map(|h| h.valid_until())
             .min()
             .unwrap_or_else(Instant::now);
+        let split_at = batch
+            .iter()
+            .filter_map(|h| h.valid_until().checked_sub(interval(h)))
+            .min()
+            .filter(|at| batch.len() > 1 && *at > Instant::now());
+        let deadline = split_at.unwrap_or(earliest);
         let outcome = tokio::time::timeout_at(deadline.into(), backend.renew_all(&pairs)).await;
+        if outcome.is_err() && split_at.is_some() {
+            tracing::warn!(
+                locks = batch.len(),
+                "omnilock renewal call did not answer; renewing its locks one by one"
+            );
+            join_all(
+                batch
+                    .iter()
+                    .map(|hold| self.renew_batch(std::slice::from_ref(hold))),
+            )
+            .await;
+            return;
+        }
         let now = Instant::now();
         for (index, hold) in batch.iter().enumerate() {
             let result = match &outcome {
@@ -378,5 +407,102 @@ impl Drop for Running {
             // down drops it at once, and the flag is cleared again.
             spawn(self.renewals.clone(), &hold.runtime, false);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use async_trait::async_trait;
+
+    use super::*;
+    use crate::backend::{Backend, Capabilities};
+    use crate::error::Result;
+    use crate::{Locks, MemStore};
+
+    /// The in-memory store, except that once `stall` is set a renewal batch
+    /// naming a `stall/` lock never answers (a store that hangs on one
+    /// request while others go through).
+    #[derive(Debug, Default)]
+    struct StallingRenewals {
+        store: MemStore,
+        stall: Arc<AtomicBool>,
+        stalled: Arc<Notify>,
+    }
+
+    #[async_trait]
+    impl Backend for StallingRenewals {
+        fn kind(&self) -> &'static str {
+            "mem"
+        }
+        fn capabilities(&self) -> Capabilities {
+            self.store.capabilities()
+        }
+        async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
+            self.store.try_acquire(request).await
+        }
+        async fn acquire(&self, request: &AcquireRequest) -> Result<Grant> {
+            self.store.acquire(request).await
+        }
+        async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
+            self.store.release(request, grant).await
+        }
+        async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
+            self.store.renew(request, grant).await
+        }
+        async fn renew_all(&self, holds: &[(&AcquireRequest, &Grant)]) -> Vec<Result<Instant>> {
+            let stalls = holds
+                .iter()
+                .any(|(request, _)| request.name.as_str().starts_with("stall/"));
+            if stalls && self.stall.load(Ordering::SeqCst) {
+                self.stalled.notify_one();
+                std::future::pending::<()>().await;
+            }
+            self.store.renew_all(holds).await
+        }
+    }
+
+    /// A renewal call that hangs until its leases run out holds back
+    /// neither the holds that come due meanwhile (here with a shorter TTL,
+    /// renewed several times during the hang) nor the lost signal of the
+    /// hold whose renewal hung.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_hung_renewal_holds_back_no_other_hold() {
+        let backend = StallingRenewals::default();
+        let (stall, stalled) = (backend.stall.clone(), backend.stalled.clone());
+        let locks = Locks::new(backend);
+        let slow_ttl = Duration::from_secs(3);
+        let fast_ttl = Duration::from_millis(600);
+        let hung = locks
+            .lock("stall/a")
+            .ttl(slow_ttl)
+            .acquire()
+            .await
+            .expect("acquire");
+        let fast = locks
+            .lock("fast/b")
+            .ttl(fast_ttl)
+            .acquire()
+            .await
+            .expect("acquire");
+        let first_deadline = fast.safe_until();
+        stall.store(true, Ordering::SeqCst);
+        tokio::time::timeout(slow_ttl, stalled.notified())
+            .await
+            .expect("the stalled renewal started");
+        // The hung hold is reported lost once its lease is over.
+        let loss = tokio::time::timeout(slow_ttl * 2, hung.lost())
+            .await
+            .expect("the lost signal fires while the store hangs");
+        assert_eq!(loss.kind(), ErrorKind::LockLost, "{loss}");
+        // Meanwhile (more than 2 of its TTLs), the other hold stayed held
+        // and was renewed.
+        assert!(fast.is_held(), "a hold renewed beside a hung call was lost");
+        assert!(
+            fast.safe_until() > first_deadline + fast_ttl,
+            "the other hold was not renewed while a renewal hung"
+        );
+        fast.release().await.expect("release");
     }
 }
