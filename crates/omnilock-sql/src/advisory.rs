@@ -728,29 +728,33 @@ async fn take_on(
     let session = &mut holding.session;
     let was_clean = session.clean;
     session.clean = false;
-    let took = match &mut session.conn {
-        #[cfg(not(any(feature = "mysql", feature = "postgres")))]
-        _ => unreachable!("advisory mode is refused without mysql or postgres"),
-        #[cfg(feature = "mysql")]
-        SessionConn::MySql(c) => sqlx::query(sql.take_now.clone())
-            .bind(name)
-            .bind(owner)
-            .bind(key.mysql())
-            .execute(c)
-            .await
-            .map(|done| match done.rows_affected() {
-                0 => Took::Busy,
-                _ => Took::Taken(done.last_insert_id().max(1)),
-            }),
-        #[cfg(feature = "postgres")]
-        SessionConn::Postgres(c) => sqlx::query_scalar::<_, i64>(sql.take_now.clone())
-            .bind(name)
-            .bind(owner)
-            .bind(key.postgres())
-            .fetch_optional(c)
-            .await
-            .map(|token| token.map_or(Took::Busy, |t| Took::Taken(t as u64))),
-    };
+    let limit = session.idle_timeout;
+    let took = bounded(limit, async {
+        match &mut session.conn {
+            #[cfg(not(any(feature = "mysql", feature = "postgres")))]
+            _ => unreachable!("advisory mode is refused without mysql or postgres"),
+            #[cfg(feature = "mysql")]
+            SessionConn::MySql(c) => sqlx::query(sql.take_now.clone())
+                .bind(name)
+                .bind(owner)
+                .bind(key.mysql())
+                .execute(c)
+                .await
+                .map(|done| match done.rows_affected() {
+                    0 => Took::Busy,
+                    _ => Took::Taken(done.last_insert_id().max(1)),
+                }),
+            #[cfg(feature = "postgres")]
+            SessionConn::Postgres(c) => sqlx::query_scalar::<_, i64>(sql.take_now.clone())
+                .bind(name)
+                .bind(owner)
+                .bind(key.postgres())
+                .fetch_optional(c)
+                .await
+                .map(|token| token.map_or(Took::Busy, |t| Took::Taken(t as u64))),
+        }
+    })
+    .await;
     match took {
         Ok(Took::Taken(token)) => {
             holding.keys.insert(key);
@@ -781,23 +785,27 @@ async fn release_on(shared: &Shared, sql: &Sql, key: Key) -> sqlx::Result<bool> 
     if !holding.keys.contains(&key) {
         return Ok(false);
     }
-    let released: sqlx::Result<bool> = match &mut holding.session.conn {
-        #[cfg(not(any(feature = "mysql", feature = "postgres")))]
-        _ => unreachable!("advisory mode is refused without mysql or postgres"),
-        #[cfg(feature = "mysql")]
-        SessionConn::MySql(c) => sqlx::query_scalar::<_, Option<i64>>(sql.release.clone())
-            .bind(key.mysql())
-            .fetch_one(c)
-            .await
-            .map(|got| got == Some(1)),
-        #[cfg(feature = "postgres")]
-        SessionConn::Postgres(c) => {
-            sqlx::query_scalar(sql.release.clone())
-                .bind(key.postgres())
+    let limit = holding.session.idle_timeout;
+    let released: sqlx::Result<bool> = bounded(limit, async {
+        match &mut holding.session.conn {
+            #[cfg(not(any(feature = "mysql", feature = "postgres")))]
+            _ => unreachable!("advisory mode is refused without mysql or postgres"),
+            #[cfg(feature = "mysql")]
+            SessionConn::MySql(c) => sqlx::query_scalar::<_, Option<i64>>(sql.release.clone())
+                .bind(key.mysql())
                 .fetch_one(c)
                 .await
+                .map(|got| got == Some(1)),
+            #[cfg(feature = "postgres")]
+            SessionConn::Postgres(c) => {
+                sqlx::query_scalar(sql.release.clone())
+                    .bind(key.postgres())
+                    .fetch_one(c)
+                    .await
+            }
         }
-    };
+    })
+    .await;
     match released {
         Ok(released) => {
             holding.keys.remove(&key);
@@ -820,14 +828,18 @@ async fn ping(shared: &Shared, sql: &Sql) -> Result<HashSet<Key>> {
         return Err(Error::unavailable("the session was killed or broke"));
     };
     // Only this session could release its locks: alive means held.
-    let alive: sqlx::Result<()> = match &mut holding.session.conn {
-        #[cfg(not(any(feature = "mysql", feature = "postgres")))]
-        _ => unreachable!("advisory mode is refused without mysql or postgres"),
-        #[cfg(feature = "mysql")]
-        SessionConn::MySql(c) => sqlx::query(sql.renew.clone()).execute(c).await.map(|_| ()),
-        #[cfg(feature = "postgres")]
-        SessionConn::Postgres(c) => sqlx::query(sql.renew.clone()).execute(c).await.map(|_| ()),
-    };
+    let limit = holding.session.idle_timeout;
+    let alive: sqlx::Result<()> = bounded(limit, async {
+        match &mut holding.session.conn {
+            #[cfg(not(any(feature = "mysql", feature = "postgres")))]
+            _ => unreachable!("advisory mode is refused without mysql or postgres"),
+            #[cfg(feature = "mysql")]
+            SessionConn::MySql(c) => sqlx::query(sql.renew.clone()).execute(c).await.map(|_| ()),
+            #[cfg(feature = "postgres")]
+            SessionConn::Postgres(c) => sqlx::query(sql.renew.clone()).execute(c).await.map(|_| ()),
+        }
+    })
+    .await;
     match alive {
         Ok(_) => {
             shared.touch(holding);
@@ -865,6 +877,24 @@ async fn fence(session: &mut Session, sql: &Sql, name: &str, owner: &str) -> sql
             Ok(token as u64)
         }
     }
+}
+
+/// A statement on a session that does not answer within the session's
+/// idle timeout (its lease) fails: the caller then kills the session, so
+/// that a lock whose holder was told it is lost cannot stay held by a
+/// session that answers late (a database paused, then resumed).
+async fn bounded<T>(
+    limit: Duration,
+    statement: impl std::future::Future<Output = sqlx::Result<T>>,
+) -> sqlx::Result<T> {
+    tokio::time::timeout(limit, statement)
+        .await
+        .unwrap_or_else(|_| {
+            Err(sqlx::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the advisory session did not answer within its lease",
+            )))
+        })
 }
 
 fn gone() -> sqlx::Error {
