@@ -383,6 +383,12 @@ pub(crate) fn check_redlock_nodes(redlock: bool, nodes: usize) -> Result<()> {
             "redlock:// needs at least 3 independent nodes (5 is usual)",
         ));
     }
+    // Each node's wake-ups are a bit in one u64 per waiter.
+    if redlock && nodes > 64 {
+        return Err(Error::config(format!(
+            "redlock:// takes at most 64 nodes, not {nodes} (5 is usual)"
+        )));
+    }
     Ok(())
 }
 

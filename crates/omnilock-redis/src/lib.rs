@@ -20,6 +20,7 @@ mod scripts;
 mod sentinel;
 mod shard_wakeups;
 mod single;
+mod wake;
 
 pub use builder::{RedisBuilder, RedlockBuilder};
 pub use config::{Deployment, RedisConfig, RedisOptions, WaitReplicas};

@@ -1,13 +1,21 @@
 //! Redlock over N independent Redis nodes: a lock is held when a majority
 //! granted it in parallel within its validity time.
+//!
+//! Waiters stand in one line on every node, ordered by a ticket that is the
+//! same on all of them (see `LINE_COMMON` in `scripts.rs`), so the votes of
+//! a free lock go to one waiter instead of splitting; a release wakes the
+//! first in line on each node, and the waiter runs its next round once a
+//! majority of nodes has woken it.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use omnilock_core::{
-    async_trait, complete_or_undo, AcquireRequest, Backend, Capabilities, Error, ErrorKind, Grant,
-    LocalWaiters, LockName, Result,
+    async_trait, complete_or_undo, lock_unpoisoned, AcquireRequest, Backend, Backoff, Capabilities,
+    Error, ErrorKind, Grant, LockName, Result,
 };
 use rand::Rng;
 use tokio::sync::Notify;
@@ -16,6 +24,7 @@ use crate::builder::RedlockBuilder;
 use crate::config::{check_redlock_nodes, RedisConfig, RedisOptions};
 use crate::node::{Keys, Node};
 use crate::scripts::Scripts;
+use crate::wake::{self, WakeTarget};
 
 /// The clock drift factor of the Redlock algorithm.
 const DRIFT_FACTOR: f64 = 0.01;
@@ -38,8 +47,87 @@ struct Inner {
     node_count: usize,
     nodes: Vec<Node>,
     scripts: Scripts,
-    /// In-process waiters per lock: a release here wakes one at once.
-    local_waiters: LocalWaiters,
+    /// This client's id: waiter entries are `<client id>:<waiter id>`, and
+    /// every node publishes their wake-ups on `<prefix>:wake:<client id>`.
+    client_id: String,
+    channel_prefix: String,
+    next_waiter: AtomicU64,
+    waiters: Mutex<HashMap<String, Arc<Waiter>>>,
+    /// Wake-up messages received, from all nodes.
+    wakeups: AtomicU64,
+    /// One wake-up subscription per node.
+    listeners: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+/// How long a waiter woken by some nodes waits for the rest of a majority
+/// before it tries anyway: one release reaches every node at about the
+/// same time, so their messages arrive together unless a node is slow or
+/// never had this waiter in its line.
+const MAJORITY_GRACE: Duration = Duration::from_millis(3);
+
+/// A waiting acquire.
+#[derive(Default)]
+struct Waiter {
+    notify: Notify,
+    /// The nodes (bit = index) that woke it since its last round.
+    woken_by: AtomicU64,
+}
+
+impl WakeTarget for Inner {
+    fn deliver(&self, from: usize, entry: &str) {
+        self.wakeups.fetch_add(1, Ordering::Relaxed);
+        if let Some(waiter) = lock_unpoisoned(&self.waiters).get(entry) {
+            waiter.woken_by.fetch_or(1 << from, Ordering::Relaxed);
+            waiter.notify.notify_one();
+        }
+    }
+
+    /// A node's subscription dropped: its wake-ups may be lost, so every
+    /// waiter tries again at once.
+    fn recheck_all(&self, _from: usize) {
+        for waiter in lock_unpoisoned(&self.waiters).values() {
+            waiter.woken_by.store(u64::MAX, Ordering::Relaxed);
+            waiter.notify.notify_one();
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Ok(listeners) = self.listeners.get_mut() {
+            for task in listeners.drain(..) {
+                task.abort();
+            }
+        }
+    }
+}
+
+/// The keys of one lock on each node.
+struct LineKeys {
+    lock: String,
+    line: String,
+    places: String,
+}
+
+impl LineKeys {
+    fn new(prefix: &str, name: &LockName) -> Self {
+        let keys = Keys::new(prefix, name.as_str());
+        LineKeys {
+            line: format!("{}:line", keys.lock),
+            places: format!("{}:places", keys.lock),
+            lock: keys.lock,
+        }
+    }
+}
+
+/// What a round came to, and the undo it left running, if any.
+type Round = (Result<Outcome>, Option<tokio::task::JoinHandle<()>>);
+
+/// A waiter's entry and its ticket (none before the lock was first busy).
+#[derive(Clone, Copy)]
+struct Turn<'a> {
+    entry: &'a str,
+    ticket: Option<u64>,
 }
 
 impl std::fmt::Debug for RedlockStore {
@@ -67,7 +155,12 @@ enum Outcome {
         tokens: NodeTokens,
         valid_until: Instant,
     },
-    Busy,
+    Busy {
+        /// The clocks (µs) of the nodes that found the lock busy.
+        clocks: Vec<u64>,
+        /// The median time left on the holder's lease among them.
+        remaining: Option<Duration>,
+    },
 }
 
 impl RedlockStore {
@@ -127,16 +220,60 @@ impl RedlockStore {
             // client reconnects. Documented in docs/backends/redis.md.
             tracing::warn!(missing = %failures.join("; "), "omnilock redlock: some nodes are down");
         }
-        Ok(RedlockStore {
+        let client_id = format!("{:016x}", rand::random::<u64>());
+        let channel_prefix = format!("{}:wake:", options.prefix);
+        let channel = format!("{channel_prefix}{client_id}");
+        // Subscribed before the first acquire; a node that does not answer
+        // now is subscribed by its listener as soon as it can be.
+        let subscriptions = join_all(nodes.iter().map(|node| {
+            tokio::time::timeout(options.connect_timeout, node.subscriber.subscribe(&channel))
+        }))
+        .await;
+        let store = RedlockStore {
             inner: Arc::new(Inner {
                 options,
                 shown,
                 node_count,
                 nodes,
                 scripts: Scripts::new(),
-                local_waiters: LocalWaiters::default(),
+                client_id,
+                channel_prefix,
+                next_waiter: AtomicU64::new(0),
+                waiters: Mutex::new(HashMap::new()),
+                wakeups: AtomicU64::new(0),
+                listeners: Mutex::new(Vec::new()),
             }),
-        })
+        };
+        let weak = Arc::downgrade(&store.inner);
+        let listeners = subscriptions
+            .into_iter()
+            .enumerate()
+            .map(|(i, subscribed)| {
+                let node = &store.inner.nodes[i];
+                tokio::spawn(wake::listen(
+                    weak.clone(),
+                    i,
+                    subscribed.ok().and_then(|s| s.ok()),
+                    node.subscriber.clone(),
+                    channel.clone(),
+                    store.inner.options.connect_timeout,
+                ))
+            })
+            .collect();
+        *lock_unpoisoned(&store.inner.listeners) = listeners;
+        Ok(store)
+    }
+
+    /// Wake-up messages this client has received from all nodes (a
+    /// release wakes the first waiter in line on each node).
+    pub fn wakeups(&self) -> u64 {
+        self.inner.wakeups.load(Ordering::Relaxed)
+    }
+
+    /// A fresh waiter entry id, `<client id>:<n>`.
+    fn new_entry(&self) -> String {
+        let waiter = self.inner.next_waiter.fetch_add(1, Ordering::Relaxed);
+        format!("{}:{waiter}", self.inner.client_id)
     }
 
     fn quorum(&self) -> usize {
@@ -147,28 +284,45 @@ impl RedlockStore {
         ttl.mul_f64(DRIFT_FACTOR) + Duration::from_millis(2)
     }
 
-    /// One parallel round on every node.
-    async fn round(&self, request: &AcquireRequest) -> Result<Outcome> {
+    /// One parallel round on every node, for a waiter with `turn` (none
+    /// for a try-acquire), and the undo of its partial grant if it left
+    /// one: the waiter's next round must wait for it, or it would find its
+    /// own grant there (`WouldDeadlock` for a lock that is not reentrant).
+    async fn round(&self, request: &AcquireRequest, turn: Option<Turn<'_>>) -> Round {
+        let mut undoing = None;
+        let outcome = self.round_votes(request, turn, &mut undoing).await;
+        (outcome, undoing)
+    }
+
+    async fn round_votes(
+        &self,
+        request: &AcquireRequest,
+        turn: Option<Turn<'_>>,
+        undoing: &mut Option<tokio::task::JoinHandle<()>>,
+    ) -> Result<Outcome> {
         let inner = &self.inner;
-        let keys = Keys::new(&inner.options.prefix, request.name.as_str());
+        let keys = LineKeys::new(&inner.options.prefix, &request.name);
+        let entry = turn.map_or("", |t| t.entry);
+        let ticket = turn
+            .and_then(|t| t.ticket)
+            .map_or(String::new(), |t| t.to_string());
         let started = Instant::now();
         let calls = inner.nodes.iter().map(|node| {
             let mut conn = node.conn.clone();
-            let keys = &keys;
+            let (keys, ticket) = (&keys, &ticket);
             let timeout = inner.options.response_timeout;
             async move {
-                let mut script = inner.scripts.acquire.key(&keys.lock);
+                let mut script = inner.scripts.redlock_acquire.key(&keys.lock);
                 script
-                    .key(&keys.fence)
-                    .key(&keys.queue)
-                    .key(&keys.timeouts)
+                    .key(&keys.line)
+                    .key(&keys.places)
                     .arg(request.owner.as_str())
                     .arg(request.ttl.as_millis() as u64)
                     .arg(if request.reentrant { 1 } else { 0 })
-                    .arg("")
-                    .arg(inner.options.waiter_lease.as_millis() as u64)
-                    .arg("");
-                let call = script.invoke_async::<(i64, i64)>(&mut conn);
+                    .arg(entry)
+                    .arg(ticket)
+                    .arg(inner.options.waiter_lease.as_millis() as u64);
+                let call = script.invoke_async::<Vec<i64>>(&mut conn);
                 match tokio::time::timeout(timeout, call).await {
                     Ok(result) => result.map_err(|e| node.err(e)),
                     Err(_) => Err(Error::unavailable(format!(
@@ -182,14 +336,23 @@ impl RedlockStore {
         let elapsed = started.elapsed();
         let mut votes = vec![Vote::Refused; inner.nodes.len()];
         let (mut granted, mut deadlock, mut failures) = (0, false, Vec::new());
+        let (mut clocks, mut remaining) = (Vec::new(), Vec::new());
         for (i, result) in results.into_iter().enumerate() {
             match result {
-                Ok((1, token)) => {
-                    votes[i] = Vote::Granted(token as u64);
-                    granted += 1;
-                }
-                Ok((-1, _)) => deadlock = true,
-                Ok(_) => {}
+                Ok(answer) => match answer[..] {
+                    [1, token, ..] => {
+                        votes[i] = Vote::Granted(token as u64);
+                        granted += 1;
+                    }
+                    [-1, ..] => deadlock = true,
+                    [0, pttl, clock, ..] => {
+                        clocks.push(clock as u64);
+                        if pttl > 0 {
+                            remaining.push(Duration::from_millis(pttl as u64));
+                        }
+                    }
+                    _ => {}
+                },
                 Err(e) if e.kind() == ErrorKind::InvalidConfig => return Err(e),
                 Err(e) => {
                     votes[i] = Vote::Unknown;
@@ -215,11 +378,20 @@ impl RedlockStore {
             });
         }
         // Not held: undo the partial grant everywhere at once, including on
-        // nodes that did not answer in time (their grant may still come). In
-        // the background: a stalled node must not hold up the caller, and
-        // each undo follows its grant on that node's connection anyway.
-        let (store, undo_request) = (self.clone(), request.clone());
-        tokio::spawn(async move { store.undo_votes(&undo_request, &votes).await });
+        // nodes that did not answer in time (their grant may still come),
+        // and keep this waiter's turn where the grant took it out of the
+        // line. In the background: a stalled node must not hold up the
+        // caller, and each undo follows its grant on that node's connection
+        // anyway.
+        if granted > 0 || !failures.is_empty() {
+            let requeue = turn.and_then(|t| Some((t.entry.to_string(), t.ticket?)));
+            let (store, undo_request) = (self.clone(), request.clone());
+            *undoing = Some(tokio::spawn(async move {
+                store
+                    .undo_votes(&undo_request, &votes, requeue.as_ref())
+                    .await
+            }));
+        }
         if deadlock {
             return Err(Error::would_deadlock());
         }
@@ -231,16 +403,26 @@ impl RedlockStore {
                 failures.join("; ")
             )));
         }
-        Ok(Outcome::Busy)
+        Ok(Outcome::Busy {
+            clocks,
+            remaining: median(remaining),
+        })
     }
 
-    async fn round_detached(&self, request: &AcquireRequest) -> Result<Outcome> {
+    async fn round_detached(&self, request: &AcquireRequest, turn: Option<Turn<'_>>) -> Round {
         let (store, undo) = (self.clone(), self.clone());
         let (call_request, undo_request) = (request.clone(), request.clone());
+        let turn = turn.map(|t| (t.entry.to_string(), t.ticket));
         complete_or_undo(
-            async move { store.round(&call_request).await },
-            move |abandoned| async move {
-                if let Ok(Outcome::Held { tokens, .. }) = abandoned {
+            async move {
+                let turn = turn.as_ref().map(|(entry, ticket)| Turn {
+                    entry,
+                    ticket: *ticket,
+                });
+                store.round(&call_request, turn).await
+            },
+            move |abandoned: Round| async move {
+                if let (Ok(Outcome::Held { tokens, .. }), _) = abandoned {
                     undo.release_tokens(&undo_request, &tokens).await;
                 }
             },
@@ -249,8 +431,14 @@ impl RedlockStore {
     }
 
     /// Undoes a failed round: granted nodes by token, silent nodes by owner
-    /// (the release follows the late acquire on the same connection).
-    async fn undo_votes(&self, request: &AcquireRequest, votes: &[Vote]) {
+    /// (the release follows the late acquire on the same connection), and
+    /// puts the waiter back in line where a grant took it out.
+    async fn undo_votes(
+        &self,
+        request: &AcquireRequest,
+        votes: &[Vote],
+        requeue: Option<&(String, u64)>,
+    ) {
         let tokens: Vec<Option<String>> = votes
             .iter()
             .map(|v| match v {
@@ -259,64 +447,164 @@ impl RedlockStore {
                 Vote::Refused => None,
             })
             .collect();
-        self.release_on(request, &tokens).await;
+        self.release_on(request, &tokens, requeue).await;
     }
 
     /// Releases on every node that granted; returns how many nodes released.
     async fn release_tokens(&self, request: &AcquireRequest, tokens: &NodeTokens) -> Released {
         let tokens: Vec<Option<String>> = tokens.iter().map(|t| t.map(|t| t.to_string())).collect();
-        self.release_on(request, &tokens).await
+        self.release_on(request, &tokens, None).await
     }
 
     /// Runs the release script on each node with `Some(token)` ('' = any).
-    async fn release_on(&self, request: &AcquireRequest, tokens: &[Option<String>]) -> Released {
+    async fn release_on(
+        &self,
+        request: &AcquireRequest,
+        tokens: &[Option<String>],
+        requeue: Option<&(String, u64)>,
+    ) -> Released {
         let inner = &self.inner;
-        let keys = Keys::new(&inner.options.prefix, request.name.as_str());
+        let keys = LineKeys::new(&inner.options.prefix, &request.name);
+        let (entry, ticket) = requeue.map_or((String::new(), String::new()), |(entry, ticket)| {
+            (entry.clone(), ticket.to_string())
+        });
         let calls = inner.nodes.iter().zip(tokens).filter_map(|(node, token)| {
             let token = token.as_deref()?;
             let mut conn = node.conn.clone();
-            let keys = &keys;
+            let (keys, entry, ticket) = (&keys, &entry, &ticket);
             let timeout = inner.options.response_timeout;
             Some(async move {
-                let mut script = inner.scripts.release.key(&keys.lock);
+                let mut script = inner.scripts.redlock_release.key(&keys.lock);
                 script
-                    .key(&keys.queue)
-                    .key(&keys.timeouts)
+                    .key(&keys.line)
+                    .key(&keys.places)
                     .arg(request.owner.as_str())
                     .arg(token)
-                    .arg("");
+                    .arg(&inner.channel_prefix)
+                    .arg(entry)
+                    .arg(ticket);
                 // Once sent, the release runs on the node even if we stop
                 // waiting for its reply.
                 tokio::time::timeout(timeout, script.invoke_async::<i64>(&mut conn)).await
             })
         });
         let results = join_all(calls).await;
-        let released = Released {
+        Released {
             released: results
                 .iter()
                 .filter(|r| matches!(r, Ok(Ok(n)) if *n >= 0))
                 .count(),
             unanswered: results.iter().filter(|r| !matches!(r, Ok(Ok(_)))).count(),
-        };
-        if released.released > 0 {
-            self.wake_local(&request.name);
         }
-        released
     }
 
-    fn local_notify(&self, name: &LockName) -> Arc<Notify> {
-        self.inner.local_waiters.register(name)
+    /// Takes `entry` out of the line on the nodes `on` selects, waking the
+    /// next waiter where the lock is free. One try each: a place left
+    /// behind runs out with its lease.
+    async fn leave_line(&self, name: &LockName, entry: &str, on: impl Fn(usize) -> bool) {
+        let inner = &self.inner;
+        let keys = LineKeys::new(&inner.options.prefix, name);
+        let calls = inner
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| on(*i))
+            .map(|(_, node)| {
+                let mut conn = node.conn.clone();
+                let keys = &keys;
+                let timeout = inner.options.response_timeout;
+                async move {
+                    let mut script = inner.scripts.redlock_cancel.key(&keys.lock);
+                    script
+                        .key(&keys.line)
+                        .key(&keys.places)
+                        .arg(entry)
+                        .arg(&inner.channel_prefix);
+                    let _ =
+                        tokio::time::timeout(timeout, script.invoke_async::<i64>(&mut conn)).await;
+                }
+            });
+        join_all(calls).await;
     }
 
-    fn wake_local(&self, name: &LockName) {
-        self.inner.local_waiters.wake_one(name);
+    /// Waits for this waiter's turn: until a majority of nodes has woken it
+    /// (or some have, and the rest do not follow within
+    /// [`MAJORITY_GRACE`]), or `delay` has passed.
+    async fn wait_turn(&self, waiter: &Waiter, delay: Duration) {
+        let deadline = tokio::time::Instant::now() + delay;
+        let mut first_woken: Option<tokio::time::Instant> = None;
+        loop {
+            let woken = waiter.notify.notified();
+            let by = waiter.woken_by.load(Ordering::Relaxed);
+            if by.count_ones() as usize >= self.quorum() {
+                return;
+            }
+            let until = match (by, first_woken) {
+                (0, _) => deadline,
+                (_, Some(first)) => deadline.min(first + MAJORITY_GRACE),
+                (_, None) => {
+                    let first = *first_woken.insert(tokio::time::Instant::now());
+                    deadline.min(first + MAJORITY_GRACE)
+                }
+            };
+            tokio::select! {
+                _ = woken => {}
+                _ = tokio::time::sleep_until(until) => return,
+            }
+        }
     }
 
     fn grant(tokens: NodeTokens, valid_until: Instant) -> Grant {
         // Not a fencing token (capabilities say so): the largest of the
-        // per-node counters, for logs only.
+        // per-node grant ids (node clocks), for logs only.
         let token = tokens.iter().flatten().copied().max().unwrap_or(0);
         Grant::new(token, valid_until).with_state(tokens)
+    }
+}
+
+/// The median of `values` (the upper one of an even count), if any.
+fn median<T: Ord + Copy>(mut values: Vec<T>) -> Option<T> {
+    values.sort_unstable();
+    values.get(values.len() / 2).copied()
+}
+
+/// A waiter's place in the line of every node, left (in the background)
+/// when the acquire ends: everywhere if it ends without the lock, on the
+/// nodes that did not grant it if it won.
+struct Place {
+    store: RedlockStore,
+    name: LockName,
+    entry: String,
+    /// Whether it ever queued (had a ticket): a try-acquire never does.
+    queued: bool,
+    granted_on: Option<NodeTokens>,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        lock_unpoisoned(&self.store.inner.waiters).remove(&self.entry);
+        if !self.queued {
+            return;
+        }
+        let granted_on = self.granted_on.take();
+        if granted_on
+            .as_ref()
+            .is_some_and(|tokens| tokens.iter().all(Option::is_some))
+        {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (store, name, entry) = (self.store.clone(), self.name.clone(), self.entry.clone());
+        runtime.spawn(async move {
+            let left_on = |i: usize| {
+                granted_on
+                    .as_ref()
+                    .is_none_or(|tokens| tokens.get(i).copied().flatten().is_none())
+            };
+            store.leave_line(&name, &entry, left_on).await;
+        });
     }
 }
 
@@ -335,8 +623,10 @@ impl Backend for RedlockStore {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            fair: false,
-            push_wakeups: false,
+            // First come, first served by ticket: the nodes' median clock
+            // when the waiter first found the lock busy.
+            fair: true,
+            push_wakeups: true,
             fencing: false,
             cross_process_reentrancy: true,
             lease_renewal: true,
@@ -354,38 +644,76 @@ impl Backend for RedlockStore {
     }
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
-        match self.round_detached(request).await? {
+        match self.round_detached(request, None).await.0? {
             Outcome::Held {
                 tokens,
                 valid_until,
             } => Ok(Some(Self::grant(tokens, valid_until))),
-            Outcome::Busy => Ok(None),
+            Outcome::Busy { .. } => Ok(None),
         }
     }
 
     async fn acquire(&self, request: &AcquireRequest) -> Result<Grant> {
-        let notify = self.local_notify(&request.name);
+        let inner = &self.inner;
+        let entry = self.new_entry();
+        let waiter = Arc::new(Waiter::default());
+        lock_unpoisoned(&inner.waiters).insert(entry.clone(), waiter.clone());
+        let mut place = Place {
+            store: self.clone(),
+            name: request.name.clone(),
+            entry: entry.clone(),
+            queued: false,
+            granted_on: None,
+        };
+        let mut ticket = None;
+        let mut undoing: Option<tokio::task::JoinHandle<()>> = None;
+        let recheck = inner.options.waiter_lease / 3;
+        let mut backoff = Backoff::new(Duration::from_millis(10), recheck);
         loop {
-            let woken = notify.notified();
-            tokio::pin!(woken);
-            woken.as_mut().enable();
-            match self.round_detached(request).await {
+            if let Some(undo) = undoing.take() {
+                let _ = undo.await;
+            }
+            waiter.woken_by.store(0, Ordering::Relaxed);
+            let turn = Turn {
+                entry: &entry,
+                ticket,
+            };
+            let (outcome, undo) = self.round_detached(request, Some(turn)).await;
+            undoing = undo;
+            let delay = match outcome {
                 Ok(Outcome::Held {
                     tokens,
                     valid_until,
-                }) => return Ok(Self::grant(tokens, valid_until)),
-                Ok(Outcome::Busy) => request.waiting.raise(),
+                }) => {
+                    place.granted_on = Some(tokens.clone());
+                    return Ok(Self::grant(tokens, valid_until));
+                }
+                Ok(Outcome::Busy { clocks, remaining }) => {
+                    if ticket.is_none() {
+                        // The first busy round: take a ticket and queue at
+                        // once with it.
+                        ticket = median(clocks);
+                        place.queued = ticket.is_some();
+                        if place.queued {
+                            continue;
+                        }
+                    }
+                    request.waiting.raise();
+                    backoff.reset();
+                    // Look again in case wake-ups are lost (which also keeps
+                    // this waiter's place), jittered so that waiters do not
+                    // poll together; and at the holder's expiry, if it dies
+                    // without releasing.
+                    let delay = recheck.mul_f64(rand::thread_rng().gen_range(0.8..1.0));
+                    remaining.map_or(delay, |r| delay.min(r + Duration::from_millis(1)))
+                }
                 Err(e) if e.is_retryable() => {
-                    tracing::debug!(error = %e, "omnilock redlock round failed; retrying")
+                    tracing::debug!(error = %e, "omnilock redlock round failed; retrying");
+                    backoff.next_delay()
                 }
                 Err(e) => return Err(e),
-            }
-            // A random delay, so that contenders do not split the votes again.
-            let delay = Duration::from_millis(rand::thread_rng().gen_range(5..50));
-            tokio::select! {
-                _ = &mut woken => {}
-                _ = tokio::time::sleep(delay) => {}
-            }
+            };
+            self.wait_turn(&waiter, delay).await;
         }
     }
 
@@ -501,18 +829,20 @@ impl Backend for RedlockStore {
 
     async fn break_lock(&self, name: &LockName) -> Result<bool> {
         let inner = &self.inner;
-        let keys = Keys::new(&inner.options.prefix, name.as_str());
+        let keys = LineKeys::new(&inner.options.prefix, name);
         let calls = inner.nodes.iter().map(|node| {
             let mut conn = node.conn.clone();
             let keys = &keys;
             async move {
-                let mut script = inner.scripts.break_lock.key(&keys.lock);
-                script.key(&keys.queue).key(&keys.timeouts).arg("");
+                let mut script = inner.scripts.redlock_break.key(&keys.lock);
+                script
+                    .key(&keys.line)
+                    .key(&keys.places)
+                    .arg(&inner.channel_prefix);
                 script.invoke_async::<i64>(&mut conn).await
             }
         });
         let results = join_all(calls).await;
-        self.wake_local(name);
         Ok(results.iter().any(|r| matches!(r, Ok(1))))
     }
 }

@@ -20,11 +20,12 @@ use redis::Script;
 const COMMON: &str = r#"
 -- The clock is read only when a queue needs it: the uncontended path
 -- stays as short as SET NX.
-local now = nil
+local now, now_us = nil, nil
 local function clock()
   if not now then
     local t = redis.call('TIME')
     now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
   return now
 end
@@ -246,6 +247,142 @@ wake(KEYS[2], KEYS[3], ARGV[1])
 return existed
 "#;
 
+/// Shared Lua of Redlock's line of waiters, on each node.
+///
+/// Keys: `line` (zset: entry → ticket) and `places` (zset: entry → when
+/// the waiter's place runs out unless its next attempt refreshes it). A
+/// waiter's ticket is the same on every node (the median of the nodes'
+/// clocks when it first found the lock busy), so every node puts the
+/// waiters in one order, including a node that missed some of them: a
+/// waiter ahead of the node's first live entry may take the lock there even
+/// if it never queued there. Heads never split the votes.
+///
+/// A grant takes the entry out of the line but keeps its place, so that
+/// the undo of a grant that won no majority can put it back (`requeue`)
+/// while a dropped waiter's cancel, which removes the place, cannot be
+/// undone by an undo that runs after it.
+const LINE_COMMON: &str = r#"
+local function first_live(line, places)
+  while true do
+    local head = redis.call('ZRANGE', line, 0, 0, 'WITHSCORES')
+    if #head == 0 then return false, nil end
+    local expiry = redis.call('ZSCORE', places, head[1])
+    if expiry and tonumber(expiry) > clock() then return head[1], tonumber(head[2]) end
+    redis.call('ZREM', line, head[1])
+    redis.call('ZREM', places, head[1])
+  end
+end
+local function wake_first(line, places, channel_prefix)
+  local head = first_live(line, places)
+  if head then notify(channel_prefix, head) end
+end
+-- Whether (ticket, entry) comes before (t, e): the zset's order, with equal
+-- tickets in byte order of the entries (Lua's `<` on strings follows the
+-- server's locale).
+local function before(ticket, entry, t, e)
+  if ticket ~= t then return ticket < t end
+  for i = 1, math.min(#entry, #e) do
+    local x, y = string.byte(entry, i), string.byte(e, i)
+    if x ~= y then return x < y end
+  end
+  return #entry < #e
+end
+local function requeue(line, places, entry, ticket)
+  if entry ~= '' and ticket and redis.call('ZSCORE', places, entry) then
+    redis.call('ZADD', line, ticket, entry)
+  end
+end
+"#;
+
+/// KEYS: lock, line, places.
+/// ARGV: owner, ttl_ms, reentrant (1/0), entry ('' for try-acquire),
+/// ticket ('' before the waiter has one), place_lease_ms.
+/// Returns {1, token} taken; {0, pttl, node clock in µs} busy (queued when
+/// an entry and a ticket are given); {-1, 0} held by this owner and not
+/// reentrant. Without a ticket the lock is taken only when nobody waits:
+/// newcomers never pass the line.
+///
+/// Redlock has no fencing (no order across nodes), so the token is only
+/// this grant's identity on this node, for owner+token checks: the node's
+/// clock in µs, which two grants of one lock never share (a release runs
+/// between them). No fence counter key to read, raise and keep.
+const REDLOCK_ACQUIRE: &str = r#"
+local entry, ticket = ARGV[4], tonumber(ARGV[5])
+local function leave()
+  if entry ~= '' then redis.call('ZREM', KEYS[2], entry) end
+end
+local ttl = tonumber(ARGV[2])
+local owner = redis.call('HGET', KEYS[1], 'owner')
+if owner == ARGV[1] then
+  if ARGV[3] ~= '1' then return {-1, 0} end
+  redis.call('HINCRBY', KEYS[1], 'holds', 1)
+  if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+  leave()
+  return {1, tonumber(redis.call('HGET', KEYS[1], 'token'))}
+end
+if not owner then
+  local head, head_ticket = first_live(KEYS[2], KEYS[3])
+  if not head or head == entry or (ticket and before(ticket, entry, head_ticket, head)) then
+    leave()
+    clock()
+    local token = string.format('%d', now_us)
+    redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'holds', 1, 'token', token)
+    redis.call('PEXPIRE', KEYS[1], ttl)
+    return {1, tonumber(token)}
+  end
+end
+clock()
+if entry ~= '' and ticket then
+  local lease = tonumber(ARGV[6])
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  redis.call('ZADD', KEYS[2], ticket, entry)
+  redis.call('ZADD', KEYS[3], now + lease, entry)
+  redis.call('PEXPIRE', KEYS[2], lease * 2)
+  redis.call('PEXPIRE', KEYS[3], lease * 2)
+end
+return {0, redis.call('PTTL', KEYS[1]), now_us}
+"#;
+
+/// KEYS: lock, line, places. ARGV: owner, token ('' = any: the undo of a
+/// grant whose reply never came, sent on the same connection so it runs
+/// right after that grant), channel_prefix, entry and ticket to put back in
+/// the line ('' = none: the undo of a grant that won no majority keeps the
+/// waiter's turn). Returns -1 not the owner; holds left otherwise (0 =
+/// freed, and the first in line woken).
+const REDLOCK_RELEASE: &str = r#"
+local held = redis.call('HMGET', KEYS[1], 'owner', 'token', 'holds')
+requeue(KEYS[2], KEYS[3], ARGV[4], tonumber(ARGV[5]))
+if held[1] ~= ARGV[1] or (ARGV[2] ~= '' and held[2] ~= ARGV[2]) then
+  return -1
+end
+local holds = 0
+if tonumber(held[3]) > 1 then holds = redis.call('HINCRBY', KEYS[1], 'holds', -1) end
+if holds > 0 then return holds end
+redis.call('DEL', KEYS[1])
+wake_first(KEYS[2], KEYS[3], ARGV[3])
+return 0
+"#;
+
+/// KEYS: lock, line, places. ARGV: entry, channel_prefix.
+/// A waiter leaves the line on this node (an acquire given up, or one that
+/// won its majority elsewhere); if the lock is free, the next is woken.
+const REDLOCK_CANCEL: &str = r#"
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  wake_first(KEYS[2], KEYS[3], ARGV[2])
+end
+return 1
+"#;
+
+/// KEYS: lock, line, places. ARGV: channel_prefix. Returns 1 if a lock was
+/// removed; the first in line is woken.
+const REDLOCK_BREAK: &str = r#"
+local existed = redis.call('DEL', KEYS[1])
+wake_first(KEYS[2], KEYS[3], ARGV[1])
+return existed
+"#;
+
 /// Shared Lua of semaphores and read-write locks ("counted" locks).
 ///
 /// Keys of one: `order` (list of entry ids, in arrival order), `entries`
@@ -429,11 +566,16 @@ pub(crate) struct Scripts {
     pub release_counted: Script,
     pub renew_counted: Script,
     pub cancel_counted: Script,
+    pub redlock_acquire: Script,
+    pub redlock_release: Script,
+    pub redlock_cancel: Script,
+    pub redlock_break: Script,
 }
 
 impl Scripts {
     pub(crate) fn new() -> Self {
         let with_common = |body: &str| Script::new(&format!("{COMMON}\n{body}"));
+        let line = |body: &str| Script::new(&format!("{COMMON}\n{LINE_COMMON}\n{body}"));
         let counted = |body: &str| Script::new(&format!("{COMMON}\n{COUNTED_COMMON}\n{body}"));
         Scripts {
             acquire: with_common(ACQUIRE),
@@ -446,6 +588,10 @@ impl Scripts {
             release_counted: counted(RELEASE_COUNTED),
             renew_counted: counted(RENEW_COUNTED),
             cancel_counted: counted(CANCEL_COUNTED),
+            redlock_acquire: line(REDLOCK_ACQUIRE),
+            redlock_release: line(REDLOCK_RELEASE),
+            redlock_cancel: line(REDLOCK_CANCEL),
+            redlock_break: line(REDLOCK_BREAK),
         }
     }
 }

@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt;
 use omnilock_core::{
     async_trait, complete_or_undo, lock_unpoisoned, retry_in_background, AcquireRequest, Backend,
     Backoff, Capabilities, Error, ErrorKind, Grant, LockName, Result,
@@ -25,6 +24,7 @@ use crate::counted::Counted;
 use crate::node::{eval_then_wait, Keys, Node, Subscriber};
 use crate::scripts::Scripts;
 use crate::shard_wakeups::{ShardWakeups, LINGER};
+use crate::wake::{self, WakeTarget};
 
 /// A lock store on one Redis master: one server (`redis://`), Redis Cluster
 /// (`redis+cluster://`) or a master watched by Sentinel
@@ -94,6 +94,16 @@ impl Inner {
         for notify in lock_unpoisoned(&self.waiters).values() {
             notify.notify_one();
         }
+    }
+}
+
+impl WakeTarget for Inner {
+    fn deliver(&self, _from: usize, entry: &str) {
+        Inner::deliver(self, entry);
+    }
+
+    fn recheck_all(&self, _from: usize) {
+        Inner::recheck_all(self);
     }
 }
 
@@ -253,8 +263,9 @@ impl RedisStore {
         };
         let weak = Arc::downgrade(&store.inner);
         let task = match incoming {
-            Incoming::Subscription(pubsub) => tokio::spawn(listen(
+            Incoming::Subscription(pubsub) => tokio::spawn(wake::listen(
                 weak,
+                0,
                 Some(pubsub),
                 subscriber,
                 format!(
@@ -576,63 +587,6 @@ impl RedisStore {
             .invoke_async(&mut conn)
             .await
             .map_err(|e| inner.node.err(e))
-    }
-}
-
-/// Delivers wake-up messages to this client's waiters, and re-subscribes
-/// (with backoff) when the subscription's connection is lost. After a loss
-/// every local waiter re-checks at once, since a release may have been missed.
-async fn listen(
-    store: std::sync::Weak<Inner>,
-    mut pubsub: Option<redis::aio::PubSub>,
-    subscriber: Subscriber,
-    channel: String,
-    connect_timeout: Duration,
-) {
-    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
-    loop {
-        let subscribed = match pubsub.take() {
-            Some(subscribed) => subscribed,
-            // redis-rs gives the subscription no timeout of its own.
-            None => {
-                match tokio::time::timeout(connect_timeout, subscriber.subscribe(&channel)).await {
-                    Ok(Ok(subscribed)) => subscribed,
-                    failed => {
-                        if let Ok(Err(err)) = failed {
-                            tracing::debug!(error = %err, "omnilock redis: cannot re-subscribe yet");
-                        }
-                        tokio::time::sleep(backoff.next_delay()).await;
-                        continue;
-                    }
-                }
-            }
-        };
-        let subscribed_at = Instant::now();
-        let moved = subscriber.moved();
-        tokio::pin!(moved);
-        let mut messages = subscribed.into_on_message();
-        loop {
-            let message = tokio::select! {
-                message = messages.next() => message,
-                // The master moved (Sentinel): subscribe there.
-                () = &mut moved => None,
-            };
-            let Some(message) = message else { break };
-            let Some(inner) = store.upgrade() else { return };
-            if let Ok(entry) = message.get_payload::<String>() {
-                inner.deliver(&entry);
-            }
-        }
-        let Some(inner) = store.upgrade() else { return };
-        tracing::warn!("omnilock redis: wake-up subscription lost or moved; re-subscribing");
-        inner.recheck_all();
-        drop(inner);
-        // A subscription that lasted is not a failing one: start the
-        // backoff again; one that drops at once backs off further.
-        if subscribed_at.elapsed() > Duration::from_secs(5) {
-            backoff.reset();
-        }
-        tokio::time::sleep(backoff.next_delay()).await;
     }
 }
 

@@ -211,3 +211,42 @@ async fn release_without_a_majority_reports_the_loss() {
         assert_eq!(exists, 0, "the release left a key behind");
     }
 }
+
+/// A release wakes the first in line on every node, and the waiter goes
+/// once a majority has woken it. With `waiter_lease=60s` a waiter re-checks
+/// only every 20 s and the holder's lease is a minute: being served within
+/// 10 s takes the pushed wake-ups.
+#[tokio::test(flavor = "multi_thread")]
+async fn releases_wake_the_next_waiter_through_a_majority() {
+    let Some(url) = store_url("REDLOCK") else {
+        return;
+    };
+    let url = format!(
+        "{url}{}waiter_lease=60s",
+        if url.contains('?') { '&' } else { '?' }
+    );
+    let config = RedisConfig::from_url(&StoreUrl::parse(&url).unwrap()).unwrap();
+    let waiting_store = omnilock_redis::RedlockStore::connect(config)
+        .await
+        .expect("connect");
+    let waiting = omnilock_core::Locks::new(waiting_store.clone());
+    let holding = connect(&url).await;
+    let name = format!("redlock-push/{}", std::process::id());
+    let holder = holding
+        .lock(&name)
+        .ttl(Duration::from_secs(60))
+        .acquire()
+        .await
+        .expect("holder");
+    let waiter = omnilock_testkit::queue_waiter(&waiting, &name, Duration::from_secs(60)).await;
+    let before = waiting_store.wakeups();
+    holder.release().await.expect("release");
+    let guard = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("served by the release's wake-ups, not a re-check")
+        .expect("task")
+        .expect("acquire");
+    let woken = waiting_store.wakeups() - before;
+    assert!(woken >= 3, "woken by {woken} of 5 nodes; a majority is 3");
+    guard.release().await.expect("release");
+}
