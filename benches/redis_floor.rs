@@ -2,7 +2,11 @@
 //! its algorithm needs (`SET NX PX` + an owner-checked `EVALSHA` release),
 //! and Redlock over five nodes against the single instance and against the
 //! `rslock` crate (a peer Redlock implementation) on the same five nodes — all
-//! measured in interleaved batches of the same run.
+//! measured in interleaved batches of the same run. Then both Redlocks under
+//! contention: 8 clients with a connection set each on one lock, one after
+//! the other for `OMNILOCK_BENCH_SECONDS` (default 4) each: grants/s,
+//! hand-offs/s (grants to another client than the last) and fairness (the
+//! fewest grants of a client over the most).
 //!
 //! ```sh
 //! scripts/stores.sh up && source target/stores/env
@@ -126,6 +130,122 @@ async fn main() {
         ms(percentile(&rslock, 0.99)),
         p50(&five).as_secs_f64() / p50(&rslock).as_secs_f64()
     );
+
+    let seconds = std::env::var("OMNILOCK_BENCH_SECONDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4);
+    let duration = Duration::from_secs(seconds);
+    let clients = 8;
+    let mut ours = Vec::new();
+    for _ in 0..clients {
+        ours.push(omnilock::connect(&redlock_url).await.expect("redlock"));
+    }
+    let ours = contend(clients, duration, |client, order| {
+        let locks = ours[client].clone();
+        async move {
+            loop {
+                let guard = locks
+                    .acquire("bench/redlock-contended")
+                    .await
+                    .expect("acquire");
+                order.lock().unwrap().push(client);
+                guard.release().await.expect("release");
+            }
+        }
+    })
+    .await;
+    let peers: Vec<_> = (0..clients)
+        .map(|_| std::sync::Arc::new(rslock_manager(&redlock_url)))
+        .collect();
+    let peer = contend(clients, duration, |client, order| {
+        let manager = peers[client].clone();
+        // A run aborted while holding leaves its key for the TTL: a name per run.
+        let name = format!("bench:rslock-contended:{}", std::process::id());
+        async move {
+            loop {
+                let lock = manager
+                    .acquire_no_guard(name.as_bytes(), Duration::from_secs(15))
+                    .await
+                    .expect("rslock acquire");
+                order.lock().unwrap().push(client);
+                manager.unlock(&lock).await;
+            }
+        }
+    })
+    .await;
+    println!();
+    println!("| {clients} clients, one lock, a connection set each | grants/s | hand-offs/s | fairness |");
+    println!("|---|---|---|---|");
+    ours.row("omnilock redlock:// (5 nodes)");
+    peer.row("peer: rslock 0.10 (5 nodes)");
+    println!(
+        "\nomnilock hands over {:.1}x as often as rslock",
+        (ours.handoffs as f64 / ours.seconds) / (peer.handoffs.max(1) as f64 / peer.seconds)
+    );
+}
+
+/// What one contended run came to.
+struct Contention {
+    grants: usize,
+    handoffs: usize,
+    fairness: f64,
+    seconds: f64,
+}
+
+impl Contention {
+    /// From the clients' grants in order.
+    fn of(order: &[usize], clients: usize, seconds: f64) -> Self {
+        let handoffs = order.windows(2).filter(|w| w[0] != w[1]).count();
+        let mut per_client = vec![0usize; clients];
+        for &client in order {
+            per_client[client] += 1;
+        }
+        let (fewest, most) = (
+            *per_client.iter().min().unwrap_or(&0),
+            *per_client.iter().max().unwrap_or(&0),
+        );
+        Contention {
+            grants: order.len(),
+            handoffs,
+            fairness: if most == 0 {
+                0.0
+            } else {
+                fewest as f64 / most as f64
+            },
+            seconds,
+        }
+    }
+
+    fn row(&self, what: &str) {
+        println!(
+            "| {what} | {:.0} | {:.0} | {:.3} |",
+            self.grants as f64 / self.seconds,
+            self.handoffs as f64 / self.seconds,
+            self.fairness
+        );
+    }
+}
+
+/// `clients` tasks, each with its own store, take and give back one lock
+/// in a loop for `duration`; returns who was granted, in order.
+async fn contend<F, Fut>(clients: usize, duration: Duration, take_and_give: F) -> Contention
+where
+    F: Fn(usize, std::sync::Arc<std::sync::Mutex<Vec<usize>>>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|client| tokio::spawn(take_and_give(client, order.clone())))
+        .collect();
+    tokio::time::sleep(duration).await;
+    for task in &tasks {
+        task.abort();
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let order = order.lock().unwrap().clone();
+    Contention::of(&order, clients, seconds)
 }
 
 /// rslock's manager over the nodes of a `redlock://` URL, with its password.
