@@ -1,12 +1,15 @@
 //! Benchmark hooks for one master: the server's own command counters (on a
 //! cluster, summed over every master) and the classic single-instance floor
-//! (`SET NX PX` + an owner-checked `EVALSHA` delete).
+//! (`SET NX PX` + an owner-checked `EVALSHA` delete); for Redlock the same
+//! summed over its nodes, and the floor on all nodes in parallel.
 
+use futures_util::future::try_join_all;
 use omnilock_core::{async_trait, Measure, Result};
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use redis::{Script, Value};
 
-use crate::node::Conn;
+use crate::node::{Conn, Node};
+use crate::redlock::RedlockStore;
 use crate::single::RedisStore;
 
 /// The owner-checked delete every Redis lock needs at least.
@@ -45,27 +48,70 @@ impl Measure for RedisStore {
     }
 
     async fn floor_round(&self) -> Result<()> {
-        let node = self.node();
-        let mut conn = node.conn.clone();
-        let key = format!("{}:floor", self.prefix());
-        let token = format!("{:x}", rand::random::<u64>());
-        let _: Option<String> = redis::cmd("SET")
-            .arg(&key)
-            .arg(&token)
-            .arg("NX")
-            .arg("PX")
-            .arg(15_000)
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| node.err(e))?;
-        let _: i64 = Script::new(FLOOR_RELEASE)
-            .key(&key)
-            .arg(&token)
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| node.err(e))?;
+        floor_round_on(self.node(), self.prefix()).await
+    }
+}
+
+#[async_trait]
+impl Measure for RedlockStore {
+    /// Commands run on all nodes (see [`RedisStore`]'s).
+    async fn requests_served(&self) -> Result<u64> {
+        let infos = try_join_all(self.nodes().iter().map(node_commandstats)).await?;
+        Ok(infos.iter().map(|info| commands_run(info)).sum())
+    }
+
+    /// Scripts run on all nodes, and commands sent outside scripts.
+    async fn round_trips_served(&self) -> Result<u64> {
+        let infos = try_join_all(self.nodes().iter().map(node_commandstats)).await?;
+        Ok(infos.iter().map(|info| requests_sent(info)).sum())
+    }
+
+    fn floor_ops(&self) -> &'static str {
+        "SET NX PX + EVALSHA owner-checked DEL on every node in parallel"
+    }
+
+    async fn floor_round(&self) -> Result<()> {
+        try_join_all(
+            self.nodes()
+                .iter()
+                .map(|node| floor_round_on(node, self.prefix())),
+        )
+        .await?;
         Ok(())
     }
+}
+
+/// The floor on one server: take a key with `SET NX PX`, then delete it
+/// with an owner-checked script.
+async fn floor_round_on(node: &Node, prefix: &str) -> Result<()> {
+    let mut conn = node.conn.clone();
+    let key = format!("{prefix}:floor");
+    let token = format!("{:x}", rand::random::<u64>());
+    let _: Option<String> = redis::cmd("SET")
+        .arg(&key)
+        .arg(&token)
+        .arg("NX")
+        .arg("PX")
+        .arg(15_000)
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| node.err(e))?;
+    let _: i64 = Script::new(FLOOR_RELEASE)
+        .key(&key)
+        .arg(&token)
+        .invoke_async(&mut conn)
+        .await
+        .map_err(|e| node.err(e))?;
+    Ok(())
+}
+
+/// `INFO commandstats` of one server.
+async fn node_commandstats(node: &Node) -> Result<String> {
+    redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut node.conn.clone())
+        .await
+        .map_err(|e| node.err(e))
 }
 
 impl RedisStore {
@@ -97,10 +143,7 @@ impl RedisStore {
                     reply => vec![redis::from_redis_value(reply).map_err(|e| node.err(e.into()))?],
                 }
             }
-            conn => vec![info
-                .query_async(&mut conn.clone())
-                .await
-                .map_err(|e| node.err(e))?],
+            _ => vec![node_commandstats(node).await?],
         };
         Ok(replies)
     }
