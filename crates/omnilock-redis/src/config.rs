@@ -228,9 +228,13 @@ impl RedisOptions {
                 "option \"prefix\" must be non-empty, without braces or control characters",
             ));
         }
-        if self.waiter_lease < Duration::from_millis(100) {
+        // Above an hour a dead waiter would hold up the line that long, and
+        // far above it the scripts' millisecond arithmetic leaves integers.
+        if self.waiter_lease < Duration::from_millis(100)
+            || self.waiter_lease > Duration::from_secs(3600)
+        {
             return Err(Error::config(
-                "option \"waiter_lease\" must be at least 100ms",
+                "option \"waiter_lease\" must be between 100ms and 1h",
             ));
         }
         // Zero would make every connect or reply time out at once.
@@ -417,6 +421,8 @@ mod tests {
             "redis://h/x",
             "redis://h?prefix={x}",
             "redis://h?waiter_lease=1ms",
+            "redis://h?waiter_lease=2h",
+            "redlock://a:1,b:2,c:3/?waiter_lease=99999999999999s",
             "redis://h?timeout=0s",
             "redis://h?colour=red",
         ] {

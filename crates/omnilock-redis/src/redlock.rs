@@ -141,6 +141,41 @@ impl std::fmt::Debug for RedlockStore {
 /// Per node, the token that node issued (None: not granted there).
 type NodeTokens = Vec<Option<u64>>;
 
+/// A grant's state: its tokens, how long it stands, and what its release
+/// attempts have done so far.
+struct Hold {
+    tokens: NodeTokens,
+    /// Until when the hold stands on its nodes by this process's clock: the
+    /// grant's validity, then each renewal's.
+    valid_until: Mutex<Instant>,
+    /// Per node, what earlier release attempts got there.
+    released: Mutex<Vec<NodeRelease>>,
+}
+
+/// What the release attempts of one hold got on one node.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum NodeRelease {
+    NotSent,
+    /// Sent, no answer in time: it may still run there (a paused node runs
+    /// it when it resumes), so a later attempt may find the key gone by
+    /// this very release.
+    Unanswered,
+    Done,
+    Lost,
+}
+
+/// What one node answered to a release.
+#[derive(Clone, Copy)]
+enum NodeAnswer {
+    /// This owner's hold, released (or one of its reentrant holds).
+    Released,
+    /// Another owner's lock, or another grant of this owner.
+    NotOwner,
+    /// No lock there.
+    Absent,
+    NoAnswer,
+}
+
 /// What one node said in a round.
 #[derive(Clone, Copy)]
 enum Vote {
@@ -190,17 +225,49 @@ impl RedlockStore {
         options.check(true)?;
         check_redlock_nodes(true, clients.len())?;
         let node_count = clients.len();
-        let attempts = join_all(
-            clients
-                .into_iter()
-                .map(|client| Node::open(client, None, &options)),
-        )
+        let client_id = format!("{:016x}", rand::random::<u64>());
+        let channel_prefix = format!("{}:wake:", options.prefix);
+        let channel = format!("{channel_prefix}{client_id}");
+        // Each node connects and subscribes to this client's wake-ups on its
+        // own, all at once, each step within `connect_timeout` (the
+        // connection manager would otherwise try twice): a node that hangs
+        // costs the caller one `connect_timeout`, not one per step and try.
+        // A node that connects but cannot subscribe yet is subscribed by
+        // its listener as soon as it can be.
+        let attempts = join_all(clients.into_iter().map(|client| {
+            let (options, channel) = (&options, &channel);
+            async move {
+                let address = crate::node::address_of(&client);
+                let node = tokio::time::timeout(
+                    options.connect_timeout,
+                    Node::open(client, None, options),
+                )
+                .await
+                .map_err(|_| {
+                    Error::unavailable(format!(
+                        "cannot reach Redis at {address} (timed out connecting)"
+                    ))
+                })??;
+                let subscribed = tokio::time::timeout(
+                    options.connect_timeout,
+                    node.subscriber.subscribe(channel),
+                )
+                .await
+                .ok()
+                .and_then(|s| s.ok());
+                Ok::<_, Error>((node, subscribed))
+            }
+        }))
         .await;
         let mut nodes = Vec::new();
+        let mut subscriptions = Vec::new();
         let mut failures = Vec::new();
         for attempt in attempts {
             match attempt {
-                Ok(node) => nodes.push(node),
+                Ok((node, subscribed)) => {
+                    nodes.push(node);
+                    subscriptions.push(subscribed);
+                }
                 Err(e) if e.kind() == ErrorKind::InvalidConfig => return Err(e),
                 Err(e) => failures.push(e.message().to_string()),
             }
@@ -220,15 +287,6 @@ impl RedlockStore {
             // client reconnects. Documented in docs/backends/redis.md.
             tracing::warn!(missing = %failures.join("; "), "omnilock redlock: some nodes are down");
         }
-        let client_id = format!("{:016x}", rand::random::<u64>());
-        let channel_prefix = format!("{}:wake:", options.prefix);
-        let channel = format!("{channel_prefix}{client_id}");
-        // Subscribed before the first acquire; a node that does not answer
-        // now is subscribed by its listener as soon as it can be.
-        let subscriptions = join_all(nodes.iter().map(|node| {
-            tokio::time::timeout(options.connect_timeout, node.subscriber.subscribe(&channel))
-        }))
-        .await;
         let store = RedlockStore {
             inner: Arc::new(Inner {
                 options,
@@ -253,7 +311,7 @@ impl RedlockStore {
                 tokio::spawn(wake::listen(
                     weak.clone(),
                     i,
-                    subscribed.ok().and_then(|s| s.ok()),
+                    subscribed,
                     node.subscriber.clone(),
                     channel.clone(),
                     store.inner.options.connect_timeout,
@@ -380,6 +438,21 @@ impl RedlockStore {
             .checked_sub(elapsed + Self::drift(request.ttl))
             .unwrap_or_default();
         if granted >= self.quorum() && !validity.is_zero() {
+            // A node that did not answer may still grant (a paused node
+            // runs the queued acquire when it resumes). Nobody would
+            // release or renew that grant, and it would block the lock
+            // there for a TTL: release it by owner, on the same connection,
+            // so it runs right after.
+            if !failures.is_empty() {
+                let late: Vec<Option<String>> = votes
+                    .iter()
+                    .map(|v| matches!(v, Vote::Unknown).then(String::new))
+                    .collect();
+                let (store, late_request) = (self.clone(), request.clone());
+                tokio::spawn(async move {
+                    store.release_on(&late_request, &late, None).await;
+                });
+            }
             return Ok(Outcome::Held {
                 valid_until: started + request.ttl - Self::drift(request.ttl),
                 tokens,
@@ -458,30 +531,35 @@ impl RedlockStore {
         self.release_on(request, &tokens, requeue).await;
     }
 
-    /// Releases on every node that granted; returns how many nodes released.
-    async fn release_tokens(&self, request: &AcquireRequest, tokens: &NodeTokens) -> Released {
+    /// Releases on every node that granted.
+    async fn release_tokens(
+        &self,
+        request: &AcquireRequest,
+        tokens: &NodeTokens,
+    ) -> Vec<Option<NodeAnswer>> {
         let tokens: Vec<Option<String>> = tokens.iter().map(|t| t.map(|t| t.to_string())).collect();
         self.release_on(request, &tokens, None).await
     }
 
-    /// Runs the release script on each node with `Some(token)` ('' = any).
+    /// Runs the release script on each node with `Some(token)` ('' = any);
+    /// per node, its answer (None: not sent there).
     async fn release_on(
         &self,
         request: &AcquireRequest,
         tokens: &[Option<String>],
         requeue: Option<&(String, u64)>,
-    ) -> Released {
+    ) -> Vec<Option<NodeAnswer>> {
         let inner = &self.inner;
         let keys = LineKeys::new(&inner.options.prefix, &request.name);
         let (entry, ticket) = requeue.map_or((String::new(), String::new()), |(entry, ticket)| {
             (entry.clone(), ticket.to_string())
         });
-        let calls = inner.nodes.iter().zip(tokens).filter_map(|(node, token)| {
-            let token = token.as_deref()?;
+        let calls = inner.nodes.iter().zip(tokens).map(|(node, token)| {
             let mut conn = node.conn.clone();
             let (keys, entry, ticket) = (&keys, &entry, &ticket);
             let timeout = inner.options.response_timeout;
-            Some(async move {
+            async move {
+                let token = token.as_deref()?;
                 let mut script = inner.scripts.redlock_release.key(&keys.lock);
                 script
                     .key(&keys.line)
@@ -492,18 +570,20 @@ impl RedlockStore {
                     .arg(entry)
                     .arg(ticket);
                 // Once sent, the release runs on the node even if we stop
-                // waiting for its reply.
-                tokio::time::timeout(timeout, script.invoke_async::<i64>(&mut conn)).await
-            })
+                // waiting for its reply (not if this process exits first:
+                // Redis drops a closed connection's unread commands; the
+                // TTL then frees the lock).
+                let answer =
+                    tokio::time::timeout(timeout, script.invoke_async::<i64>(&mut conn)).await;
+                Some(match answer {
+                    Ok(Ok(-2)) => NodeAnswer::Absent,
+                    Ok(Ok(n)) if n < 0 => NodeAnswer::NotOwner,
+                    Ok(Ok(_)) => NodeAnswer::Released,
+                    _ => NodeAnswer::NoAnswer,
+                })
+            }
         });
-        let results = join_all(calls).await;
-        Released {
-            released: results
-                .iter()
-                .filter(|r| matches!(r, Ok(Ok(n)) if *n >= 0))
-                .count(),
-            unanswered: results.iter().filter(|r| !matches!(r, Ok(Ok(_)))).count(),
-        }
+        join_all(calls).await
     }
 
     /// Takes `entry` out of the line on the nodes `on` selects, waking the
@@ -566,7 +646,12 @@ impl RedlockStore {
         // Not a fencing token (capabilities say so): the largest of the
         // per-node grant ids (node clocks), for logs only.
         let token = tokens.iter().flatten().copied().max().unwrap_or(0);
-        Grant::new(token, valid_until).with_state(tokens)
+        let nodes = tokens.len();
+        Grant::new(token, valid_until).with_state(Hold {
+            tokens,
+            valid_until: Mutex::new(valid_until),
+            released: Mutex::new(vec![NodeRelease::NotSent; nodes]),
+        })
     }
 }
 
@@ -614,13 +699,6 @@ impl Drop for Place {
             store.leave_line(&name, &entry, left_on).await;
         });
     }
-}
-
-/// What the nodes answered to a release: owner releases, and calls with no
-/// answer (timed out or failed), as opposed to "not the owner".
-struct Released {
-    released: usize,
-    unanswered: usize,
 }
 
 #[async_trait]
@@ -729,12 +807,45 @@ impl Backend for RedlockStore {
     /// release that found it on fewer nodes is a loss the holder must hear
     /// of (another client may have held the lock meanwhile), even though it
     /// cleaned up what was left.
+    ///
+    /// A retry (core retries an `Unavailable` release) sends only to the
+    /// nodes not settled yet, and counts the earlier confirmations. A node
+    /// whose earlier release went unanswered and which now has no key at
+    /// all counts as released while the hold is still valid: the key cannot
+    /// have expired yet, so that earlier release ran (a paused node runs
+    /// its queued commands when it resumes). Found by pausing 3 of 5 nodes
+    /// during a release: every retry was refused and a lock nobody else
+    /// could have taken was reported lost.
     async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
-        let tokens = grant.state::<NodeTokens>().cloned().unwrap_or_default();
-        let Released {
-            released,
-            unanswered,
-        } = self.release_tokens(request, &tokens).await;
+        let hold = grant.backend_state::<Hold>()?;
+        let before = lock_unpoisoned(&hold.released).clone();
+        let send: NodeTokens = hold
+            .tokens
+            .iter()
+            .zip(&before)
+            .map(|(token, done)| match done {
+                NodeRelease::NotSent | NodeRelease::Unanswered => *token,
+                NodeRelease::Done | NodeRelease::Lost => None,
+            })
+            .collect();
+        let answers = self.release_tokens(request, &send).await;
+        let still_valid = Instant::now() < *lock_unpoisoned(&hold.valid_until);
+        let after: Vec<NodeRelease> = before
+            .iter()
+            .zip(answers)
+            .map(|(was, answer)| match (answer, was) {
+                (None, was) => *was,
+                (Some(NodeAnswer::Released), _) => NodeRelease::Done,
+                (Some(NodeAnswer::Absent), NodeRelease::Unanswered) if still_valid => {
+                    NodeRelease::Done
+                }
+                (Some(NodeAnswer::Absent | NodeAnswer::NotOwner), _) => NodeRelease::Lost,
+                (Some(NodeAnswer::NoAnswer), _) => NodeRelease::Unanswered,
+            })
+            .collect();
+        let count = |state: NodeRelease| after.iter().filter(|s| **s == state).count();
+        let (released, unanswered) = (count(NodeRelease::Done), count(NodeRelease::Unanswered));
+        *lock_unpoisoned(&hold.released) = after;
         let (quorum, nodes) = (self.quorum(), self.inner.node_count);
         if released >= quorum {
             return Ok(());
@@ -773,7 +884,7 @@ impl Backend for RedlockStore {
                 .iter()
                 .enumerate()
                 .filter_map(|(i, (_, grant))| {
-                    let token = grant.state::<NodeTokens>()?.get(n).copied().flatten()?;
+                    let token = grant.state::<Hold>()?.tokens.get(n).copied().flatten()?;
                     Some((i, token))
                 })
                 .collect();
@@ -816,10 +927,14 @@ impl Backend for RedlockStore {
         holds
             .iter()
             .enumerate()
-            .map(|(i, (request, _))| {
+            .map(|(i, (request, grant))| {
                 if extended[i] >= self.quorum() && elapsed + Self::drift(request.ttl) < request.ttl
                 {
-                    return Ok(started + request.ttl - Self::drift(request.ttl));
+                    let valid_until = started + request.ttl - Self::drift(request.ttl);
+                    if let Some(hold) = grant.state::<Hold>() {
+                        *lock_unpoisoned(&hold.valid_until) = valid_until;
+                    }
+                    return Ok(valid_until);
                 }
                 if refused[i] > inner.node_count - self.quorum() {
                     return Err(Error::new(

@@ -347,11 +347,12 @@ return {0, redis.call('PTTL', KEYS[1]), now_us}
 /// grant whose reply never came, sent on the same connection so it runs
 /// right after that grant), channel_prefix, entry and ticket to put back in
 /// the line ('' = none: the undo of a grant that won no majority keeps the
-/// waiter's turn). Returns -1 not the owner; holds left otherwise (0 =
-/// freed, and the first in line woken).
+/// waiter's turn). Returns -2 no lock; -1 another owner's lock or another
+/// grant; holds left otherwise (0 = freed, and the first in line woken).
 const REDLOCK_RELEASE: &str = r#"
 local held = redis.call('HMGET', KEYS[1], 'owner', 'token', 'holds')
 requeue(KEYS[2], KEYS[3], ARGV[4], tonumber(ARGV[5]))
+if not held[1] then return -2 end
 if held[1] ~= ARGV[1] or (ARGV[2] ~= '' and held[2] ~= ARGV[2]) then
   return -1
 end

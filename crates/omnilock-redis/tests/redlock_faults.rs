@@ -1,6 +1,7 @@
 //! Redlock with nodes down: 2 of 5 unresponsive still grants and excludes;
 //! 3 of 5 never grants. Nodes are made unresponsive with `CLIENT PAUSE`, which
-//! heals by itself. Its own test binary: nothing else runs meanwhile.
+//! heals by itself. Its own test binary, and its scenarios take turns
+//! (`NODES`): nothing else runs meanwhile.
 
 use std::time::Duration;
 
@@ -43,6 +44,10 @@ async fn pause(url: &str, nodes: usize, millis: u64) {
     }
 }
 
+/// The scenarios here pause nodes that the others count on: they take
+/// turns.
+static NODES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 async fn connect(url: &str) -> omnilock_core::Locks {
     omnilock_redis::connect(RedisConfig::from_url(&StoreUrl::parse(url).unwrap()).unwrap())
         .await
@@ -54,6 +59,7 @@ async fn majority_rules() {
     let Some(url) = store_url("REDLOCK") else {
         return;
     };
+    let _turn = NODES.lock().await;
     let a = connect(&url).await;
     let b = connect(&url).await;
     let pid = std::process::id();
@@ -110,6 +116,7 @@ async fn wakeups_survive_a_lost_subscription() {
     let Some(url) = store_url("REDIS") else {
         return;
     };
+    let _turn = NODES.lock().await;
     let config = RedisConfig::from_url(&StoreUrl::parse(&url).unwrap()).unwrap();
     let store = omnilock_redis::RedisStore::connect(config)
         .await
@@ -175,6 +182,7 @@ async fn release_without_a_majority_reports_the_loss() {
     let Some(url) = store_url("REDLOCK") else {
         return;
     };
+    let _turn = NODES.lock().await;
     let locks = connect(&url).await;
     let name = format!("faults/minority-release/{}", std::process::id());
     let guard = locks
@@ -221,6 +229,7 @@ async fn releases_wake_the_next_waiter_through_a_majority() {
     let Some(url) = store_url("REDLOCK") else {
         return;
     };
+    let _turn = NODES.lock().await;
     let url = format!(
         "{url}{}waiter_lease=60s",
         if url.contains('?') { '&' } else { '?' }
@@ -249,4 +258,85 @@ async fn releases_wake_the_next_waiter_through_a_majority() {
     let woken = waiting_store.wakeups() - before;
     assert!(woken >= 3, "woken by {woken} of 5 nodes; a majority is 3");
     guard.release().await.expect("release");
+}
+
+/// A release while 3 of 5 nodes stall past the per-node timeout: the first
+/// attempt is confirmed by 2 nodes only, and the stalled nodes run it when
+/// they resume. The retries must count the earlier confirmations and take
+/// a key gone where the earlier attempt went unanswered as that release:
+/// the lock was never lost (TTL 15 s, and nobody else could take it), so
+/// the release succeeds. It answered `NotOwner` ("the lock was lost")
+/// before.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_retried_through_stalled_nodes_is_not_a_loss() {
+    let Some(url) = store_url("REDLOCK") else {
+        return;
+    };
+    let _turn = NODES.lock().await;
+    let locks = connect(&url).await;
+    let name = format!("stalled-release/{}", std::process::id());
+    let guard = locks
+        .lock(&name)
+        .ttl(Duration::from_secs(15))
+        .acquire()
+        .await
+        .expect("acquire");
+    pause(&url, 3, 800).await;
+    guard
+        .release()
+        .await
+        .expect("released: a stall is not a loss");
+    let other = connect(&url).await;
+    let again = tokio::time::timeout(Duration::from_secs(10), other.acquire(&name))
+        .await
+        .expect("free after the release")
+        .expect("acquire");
+    again.release().await.expect("release");
+}
+
+/// A grant that a stalled node applies after the round already won its
+/// majority elsewhere is released there too: it would otherwise stand for
+/// a whole TTL that nobody renews or releases, and with one of the other
+/// nodes down the lock could not be taken until it ran out.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_late_grant_on_a_stalled_node_is_released() {
+    let Some(url) = store_url("REDLOCK") else {
+        return;
+    };
+    let _turn = NODES.lock().await;
+    let locks = connect(&url).await;
+    let name = format!("late-grant/{}", std::process::id());
+    let parsed = StoreUrl::parse(&url).unwrap();
+    let password = parsed.password().unwrap().expose().to_string();
+    let host = &parsed.hosts()[0];
+    let first = redis::Client::open(format!(
+        "redis://:{password}@{}:{}/",
+        host.host,
+        host.port.unwrap()
+    ))
+    .unwrap();
+    // Node 1 stalls through the acquire: nodes 2–5 grant it.
+    pause(&url, 1, 1000).await;
+    let guard = locks
+        .lock(&name)
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .expect("acquire on 4 of 5");
+    guard.release().await.expect("release");
+    // PING answers once node 1 resumes, when it runs the backlog of the
+    // paused clients: the late acquire, then its release. Without that
+    // release the key stands there for the whole 30 s TTL.
+    let mut conn = raw(&first).await;
+    let _: String = redis::cmd("PING").query_async(&mut conn).await.unwrap();
+    let key = format!("{{omnilock:{name}}}");
+    for _ in 0..20 {
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(ttl, -2, "a late grant on node 1 stands for {ttl} ms");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
 }
