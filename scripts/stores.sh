@@ -713,6 +713,10 @@ write_zk_config() {
     echo "minSessionTimeout=1000"
     echo "maxSessionTimeout=120000"
     echo "forceSync=no"
+    # Every client here comes from 127.0.0.1, and ZooKeeper refuses more
+    # than 60 connections per address by default: 64 bench clients, or the
+    # suites running side by side, would be turned away.
+    echo "maxClientCnxns=1000"
     printf '%s\n' "$@"
   } >"$dir/zoo.cfg"
 }

@@ -137,6 +137,7 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
         .sum();
     let mut done = 0;
     let mut rows = Vec::new();
+    let mut failed: Option<u8> = None;
     let tag = std::process::id();
     for (shown, url, locks) in &connected {
         for &workload in &workloads {
@@ -194,13 +195,19 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
                         Err(err) => Err(err),
                     },
                 };
-                match result {
-                    Ok(new) => rows.extend(new.into_iter().map(|mut row| {
-                        row.store = shown.clone();
-                        row
-                    })),
-                    Err(err) => return fail(&err),
-                }
+                // A run that fails (a store that stalls under 64 new
+                // sessions, say) is a row saying why, and the other runs go
+                // on: an hour of results is not thrown away for one. The
+                // exit status still tells.
+                let new = result.unwrap_or_else(|err| {
+                    eprintln!("omnilock: {shown}: {workload}, {clients} client(s) failed: {err}");
+                    failed.get_or_insert(exit::code_for(&err));
+                    vec![workloads::failed(workload, clients, &err)]
+                });
+                rows.extend(new.into_iter().map(|mut row| {
+                    row.store = shown.clone();
+                    row
+                }));
             }
         }
     }
@@ -235,7 +242,7 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
             eprintln!("omnilock: wrote {}", path.display());
         }
     }
-    0
+    failed.unwrap_or(0)
 }
 
 /// A progress bar on standard error while one run executes: redrawn in place

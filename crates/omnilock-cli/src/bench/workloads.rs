@@ -156,6 +156,11 @@ async fn until(
     }
 }
 
+/// The row of a run that failed: no samples, and the error as its note.
+pub(super) fn failed(workload: Workload, clients: usize, err: &omnilock::Error) -> Row {
+    skipped(workload, clients, &format!("failed: {err}"))
+}
+
 fn skipped(workload: Workload, clients: usize, why: &str) -> Row {
     let mut row = row(workload, clients, Vec::new(), Duration::from_secs(1), None);
     row.note = why.to_string();
