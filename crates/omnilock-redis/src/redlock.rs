@@ -191,10 +191,30 @@ enum Outcome {
         valid_until: Instant,
     },
     Busy {
-        /// The clocks (µs) of the nodes that found the lock busy.
+        /// The clocks (µs) of the nodes that found the lock busy (none on
+        /// the fast path).
         clocks: Vec<u64>,
         /// The median time left on the holder's lease among them.
         remaining: Option<Duration>,
+        /// On the fast path: some node holds the lock for this very owner,
+        /// which only the script can tell apart (re-entry or deadlock).
+        own: bool,
+    },
+}
+
+/// What one node answered in a round.
+enum Reply {
+    Granted(u64),
+    /// Busy, with the holder's time left and the node's clock (µs).
+    Busy {
+        pttl: i64,
+        clock: u64,
+    },
+    /// Held by this owner, and the request is not reentrant.
+    Deadlock,
+    /// Fast path: not free; `own` if this owner holds it.
+    Taken {
+        own: bool,
     },
 }
 
@@ -354,16 +374,89 @@ impl RedlockStore {
     /// for a try-acquire), and the undo of its partial grant if it left
     /// one: the waiter's next round must wait for it, or it would find its
     /// own grant there (`WouldDeadlock` for a lock that is not reentrant).
-    async fn round(&self, request: &AcquireRequest, turn: Option<Turn<'_>>) -> Round {
+    ///
+    /// A `fast` round takes a free lock with `SET NX PX` on each node, as
+    /// rslock does, and no script: a newcomer's first try. It cannot queue,
+    /// re-enter or report the holder's lease; when it finds the lock taken,
+    /// the caller goes on with script rounds.
+    async fn round(&self, request: &AcquireRequest, turn: Option<Turn<'_>>, fast: bool) -> Round {
         let mut undoing = None;
-        let outcome = self.round_votes(request, turn, &mut undoing).await;
+        let outcome = self.round_votes(request, turn, fast, &mut undoing).await;
         (outcome, undoing)
+    }
+
+    /// One node's answer to a round: `SET NX PX` (and what holds the lock
+    /// if that refused) on the fast path, the acquire script otherwise.
+    async fn node_reply(
+        &self,
+        node: &Node,
+        keys: &LineKeys,
+        request: &AcquireRequest,
+        turn: (&str, &str),
+        fast: bool,
+    ) -> Result<Reply> {
+        let inner = &self.inner;
+        let mut conn = node.conn.clone();
+        let timeout = inner.options.response_timeout;
+        let ttl = request.ttl.as_millis() as u64;
+        let call = async {
+            if fast {
+                let token = fresh_token();
+                let value = format!("h {token} 1 {}", request.owner.as_str());
+                let (set, now): (Option<String>, Option<String>) = redis::pipe()
+                    .cmd("SET")
+                    .arg(&keys.lock)
+                    .arg(&value)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(ttl)
+                    .cmd("GET")
+                    .arg(&keys.lock)
+                    .query_async(&mut conn)
+                    .await?;
+                return Ok(match set {
+                    Some(_) => Reply::Granted(token),
+                    None => Reply::Taken {
+                        own: now.as_deref().and_then(held_by) == Some(request.owner.as_str()),
+                    },
+                });
+            }
+            let (entry, ticket) = turn;
+            let mut script = inner.scripts.redlock_acquire.key(&keys.lock);
+            script
+                .key(&keys.line)
+                .key(&keys.places)
+                .arg(request.owner.as_str())
+                .arg(ttl)
+                .arg(if request.reentrant { 1 } else { 0 })
+                .arg(entry)
+                .arg(ticket)
+                .arg(inner.options.waiter_lease.as_millis() as u64);
+            let answer: Vec<i64> = script.invoke_async(&mut conn).await?;
+            Ok(match answer[..] {
+                [1, token, ..] => Reply::Granted(token as u64),
+                [-1, ..] => Reply::Deadlock,
+                [0, pttl, clock, ..] => Reply::Busy {
+                    pttl,
+                    clock: clock as u64,
+                },
+                _ => Reply::Taken { own: false },
+            })
+        };
+        match tokio::time::timeout(timeout, call).await {
+            Ok(result) => result.map_err(|e: redis::RedisError| node.err(e)),
+            Err(_) => Err(Error::unavailable(format!(
+                "Redis at {} did not answer within {timeout:?}",
+                node.address
+            ))),
+        }
     }
 
     async fn round_votes(
         &self,
         request: &AcquireRequest,
         turn: Option<Turn<'_>>,
+        fast: bool,
         undoing: &mut Option<tokio::task::JoinHandle<()>>,
     ) -> Result<Outcome> {
         let inner = &self.inner;
@@ -373,51 +466,30 @@ impl RedlockStore {
             .and_then(|t| t.ticket)
             .map_or(String::new(), |t| t.to_string());
         let started = Instant::now();
-        let calls = inner.nodes.iter().map(|node| {
-            let mut conn = node.conn.clone();
-            let (keys, ticket) = (&keys, &ticket);
-            let timeout = inner.options.response_timeout;
-            async move {
-                let mut script = inner.scripts.redlock_acquire.key(&keys.lock);
-                script
-                    .key(&keys.line)
-                    .key(&keys.places)
-                    .arg(request.owner.as_str())
-                    .arg(request.ttl.as_millis() as u64)
-                    .arg(if request.reentrant { 1 } else { 0 })
-                    .arg(entry)
-                    .arg(ticket)
-                    .arg(inner.options.waiter_lease.as_millis() as u64);
-                let call = script.invoke_async::<Vec<i64>>(&mut conn);
-                match tokio::time::timeout(timeout, call).await {
-                    Ok(result) => result.map_err(|e| node.err(e)),
-                    Err(_) => Err(Error::unavailable(format!(
-                        "Redis at {} did not answer within {timeout:?}",
-                        node.address
-                    ))),
-                }
-            }
-        });
+        let calls = inner
+            .nodes
+            .iter()
+            .map(|node| self.node_reply(node, &keys, request, (entry, &ticket), fast));
         let results = join_all(calls).await;
         let elapsed = started.elapsed();
         let mut votes = vec![Vote::Refused; inner.nodes.len()];
-        let (mut granted, mut deadlock, mut failures) = (0, false, Vec::new());
+        let (mut granted, mut deadlock, mut own, mut failures) = (0, false, false, Vec::new());
         let (mut clocks, mut remaining) = (Vec::new(), Vec::new());
         for (i, result) in results.into_iter().enumerate() {
             match result {
-                Ok(answer) => match answer[..] {
-                    [1, token, ..] => {
-                        votes[i] = Vote::Granted(token as u64);
+                Ok(reply) => match reply {
+                    Reply::Granted(token) => {
+                        votes[i] = Vote::Granted(token);
                         granted += 1;
                     }
-                    [-1, ..] => deadlock = true,
-                    [0, pttl, clock, ..] => {
-                        clocks.push(clock as u64);
+                    Reply::Deadlock => deadlock = true,
+                    Reply::Busy { pttl, clock } => {
+                        clocks.push(clock);
                         if pttl > 0 {
                             remaining.push(Duration::from_millis(pttl as u64));
                         }
                     }
-                    _ => {}
+                    Reply::Taken { own: mine } => own |= mine,
                 },
                 Err(e) if e.kind() == ErrorKind::InvalidConfig => return Err(e),
                 Err(e) => {
@@ -487,10 +559,16 @@ impl RedlockStore {
         Ok(Outcome::Busy {
             clocks,
             remaining: median(remaining),
+            own,
         })
     }
 
-    async fn round_detached(&self, request: &AcquireRequest, turn: Option<Turn<'_>>) -> Round {
+    async fn round_detached(
+        &self,
+        request: &AcquireRequest,
+        turn: Option<Turn<'_>>,
+        fast: bool,
+    ) -> Round {
         let (store, undo) = (self.clone(), self.clone());
         let (call_request, undo_request) = (request.clone(), request.clone());
         let turn = turn.map(|t| (t.entry.to_string(), t.ticket));
@@ -500,7 +578,7 @@ impl RedlockStore {
                     entry,
                     ticket: *ticket,
                 });
-                store.round(&call_request, turn).await
+                store.round(&call_request, turn, fast).await
             },
             move |abandoned: Round| async move {
                 if let (Ok(Outcome::Held { tokens, .. }), _) = abandoned {
@@ -655,6 +733,30 @@ impl RedlockStore {
     }
 }
 
+/// A grant id for the fast path, unique in this process and, like the
+/// script's (the node's clock), a time in µs: the larger of this process's
+/// clock and one more than the last id drawn.
+fn fresh_token() -> u64 {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64);
+    let previous = LAST
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {
+            Some(now.max(last + 1))
+        })
+        .unwrap_or(0);
+    now.max(previous + 1)
+}
+
+/// The owner of a lock key's value, if the key is held (`h <token> <holds>
+/// <owner>`; see `LINE_COMMON` in `scripts.rs`).
+fn held_by(value: &str) -> Option<&str> {
+    let mut parts = value.splitn(4, ' ');
+    (parts.next() == Some("h")).then_some(())?;
+    parts.nth(2)
+}
+
 /// The median of `values` (the upper one of an even count), if any.
 fn median<T: Ord + Copy>(mut values: Vec<T>) -> Option<T> {
     values.sort_unstable();
@@ -730,7 +832,16 @@ impl Backend for RedlockStore {
     }
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
-        match self.round_detached(request, None).await.0? {
+        let (mut outcome, undo) = self.round_detached(request, None, true).await;
+        if let Ok(Outcome::Busy { own: true, .. }) = outcome {
+            // This owner holds it somewhere: the script decides between
+            // re-entry and deadlock, after the fast round's undo.
+            if let Some(undo) = undo {
+                let _ = undo.await;
+            }
+            outcome = self.round_detached(request, None, false).await.0;
+        }
+        match outcome? {
             Outcome::Held {
                 tokens,
                 valid_until,
@@ -752,6 +863,7 @@ impl Backend for RedlockStore {
             granted_on: None,
         };
         let mut ticket = None;
+        let mut tried_fast = false;
         let mut undoing: Option<tokio::task::JoinHandle<()>> = None;
         let recheck = inner.options.waiter_lease / 3;
         let mut backoff = Backoff::new(Duration::from_millis(10), recheck);
@@ -764,7 +876,11 @@ impl Backend for RedlockStore {
                 entry: &entry,
                 ticket,
             };
-            let (outcome, undo) = self.round_detached(request, Some(turn)).await;
+            // A newcomer's first round is the fast one; once the lock was
+            // found taken, rounds run the script, which queues.
+            let fast = ticket.is_none() && !tried_fast;
+            tried_fast = true;
+            let (outcome, undo) = self.round_detached(request, Some(turn), fast).await;
             undoing = undo;
             let delay = match outcome {
                 Ok(Outcome::Held {
@@ -774,7 +890,10 @@ impl Backend for RedlockStore {
                     place.granted_on = Some(tokens.clone());
                     return Ok(Self::grant(tokens, valid_until));
                 }
-                Ok(Outcome::Busy { clocks, remaining }) => {
+                Ok(Outcome::Busy { clocks, .. }) if fast && clocks.is_empty() => continue,
+                Ok(Outcome::Busy {
+                    clocks, remaining, ..
+                }) => {
                     if ticket.is_none() {
                         // The first busy round: take a ticket and queue at
                         // once with it.
@@ -894,7 +1013,7 @@ impl Backend for RedlockStore {
                 if granted.is_empty() {
                     return (granted, None);
                 }
-                let mut script = inner.scripts.renew_all.prepare_invoke();
+                let mut script = inner.scripts.redlock_renew_all.prepare_invoke();
                 for &(i, _) in &granted {
                     script.key(Keys::new(&inner.options.prefix, holds[i].0.name.as_str()).lock);
                 }

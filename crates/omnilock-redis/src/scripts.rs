@@ -12,6 +12,10 @@
 //! and `{prefix:name}:wake:` in a cluster (one channel per lock and client,
 //! in the lock's slot, published with `SPUBLISH`; the key prefix has no
 //! braces, so a leading `{` tells the two apart).
+//!
+//! Redlock's keys differ (`LINE_COMMON`): its lock is a string, so that a
+//! free lock can be taken with a bare `SET NX PX`, and its waiters stand in
+//! `line` and `places`, ordered by a ticket that is the same on every node.
 
 use redis::Script;
 
@@ -261,20 +265,55 @@ return existed
 /// the undo of a grant that won no majority can put it back (`requeue`)
 /// while a dropped waiter's cancel, which removes the place, cannot be
 /// undone by an undo that runs after it.
+///
+/// The lock key is a string, so that a client can take a free lock with a
+/// plain `SET NX PX`, as rslock does, with no script: `h <token> <holds>
+/// <owner>` while held, `~ <ticket> <entry>` while kept for the first live
+/// waiter in line. A release (or a break, or the cancel of the waiter it
+/// was kept for) never leaves the key free while someone waits: it keeps it
+/// for the first live waiter, until that waiter's place runs out, so a
+/// newcomer's `SET NX` cannot pass the line. Who may take a kept lock is
+/// decided by the line, not by the entry in the key (a node may have missed
+/// a waiter with an earlier ticket).
 const LINE_COMMON: &str = r#"
+-- The head of the line that still has a place: entry, ticket, place expiry.
 local function first_live(line, places)
   while true do
     local head = redis.call('ZRANGE', line, 0, 0, 'WITHSCORES')
-    if #head == 0 then return false, nil end
+    if #head == 0 then return false, nil, nil end
     local expiry = redis.call('ZSCORE', places, head[1])
-    if expiry and tonumber(expiry) > clock() then return head[1], tonumber(head[2]) end
+    if expiry and tonumber(expiry) > clock() then
+      return head[1], tonumber(head[2]), tonumber(expiry)
+    end
     redis.call('ZREM', line, head[1])
     redis.call('ZREM', places, head[1])
   end
 end
-local function wake_first(line, places, channel_prefix)
-  local head = first_live(line, places)
-  if head then notify(channel_prefix, head) end
+-- The lock: 'h', token, holds, owner while held; '~', ticket, entry while
+-- kept for a waiter; nil when free.
+local function lock_state(lock)
+  local value = redis.call('GET', lock)
+  if not value then return nil end
+  local token, holds, owner = string.match(value, '^h (%d+) (%d+) (.*)$')
+  if token then return 'h', token, tonumber(holds), owner end
+  local ticket, entry = string.match(value, '^~ (%d+) (.*)$')
+  return '~', ticket, entry
+end
+local function set_held(lock, token, holds, owner, ttl)
+  redis.call('SET', lock, 'h ' .. token .. ' ' .. string.format('%d', holds) .. ' ' .. owner,
+    'PX', ttl)
+end
+-- Frees the lock: kept for the first live waiter (and that waiter woken)
+-- while its place lasts, deleted when nobody waits.
+local function pass_on(lock, line, places, channel_prefix)
+  local head, ticket, expiry = first_live(line, places)
+  if head then
+    redis.call('SET', lock, '~ ' .. string.format('%d', ticket) .. ' ' .. head,
+      'PX', expiry - clock())
+    notify(channel_prefix, head)
+  else
+    redis.call('DEL', lock)
+  end
 end
 -- Whether (ticket, entry) comes before (t, e): the zset's order, with equal
 -- tickets in byte order of the entries (Lua's `<` on strings follows the
@@ -303,32 +342,30 @@ end
 /// newcomers never pass the line.
 ///
 /// Redlock has no fencing (no order across nodes), so the token is only
-/// this grant's identity on this node, for owner+token checks: the node's
-/// clock in µs, which two grants of one lock never share (a release runs
-/// between them). No fence counter key to read, raise and keep.
+/// this grant's identity on this node, for owner+token checks: here the
+/// node's clock in µs, on the fast path (`SET NX PX`, no script) a number
+/// the client draws the same way. No fence counter key to read, raise and
+/// keep.
 const REDLOCK_ACQUIRE: &str = r#"
 local entry, ticket = ARGV[4], tonumber(ARGV[5])
 local function leave()
   if entry ~= '' then redis.call('ZREM', KEYS[2], entry) end
 end
 local ttl = tonumber(ARGV[2])
-local owner = redis.call('HGET', KEYS[1], 'owner')
-if owner == ARGV[1] then
+local state, token, holds, owner = lock_state(KEYS[1])
+if state == 'h' and owner == ARGV[1] then
   if ARGV[3] ~= '1' then return {-1, 0} end
-  redis.call('HINCRBY', KEYS[1], 'holds', 1)
-  if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+  set_held(KEYS[1], token, holds + 1, owner, math.max(redis.call('PTTL', KEYS[1]), ttl))
   leave()
-  return {1, tonumber(redis.call('HGET', KEYS[1], 'token'))}
+  return {1, tonumber(token)}
 end
-if not owner then
+if state ~= 'h' then
   local head, head_ticket = first_live(KEYS[2], KEYS[3])
   if not head or head == entry or (ticket and before(ticket, entry, head_ticket, head)) then
     leave()
     clock()
-    local token = string.format('%d', now_us)
-    redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'holds', 1, 'token', token)
-    redis.call('PEXPIRE', KEYS[1], ttl)
-    return {1, tonumber(token)}
+    set_held(KEYS[1], string.format('%d', now_us), 1, ARGV[1], ttl)
+    return {1, now_us}
   end
 end
 clock()
@@ -347,41 +384,60 @@ return {0, redis.call('PTTL', KEYS[1]), now_us}
 /// grant whose reply never came, sent on the same connection so it runs
 /// right after that grant), channel_prefix, entry and ticket to put back in
 /// the line ('' = none: the undo of a grant that won no majority keeps the
-/// waiter's turn). Returns -2 no lock; -1 another owner's lock or another
-/// grant; holds left otherwise (0 = freed, and the first in line woken).
+/// waiter's turn). Returns -2 no lock (free, or kept for a waiter); -1
+/// another owner's lock or another grant; holds left otherwise (0 = freed,
+/// and kept for the first in line, who is woken).
 const REDLOCK_RELEASE: &str = r#"
-local held = redis.call('HMGET', KEYS[1], 'owner', 'token', 'holds')
+local state, token, holds, owner = lock_state(KEYS[1])
 requeue(KEYS[2], KEYS[3], ARGV[4], tonumber(ARGV[5]))
-if not held[1] then return -2 end
-if held[1] ~= ARGV[1] or (ARGV[2] ~= '' and held[2] ~= ARGV[2]) then
-  return -1
+if state ~= 'h' then return -2 end
+if owner ~= ARGV[1] or (ARGV[2] ~= '' and token ~= ARGV[2]) then return -1 end
+if holds > 1 then
+  set_held(KEYS[1], token, holds - 1, owner, math.max(redis.call('PTTL', KEYS[1]), 1))
+  return holds - 1
 end
-local holds = 0
-if tonumber(held[3]) > 1 then holds = redis.call('HINCRBY', KEYS[1], 'holds', -1) end
-if holds > 0 then return holds end
-redis.call('DEL', KEYS[1])
-wake_first(KEYS[2], KEYS[3], ARGV[3])
+pass_on(KEYS[1], KEYS[2], KEYS[3], ARGV[3])
 return 0
 "#;
 
 /// KEYS: lock, line, places. ARGV: entry, channel_prefix.
 /// A waiter leaves the line on this node (an acquire given up, or one that
-/// won its majority elsewhere); if the lock is free, the next is woken.
+/// won its majority elsewhere); a lock that is free or was kept for it
+/// passes on to the next.
 const REDLOCK_CANCEL: &str = r#"
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  wake_first(KEYS[2], KEYS[3], ARGV[2])
+local state, _, kept_for = lock_state(KEYS[1])
+if not state or (state == '~' and kept_for == ARGV[1]) then
+  pass_on(KEYS[1], KEYS[2], KEYS[3], ARGV[2])
 end
 return 1
 "#;
 
-/// KEYS: lock, line, places. ARGV: channel_prefix. Returns 1 if a lock was
-/// removed; the first in line is woken.
+/// KEYS: lock, line, places. ARGV: channel_prefix. Returns 1 if a held lock
+/// was removed; the lock passes on to the first in line.
 const REDLOCK_BREAK: &str = r#"
-local existed = redis.call('DEL', KEYS[1])
-wake_first(KEYS[2], KEYS[3], ARGV[1])
-return existed
+local state = lock_state(KEYS[1])
+pass_on(KEYS[1], KEYS[2], KEYS[3], ARGV[1])
+if state == 'h' then return 1 end
+return 0
+"#;
+
+/// KEYS: the locks of one node; ARGV: owner, token, ttl_ms per lock.
+/// Returns per lock 1 extended, 0 not held by this owner and grant.
+const REDLOCK_RENEW_ALL: &str = r#"
+local renewed = {}
+for i, lock in ipairs(KEYS) do
+  local owner, token, ttl = ARGV[i * 3 - 2], ARGV[i * 3 - 1], tonumber(ARGV[i * 3])
+  local state, held_token, _, held_owner = lock_state(lock)
+  if state == 'h' and held_owner == owner and held_token == token then
+    if redis.call('PTTL', lock) < ttl then redis.call('PEXPIRE', lock, ttl) end
+    renewed[i] = 1
+  else
+    renewed[i] = 0
+  end
+end
+return renewed
 "#;
 
 /// Shared Lua of semaphores and read-write locks ("counted" locks).
@@ -571,6 +627,7 @@ pub(crate) struct Scripts {
     pub redlock_release: Script,
     pub redlock_cancel: Script,
     pub redlock_break: Script,
+    pub redlock_renew_all: Script,
 }
 
 impl Scripts {
@@ -593,6 +650,7 @@ impl Scripts {
             redlock_release: line(REDLOCK_RELEASE),
             redlock_cancel: line(REDLOCK_CANCEL),
             redlock_break: line(REDLOCK_BREAK),
+            redlock_renew_all: line(REDLOCK_RENEW_ALL),
         }
     }
 }

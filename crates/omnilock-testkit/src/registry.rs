@@ -143,6 +143,7 @@ pub static CONFORMANCE: &[Scenario] = &[
     scenario!(reentrancy_across_clients, Claim::CrossProcessReentrancy),
     scenario!(non_reentrant_reacquire_fails),
     scenario!(fifo_order, Claim::Fair),
+    scenario!(newcomers_never_pass_a_waiter, Claim::Fair),
     scenario!(capabilities_tell_the_truth),
     scenario!(abandoned_holder_expires),
     scenario!(renewal_keeps_lock, Claim::LeaseRenewal),

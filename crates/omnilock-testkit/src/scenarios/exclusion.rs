@@ -146,6 +146,31 @@ pub async fn fifo_order(subject: &Subject) {
     assert_eq!(*order.lock().unwrap(), (0..10).collect::<Vec<_>>());
 }
 
+/// A fair lock released while someone waits goes to that waiter: a
+/// newcomer's try right after the release finds it taken. (Redlock's fast
+/// path takes a free lock with a bare `SET NX`, so its release keeps the
+/// lock for the first waiter instead of freeing it; without that the
+/// newcomer passed the line.)
+pub async fn newcomers_never_pass_a_waiter(subject: &Subject) {
+    let name = unique("newcomer");
+    let clients = clients(subject, 3).await;
+    for round in 0..3 {
+        let held = clients[0].acquire(&name).await.expect("holder");
+        let waiter = queue_waiter(&clients[1], &name, Duration::from_secs(30)).await;
+        held.release().await.expect("release");
+        let newcomer = clients[2].try_acquire(&name).await.expect("newcomer's try");
+        assert!(
+            newcomer.is_none(),
+            "round {round}: a newcomer took the lock ahead of a waiter"
+        );
+        let guard = within("the waiter is served", waiter)
+            .await
+            .expect("task")
+            .expect("waiter acquires");
+        guard.release().await.expect("release");
+    }
+}
+
 /// One process holds 1,000 distinct locks at once.
 pub async fn many_locks_at_once(subject: &Subject) {
     let prefix = unique("many");

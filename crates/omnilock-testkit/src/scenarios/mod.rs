@@ -35,7 +35,7 @@ pub use elections::{
 };
 pub use exclusion::{
     cancelled_acquire_leaves_nothing, fifo_order, many_locks_at_once, mutual_exclusion,
-    try_acquire_and_timeout,
+    newcomers_never_pass_a_waiter, try_acquire_and_timeout,
 };
 pub use leases::{
     abandoned_holder_expires, fencing_tokens_increase, lost_signal_fires, release_is_not_a_loss,
