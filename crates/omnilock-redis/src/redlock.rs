@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use omnilock_core::{
     async_trait, complete_or_undo, lock_unpoisoned, AcquireRequest, Backend, Backoff, Capabilities,
     Error, ErrorKind, Grant, LockName, Result,
@@ -183,6 +184,9 @@ enum Vote {
     Refused,
     /// No reply in time: the script may still run on that node later.
     Unknown,
+    /// A fast round's node not waited for (the round had its majority):
+    /// it may grant with the round's token.
+    Pending(u64),
 }
 
 enum Outcome {
@@ -393,23 +397,30 @@ impl RedlockStore {
         keys: &LineKeys,
         request: &AcquireRequest,
         turn: (&str, &str),
-        fast: bool,
+        fast: Option<u64>,
     ) -> Result<Reply> {
         let inner = &self.inner;
         let mut conn = node.conn.clone();
         let timeout = inner.options.response_timeout;
         let ttl = request.ttl.as_millis() as u64;
         let call = async {
-            if fast {
-                let token = fresh_token();
+            let (entry, ticket) = turn;
+            if let Some(token) = fast {
                 let value = format!("h {token} 1 {}", request.owner.as_str());
+                let mut set = redis::cmd("SET");
+                set.arg(&keys.lock).arg(&value).arg("NX").arg("PX").arg(ttl);
+                // A waiting acquire goes on with the script when the lock is
+                // taken, whoever holds it. A try-acquire stops there unless
+                // this owner is the holder (re-entry), which the GET tells.
+                if !entry.is_empty() {
+                    let set: Option<String> = set.query_async(&mut conn).await?;
+                    return Ok(match set {
+                        Some(_) => Reply::Granted(token),
+                        None => Reply::Taken { own: false },
+                    });
+                }
                 let (set, now): (Option<String>, Option<String>) = redis::pipe()
-                    .cmd("SET")
-                    .arg(&keys.lock)
-                    .arg(&value)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(ttl)
+                    .add_command(set)
                     .cmd("GET")
                     .arg(&keys.lock)
                     .query_async(&mut conn)
@@ -421,7 +432,6 @@ impl RedlockStore {
                     },
                 });
             }
-            let (entry, ticket) = turn;
             let mut script = inner.scripts.redlock_acquire.key(&keys.lock);
             script
                 .key(&keys.line)
@@ -465,17 +475,43 @@ impl RedlockStore {
         let ticket = turn
             .and_then(|t| t.ticket)
             .map_or(String::new(), |t| t.to_string());
+        // One token for the whole fast round: every node's grant is known
+        // before it answers.
+        let fast = fast.then(fresh_token);
         let started = Instant::now();
-        let calls = inner
+        let mut calls: FuturesUnordered<_> = inner
             .nodes
             .iter()
-            .map(|node| self.node_reply(node, &keys, request, (entry, &ticket), fast));
-        let results = join_all(calls).await;
+            .enumerate()
+            .map(|(i, node)| {
+                let reply = self.node_reply(node, &keys, request, (entry, &ticket), fast);
+                async move { (i, reply.await) }
+            })
+            .collect();
+        let mut results: Vec<Option<Result<Reply>>> = inner.nodes.iter().map(|_| None).collect();
+        let mut granted_so_far = 0;
+        while let Some((i, result)) = calls.next().await {
+            granted_so_far += usize::from(matches!(result, Ok(Reply::Granted(_))));
+            results[i] = Some(result);
+            // A fast round that has its majority goes on at once: the
+            // nodes still to answer join the hold with the round's token
+            // (their SET is sent, and a release or renewal by that token
+            // settles them whatever they did with it). Waiting for the
+            // slowest of N is what a round costs otherwise.
+            if fast.is_some() && granted_so_far >= self.quorum() {
+                break;
+            }
+        }
+        drop(calls);
         let elapsed = started.elapsed();
         let mut votes = vec![Vote::Refused; inner.nodes.len()];
         let (mut granted, mut deadlock, mut own, mut failures) = (0, false, false, Vec::new());
         let (mut clocks, mut remaining) = (Vec::new(), Vec::new());
         for (i, result) in results.into_iter().enumerate() {
+            let Some(result) = result else {
+                votes[i] = Vote::Pending(fast.unwrap_or_default());
+                continue;
+            };
             match result {
                 Ok(reply) => match reply {
                     Reply::Granted(token) => {
@@ -501,7 +537,7 @@ impl RedlockStore {
         let tokens: NodeTokens = votes
             .iter()
             .map(|v| match v {
-                Vote::Granted(token) => Some(*token),
+                Vote::Granted(token) | Vote::Pending(token) => Some(*token),
                 _ => None,
             })
             .collect();
@@ -582,7 +618,7 @@ impl RedlockStore {
             },
             move |abandoned: Round| async move {
                 if let (Ok(Outcome::Held { tokens, .. }), _) = abandoned {
-                    undo.release_tokens(&undo_request, &tokens).await;
+                    undo.release_tokens(&undo_request, &tokens, None).await;
                 }
             },
         )
@@ -601,7 +637,7 @@ impl RedlockStore {
         let tokens: Vec<Option<String>> = votes
             .iter()
             .map(|v| match v {
-                Vote::Granted(token) => Some(token.to_string()),
+                Vote::Granted(token) | Vote::Pending(token) => Some(token.to_string()),
                 Vote::Unknown => Some(String::new()),
                 Vote::Refused => None,
             })
@@ -609,14 +645,16 @@ impl RedlockStore {
         self.release_on(request, &tokens, requeue).await;
     }
 
-    /// Releases on every node that granted.
+    /// Releases on every node that granted, answering once `enough` nodes
+    /// released (None: once every node answered).
     async fn release_tokens(
         &self,
         request: &AcquireRequest,
         tokens: &NodeTokens,
+        enough: Option<usize>,
     ) -> Vec<Option<NodeAnswer>> {
         let tokens: Vec<Option<String>> = tokens.iter().map(|t| t.map(|t| t.to_string())).collect();
-        self.release_on(request, &tokens, None).await
+        self.release_on_until(request, &tokens, None, enough).await
     }
 
     /// Runs the release script on each node with `Some(token)` ('' = any);
@@ -626,6 +664,19 @@ impl RedlockStore {
         request: &AcquireRequest,
         tokens: &[Option<String>],
         requeue: Option<&(String, u64)>,
+    ) -> Vec<Option<NodeAnswer>> {
+        self.release_on_until(request, tokens, requeue, None).await
+    }
+
+    /// [`Self::release_on`], answering once `enough` nodes released: the
+    /// others have their release sent, and it runs there (a node not
+    /// waited for answers `NoAnswer`).
+    async fn release_on_until(
+        &self,
+        request: &AcquireRequest,
+        tokens: &[Option<String>],
+        requeue: Option<&(String, u64)>,
+        enough: Option<usize>,
     ) -> Vec<Option<NodeAnswer>> {
         let inner = &self.inner;
         let keys = LineKeys::new(&inner.options.prefix, &request.name);
@@ -661,7 +712,23 @@ impl RedlockStore {
                 })
             }
         });
-        join_all(calls).await
+        let mut calls: FuturesUnordered<_> = calls
+            .enumerate()
+            .map(|(i, call)| async move { (i, call.await) })
+            .collect();
+        let mut answers: Vec<Option<NodeAnswer>> = tokens
+            .iter()
+            .map(|token| token.as_ref().map(|_| NodeAnswer::NoAnswer))
+            .collect();
+        let mut released = 0;
+        while let Some((i, answer)) = calls.next().await {
+            released += usize::from(matches!(answer, Some(NodeAnswer::Released)));
+            answers[i] = answer;
+            if enough.is_some_and(|enough| released >= enough) {
+                break;
+            }
+        }
+        answers
     }
 
     /// Takes `entry` out of the line on the nodes `on` selects, waking the
@@ -947,7 +1014,11 @@ impl Backend for RedlockStore {
                 NodeRelease::Done | NodeRelease::Lost => None,
             })
             .collect();
-        let answers = self.release_tokens(request, &send).await;
+        // Answered once a majority confirmed: the slower nodes have their
+        // release sent and run it (see `release_on_until`).
+        let done = before.iter().filter(|s| **s == NodeRelease::Done).count();
+        let enough = self.quorum().saturating_sub(done).max(1);
+        let answers = self.release_tokens(request, &send, Some(enough)).await;
         let still_valid = Instant::now() < *lock_unpoisoned(&hold.valid_until);
         let after: Vec<NodeRelease> = before
             .iter()
