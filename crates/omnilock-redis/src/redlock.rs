@@ -191,7 +191,11 @@ enum Vote {
 
 enum Outcome {
     Held {
+        /// Per node, the grant's token, including the nodes not waited
+        /// for (which may grant with it).
         tokens: NodeTokens,
+        /// Per node, whether it answered with a grant.
+        answered: Vec<bool>,
         valid_until: Instant,
     },
     Busy {
@@ -209,6 +213,8 @@ enum Outcome {
 /// What one node answered in a round.
 enum Reply {
     Granted(u64),
+    /// This owner's earlier grant there, held once more (its own token).
+    Reentered(u64),
     /// Busy, with the holder's time left and the node's clock (µs).
     Busy {
         pttl: i64,
@@ -397,7 +403,8 @@ impl RedlockStore {
         keys: &LineKeys,
         request: &AcquireRequest,
         turn: (&str, &str),
-        fast: Option<u64>,
+        token: u64,
+        fast: bool,
     ) -> Result<Reply> {
         let inner = &self.inner;
         let mut conn = node.conn.clone();
@@ -405,7 +412,7 @@ impl RedlockStore {
         let ttl = request.ttl.as_millis() as u64;
         let call = async {
             let (entry, ticket) = turn;
-            if let Some(token) = fast {
+            if fast {
                 let value = format!("h {token} 1 {}", request.owner.as_str());
                 let mut set = redis::cmd("SET");
                 set.arg(&keys.lock).arg(&value).arg("NX").arg("PX").arg(ttl);
@@ -441,10 +448,12 @@ impl RedlockStore {
                 .arg(if request.reentrant { 1 } else { 0 })
                 .arg(entry)
                 .arg(ticket)
-                .arg(inner.options.waiter_lease.as_millis() as u64);
+                .arg(inner.options.waiter_lease.as_millis() as u64)
+                .arg(token);
             let answer: Vec<i64> = script.invoke_async(&mut conn).await?;
             Ok(match answer[..] {
                 [1, token, ..] => Reply::Granted(token as u64),
+                [2, token, ..] => Reply::Reentered(token as u64),
                 [-1, ..] => Reply::Deadlock,
                 [0, pttl, clock, ..] => Reply::Busy {
                     pttl,
@@ -475,30 +484,33 @@ impl RedlockStore {
         let ticket = turn
             .and_then(|t| t.ticket)
             .map_or(String::new(), |t| t.to_string());
-        // One token for the whole fast round: every node's grant is known
+        // One token for the whole round: every node's fresh grant is known
         // before it answers.
-        let fast = fast.then(fresh_token);
+        let token = fresh_token();
         let started = Instant::now();
         let mut calls: FuturesUnordered<_> = inner
             .nodes
             .iter()
             .enumerate()
             .map(|(i, node)| {
-                let reply = self.node_reply(node, &keys, request, (entry, &ticket), fast);
+                let reply = self.node_reply(node, &keys, request, (entry, &ticket), token, fast);
                 async move { (i, reply.await) }
             })
             .collect();
         let mut results: Vec<Option<Result<Reply>>> = inner.nodes.iter().map(|_| None).collect();
-        let mut granted_so_far = 0;
+        let (mut fresh, mut reentered) = (0, false);
         while let Some((i, result)) = calls.next().await {
-            granted_so_far += usize::from(matches!(result, Ok(Reply::Granted(_))));
+            fresh += usize::from(matches!(result, Ok(Reply::Granted(_))));
+            reentered |= matches!(result, Ok(Reply::Reentered(_)));
             results[i] = Some(result);
-            // A fast round that has its majority goes on at once: the
-            // nodes still to answer join the hold with the round's token
-            // (their SET is sent, and a release or renewal by that token
-            // settles them whatever they did with it). Waiting for the
-            // slowest of N is what a round costs otherwise.
-            if fast.is_some() && granted_so_far >= self.quorum() {
+            // A round that has its majority of fresh grants goes on at
+            // once: the nodes still to answer join the hold with the
+            // round's token (the request is on their connection, and the
+            // release or renewal that follows it there settles them
+            // whatever they did with it). Waiting for the slowest of N is
+            // what a round costs otherwise. Not with a re-entry: a node
+            // not waited for may re-enter too, with its own older token.
+            if !reentered && fresh >= self.quorum() {
                 break;
             }
         }
@@ -509,12 +521,12 @@ impl RedlockStore {
         let (mut clocks, mut remaining) = (Vec::new(), Vec::new());
         for (i, result) in results.into_iter().enumerate() {
             let Some(result) = result else {
-                votes[i] = Vote::Pending(fast.unwrap_or_default());
+                votes[i] = Vote::Pending(token);
                 continue;
             };
             match result {
                 Ok(reply) => match reply {
-                    Reply::Granted(token) => {
+                    Reply::Granted(token) | Reply::Reentered(token) => {
                         votes[i] = Vote::Granted(token);
                         granted += 1;
                     }
@@ -563,6 +575,10 @@ impl RedlockStore {
             }
             return Ok(Outcome::Held {
                 valid_until: started + request.ttl - Self::drift(request.ttl),
+                answered: votes
+                    .iter()
+                    .map(|v| matches!(v, Vote::Granted(_)))
+                    .collect(),
                 tokens,
             });
         }
@@ -839,7 +855,8 @@ struct Place {
     entry: String,
     /// Whether it ever queued (had a ticket): a try-acquire never does.
     queued: bool,
-    granted_on: Option<NodeTokens>,
+    /// Per node, whether it answered with a grant (once the acquire won).
+    granted_on: Option<Vec<bool>>,
 }
 
 impl Drop for Place {
@@ -851,7 +868,7 @@ impl Drop for Place {
         let granted_on = self.granted_on.take();
         if granted_on
             .as_ref()
-            .is_some_and(|tokens| tokens.iter().all(Option::is_some))
+            .is_some_and(|answered| answered.iter().all(|granted| *granted))
         {
             return;
         }
@@ -863,7 +880,7 @@ impl Drop for Place {
             let left_on = |i: usize| {
                 granted_on
                     .as_ref()
-                    .is_none_or(|tokens| tokens.get(i).copied().flatten().is_none())
+                    .is_none_or(|answered| !answered.get(i).copied().unwrap_or(false))
             };
             store.leave_line(&name, &entry, left_on).await;
         });
@@ -912,6 +929,7 @@ impl Backend for RedlockStore {
             Outcome::Held {
                 tokens,
                 valid_until,
+                ..
             } => Ok(Some(Self::grant(tokens, valid_until))),
             Outcome::Busy { .. } => Ok(None),
         }
@@ -952,9 +970,12 @@ impl Backend for RedlockStore {
             let delay = match outcome {
                 Ok(Outcome::Held {
                     tokens,
+                    answered,
                     valid_until,
                 }) => {
-                    place.granted_on = Some(tokens.clone());
+                    // The nodes not waited for leave the line too: one that
+                    // found the lock busy queued this waiter there.
+                    place.granted_on = Some(answered);
                     return Ok(Self::grant(tokens, valid_until));
                 }
                 Ok(Outcome::Busy { clocks, .. }) if fast && clocks.is_empty() => continue,

@@ -335,17 +335,18 @@ end
 
 /// KEYS: lock, line, places.
 /// ARGV: owner, ttl_ms, reentrant (1/0), entry ('' for try-acquire),
-/// ticket ('' before the waiter has one), place_lease_ms.
-/// Returns {1, token} taken; {0, pttl, node clock in µs} busy (queued when
-/// an entry and a ticket are given); {-1, 0} held by this owner and not
+/// ticket ('' before the waiter has one), place_lease_ms, token.
+/// Returns {1, token} taken; {2, token} re-entered (this owner's earlier
+/// grant and its token); {0, pttl, node clock in µs} busy (queued when an
+/// entry and a ticket are given); {-1, 0} held by this owner and not
 /// reentrant. Without a ticket the lock is taken only when nobody waits:
 /// newcomers never pass the line.
 ///
 /// Redlock has no fencing (no order across nodes), so the token is only
-/// this grant's identity on this node, for owner+token checks: here the
-/// node's clock in µs, on the fast path (`SET NX PX`, no script) a number
-/// the client draws the same way. No fence counter key to read, raise and
-/// keep.
+/// this grant's identity, for owner+token checks: a number the client
+/// draws for the round (its clock in µs, unique in its process), the same
+/// on every node, so the client knows each node's grant before that node
+/// answers. No fence counter key to read, raise and keep.
 const REDLOCK_ACQUIRE: &str = r#"
 local entry, ticket = ARGV[4], tonumber(ARGV[5])
 local function leave()
@@ -357,15 +358,14 @@ if state == 'h' and owner == ARGV[1] then
   if ARGV[3] ~= '1' then return {-1, 0} end
   set_held(KEYS[1], token, holds + 1, owner, math.max(redis.call('PTTL', KEYS[1]), ttl))
   leave()
-  return {1, tonumber(token)}
+  return {2, tonumber(token)}
 end
 if state ~= 'h' then
   local head, head_ticket = first_live(KEYS[2], KEYS[3])
   if not head or head == entry or (ticket and before(ticket, entry, head_ticket, head)) then
     leave()
-    clock()
-    set_held(KEYS[1], string.format('%d', now_us), 1, ARGV[1], ttl)
-    return {1, now_us}
+    set_held(KEYS[1], ARGV[7], 1, ARGV[1], ttl)
+    return {1, tonumber(ARGV[7])}
   end
 end
 clock()
