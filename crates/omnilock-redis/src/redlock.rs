@@ -184,8 +184,8 @@ enum Vote {
     Refused,
     /// No reply in time: the script may still run on that node later.
     Unknown,
-    /// A fast round's node not waited for (the round had its majority):
-    /// it may grant with the round's token.
+    /// A node not waited for (the round had its majority of fresh
+    /// grants): it may grant with the round's token.
     Pending(u64),
 }
 
@@ -816,9 +816,9 @@ impl RedlockStore {
     }
 }
 
-/// A grant id for the fast path, unique in this process and, like the
-/// script's (the node's clock), a time in µs: the larger of this process's
-/// clock and one more than the last id drawn.
+/// A round's grant id, the same on every node: unique in this process,
+/// and a time in µs (the larger of this process's clock and one more than
+/// the last id drawn), so that logs can tell grants apart.
 fn fresh_token() -> u64 {
     static LAST: AtomicU64 = AtomicU64::new(0);
     let now = std::time::SystemTime::now()
