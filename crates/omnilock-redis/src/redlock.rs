@@ -805,7 +805,8 @@ impl RedlockStore {
 
     fn grant(tokens: NodeTokens, valid_until: Instant) -> Grant {
         // Not a fencing token (capabilities say so): the largest of the
-        // per-node grant ids (node clocks), for logs only.
+        // per-node grant ids (the winning round's; a re-entered node keeps
+        // its earlier grant's), for logs only.
         let token = tokens.iter().flatten().copied().max().unwrap_or(0);
         let nodes = tokens.len();
         Grant::new(token, valid_until).with_state(Hold {
