@@ -297,7 +297,10 @@ async fn a_release_retried_through_stalled_nodes_is_not_a_loss() {
 /// A grant that a stalled node applies after the round already won its
 /// majority elsewhere is released there too: it would otherwise stand for
 /// a whole TTL that nobody renews or releases, and with one of the other
-/// nodes down the lock could not be taken until it ran out.
+/// nodes down the lock could not be taken until it ran out. (Since rounds
+/// go on at a majority, the stalled node is one the round did not wait
+/// for: it joins the hold with the round's token, and the release goes to
+/// it too. Without that it keeps the key.)
 #[tokio::test(flavor = "multi_thread")]
 async fn a_late_grant_on_a_stalled_node_is_released() {
     let Some(url) = store_url("REDLOCK") else {
