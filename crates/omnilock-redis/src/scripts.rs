@@ -207,23 +207,37 @@ wake(KEYS[2], KEYS[3], ARGV[3])
 return 0
 "#;
 
+/// Shared Lua of the batched renewals: `renew_all(grant_of)`, where
+/// `grant_of(lock)` answers the owner and token of the grant a lock key
+/// holds (the key layouts of one server and of Redlock differ).
+///
 /// KEYS: the lock of each hold. ARGV: owner, token, ttl_ms of each hold in
 /// turn. Returns, in order, 1 (extended) or 0 (not held) for each. Never
 /// re-creates a lock that is gone. One run renews a whole batch of one
-/// client's locks on one server (on Redlock, on each node).
-const RENEW_ALL: &str = r#"
-local renewed = {}
-for i, lock in ipairs(KEYS) do
-  local owner, token, ttl = ARGV[i * 3 - 2], ARGV[i * 3 - 1], tonumber(ARGV[i * 3])
-  local held = redis.call('HMGET', lock, 'owner', 'token')
-  if held[1] == owner and held[2] == token then
-    if redis.call('PTTL', lock) < ttl then redis.call('PEXPIRE', lock, ttl) end
-    renewed[i] = 1
-  else
-    renewed[i] = 0
+/// client's locks on one server.
+const RENEW_COMMON: &str = r#"
+local function renew_all(grant_of)
+  local renewed = {}
+  for i, lock in ipairs(KEYS) do
+    local owner, token, ttl = ARGV[i * 3 - 2], ARGV[i * 3 - 1], tonumber(ARGV[i * 3])
+    local held_owner, held_token = grant_of(lock)
+    if held_owner == owner and held_token == token then
+      if redis.call('PTTL', lock) < ttl then redis.call('PEXPIRE', lock, ttl) end
+      renewed[i] = 1
+    else
+      renewed[i] = 0
+    end
   end
+  return renewed
 end
-return renewed
+"#;
+
+/// Renews a batch of one server's locks (see `RENEW_COMMON`).
+const RENEW_ALL: &str = r#"
+return renew_all(function(lock)
+  local held = redis.call('HMGET', lock, 'owner', 'token')
+  return held[1], held[2]
+end)
 "#;
 
 /// KEYS: lock, queue, timeouts. ARGV: entry, channel_prefix.
@@ -423,21 +437,14 @@ if state == 'h' then return 1 end
 return 0
 "#;
 
-/// KEYS: the locks of one node; ARGV: owner, token, ttl_ms per lock.
-/// Returns per lock 1 extended, 0 not held by this owner and grant.
+/// Renews a batch of one Redlock node's locks (see `RENEW_COMMON`): a
+/// lock kept for a waiter has no grant to renew.
 const REDLOCK_RENEW_ALL: &str = r#"
-local renewed = {}
-for i, lock in ipairs(KEYS) do
-  local owner, token, ttl = ARGV[i * 3 - 2], ARGV[i * 3 - 1], tonumber(ARGV[i * 3])
-  local state, held_token, _, held_owner = lock_state(lock)
-  if state == 'h' and held_owner == owner and held_token == token then
-    if redis.call('PTTL', lock) < ttl then redis.call('PEXPIRE', lock, ttl) end
-    renewed[i] = 1
-  else
-    renewed[i] = 0
-  end
-end
-return renewed
+return renew_all(function(lock)
+  local state, token, _, owner = lock_state(lock)
+  if state == 'h' then return owner, token end
+  return nil, nil
+end)
 "#;
 
 /// Shared Lua of semaphores and read-write locks ("counted" locks).
@@ -639,7 +646,7 @@ impl Scripts {
             acquire: with_common(ACQUIRE),
             acquire_all: with_common(ACQUIRE_ALL),
             release: with_common(RELEASE),
-            renew_all: Script::new(RENEW_ALL),
+            renew_all: Script::new(&format!("{RENEW_COMMON}\n{RENEW_ALL}")),
             cancel: with_common(CANCEL),
             break_lock: with_common(BREAK),
             acquire_counted: counted(ACQUIRE_COUNTED),
@@ -650,7 +657,7 @@ impl Scripts {
             redlock_release: line(REDLOCK_RELEASE),
             redlock_cancel: line(REDLOCK_CANCEL),
             redlock_break: line(REDLOCK_BREAK),
-            redlock_renew_all: line(REDLOCK_RENEW_ALL),
+            redlock_renew_all: line(&format!("{RENEW_COMMON}\n{REDLOCK_RENEW_ALL}")),
         }
     }
 }

@@ -23,16 +23,28 @@ async fn raw(client: &redis::Client) -> redis::aio::MultiplexedConnection {
         .unwrap()
 }
 
-async fn pause(url: &str, nodes: usize, millis: u64) {
+/// A client for each of the first `nodes` hosts of a `redis://` or
+/// `redlock://` URL, with its password.
+fn node_clients(url: &str, nodes: usize) -> Vec<redis::Client> {
     let parsed = StoreUrl::parse(url).unwrap();
     let password = parsed.password().unwrap().expose().to_string();
-    for host in parsed.hosts().iter().take(nodes) {
-        let client = redis::Client::open(format!(
-            "redis://:{password}@{}:{}/",
-            host.host,
-            host.port.unwrap()
-        ))
-        .unwrap();
+    parsed
+        .hosts()
+        .iter()
+        .take(nodes)
+        .map(|host| {
+            redis::Client::open(format!(
+                "redis://:{password}@{}:{}/",
+                host.host,
+                host.port.unwrap()
+            ))
+            .unwrap()
+        })
+        .collect()
+}
+
+async fn pause(url: &str, nodes: usize, millis: u64) {
+    for client in node_clients(url, nodes) {
         let mut conn = raw(&client).await;
         let _: () = redis::cmd("CLIENT")
             .arg("PAUSE")
@@ -121,16 +133,7 @@ async fn wakeups_survive_a_lost_subscription() {
     let store = omnilock_redis::RedisStore::connect(config)
         .await
         .expect("connect");
-    let parsed = StoreUrl::parse(&url).unwrap();
-    let host = &parsed.hosts()[0];
-    let admin = redis::Client::open(format!(
-        "redis://:{}@{}:{}/",
-        parsed.password().unwrap().expose(),
-        host.host,
-        host.port.unwrap()
-    ))
-    .unwrap();
-    let mut admin = raw(&admin).await;
+    let mut admin = raw(&node_clients(&url, 1)[0]).await;
     let killed: i64 = redis::cmd("CLIENT")
         .arg("KILL")
         .arg("TYPE")
@@ -191,17 +194,9 @@ async fn release_without_a_majority_reports_the_loss() {
         .acquire()
         .await
         .expect("acquire");
-    let parsed = StoreUrl::parse(&url).unwrap();
-    let password = parsed.password().unwrap().expose().to_string();
     let key = format!("{{omnilock:{name}}}");
     let mut raws = Vec::new();
-    for host in parsed.hosts() {
-        let client = redis::Client::open(format!(
-            "redis://:{password}@{}:{}/",
-            host.host,
-            host.port.unwrap()
-        ))
-        .unwrap();
+    for client in node_clients(&url, usize::MAX) {
         raws.push(raw(&client).await);
     }
     for conn in raws.iter_mut().take(3) {
@@ -309,15 +304,7 @@ async fn a_late_grant_on_a_stalled_node_is_released() {
     let _turn = NODES.lock().await;
     let locks = connect(&url).await;
     let name = format!("late-grant/{}", std::process::id());
-    let parsed = StoreUrl::parse(&url).unwrap();
-    let password = parsed.password().unwrap().expose().to_string();
-    let host = &parsed.hosts()[0];
-    let first = redis::Client::open(format!(
-        "redis://:{password}@{}:{}/",
-        host.host,
-        host.port.unwrap()
-    ))
-    .unwrap();
+    let first = node_clients(&url, 1).remove(0);
     // Node 1 stalls through the acquire: nodes 2–5 grant it.
     pause(&url, 1, 1000).await;
     let guard = locks
