@@ -196,6 +196,10 @@ enum Outcome {
         tokens: NodeTokens,
         /// Per node, whether it answered with a grant.
         answered: Vec<bool>,
+        /// The hold's id for logs and `token()`: the re-entered hold's
+        /// where the round re-entered one (a node it found free took the
+        /// round's own), the round's otherwise.
+        token: u64,
         valid_until: Instant,
     },
     Busy {
@@ -519,6 +523,7 @@ impl RedlockStore {
         let mut votes = vec![Vote::Refused; inner.nodes.len()];
         let (mut granted, mut deadlock, mut own, mut failures) = (0, false, false, Vec::new());
         let (mut clocks, mut remaining) = (Vec::new(), Vec::new());
+        let mut reentered_token = None;
         for (i, result) in results.into_iter().enumerate() {
             let Some(result) = result else {
                 votes[i] = Vote::Pending(token);
@@ -526,9 +531,14 @@ impl RedlockStore {
             };
             match result {
                 Ok(reply) => match reply {
-                    Reply::Granted(token) | Reply::Reentered(token) => {
+                    Reply::Granted(token) => {
                         votes[i] = Vote::Granted(token);
                         granted += 1;
+                    }
+                    Reply::Reentered(held) => {
+                        votes[i] = Vote::Granted(held);
+                        granted += 1;
+                        reentered_token = reentered_token.max(Some(held));
                     }
                     Reply::Deadlock => deadlock = true,
                     Reply::Busy { pttl, clock } => {
@@ -574,6 +584,7 @@ impl RedlockStore {
                 });
             }
             return Ok(Outcome::Held {
+                token: reentered_token.unwrap_or(token),
                 valid_until: started + request.ttl - Self::drift(request.ttl),
                 answered: votes
                     .iter()
@@ -803,11 +814,9 @@ impl RedlockStore {
         }
     }
 
-    fn grant(tokens: NodeTokens, valid_until: Instant) -> Grant {
-        // Not a fencing token (capabilities say so): the largest of the
-        // per-node grant ids (the winning round's; a re-entered node keeps
-        // its earlier grant's), for logs only.
-        let token = tokens.iter().flatten().copied().max().unwrap_or(0);
+    /// `token` is not a fencing token (capabilities say so): it names the
+    /// hold in logs, and re-entries of one hold share it.
+    fn grant(token: u64, tokens: NodeTokens, valid_until: Instant) -> Grant {
         let nodes = tokens.len();
         Grant::new(token, valid_until).with_state(Hold {
             tokens,
@@ -929,9 +938,10 @@ impl Backend for RedlockStore {
         match outcome? {
             Outcome::Held {
                 tokens,
+                token,
                 valid_until,
                 ..
-            } => Ok(Some(Self::grant(tokens, valid_until))),
+            } => Ok(Some(Self::grant(token, tokens, valid_until))),
             Outcome::Busy { .. } => Ok(None),
         }
     }
@@ -972,12 +982,13 @@ impl Backend for RedlockStore {
                 Ok(Outcome::Held {
                     tokens,
                     answered,
+                    token,
                     valid_until,
                 }) => {
                     // The nodes not waited for leave the line too: one that
                     // found the lock busy queued this waiter there.
                     place.granted_on = Some(answered);
-                    return Ok(Self::grant(tokens, valid_until));
+                    return Ok(Self::grant(token, tokens, valid_until));
                 }
                 Ok(Outcome::Busy { clocks, .. }) if fast && clocks.is_empty() => continue,
                 Ok(Outcome::Busy {

@@ -2,10 +2,11 @@
 //! the whole lock protocol. Times come from the server (`TIME`), never the
 //! client. All keys of one lock share the hash tag `{prefix:name}`.
 //!
-//! Keys of a lock: `lock` (hash: owner, holds, token; PEXPIRE = the lease),
-//! `fence` (the fencing counter, never below the server's clock in
-//! microseconds, so it may expire: a day after it was last raised), `queue` (list of waiter
-//! entries, FIFO) and `timeouts` (zset entry → expiry of that waiter's place).
+//! Keys of a lock: `lock` (hash: owner, holds, token, calls, waiting;
+//! PEXPIRE = the lease), `fence` (the fencing counter, never below the
+//! server's clock in microseconds, so it may expire: a day after it was last
+//! raised), `queue` (list of waiter entries, FIFO) and `timeouts` (zset
+//! entry → expiry of that waiter's place).
 //! A waiter entry is `<client id>:<waiter id>`; a release PUBLISHes the head
 //! entry on `<channel prefix><client id>`, so exactly one waiter is woken.
 //! The prefix is `<prefix>:wake:` (one channel per client) on one server,
@@ -102,8 +103,13 @@ end
 ///
 /// An acquire whose grant ran but whose reply was lost finds its call id
 /// on its next attempt and gets that grant back, instead of a second hold
-/// (reentrant) or `WouldDeadlock`. The uncontended path reads the id list
-/// with the owner (one HMGET) and writes it with the grant (one HSET).
+/// (reentrant) or `WouldDeadlock`.
+///
+/// The uncontended path (no lock, no queue: one `EXISTS` tells both) takes
+/// the lock at once: no owner to compare, no call id to look up, no queue to
+/// read. A lock whose queue has entries carries `waiting` = 1, set by each
+/// waiter that queues behind a holder and by a grant that leaves others in
+/// line, so that a release without it skips the queue (see `RELEASE`).
 const ACQUIRE: &str = r#"
 local call = ARGV[7] or ''
 local function leave()
@@ -112,6 +118,12 @@ local function leave()
   end
 end
 local ttl = tonumber(ARGV[2])
+if redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
+  local token = next_token(KEYS[2])
+  redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'holds', 1, 'token', token, 'calls', call)
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  return {1, tonumber(token)}
+end
 local held = redis.call('HMGET', KEYS[1], 'owner', 'calls')
 local owner = held[1]
 if owner == ARGV[1] then
@@ -129,14 +141,20 @@ end
 local head = live_head(KEYS[3], KEYS[4])
 if not owner and (not head or head == ARGV[4]) then
   -- An empty queue holds no entry of ours: nothing to leave.
-  if head then leave() end
+  local waiting = 0
+  if head then
+    leave()
+    waiting = redis.call('EXISTS', KEYS[3])
+  end
   local token = next_token(KEYS[2])
-  redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'holds', 1, 'token', token, 'calls', call)
+  redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'holds', 1, 'token', token, 'calls', call,
+    'waiting', waiting)
   redis.call('PEXPIRE', KEYS[1], ttl)
   return {1, tonumber(token)}
 end
 if ARGV[4] ~= '' then
   local lease = tonumber(ARGV[5])
+  if owner then redis.call('HSET', KEYS[1], 'waiting', 1) end
   if not redis.call('ZSCORE', KEYS[4], ARGV[4]) then
     redis.call('RPUSH', KEYS[3], ARGV[4])
   end
@@ -186,9 +204,14 @@ return answer
 /// hold, the same for every retry of its release).
 /// Returns -1 not the owner (nothing changed); holds left otherwise (0 =
 /// freed, and the next waiter woken).
+///
+/// Only a lock marked `waiting` (see `ACQUIRE`) looks at its queue: the
+/// uncontended release is a read and a `DEL`. A waiter queued by a client
+/// that does not mark locks (an older omnilock) is not woken, but finds the
+/// lock free on its periodic re-check.
 const RELEASE: &str = r#"
 local call = ARGV[4] or ''
-local held = redis.call('HMGET', KEYS[1], 'owner', 'token', 'calls', 'holds')
+local held = redis.call('HMGET', KEYS[1], 'owner', 'token', 'calls', 'holds', 'waiting')
 if held[1] ~= ARGV[1] or (ARGV[2] ~= '' and held[2] ~= ARGV[2]) then
   return -1
 end
@@ -203,7 +226,7 @@ if holds > 0 then
   return holds
 end
 redis.call('DEL', KEYS[1])
-wake(KEYS[2], KEYS[3], ARGV[3])
+if held[5] == '1' then wake(KEYS[2], KEYS[3], ARGV[3]) end
 return 0
 "#;
 
