@@ -1,6 +1,8 @@
 //! Redis: omnilock's acquire + release on one instance against the raw floor
 //! its algorithm needs (`SET NX PX` + an owner-checked `EVALSHA` release),
-//! and Redlock over five nodes against the single instance and against the
+//! and against that floor plus a fencing token (the same `SET NX PX` in a
+//! script that then raises a counter kept at or above the server's clock, as
+//! omnilock's tokens are: what fencing costs by itself), and Redlock over five nodes against the single instance and against the
 //! `rslock` crate (a peer Redlock implementation) on the same five nodes — all
 //! measured in interleaved batches of the same run. Then both Redlocks under
 //! contention: 8 clients with a connection set each on one lock, one after
@@ -25,6 +27,21 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 "#;
 
+/// The floor's `SET NX PX`, then a fencing token the way omnilock draws
+/// one: `INCR` of a counter, raised to the server's clock (µs) when behind
+/// it, so that tokens keep rising if the counter is lost.
+const FENCED_SET: &str = r#"
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
+local token = redis.call('INCR', KEYS[2])
+local t = redis.call('TIME')
+local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if token <= floor then
+  token = floor + 1
+  redis.call('SET', KEYS[2], string.format('%d', token), 'PX', 86400000)
+end
+return token
+"#;
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let iterations = iterations(2000);
@@ -43,12 +60,13 @@ async fn main() {
         .await
         .expect("raw connection");
     let release = redis::Script::new(RELEASE);
+    let fenced_set = redis::Script::new(FENCED_SET);
     let single = omnilock::connect(&single_url).await.expect("single");
     let redlock = omnilock::connect(&redlock_url).await.expect("redlock");
     let peer = rslock_manager(&redlock_url);
 
-    let (mut floor, mut ours, mut five, mut rslock) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut floor, mut fenced, mut ours, mut five, mut rslock) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let batches = 20;
     let per_batch = (iterations / batches).max(1);
     for batch in 0..=batches {
@@ -73,6 +91,27 @@ async fn main() {
                 .expect("release");
             if !warmup {
                 floor.push(started.elapsed());
+            }
+        }
+        for _ in 0..per_batch {
+            let started = Instant::now();
+            let token: i64 = fenced_set
+                .key("{bench:fenced}")
+                .key("{bench:fenced}:fence")
+                .arg("me")
+                .arg(15000)
+                .invoke_async(&mut conn)
+                .await
+                .expect("fenced set");
+            assert!(token > 0);
+            let _: i64 = release
+                .key("{bench:fenced}")
+                .arg("me")
+                .invoke_async(&mut conn)
+                .await
+                .expect("release");
+            if !warmup {
+                fenced.push(started.elapsed());
             }
         }
         for (locks, samples) in [(&single, &mut ours), (&redlock, &mut five)] {
@@ -101,7 +140,7 @@ async fn main() {
             }
         }
     }
-    for samples in [&mut floor, &mut ours, &mut five, &mut rslock] {
+    for samples in [&mut floor, &mut fenced, &mut ours, &mut five, &mut rslock] {
         samples.sort();
     }
     let p50 = |s: &[Duration]| percentile(s, 0.5);
@@ -113,10 +152,17 @@ async fn main() {
         ms(percentile(&floor, 0.99))
     );
     println!(
-        "| omnilock redis:// acquire + release | {} | {} | {:.2}x of floor |",
+        "| fenced floor: the same with a fencing token | {} | {} | {:.2}x of floor |",
+        ms(p50(&fenced)),
+        ms(percentile(&fenced, 0.99)),
+        p50(&fenced).as_secs_f64() / p50(&floor).as_secs_f64()
+    );
+    println!(
+        "| omnilock redis:// acquire + release | {} | {} | {:.2}x of floor, {:.2}x of fenced floor |",
         ms(p50(&ours)),
         ms(percentile(&ours, 0.99)),
-        p50(&ours).as_secs_f64() / p50(&floor).as_secs_f64()
+        p50(&ours).as_secs_f64() / p50(&floor).as_secs_f64(),
+        p50(&ours).as_secs_f64() / p50(&fenced).as_secs_f64()
     );
     println!(
         "| omnilock redlock:// (5 nodes) acquire + release | {} | {} | {:.2}x of single |",

@@ -86,8 +86,16 @@ impl Owner {
     /// A fresh owner: the process id and 128 random bits, so it is unique
     /// across processes and machines and still says where it came from.
     pub fn random() -> Self {
+        use std::fmt::Write;
+        // `process::id()` is a system call each time; every lock request
+        // without a named owner draws an owner here.
+        static PROCESS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        let process = PROCESS.get_or_init(|| format!("p{}-", std::process::id()));
         let bits: u128 = rand::random();
-        Owner(format!("p{}-{bits:032x}", std::process::id()).into())
+        let mut owner = String::with_capacity(process.len() + 32);
+        owner.push_str(process);
+        let _ = write!(owner, "{bits:032x}");
+        Owner(owner.into())
     }
 
     /// The owner as a string, as stored in the backend.

@@ -34,16 +34,25 @@ pub(crate) struct Keys {
 
 impl Keys {
     pub(crate) fn new(prefix: &str, name: &str) -> Self {
-        let base = format!(
-            "{{{}:{}}}",
-            utf8_percent_encode(prefix, PREFIX),
-            utf8_percent_encode(name, KEY)
-        );
+        // Built by appending, not `format!`: this runs twice per lock and
+        // release, on the path every uncontended acquire takes.
+        let mut lock = String::with_capacity(prefix.len() + name.len() + 3);
+        lock.push('{');
+        lock.extend(utf8_percent_encode(prefix, PREFIX));
+        lock.push(':');
+        lock.extend(utf8_percent_encode(name, KEY));
+        lock.push('}');
+        let with = |suffix: &str| {
+            let mut key = String::with_capacity(lock.len() + suffix.len());
+            key.push_str(&lock);
+            key.push_str(suffix);
+            key
+        };
         Keys {
-            fence: format!("{base}:fence"),
-            queue: format!("{base}:queue"),
-            timeouts: format!("{base}:timeouts"),
-            lock: base,
+            fence: with(":fence"),
+            queue: with(":queue"),
+            timeouts: with(":timeouts"),
+            lock,
         }
     }
 }
