@@ -62,7 +62,7 @@ pub use measure::Measure;
 pub use mem::MemStore;
 pub use multi::{MultiGuard, MultiLockRequest};
 pub use name::{LockName, Owner, MAX_NAME_BYTES};
-pub use retry::{retry, retry_in_background, Backoff};
+pub use retry::{retry, retry_in_background, retry_when, Backoff};
 pub use sessions::SessionsPerTtl;
 pub use signal::{LostNotifier, SessionGuards, WaitNotice};
 pub use sync::lock_unpoisoned;

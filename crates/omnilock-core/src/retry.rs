@@ -7,7 +7,7 @@ use std::time::Duration;
 use rand::Rng;
 use tokio::time::Instant;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Exponential backoff with "equal jitter": each delay is half the current
 /// step plus a random part of the other half, so that many clients that failed
@@ -58,14 +58,54 @@ impl Backoff {
 /// Runs `op` until it succeeds, fails with an error that is not
 /// [retryable](crate::Error::is_retryable), or the next attempt would start
 /// after `deadline`; returns the last result.
-pub async fn retry<T, F, Fut>(mut backoff: Backoff, deadline: Instant, mut op: F) -> Result<T>
+pub async fn retry<T, F, Fut>(backoff: Backoff, deadline: Instant, op: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    retry_when(backoff, deadline, Error::is_retryable, op).await
+}
+
+/// [`retry`] for the errors `again` picks: for a call that is safe to run
+/// twice only after some failures, such as a transaction the database
+/// rolled back (it took nothing) but not a reply lost on the way back (it
+/// may have taken a lock).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::time::Duration;
+/// use omnilock_core::{retry_when, Backoff, Error, ErrorKind};
+/// use tokio::time::Instant;
+///
+/// let mut calls = 0;
+/// let result: Result<(), Error> = retry_when(
+///     Backoff::new(Duration::from_millis(1), Duration::from_millis(2)),
+///     Instant::now() + Duration::from_secs(1),
+///     |e| e.kind() == ErrorKind::Backend,
+///     || {
+///         calls += 1;
+///         async { Err(Error::unavailable("the reply was lost")) }
+///     },
+/// )
+/// .await;
+/// assert_eq!(result.unwrap_err().kind(), ErrorKind::Unavailable);
+/// assert_eq!(calls, 1, "not picked: not tried again");
+/// # }
+/// ```
+pub async fn retry_when<T, F, Fut>(
+    mut backoff: Backoff,
+    deadline: Instant,
+    again: impl Fn(&Error) -> bool,
+    mut op: F,
+) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T>>,
 {
     loop {
         match op().await {
-            Err(err) if err.is_retryable() => {
+            Err(err) if again(&err) => {
                 let delay = backoff.next_delay();
                 if Instant::now() + delay >= deadline {
                     return Err(err);

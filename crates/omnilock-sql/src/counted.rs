@@ -20,8 +20,8 @@
 use std::time::{Duration, Instant};
 
 use omnilock_core::{
-    complete_or_undo, retry_in_background, AcquireRequest, Backoff, Error, ErrorKind, Grant,
-    LockName, Result, Share,
+    complete_or_undo, retry_in_background, retry_when, AcquireRequest, Backoff, Error, ErrorKind,
+    Grant, LockName, Result, Share,
 };
 use sqlx::Row;
 
@@ -244,23 +244,18 @@ impl SqlStore {
         if !wait {
             // A transaction the database rolled back to break a deadlock or
             // a serialization conflict (two first users of a name at once)
-            // took nothing: try again, a few times, rather than hand the
-            // caller an error for a lock that may be free.
-            let mut backoff = Backoff::new(Duration::from_millis(2), Duration::from_millis(50));
-            let mut attempts = 0;
-            let step = loop {
-                attempts += 1;
-                match self.step_detached(request, share, None, false).await {
-                    Err(err)
-                        if attempts < 4
-                            && err.kind() == ErrorKind::Backend
-                            && err.is_retryable() =>
-                    {
-                        tokio::time::sleep(backoff.next_delay()).await;
-                    }
-                    step => break step?,
-                }
-            };
+            // took nothing: try again for up to 100 ms, rather than hand
+            // the caller an error for a lock that may be free. Only those:
+            // a reply lost on the way back may have taken a permit, and a
+            // second try would take another.
+            let rolled_back = |e: &Error| e.kind() == ErrorKind::Backend && e.is_retryable();
+            let step = retry_when(
+                Backoff::new(Duration::from_millis(2), Duration::from_millis(50)),
+                tokio::time::Instant::now() + Duration::from_millis(100),
+                rolled_back,
+                || self.step_detached(request, share, None, false),
+            )
+            .await?;
             return match step {
                 (Step::Held(id), started) => Ok(Some(granted(id, started))),
                 (Step::Waiting(id, _), _) => {
