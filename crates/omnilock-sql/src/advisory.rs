@@ -296,6 +296,12 @@ impl Shared {
         })
     }
 
+    /// Known to have died or been killed (a failed statement found out).
+    /// A session busy with a statement right now counts as alive.
+    fn is_dead(&self) -> bool {
+        self.slot.try_lock().is_ok_and(|slot| slot.is_none())
+    }
+
     fn held(&self) -> usize {
         self.held.load(std::sync::atomic::Ordering::Relaxed)
     }
@@ -366,10 +372,11 @@ impl Advisory {
         {
             let mut list = omnilock_core::lock_unpoisoned(&self.shared);
             // The server ends a session idle for its timeout: let go of
-            // empty ones well before that.
+            // empty ones well before that, and of dead ones at once.
             list.retain(|s| {
-                s.held() > 0
-                    || omnilock_core::lock_unpoisoned(&s.used).elapsed() < s.idle_timeout / 2
+                !s.is_dead()
+                    && (s.held() > 0
+                        || omnilock_core::lock_unpoisoned(&s.used).elapsed() < s.idle_timeout / 2)
             });
             let same: Vec<&Arc<Shared>> =
                 list.iter().filter(|s| s.idle_timeout == wanted).collect();
@@ -487,8 +494,30 @@ impl Advisory {
 
     /// Takes the lock if it is free: one statement on a shared session.
     /// `Ok(None)` when busy.
+    ///
+    /// A session can die under a try without this store knowing
+    /// (`break_lock` from another client kills the holder's session, and
+    /// with it every lock on it); the failed statement finds out and kills
+    /// it. Then the try runs once more, on another session. That is safe
+    /// whatever the failed statement did: an advisory lock belongs to its
+    /// session, so one the dead session may have taken is not this
+    /// session's to take twice, and frees when that session ends.
     pub(crate) async fn try_take(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
-        let shared = self.shared_for(request.ttl).await?;
+        match self.try_take_once(request).await {
+            Err((err, Some(shared))) if shared.is_dead() => {
+                tracing::debug!(error = %err, "omnilock advisory: a shared session died; trying on another");
+                self.try_take_once(request).await.map_err(|(err, _)| err)
+            }
+            result => result.map_err(|(err, _)| err),
+        }
+    }
+
+    /// One try on one session; a failure names the session it ran on.
+    async fn try_take_once(
+        &self,
+        request: &AcquireRequest,
+    ) -> std::result::Result<Option<Grant>, (Error, Option<Arc<Shared>>)> {
+        let shared = self.shared_for(request.ttl).await.map_err(|e| (e, None))?;
         let key = self.key(&request.name);
         let started = Instant::now();
         let (sql, on, undo_sql, undo_on) = (
@@ -509,7 +538,7 @@ impl Advisory {
             },
         )
         .await
-        .map_err(|e| self.err(e))?;
+        .map_err(|e| (self.err(e), Some(Arc::clone(&shared))))?;
         Ok(match took {
             Took::Taken(token) => Some(held(shared, key, token, started + request.ttl)),
             Took::Busy => None,

@@ -322,3 +322,52 @@ async fn advisory_mode_on_an_application_pool() {
         next.release().await.expect("release");
     }
 }
+
+/// Advisory mode, one session for every try (`sessions=1`): `break_lock`
+/// from another client kills the session that holds a lock, which this
+/// client learns only when its next statement there fails. That try, and
+/// the one after it, still take a free lock, on a new session: neither a
+/// dead session nor its failed statement reaches the caller.
+#[tokio::test(flavor = "multi_thread")]
+async fn advisory_try_after_its_shared_session_was_killed() {
+    for (store, url) in stores() {
+        if store == "SQLITE" {
+            continue;
+        }
+        let url = with_option(
+            &url,
+            "mode=advisory&sessions=1&table=omnilock_advisory_killed",
+        );
+        let (ours, admin) = (
+            connect(&url).await.expect("connect"),
+            connect(&url).await.expect("connect"),
+        );
+        let run = format!("{}/{store}", std::process::id());
+        let broken = ours
+            .try_acquire(&format!("killed/{run}"))
+            .await
+            .expect("try_acquire")
+            .expect("a fresh name is free");
+        assert!(
+            admin
+                .break_lock(&format!("killed/{run}"))
+                .await
+                .expect("break_lock"),
+            "{store}: nothing broken"
+        );
+        for next in ["after-kill", "after-that"] {
+            let name = format!("{next}/{run}");
+            let guard = ours
+                .try_acquire(&name)
+                .await
+                .unwrap_or_else(|e| panic!("{store}: {next}: {e}"))
+                .unwrap_or_else(|| panic!("{store}: {next}: a fresh name is busy"));
+            assert!(
+                admin.try_acquire(&name).await.expect("probe").is_none(),
+                "{store}: {next}: the lock is not held"
+            );
+            guard.release().await.expect("release");
+        }
+        drop(broken);
+    }
+}
