@@ -300,23 +300,43 @@ impl Node {
     }
 }
 
-/// Runs `script` on `keys` and `args` with `WAIT` for `wait.replicas`
-/// right behind it, as one pipeline on one connection: `WAIT` counts the
-/// writes of the connection it runs on, so on any other (a reconnect in
-/// between, a different node's) it would confirm at once what no replica
-/// has. Returns the script's answer and how many replicas acknowledged.
-pub(crate) async fn eval_then_wait<T: redis::FromRedisValue>(
+/// An `EVALSHA` of `script` on `keys`, for the caller to add the arguments
+/// to. One command with one buffer for all its arguments: redis-rs's
+/// `ScriptInvocation` copies each key and argument into a buffer of its own
+/// and then into the command, which on the uncontended path is most of the
+/// client's allocations.
+pub(crate) fn evalsha(script: &redis::Script, keys: &[&str]) -> Cmd {
+    let mut eval = redis::cmd("EVALSHA");
+    eval.arg(script.get_hash()).arg(keys.len()).arg(keys);
+    eval
+}
+
+/// Runs `eval` (from [`evalsha`]), loading `script` once more if the
+/// server has lost it (a restart, `SCRIPT FLUSH`).
+///
+/// With `wait`, `WAIT` for `wait.replicas` runs right behind it, as one
+/// pipeline on one connection: `WAIT` counts the writes of the connection it
+/// runs on, so on any other (a reconnect in between, a different node's) it
+/// would confirm at once what no replica has. Returns the script's answer
+/// and, with `wait`, how many replicas acknowledged.
+pub(crate) async fn run_script<T: redis::FromRedisValue>(
     conn: &mut Conn,
     script: &redis::Script,
-    keys: &[&str],
-    args: &[Vec<u8>],
-    wait: WaitReplicas,
-) -> redis::RedisResult<(T, u32)> {
-    let mut eval = redis::cmd("EVALSHA");
-    eval.arg(script.get_hash())
-        .arg(keys.len())
-        .arg(keys)
-        .arg(args);
+    eval: Cmd,
+    wait: Option<WaitReplicas>,
+) -> redis::RedisResult<(T, Option<u32>)> {
+    let no_script =
+        |e: &RedisError| e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript);
+    let Some(wait) = wait else {
+        let answer = match eval.query_async::<T>(conn).await {
+            Err(e) if no_script(&e) => {
+                script.load_async(conn).await?;
+                eval.query_async::<T>(conn).await?
+            }
+            answer => answer?,
+        };
+        return Ok((answer, None));
+    };
     let mut confirm = redis::cmd("WAIT");
     confirm
         .arg(wait.replicas)
@@ -324,13 +344,13 @@ pub(crate) async fn eval_then_wait<T: redis::FromRedisValue>(
     let mut pipe = redis::pipe();
     pipe.add_command(eval).add_command(confirm);
     let answer = match pipe.query_async::<(T, i64)>(conn).await {
-        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+        Err(e) if no_script(&e) => {
             script.load_async(conn).await?;
             pipe.query_async::<(T, i64)>(conn).await?
         }
         answer => answer?,
     };
-    Ok((answer.0, answer.1.max(0) as u32))
+    Ok((answer.0, Some(answer.1.max(0) as u32)))
 }
 
 /// omnilock's own auto-reconnecting connection to the server `client`

@@ -21,7 +21,7 @@ use tokio::sync::Notify;
 use crate::builder::RedisBuilder;
 use crate::config::{Deployment, RedisConfig, RedisOptions};
 use crate::counted::Counted;
-use crate::node::{eval_then_wait, Keys, Node, Subscriber};
+use crate::node::{evalsha, run_script, Keys, Node, Subscriber};
 use crate::scripts::Scripts;
 use crate::shard_wakeups::{ShardWakeups, LINGER};
 use crate::wake::{self, WakeTarget};
@@ -314,74 +314,50 @@ impl RedisStore {
         wait: bool,
     ) -> Result<Attempt> {
         let inner = &self.inner;
-        let waiter_lease = inner.options.waiter_lease.as_millis().to_string();
-        let (script, lock, key_list, args) = match Counted::of(request.primitive) {
+        let (owner, ttl) = (request.owner.as_str(), request.ttl.as_millis() as u64);
+        let waiter_lease = inner.options.waiter_lease.as_millis() as u64;
+        let (script, eval, lock) = match Counted::of(request.primitive) {
             None => {
                 let keys = self.keys(&request.name);
-                let args = vec![
-                    request.owner.as_str().as_bytes().to_vec(),
-                    request.ttl.as_millis().to_string().into_bytes(),
-                    if request.reentrant {
-                        b"1".to_vec()
-                    } else {
-                        b"0".to_vec()
-                    },
-                    entry.as_bytes().to_vec(),
-                    waiter_lease.into_bytes(),
-                    inner.channel_prefix(&keys.lock).as_bytes().to_vec(),
-                    call.as_bytes().to_vec(),
-                ];
-                let key_list = vec![keys.fence, keys.queue, keys.timeouts];
-                (&inner.scripts.acquire, keys.lock, key_list, args)
+                let script = &inner.scripts.acquire;
+                let mut eval = evalsha(
+                    script,
+                    &[&keys.lock, &keys.fence, &keys.queue, &keys.timeouts],
+                );
+                eval.arg(owner)
+                    .arg(ttl)
+                    .arg(u8::from(request.reentrant))
+                    .arg(entry)
+                    .arg(waiter_lease)
+                    .arg(&*inner.channel_prefix(&keys.lock))
+                    .arg(call);
+                (script, eval, keys.lock)
             }
             Some(counted) => {
+                // A counted lock's keys only share its slot with the
+                // mutex's key, which routes the command.
                 let keys = counted.keys(&inner.options.prefix, request);
-                let args = vec![
-                    entry.as_bytes().to_vec(),
-                    request.owner.as_str().as_bytes().to_vec(),
-                    counted.weight().to_string().into_bytes(),
-                    counted.capacity().to_string().into_bytes(),
-                    request.ttl.as_millis().to_string().into_bytes(),
-                    waiter_lease.into_bytes(),
-                    if wait { b"1".to_vec() } else { b"0".to_vec() },
-                    inner.channel_prefix(&keys.lock).as_bytes().to_vec(),
-                ];
-                let key_list = vec![keys.order, keys.entries, keys.expiry, keys.fence];
-                (&inner.scripts.acquire_counted, keys.lock, key_list, args)
+                let script = &inner.scripts.acquire_counted;
+                let mut eval = evalsha(
+                    script,
+                    &[&keys.order, &keys.entries, &keys.expiry, &keys.fence],
+                );
+                eval.arg(entry)
+                    .arg(owner)
+                    .arg(counted.weight())
+                    .arg(counted.capacity())
+                    .arg(ttl)
+                    .arg(waiter_lease)
+                    .arg(u8::from(wait))
+                    .arg(&*inner.channel_prefix(&keys.lock));
+                (script, eval, keys.lock)
             }
         };
         let mut conn = inner.node.conn_for(&lock);
-        // The mutex's first key is its lock key; a counted lock's keys only
-        // share its slot.
-        let mut key_refs: Vec<&str> = Vec::with_capacity(4);
-        if Counted::of(request.primitive).is_none() {
-            key_refs.push(&lock);
-        }
-        key_refs.extend(key_list.iter().map(String::as_str));
         let ((status, value), confirmed): ((i64, i64), Option<u32>) =
-            match inner.options.wait_replicas {
-                Some(wait) => {
-                    let (answer, acknowledged) =
-                        eval_then_wait(&mut conn, script, &key_refs, &args, wait)
-                            .await
-                            .map_err(|e| inner.node.err(e))?;
-                    (answer, Some(acknowledged))
-                }
-                None => {
-                    let mut invocation = script.prepare_invoke();
-                    for key in &key_refs {
-                        invocation.key(*key);
-                    }
-                    for arg in &args {
-                        invocation.arg(arg);
-                    }
-                    let answer = invocation
-                        .invoke_async(&mut conn)
-                        .await
-                        .map_err(|e| inner.node.err(e))?;
-                    (answer, None)
-                }
-            };
+            run_script(&mut conn, script, eval, inner.options.wait_replicas)
+                .await
+                .map_err(|e| inner.node.err(e))?;
         match status {
             1 => {
                 let token = value as u64;
@@ -521,43 +497,24 @@ impl RedisStore {
     /// extended. With `wait_replicas`, a shortfall of confirmations fails
     /// the whole batch (retried).
     async fn renew_mutexes(&self, holds: &[(&AcquireRequest, &Grant)]) -> Result<Vec<bool>> {
-        let Some((first, _)) = holds.first() else {
+        if holds.is_empty() {
             return Ok(Vec::new());
-        };
+        }
         let inner = &self.inner;
         let keys: Vec<String> = holds.iter().map(|(r, _)| self.keys(&r.name).lock).collect();
-        let mut args = Vec::with_capacity(holds.len() * 3);
-        for (request, grant) in holds {
-            args.push(request.owner.as_str().as_bytes().to_vec());
-            args.push(grant.token.to_string().into_bytes());
-            args.push(request.ttl.as_millis().to_string().into_bytes());
-        }
-        let mut conn = inner.node.conn_for(&self.keys(&first.name).lock);
         let script = &inner.scripts.renew_all;
-        let (renewed, confirmed): (Vec<i64>, Option<u32>) = match inner.options.wait_replicas {
-            Some(wait) => {
-                let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-                let (renewed, acknowledged) =
-                    eval_then_wait(&mut conn, script, &key_refs, &args, wait)
-                        .await
-                        .map_err(|e| inner.node.err(e))?;
-                (renewed, Some(acknowledged))
-            }
-            None => {
-                let mut invocation = script.prepare_invoke();
-                for key in &keys {
-                    invocation.key(key);
-                }
-                for arg in &args {
-                    invocation.arg(arg);
-                }
-                let renewed = invocation
-                    .invoke_async(&mut conn)
-                    .await
-                    .map_err(|e| inner.node.err(e))?;
-                (renewed, None)
-            }
-        };
+        let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let mut eval = evalsha(script, &key_refs);
+        for (request, grant) in holds {
+            eval.arg(request.owner.as_str())
+                .arg(grant.token)
+                .arg(request.ttl.as_millis() as u64);
+        }
+        let mut conn = inner.node.conn_for(&keys[0]);
+        let (renewed, confirmed): (Vec<i64>, Option<u32>) =
+            run_script(&mut conn, script, eval, inner.options.wait_replicas)
+                .await
+                .map_err(|e| inner.node.err(e))?;
         if renewed.len() != holds.len() {
             return Err(Error::new(
                 ErrorKind::Backend,
@@ -574,18 +531,15 @@ impl RedisStore {
         let inner = &self.inner;
         let keys = self.keys(&request.name);
         let mut conn = inner.node.conn_for(&keys.lock);
-        inner
-            .scripts
-            .release
-            .key(&keys.lock)
-            .key(&keys.queue)
-            .key(&keys.timeouts)
-            .arg(request.owner.as_str())
+        let script = &inner.scripts.release;
+        let mut eval = evalsha(script, &[&keys.lock, &keys.queue, &keys.timeouts]);
+        eval.arg(request.owner.as_str())
             .arg(token)
             .arg(&*inner.channel_prefix(&keys.lock))
-            .arg(call)
-            .invoke_async(&mut conn)
+            .arg(call);
+        run_script(&mut conn, script, eval, None)
             .await
+            .map(|(holds, _)| holds)
             .map_err(|e| inner.node.err(e))
     }
 }

@@ -279,3 +279,51 @@ fn abutting_prefixes_are_disjoint() {
         });
     }
 }
+
+/// A server that lost omnilock's scripts (`SCRIPT FLUSH`, or a restart)
+/// gets each one loaded again by its next use: acquire, release and the
+/// batched renewal (a hold at TTL 1 s outlives 3 TTLs after a flush).
+#[tokio::test(flavor = "multi_thread")]
+async fn flushed_scripts_are_loaded_again() {
+    let Some((store, url)) = store("").await else {
+        return;
+    };
+    let locks = Locks::new(store);
+    let mut conn = raw(&url).await;
+    let mut flush = || {
+        let mut conn = conn.clone();
+        async move {
+            let _: () = redis::cmd("SCRIPT")
+                .arg("FLUSH")
+                .query_async(&mut conn)
+                .await
+                .expect("SCRIPT FLUSH");
+        }
+    };
+    let name = format!("flushed/{}", std::process::id());
+    flush().await;
+    let guard = locks.acquire(&name).await.expect("acquire after a flush");
+    flush().await;
+    guard.release().await.expect("release after a flush");
+    let guard = locks
+        .lock(&name)
+        .ttl(Duration::from_secs(1))
+        .acquire()
+        .await
+        .expect("acquire");
+    flush().await;
+    let lost = guard.lost();
+    assert!(
+        tokio::time::timeout(Duration::from_secs(3), lost)
+            .await
+            .is_err(),
+        "renewal failed after a flush"
+    );
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(format!("{{omnilock:{name}}}"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(pttl > 0, "the lock key is gone ({pttl})");
+    guard.release().await.expect("release");
+}
