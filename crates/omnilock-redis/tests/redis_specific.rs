@@ -290,7 +290,7 @@ async fn flushed_scripts_are_loaded_again() {
     };
     let locks = Locks::new(store);
     let mut conn = raw(&url).await;
-    let mut flush = || {
+    let flush = || {
         let mut conn = conn.clone();
         async move {
             let _: () = redis::cmd("SCRIPT")
