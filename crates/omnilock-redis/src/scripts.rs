@@ -640,8 +640,10 @@ keep(KEYS[1], KEYS[2], KEYS[3])
 return 1
 "#;
 
-/// The loaded scripts (EVALSHA, falling back to EVAL once after a restart
-/// or `SCRIPT FLUSH`).
+/// The scripts, sent by their SHA (`EVALSHA`). A server that has lost them
+/// (a restart, `SCRIPT FLUSH`) gets each loaded again (`SCRIPT LOAD`) by its
+/// next use: through `node::run_script` (one server's acquire, release and
+/// renewal) or redis-rs's `ScriptInvocation` (the others, and Redlock).
 pub(crate) struct Scripts {
     pub acquire: Script,
     pub acquire_all: Script,
