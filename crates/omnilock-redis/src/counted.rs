@@ -5,7 +5,7 @@
 
 use omnilock_core::{AcquireRequest, Primitive, Result, Share};
 
-use crate::node::CountedKeys;
+use crate::node::{evalsha, run_script, CountedKeys};
 use crate::single::RedisStore;
 
 /// How one acquisition of a semaphore or read-write lock counts (core's
@@ -47,18 +47,14 @@ impl RedisStore {
     ) -> Result<bool> {
         let keys = self.counted_keys(request).expect("a counted lock");
         let mut conn = self.node().conn_for(&keys.lock);
-        let released: i64 = self
-            .scripts()
-            .release_counted
-            .key(&keys.order)
-            .key(&keys.entries)
-            .key(&keys.expiry)
-            .arg(entry)
+        let script = &self.scripts().release_counted;
+        let mut eval = evalsha(script, &[&keys.order, &keys.entries, &keys.expiry]);
+        eval.arg(entry)
             .arg(request.owner.as_str())
             .arg(token)
             .arg(&*self.channel_prefix_for(&keys.lock))
-            .arg(request.ttl.as_millis() as u64)
-            .invoke_async(&mut conn)
+            .arg(request.ttl.as_millis() as u64);
+        let (released, _): (i64, _) = run_script(&mut conn, script, eval, None)
             .await
             .map_err(|e| self.node().err(e))?;
         Ok(released >= 0)
@@ -73,17 +69,13 @@ impl RedisStore {
     ) -> Result<bool> {
         let keys = self.counted_keys(request).expect("a counted lock");
         let mut conn = self.node().conn_for(&keys.lock);
-        let renewed: i64 = self
-            .scripts()
-            .renew_counted
-            .key(&keys.order)
-            .key(&keys.entries)
-            .key(&keys.expiry)
-            .arg(entry)
+        let script = &self.scripts().renew_counted;
+        let mut eval = evalsha(script, &[&keys.order, &keys.entries, &keys.expiry]);
+        eval.arg(entry)
             .arg(request.owner.as_str())
             .arg(token)
-            .arg(request.ttl.as_millis() as u64)
-            .invoke_async(&mut conn)
+            .arg(request.ttl.as_millis() as u64);
+        let (renewed, _): (i64, _) = run_script(&mut conn, script, eval, None)
             .await
             .map_err(|e| self.node().err(e))?;
         Ok(renewed == 1)
@@ -94,14 +86,10 @@ impl RedisStore {
     pub(crate) async fn cancel_counted(&self, request: &AcquireRequest, entry: &str) -> Result<()> {
         let keys = self.counted_keys(request).expect("a counted lock");
         let mut conn = self.node().conn_for(&keys.lock);
-        self.scripts()
-            .cancel_counted
-            .key(&keys.order)
-            .key(&keys.entries)
-            .key(&keys.expiry)
-            .arg(entry)
-            .arg(&*self.channel_prefix_for(&keys.lock))
-            .invoke_async::<i64>(&mut conn)
+        let script = &self.scripts().cancel_counted;
+        let mut eval = evalsha(script, &[&keys.order, &keys.entries, &keys.expiry]);
+        eval.arg(entry).arg(&*self.channel_prefix_for(&keys.lock));
+        run_script::<i64>(&mut conn, script, eval, None)
             .await
             .map(drop)
             .map_err(|e| self.node().err(e))

@@ -23,7 +23,7 @@ use tokio::sync::Notify;
 
 use crate::builder::RedlockBuilder;
 use crate::config::{check_redlock_nodes, RedisConfig, RedisOptions};
-use crate::node::{Keys, Node};
+use crate::node::{evalsha, run_script, Keys, Node};
 use crate::scripts::Scripts;
 use crate::wake::{self, WakeTarget};
 
@@ -440,18 +440,16 @@ impl RedlockStore {
                     own: now.as_deref().and_then(held_by) == Some(request.owner.as_str()),
                 });
             }
-            let mut script = inner.scripts.redlock_acquire.key(&keys.lock);
-            script
-                .key(&keys.line)
-                .key(&keys.places)
-                .arg(request.owner.as_str())
+            let script = &inner.scripts.redlock_acquire;
+            let mut eval = evalsha(script, &[&keys.lock, &keys.line, &keys.places]);
+            eval.arg(request.owner.as_str())
                 .arg(ttl)
                 .arg(if request.reentrant { 1 } else { 0 })
                 .arg(entry)
                 .arg(ticket)
                 .arg(inner.options.waiter_lease.as_millis() as u64)
                 .arg(token);
-            let answer: Vec<i64> = script.invoke_async(&mut conn).await?;
+            let (answer, _): (Vec<i64>, _) = run_script(&mut conn, script, eval, None).await?;
             Ok(match answer[..] {
                 [1, token, ..] => Reply::Granted(token as u64),
                 [2, token, ..] => Reply::Reentered(token as u64),
@@ -713,11 +711,9 @@ impl RedlockStore {
             let timeout = inner.options.response_timeout;
             async move {
                 let token = token.as_deref()?;
-                let mut script = inner.scripts.redlock_release.key(&keys.lock);
-                script
-                    .key(&keys.line)
-                    .key(&keys.places)
-                    .arg(request.owner.as_str())
+                let script = &inner.scripts.redlock_release;
+                let mut eval = evalsha(script, &[&keys.lock, &keys.line, &keys.places]);
+                eval.arg(request.owner.as_str())
                     .arg(token)
                     .arg(&inner.channel_prefix)
                     .arg(entry)
@@ -727,8 +723,8 @@ impl RedlockStore {
                 // Redis drops a closed connection's unread commands; the
                 // TTL then frees the lock).
                 let answer =
-                    tokio::time::timeout(timeout, script.invoke_async::<i64>(&mut conn)).await;
-                Some(match answer {
+                    tokio::time::timeout(timeout, run_script(&mut conn, script, eval, None)).await;
+                Some(match answer.map(|a| a.map(|(n, _): (i64, _)| n)) {
                     Ok(Ok(-2)) => NodeAnswer::Absent,
                     Ok(Ok(n)) if n < 0 => NodeAnswer::NotOwner,
                     Ok(Ok(_)) => NodeAnswer::Released,
@@ -771,14 +767,14 @@ impl RedlockStore {
                 let keys = &keys;
                 let timeout = inner.options.response_timeout;
                 async move {
-                    let mut script = inner.scripts.redlock_cancel.key(&keys.lock);
-                    script
-                        .key(&keys.line)
-                        .key(&keys.places)
-                        .arg(entry)
-                        .arg(&inner.channel_prefix);
-                    let _ =
-                        tokio::time::timeout(timeout, script.invoke_async::<i64>(&mut conn)).await;
+                    let script = &inner.scripts.redlock_cancel;
+                    let mut eval = evalsha(script, &[&keys.lock, &keys.line, &keys.places]);
+                    eval.arg(entry).arg(&inner.channel_prefix);
+                    let _ = tokio::time::timeout(
+                        timeout,
+                        run_script::<i64>(&mut conn, script, eval, None),
+                    )
+                    .await;
                 }
             });
         join_all(calls).await;
@@ -1114,20 +1110,23 @@ impl Backend for RedlockStore {
                 if granted.is_empty() {
                     return (granted, None);
                 }
-                let mut script = inner.scripts.redlock_renew_all.prepare_invoke();
-                for &(i, _) in &granted {
-                    script.key(Keys::new(&inner.options.prefix, holds[i].0.name.as_str()).lock);
-                }
+                let script = &inner.scripts.redlock_renew_all;
+                let locks: Vec<String> = granted
+                    .iter()
+                    .map(|&(i, _)| Keys::new(&inner.options.prefix, holds[i].0.name.as_str()).lock)
+                    .collect();
+                let lock_refs: Vec<&str> = locks.iter().map(String::as_str).collect();
+                let mut eval = evalsha(script, &lock_refs);
                 for &(i, token) in &granted {
                     let request = holds[i].0;
-                    script
-                        .arg(request.owner.as_str())
+                    eval.arg(request.owner.as_str())
                         .arg(token)
                         .arg(request.ttl.as_millis() as u64);
                 }
                 let answer =
-                    tokio::time::timeout(timeout, script.invoke_async::<Vec<i64>>(&mut conn)).await;
-                (granted, answer.ok().and_then(|a| a.ok()))
+                    tokio::time::timeout(timeout, run_script(&mut conn, script, eval, None)).await;
+                let renewed: Option<Vec<i64>> = answer.ok().and_then(|a| a.ok()).map(|(r, _)| r);
+                (granted, renewed)
             }
         });
         let (mut extended, mut refused) = (vec![0; holds.len()], vec![0; holds.len()]);
@@ -1181,12 +1180,12 @@ impl Backend for RedlockStore {
             let mut conn = node.conn.clone();
             let keys = &keys;
             async move {
-                let mut script = inner.scripts.redlock_break.key(&keys.lock);
-                script
-                    .key(&keys.line)
-                    .key(&keys.places)
-                    .arg(&inner.channel_prefix);
-                script.invoke_async::<i64>(&mut conn).await
+                let script = &inner.scripts.redlock_break;
+                let mut eval = evalsha(script, &[&keys.lock, &keys.line, &keys.places]);
+                eval.arg(&inner.channel_prefix);
+                run_script::<i64>(&mut conn, script, eval, None)
+                    .await
+                    .map(|(broken, _)| broken)
             }
         });
         let results = join_all(calls).await;

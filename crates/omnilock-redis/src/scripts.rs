@@ -642,8 +642,7 @@ return 1
 
 /// The scripts, sent by their SHA (`EVALSHA`). A server that has lost them
 /// (a restart, `SCRIPT FLUSH`) gets each loaded again (`SCRIPT LOAD`) by its
-/// next use: through `node::run_script` (one server's acquire, release and
-/// renewal) or redis-rs's `ScriptInvocation` (the others, and Redlock).
+/// next use, in `node::run_script`.
 pub(crate) struct Scripts {
     pub acquire: Script,
     pub acquire_all: Script,

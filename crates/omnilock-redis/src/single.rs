@@ -399,22 +399,18 @@ impl RedisStore {
     async fn take_all(&self, requests: &[AcquireRequest], call: &str) -> Result<Option<Vec<u64>>> {
         let inner = &self.inner;
         let first = &requests[0];
-        let mut invocation = inner.scripts.acquire_all.prepare_invoke();
-        for request in requests {
-            let keys = self.keys(&request.name);
-            invocation
-                .key(keys.lock)
-                .key(keys.fence)
-                .key(keys.queue)
-                .key(keys.timeouts);
-        }
-        invocation
-            .arg(first.owner.as_str())
-            .arg(first.ttl.as_millis().to_string())
+        let script = &inner.scripts.acquire_all;
+        let keys: Vec<Keys> = requests.iter().map(|r| self.keys(&r.name)).collect();
+        let key_refs: Vec<&str> = keys
+            .iter()
+            .flat_map(|k| [&*k.lock, &*k.fence, &*k.queue, &*k.timeouts])
+            .collect();
+        let mut eval = evalsha(script, &key_refs);
+        eval.arg(first.owner.as_str())
+            .arg(first.ttl.as_millis() as u64)
             .arg(call);
-        let mut conn = inner.node.conn_for(&self.keys(&first.name).lock);
-        let answer: Vec<i64> = invocation
-            .invoke_async(&mut conn)
+        let mut conn = inner.node.conn_for(&keys[0].lock);
+        let (answer, _): (Vec<i64>, _) = run_script(&mut conn, script, eval, None)
             .await
             .map_err(|e| inner.node.err(e))?;
         match answer.split_first() {
@@ -742,15 +738,10 @@ impl Drop for Place {
                 let inner = &store.inner;
                 let keys = store.keys(&request.name);
                 let mut conn = inner.node.conn_for(&keys.lock);
-                inner
-                    .scripts
-                    .cancel
-                    .key(&keys.lock)
-                    .key(&keys.queue)
-                    .key(&keys.timeouts)
-                    .arg(&entry)
-                    .arg(&*inner.channel_prefix(&keys.lock))
-                    .invoke_async::<i64>(&mut conn)
+                let script = &inner.scripts.cancel;
+                let mut eval = evalsha(script, &[&keys.lock, &keys.queue, &keys.timeouts]);
+                eval.arg(&entry).arg(&*inner.channel_prefix(&keys.lock));
+                run_script::<i64>(&mut conn, script, eval, None)
                     .await
                     .map(drop)
                     .map_err(|e| inner.node.err(e))
@@ -1028,15 +1019,11 @@ impl Backend for RedisStore {
         let inner = &self.inner;
         let keys = self.keys(name);
         let mut conn = inner.node.conn_for(&keys.lock);
-        let existed: i64 = inner
-            .scripts
-            .break_lock
-            .key(&keys.lock)
-            .key(&keys.queue)
-            .key(&keys.timeouts)
-            .arg(&*inner.channel_prefix(&keys.lock))
-            .arg(holder.token)
-            .invoke_async(&mut conn)
+        let script = &inner.scripts.break_lock;
+        let mut eval = evalsha(script, &[&keys.lock, &keys.queue, &keys.timeouts]);
+        eval.arg(&*inner.channel_prefix(&keys.lock))
+            .arg(holder.token);
+        let (existed, _): (i64, _) = run_script(&mut conn, script, eval, None)
             .await
             .map_err(|e| inner.node.err(e))?;
         Ok(existed == 1)

@@ -330,3 +330,51 @@ async fn a_late_grant_on_a_stalled_node_is_released() {
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
+
+/// Nodes that lost omnilock's scripts (`SCRIPT FLUSH` on every node, as
+/// after restarts) get them loaded again by their next use: a waiting
+/// acquire that queues (the acquire script), the holder's renewal, its
+/// release, and the waiter's grant.
+#[tokio::test(flavor = "multi_thread")]
+async fn flushed_scripts_are_loaded_again() {
+    let Some(url) = store_url("REDLOCK") else {
+        return;
+    };
+    let _turn = NODES.lock().await;
+    let flush = || async {
+        for client in node_clients(&url, usize::MAX) {
+            let mut conn = raw(&client).await;
+            let _: () = redis::cmd("SCRIPT")
+                .arg("FLUSH")
+                .query_async(&mut conn)
+                .await
+                .expect("SCRIPT FLUSH");
+        }
+    };
+    let (a, b) = (connect(&url).await, connect(&url).await);
+    let name = format!("flushed/{}", std::process::id());
+    let held = a
+        .lock(&name)
+        .ttl(Duration::from_secs(1))
+        .acquire()
+        .await
+        .expect("holder");
+    flush().await;
+    let waiter = omnilock_testkit::queue_waiter(&b, &name, Duration::from_secs(10)).await;
+    flush().await;
+    let lost = held.lost();
+    assert!(
+        tokio::time::timeout(Duration::from_secs(2), lost)
+            .await
+            .is_err(),
+        "the holder's renewal failed after a flush"
+    );
+    flush().await;
+    held.release().await.expect("release after a flush");
+    let granted = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter is served")
+        .unwrap()
+        .expect("acquire");
+    granted.release().await.expect("release");
+}
