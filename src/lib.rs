@@ -67,7 +67,7 @@
 
 pub use omnilock_core::{
     check_ttl, lock_unpoisoned, mem, parse_duration, Backend, Candidate, Capabilities, Election,
-    Error, ErrorKind, Holder, Leader, Leadership, LockGuard, LockName, LockRequest, Locks, Measure,
+    Error, ErrorKind, Holder, Leader, Leadership, LockGuard, LockName, LockRequest, Locks,
     MemStore, MultiGuard, MultiLockRequest, Observer, Operation, Owner, Primitive, ReadWriteLock,
     Result, StoreUrl, DEFAULT_TTL, MAX_ELECTION_VALUE_BYTES,
 };

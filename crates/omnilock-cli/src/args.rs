@@ -4,8 +4,6 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::bench::Workload;
-
 use std::path::PathBuf;
 
 /// `$OMNILOCK_STORE`, else the embedded default. An error when there is
@@ -135,10 +133,9 @@ group: fence writes with $OMNILOCK_TOKEN.";
 #[derive(Parser, Debug)]
 #[command(name = "omnilock", version, after_help = after_help())]
 pub struct Cli {
-    /// Store URL [default: $OMNILOCK_STORE, else the embedded SQLite file];
-    /// `bench` takes it several times
-    #[arg(long, global = true, value_name = "URL", action = clap::ArgAction::Append)]
-    pub store: Vec<String>,
+    /// Store URL [default: $OMNILOCK_STORE, else the embedded SQLite file]
+    #[arg(long, global = true, value_name = "URL")]
+    pub store: Option<String>,
 
     #[command(subcommand)]
     pub command: Command,
@@ -160,9 +157,6 @@ pub enum Command {
     /// Remove lock NAME whatever its owner (administrative; the holder is
     /// told its lock was lost).
     Break(BreakArgs),
-    /// Run the same workloads on every --store given and compare them: a
-    /// table on stdout, results.json in --out.
-    Bench(BenchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -242,45 +236,6 @@ pub struct DemoArgs {
     /// The lock's name
     #[arg(long, default_value = "omnilock-demo")]
     pub name: String,
-}
-
-#[derive(Args, Debug)]
-pub struct BenchArgs {
-    /// Workloads to run (repeat the flag or separate with commas)
-    /// [default: all]
-    #[arg(long, value_name = "NAME", value_enum, value_delimiter = ',')]
-    pub workload: Vec<Workload>,
-
-    /// Client counts for the contended and contended-apart workloads
-    #[arg(long, value_name = "N,...", value_delimiter = ',', default_values_t = vec![1, 4, 16],
-          value_parser = clap::value_parser!(u32).range(1..=1024))]
-    pub clients: Vec<u32>,
-
-    /// Waiters in the handoff workload
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(2..=1024))]
-    pub waiters: u32,
-
-    /// Waiter counts for the herd workload (store requests per hand-off)
-    #[arg(long, value_name = "N,...", value_delimiter = ',', default_values_t = vec![2, 16, 64],
-          value_parser = clap::value_parser!(u32).range(1..=1024))]
-    pub herd_waiters: Vec<u32>,
-
-    /// How long each workload runs on each store
-    #[arg(long, value_name = "DUR", default_value = "5s", value_parser = parse_duration)]
-    pub duration: Duration,
-
-    /// Lock counts for the many-held workload (one process holding them all)
-    #[arg(long, value_name = "N,...", value_delimiter = ',', default_values_t = vec![10_000],
-          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
-    pub held: Vec<u32>,
-
-    /// The TTL of the locks the many-held workload holds
-    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
-    pub held_ttl: Duration,
-
-    /// Directory for results.json (created if missing)
-    #[arg(long, value_name = "DIR")]
-    pub out: Option<std::path::PathBuf>,
 }
 
 #[derive(Args, Debug)]

@@ -6,20 +6,14 @@
 //! is unreachable; 70 when the lock was lost while the command ran.
 
 mod args;
-mod bench;
 mod child;
 mod demo;
 mod exit;
-mod plots;
 mod run;
 
 use std::process::ExitCode;
 
 use clap::Parser;
-
-/// Counts live heap bytes for `omnilock bench`'s many-held workload.
-#[global_allocator]
-static ALLOCATOR: bench::heap::Counting = bench::heap::Counting;
 
 fn main() -> ExitCode {
     if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new(child::GUARD_ARG)) {
@@ -56,37 +50,27 @@ fn main() -> ExitCode {
         }
     };
     let code = runtime.block_on(async move {
-        let mut stores = cli.store.clone();
-        if stores.is_empty() {
-            match args::default_store() {
-                Ok(store) => stores.push(store),
+        let store = match cli.store {
+            Some(store) => store,
+            None => match args::default_store() {
+                Ok(store) => store,
                 Err(message) => {
                     eprintln!("omnilock: {message}");
                     return exit::USAGE;
                 }
-            }
-        }
+            },
+        };
         // `run` checks its own arguments first and prepares the store after.
-        let prepared_later = matches!(cli.command, args::Command::Run(_));
-        for store in stores.iter().filter(|_| !prepared_later) {
-            if let Err(message) = args::prepare_default(store) {
+        if !matches!(cli.command, args::Command::Run(_)) {
+            if let Err(message) = args::prepare_default(&store) {
                 eprintln!("omnilock: {message}");
                 return exit::UNAVAILABLE;
             }
         }
-        if let args::Command::Bench(bench) = cli.command {
-            return bench::bench(&stores, bench).await;
-        }
-        if stores.len() > 1 {
-            eprintln!("omnilock: only `bench` takes --store more than once");
-            return exit::USAGE;
-        }
-        let store = &stores[0];
         match cli.command {
-            args::Command::Run(run) => run::run(store, run).await,
-            args::Command::Demo(demo) => demo::demo(store, demo).await,
-            args::Command::Break(b) => run::break_lock(store, &b.name).await,
-            args::Command::Bench(_) => unreachable!("handled above"),
+            args::Command::Run(run) => run::run(&store, run).await,
+            args::Command::Demo(demo) => demo::demo(&store, demo).await,
+            args::Command::Break(b) => run::break_lock(&store, &b.name).await,
         }
     });
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));

@@ -338,12 +338,6 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         ))
     }
 
-    /// Benchmark hooks (request counter, floor round), if the backend has
-    /// them.
-    fn measure(&self) -> Option<&dyn crate::Measure> {
-        None
-    }
-
     /// Closes connections and background tasks. Guards still alive lose
     /// their locks.
     async fn close(&self) {}

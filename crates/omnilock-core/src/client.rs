@@ -360,11 +360,6 @@ impl Locks {
         backend.holder(&name).await.map_err(context)
     }
 
-    /// The backend's benchmark hooks, if it has them (see [`crate::Measure`]).
-    pub fn measure(&self) -> Option<&dyn crate::Measure> {
-        self.shared.backend.measure()
-    }
-
     /// Closes the store's connections; guards still alive lose their locks.
     pub async fn close(&self) {
         self.shared.backend.close().await;

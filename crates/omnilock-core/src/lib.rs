@@ -37,7 +37,6 @@ mod error;
 mod guard;
 mod hold;
 mod local;
-mod measure;
 pub mod mem;
 pub mod metrics;
 mod multi;
@@ -58,7 +57,6 @@ pub use election::{Candidate, Election, Leader, Leadership, Observer, MAX_ELECTI
 pub use error::{Error, ErrorKind, Operation, Result};
 pub use guard::LockGuard;
 pub use local::LocalWaiters;
-pub use measure::Measure;
 pub use mem::MemStore;
 pub use multi::{MultiGuard, MultiLockRequest};
 pub use name::{LockName, Owner, MAX_NAME_BYTES};

@@ -111,17 +111,9 @@ impl EtcdBuilder {
             check_ttl(ttl).map_err(context)?;
         }
         let deadline = tokio::time::Instant::now() + self.options.connect_timeout;
-        // No endpoints known, so no `/metrics` to read: the request counter
-        // of the benchmark hooks answers `Unsupported`.
-        let etcd = Etcd::open(
-            self.client,
-            &self.options,
-            SHOWN.into(),
-            Vec::new(),
-            deadline,
-        )
-        .await
-        .map_err(context)?;
+        let etcd = Etcd::open(self.client, &self.options, SHOWN.into(), deadline)
+            .await
+            .map_err(context)?;
         let locks = Locks::new(EtcdStore::open(etcd, self.options.mode));
         match self.ttl {
             Some(ttl) => locks.with_ttl(ttl).map_err(context),

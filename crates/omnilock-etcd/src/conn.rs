@@ -32,9 +32,6 @@ pub(crate) struct Etcd {
     /// The endpoints as `host:port,host:port`, for messages (no scheme,
     /// user, path or options).
     pub shown: String,
-    /// `host:port` of each endpoint whose metrics can be read over plain
-    /// HTTP (none with TLS).
-    pub metrics: Vec<String>,
 }
 
 impl Etcd {
@@ -64,16 +61,7 @@ impl Etcd {
             Ok(Err(e)) => return Err(classify(e, &shown)),
             Err(_) => return Err(no_answer(&shown, config.options.connect_timeout)),
         };
-        let metrics = if config.tls {
-            Vec::new()
-        } else {
-            config
-                .endpoints
-                .iter()
-                .map(|e| e.trim_start_matches("http://").to_string())
-                .collect()
-        };
-        Self::open(client, &config.options, shown, metrics, deadline).await
+        Self::open(client, &config.options, shown, deadline).await
     }
 
     /// The one way a connection is made ready, from a URL or from the
@@ -83,7 +71,6 @@ impl Etcd {
         client: Client,
         options: &EtcdOptions,
         shown: String,
-        metrics: Vec<String>,
         deadline: tokio::time::Instant,
     ) -> Result<Self> {
         // The channel connects lazily: one cheap read of omnilock's own
@@ -108,7 +95,6 @@ impl Etcd {
             prefix,
             request_timeout: options.request_timeout,
             shown,
-            metrics,
         })
     }
 

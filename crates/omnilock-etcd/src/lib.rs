@@ -7,7 +7,6 @@
 mod builder;
 mod config;
 mod conn;
-mod measure;
 mod queue;
 mod session;
 mod store;

@@ -104,15 +104,6 @@ impl EtcdStore {
             .await
     }
 
-    pub(crate) fn etcd(&self) -> &Etcd {
-        &self.etcd
-    }
-
-    /// The lease floor rounds put their keys on (the default TTL's session).
-    pub(crate) async fn floor_lease(&self) -> Result<i64> {
-        Ok(self.shared_session(omnilock_core::DEFAULT_TTL).await?.id)
-    }
-
     /// A session for one lock-protocol acquisition.
     async fn own_session(&self, ttl: Duration) -> Result<Arc<Session>> {
         let reused = lock(&self.idle).get_mut(&ttl).and_then(|idle| {
@@ -622,10 +613,6 @@ impl Backend for EtcdStore {
             owner,
             token: kv.create_revision() as u64,
         }))
-    }
-
-    fn measure(&self) -> Option<&dyn omnilock_core::Measure> {
-        Some(self)
     }
 
     async fn close(&self) {

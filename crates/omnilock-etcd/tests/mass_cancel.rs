@@ -1,7 +1,7 @@
 //! Many waiting acquisitions of one lock cancelled at once, then a hand-off
 //! chain that must complete (issue 13, finding 12).
 //!
-//! `omnilock bench` stalled a `mode=lockapi` herd chain after its contended
+//! `omnilock-bench` stalled a `mode=lockapi` herd chain after its contended
 //! run, whose 64 clients' waiting acquisitions are all cut off at the same
 //! instant. The cause was etcd's server-side Lock RPC (etcd 3.4): every
 //! waiting Lock RPC watches through one in-process watch stream per member,

@@ -13,7 +13,6 @@ mod builder;
 mod cluster;
 mod config;
 mod counted;
-mod measure;
 mod node;
 mod redlock;
 mod scripts;

@@ -362,14 +362,6 @@ impl RedlockStore {
         self.inner.wakeups.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn nodes(&self) -> &[Node] {
-        &self.inner.nodes
-    }
-
-    pub(crate) fn prefix(&self) -> &str {
-        &self.inner.options.prefix
-    }
-
     /// A fresh waiter entry id, `<client id>:<n>`.
     fn new_entry(&self) -> String {
         let waiter = self.inner.next_waiter.fetch_add(1, Ordering::Relaxed);
@@ -1167,10 +1159,6 @@ impl Backend for RedlockStore {
                 )))
             })
             .collect()
-    }
-
-    fn measure(&self) -> Option<&dyn omnilock_core::Measure> {
-        Some(self)
     }
 
     async fn break_lock(&self, name: &LockName) -> Result<bool> {

@@ -987,10 +987,6 @@ impl Backend for RedisStore {
             .collect()
     }
 
-    fn measure(&self) -> Option<&dyn omnilock_core::Measure> {
-        Some(self)
-    }
-
     async fn holder(&self, name: &LockName) -> Result<Option<omnilock_core::Holder>> {
         let keys = self.keys(name);
         let mut conn = self.inner.node.conn_for(&keys.lock);

@@ -1,12 +1,22 @@
-//! The herd scenario on the single test instance, the cluster and Redlock,
-//! counting commands with the backend's `Measure` hook (`INFO commandstats`,
-//! summed over every master of the cluster or every Redlock node). A test binary of its own: the
-//! counters are server-wide.
+//! The herd scenarios on the single test instance, the cluster and Redlock,
+//! counting commands with a store probe (`INFO commandstats`, summed over
+//! every master of the cluster or every Redlock node). A test binary of its
+//! own: the counters are server-wide.
 
 mod common;
 
+use omnilock_harness::Probe;
+use omnilock_testkit::Subject;
+
+/// The subject, with the servers' command counter.
+fn counted(store: &str) -> Option<Subject> {
+    let subject = common::subject(store)?;
+    let url = subject.url()?.to_string();
+    Some(subject.with_request_counter(Probe::counter(url)))
+}
+
 omnilock_testkit::herd_main! {
-    redis_single => common::subject("REDIS"),
-    redis_cluster => common::subject("REDIS_CLUSTER"),
-    redlock => common::subject("REDLOCK"),
+    redis_single => counted("REDIS"),
+    redis_cluster => counted("REDIS_CLUSTER"),
+    redlock => counted("REDLOCK"),
 }

@@ -27,7 +27,6 @@ mod builder;
 mod config;
 mod conn;
 mod counted;
-mod measure;
 #[cfg(feature = "postgres")]
 mod notify;
 mod queries;

@@ -524,10 +524,6 @@ impl Backend for SqlStore {
         Ok(broken)
     }
 
-    fn measure(&self) -> Option<&dyn omnilock_core::Measure> {
-        Some(self)
-    }
-
     async fn holder(&self, name: &LockName) -> Result<Option<omnilock_core::Holder>> {
         if let Some(advisory) = &self.inner.advisory {
             return advisory.holder(&self.inner.pool, name).await;

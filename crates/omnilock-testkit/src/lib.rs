@@ -38,13 +38,16 @@ pub mod suite;
 pub use tokio;
 
 type ConnectFn = dyn Fn() -> Pin<Box<dyn Future<Output = Result<Locks>> + Send>> + Send + Sync;
+type CountFn = dyn Fn() -> Pin<Box<dyn Future<Output = Result<u64>> + Send>> + Send + Sync;
 
-/// The store under test: a label and a way to open independent clients to it.
+/// The store under test: a label and a way to open independent clients to
+/// it, and for the herd scenarios a way to count the requests it served.
 #[derive(Clone)]
 pub struct Subject {
     label: String,
     url: Option<String>,
     connect: Arc<ConnectFn>,
+    count: Option<Arc<CountFn>>,
 }
 
 impl Subject {
@@ -58,6 +61,30 @@ impl Subject {
             label: label.into(),
             url: None,
             connect: Arc::new(move || Box::pin(connect())),
+            count: None,
+        }
+    }
+
+    /// Gives the herd scenarios ([`registry::HERD`]) the store's own count
+    /// of the requests it has served, read by `count` (for example with
+    /// `omnilock_harness::Probe::requests_served`). A count that answers
+    /// [`ErrorKind::Unsupported`](omnilock_core::ErrorKind::Unsupported)
+    /// makes those scenarios ignored.
+    pub fn with_request_counter<F, Fut>(mut self, count: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<u64>> + Send + 'static,
+    {
+        self.count = Some(Arc::new(move || Box::pin(count())));
+        self
+    }
+
+    /// The store's request count so far, through the counter given to
+    /// [`Subject::with_request_counter`]; `None` without one.
+    pub async fn requests_served(&self) -> Option<Result<u64>> {
+        match &self.count {
+            Some(count) => Some(count().await),
+            None => None,
         }
     }
 

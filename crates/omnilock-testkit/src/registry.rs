@@ -30,11 +30,11 @@ impl Scenario {
         (self.run)(subject)
     }
 
-    /// The first of `needs` the store behind `locks` does not claim, as a
-    /// reason to show for ignoring the scenario.
-    pub async fn unclaimed(&self, locks: &Locks) -> Option<&'static str> {
+    /// The first of `needs` that `subject` (whose client is `locks`) does
+    /// not claim, as a reason to show for ignoring the scenario.
+    pub async fn unclaimed(&self, subject: &Subject, locks: &Locks) -> Option<&'static str> {
         for claim in self.needs {
-            if !claim.is_offered_by(locks).await {
+            if !claim.is_offered_by(subject, locks).await {
                 return Some(claim.missing());
             }
         }
@@ -43,8 +43,8 @@ impl Scenario {
 }
 
 /// A guarantee a store may or may not offer. Most are flags of
-/// [`Capabilities`](omnilock_core::Capabilities); the benchmark ones are
-/// found by asking the store.
+/// [`Capabilities`](omnilock_core::Capabilities); the request counter is
+/// found by asking the subject's counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Claim {
     /// `Capabilities::fair`.
@@ -69,14 +69,13 @@ pub enum Claim {
     SemaphoreAndRwLock,
     /// `Capabilities::atomic_lock_all`.
     AtomicLockAll,
-    /// `Locks::measure` is there.
-    BenchmarkHooks,
-    /// `Measure::requests_served` counts (is not `Unsupported`).
+    /// The subject has a request counter ([`Subject::with_request_counter`])
+    /// that counts (does not answer `Unsupported`).
     RequestCounter,
 }
 
 impl Claim {
-    async fn is_offered_by(self, locks: &Locks) -> bool {
+    async fn is_offered_by(self, subject: &Subject, locks: &Locks) -> bool {
         let caps = locks.capabilities();
         match self {
             Claim::Fair => caps.fair,
@@ -90,15 +89,12 @@ impl Claim {
             Claim::RwLock => caps.rw_lock,
             Claim::SemaphoreAndRwLock => caps.semaphore && caps.rw_lock,
             Claim::AtomicLockAll => caps.atomic_lock_all,
-            Claim::BenchmarkHooks => locks.measure().is_some(),
             // Any answer but `Unsupported` is a claim: a counter that fails
             // for another reason must fail the scenario, not hide it.
-            Claim::RequestCounter => match locks.measure() {
-                Some(measure) => !matches!(
-                    measure.requests_served().await,
-                    Err(err) if err.kind() == ErrorKind::Unsupported
-                ),
+            Claim::RequestCounter => match subject.requests_served().await {
                 None => false,
+                Some(Err(err)) => err.kind() != ErrorKind::Unsupported,
+                Some(Ok(_)) => true,
             },
         }
     }
@@ -117,7 +113,6 @@ impl Claim {
             Claim::RwLock => "not claimed: read-write lock",
             Claim::SemaphoreAndRwLock => "not claimed: semaphore and read-write lock",
             Claim::AtomicLockAll => "not claimed: an atomic lock_all step",
-            Claim::BenchmarkHooks => "not claimed: benchmark hooks",
             Claim::RequestCounter => "not claimed: a request counter",
         }
     }
@@ -217,7 +212,6 @@ pub static CONFORMANCE: &[Scenario] = &[
         Claim::Fair,
         Claim::Elections
     ),
-    scenario!(measure_hooks_work, Claim::BenchmarkHooks),
 ];
 
 /// The scenarios that read store-wide request counters: a test binary of

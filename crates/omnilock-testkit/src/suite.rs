@@ -45,7 +45,7 @@ impl Suite {
                 crate::run(async move {
                     if !scenario.needs.is_empty() {
                         let probe = subject.client().await;
-                        if let Some(why) = scenario.unclaimed(&probe).await {
+                        if let Some(why) = scenario.unclaimed(&subject, &probe).await {
                             return Ok(Completion::ignored_with(why));
                         }
                     }

@@ -7,7 +7,6 @@ mod builder;
 mod config;
 mod conn;
 mod counted;
-mod measure;
 mod queue;
 mod session;
 mod store;

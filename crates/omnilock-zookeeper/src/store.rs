@@ -9,13 +9,11 @@ use omnilock_core::{
     ErrorKind, Grant, Holder, LockName, Owner, Primitive, Result, SessionsPerTtl,
 };
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
-use zookeeper_client::{Acls, Client, CreateMode, MultiReadResult, SessionState};
+use zookeeper_client::{Client, MultiReadResult, SessionState};
 
 use crate::builder::ZkBuilder;
 use crate::config::{ZkConfig, ZkOptions};
-use crate::conn::{
-    acls, call, call_raw, classify, has_identity, mkdir_prefix, no_answer, Ctx, GIVEN,
-};
+use crate::conn::{call, call_raw, classify, has_identity, mkdir_prefix, no_answer, Ctx, GIVEN};
 use crate::queue::{
     abandon, contenders, create_node, is_contender, lock_node_base, position, refuse_own_holder,
     rw_node, wait_turn, Entry,
@@ -136,37 +134,6 @@ impl ZkStore {
             .map_err(|_| no_answer(&store.ctx.shown, deadline))?;
         made.map_err(|e| classify(e, &store.ctx.shown))?;
         Ok(store)
-    }
-
-    /// The ensemble's connection string, when the store opened it from a URL.
-    pub(crate) fn hosts(&self) -> Option<&str> {
-        match &self.sessions {
-            Sessions::PerTtl { config, .. } => Some(&config.hosts),
-            Sessions::Given(_) => None,
-        }
-    }
-
-    pub(crate) fn node_acls(&self) -> Acls<'static> {
-        acls(&self.ctx)
-    }
-
-    /// One request under the request deadline.
-    pub(crate) async fn run<T>(
-        &self,
-        request: impl std::future::Future<Output = std::result::Result<T, zookeeper_client::Error>>,
-    ) -> Result<T> {
-        call(&self.ctx, request).await
-    }
-
-    /// The default session and the parent floor rounds create nodes in.
-    pub(crate) async fn floor_parent(&self) -> Result<(Arc<Session>, String)> {
-        let session = self.any_session().await?;
-        let parent = format!("{}/.floor", self.ctx.options.prefix);
-        let options = CreateMode::Persistent.with_acls(acls(&self.ctx));
-        match call_raw(&self.ctx, session.client.create(&parent, &[], &options)).await? {
-            Ok(_) | Err(zookeeper_client::Error::NodeExists) => Ok((session, parent)),
-            Err(e) => Err(classify(e, &self.ctx.shown)),
-        }
     }
 
     /// The session whose nodes live `ttl`: from a URL, one per TTL; on the
@@ -495,10 +462,6 @@ impl Backend for ZkStore {
                 Err(e) => return Err(classify(e, &self.ctx.shown)),
             }
         }
-    }
-
-    fn measure(&self) -> Option<&dyn omnilock_core::Measure> {
-        Some(self)
     }
 
     /// From a URL, closes omnilock's sessions. On the application's

@@ -164,8 +164,6 @@ pub(crate) struct Queries {
     pub break_lock: Statement,
     /// The live holder's owner and token.
     pub holder: Statement,
-    /// The benchmark floor: insert a row, then delete it.
-    pub floor: [Statement; 2],
     /// Semaphores and read-write locks.
     pub counted: Counted,
     /// Opens a transaction that takes locks (see [`counted::begin`]).
@@ -221,8 +219,6 @@ mod tests {
             &q.renew,
             &q.break_lock,
             &q.holder,
-            &q.floor[0],
-            &q.floor[1],
         ];
         match &q.acquire {
             Acquire::Upsert(s) => all.push(s),

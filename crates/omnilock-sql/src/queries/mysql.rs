@@ -164,18 +164,5 @@ pub(super) fn queries(table_name: &str, fair: bool) -> Queries {
             ),
             &[Name],
         ),
-        floor: [
-            Statement::new(
-                format!(
-                    "INSERT INTO {table} (name, owner, holds, token, expires_at, updated_at)
-                     VALUES (?, ?, 1, 1, 0, 0)"
-                ),
-                &[Name, Owner],
-            ),
-            Statement::new(
-                format!("DELETE FROM {table} WHERE name = ? AND owner = ?"),
-                &[Name, Owner],
-            ),
-        ],
     }
 }

@@ -185,18 +185,5 @@ pub(super) fn queries(dialect: Dialect, table_name: &str, notify: bool, fair: bo
             ),
             &[Name],
         ),
-        floor: [
-            Statement::new(
-                format!(
-                    "INSERT INTO {table} (name, owner, holds, token, expires_at, updated_at)
-                     VALUES ($1, $2, 1, 1, 0, 0)"
-                ),
-                &[Name, Owner],
-            ),
-            Statement::new(
-                format!("DELETE FROM {table} WHERE name = $1 AND owner = $2"),
-                &[Name, Owner],
-            ),
-        ],
     }
 }

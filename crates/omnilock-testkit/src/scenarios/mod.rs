@@ -17,8 +17,8 @@ pub(crate) use crate::{queue_request, queue_waiter, take};
 mod contract;
 mod elections;
 mod exclusion;
+mod herd;
 mod leases;
-mod measure;
 mod multi;
 mod names;
 mod reentrancy;
@@ -37,13 +37,10 @@ pub use exclusion::{
     cancelled_acquire_leaves_nothing, fifo_order, many_locks_at_once, mutual_exclusion,
     newcomers_never_pass_a_waiter, try_acquire_and_timeout,
 };
+pub use herd::{handoff_cost_is_flat, rw_handoff_cost_is_flat, semaphore_handoff_cost_is_flat};
 pub use leases::{
     abandoned_holder_expires, fencing_tokens_increase, lost_signal_fires, release_is_not_a_loss,
     renewal_keeps_lock, stale_release_is_not_owner,
-};
-pub use measure::{
-    handoff_cost_is_flat, measure_hooks_work, rw_handoff_cost_is_flat,
-    semaphore_handoff_cost_is_flat,
 };
 pub use multi::{
     lock_all_atomic_step_never_holds_a_part_alone, lock_all_cancelled_leaves_nothing,

@@ -2,11 +2,11 @@
 
 use std::time::Duration;
 
-use super::{Row, Workload};
 use crate::plots;
+use crate::run::{Row, Workload};
 
 /// The SVG charts of a run: one per workload that produced rows.
-pub(super) fn charts(rows: &[Row]) -> Vec<(&'static str, String)> {
+pub(crate) fn charts(rows: &[Row]) -> Vec<(&'static str, String)> {
     let mut stores: Vec<&str> = Vec::new();
     for r in rows {
         if !stores.contains(&r.store.as_str()) {
@@ -128,7 +128,7 @@ fn ms(d: Duration) -> String {
     format!("{:.3}", d.as_secs_f64() * 1000.0)
 }
 
-pub(super) fn print_table(rows: &[Row]) {
+pub(crate) fn print_table(rows: &[Row]) {
     println!(
         "| store | workload | clients | ops | ops/s | p50 ms | p99 ms | p99.9 ms \
          | p50/floor | fairness | requests/hand-off | note |"
@@ -159,7 +159,7 @@ pub(super) fn print_table(rows: &[Row]) {
 
 /// `results.json`: one object per row, durations in milliseconds, figures
 /// rounded to the digits they are good for.
-pub(super) fn json(rows: &[Row]) -> String {
+pub(crate) fn json(rows: &[Row]) -> String {
     #[derive(serde::Serialize)]
     struct JsonRow<'a> {
         store: &'a str,
@@ -205,7 +205,7 @@ pub(super) fn json(rows: &[Row]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::workloads::row;
+    use crate::workloads::row;
 
     #[test]
     fn json_is_json() {

@@ -1,6 +1,6 @@
-//! `omnilock bench`: the same workloads on every store given, through the
-//! same `connect(url)` path applications use; a table on stdout,
-//! `results.json` and SVG charts in `--out`.
+//! The same workloads on every store given, through the same
+//! `connect(url)` path applications use; a table on stdout, `results.json`
+//! and SVG charts in `--out`.
 //!
 //! Every input is checked, and every store connected, before the first run:
 //! a typo never costs a half-finished benchmark.
@@ -10,17 +10,16 @@ use std::time::{Duration, Instant};
 
 use clap::ValueEnum;
 
-pub mod heap;
-mod report;
-mod workloads;
+use omnilock::Locks;
+use omnilock_harness::Probe;
 
-use self::report::{charts, json, print_table};
-use self::workloads::{
+use crate::exit::{self, fail};
+use crate::report::{charts, json, print_table};
+use crate::workloads::{
     contended, contended_apart, floor, handoff, herd, many_held, many_locks, rw, semaphore,
     uncontended, MANY_CLIENTS, SHARED_CLIENTS,
 };
-use crate::args::BenchArgs;
-use crate::exit::{self, fail};
+use crate::BenchArgs;
 
 /// The workloads, in the order they run by default. `--workload` is parsed
 /// into these (clap's `ValueEnum`: an unknown name is a usage error), and
@@ -66,28 +65,28 @@ impl serde::Serialize for Workload {
 }
 
 /// One result row.
-struct Row {
-    store: String,
-    workload: Workload,
-    clients: usize,
-    ops: usize,
-    per_second: f64,
+pub(crate) struct Row {
+    pub(crate) store: String,
+    pub(crate) workload: Workload,
+    pub(crate) clients: usize,
+    pub(crate) ops: usize,
+    pub(crate) per_second: f64,
     /// Latency (uncontended: acquire + release; contended: wait for the
     /// grant; handoff: release → next grant).
-    p50: Duration,
-    p99: Duration,
-    p999: Duration,
+    pub(crate) p50: Duration,
+    pub(crate) p99: Duration,
+    pub(crate) p999: Duration,
     /// Jain's fairness index over the clients' grant counts (contended).
-    fairness: Option<f64>,
+    pub(crate) fairness: Option<f64>,
     /// p50 over the same store's floor p50 (uncontended).
-    ratio: Option<f64>,
+    pub(crate) ratio: Option<f64>,
     /// Store requests per hand-off, from the store's counters (herd).
-    requests: Option<f64>,
+    pub(crate) requests: Option<f64>,
     /// What a floor round does, or why a run was skipped.
-    note: String,
+    pub(crate) note: String,
 }
 
-pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
+pub(crate) async fn bench(stores: &[String], args: BenchArgs) -> u8 {
     let workloads: Vec<Workload> = if args.workload.is_empty() {
         Workload::value_variants().to_vec()
     } else {
@@ -99,17 +98,27 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
             return fail(&err.with_operation(omnilock::Operation::Acquire));
         }
     }
-    // Connect to every store before running anything.
-    let mut connected = Vec::new();
+    // Connect to every store, and open its probe, before running anything.
+    let mut connected: Vec<(String, &String, Locks, Option<Probe>)> = Vec::new();
     for url in stores {
-        match omnilock::connect(url).await {
-            Ok(locks) => connected.push((exit::shown(url), url, locks)),
+        let locks = match omnilock::connect(url).await {
+            Ok(locks) => locks,
             Err(err) => return fail(&err),
-        }
+        };
+        let probe = match Probe::connect(url).await {
+            Ok(probe) => probe,
+            // No floor and no counter (a TLS URL): those rows say so.
+            Err(err) if err.kind() == omnilock::ErrorKind::Unsupported => {
+                eprintln!("omnilock-bench: {}: {err}", exit::shown(url));
+                None
+            }
+            Err(err) => return fail(&err),
+        };
+        connected.push((exit::shown(url), url, locks, probe));
     }
     if let Some(out) = &args.out {
         if let Err(err) = std::fs::create_dir_all(out) {
-            eprintln!("omnilock: cannot create {}: {err}", out.display());
+            eprintln!("omnilock-bench: cannot create {}: {err}", out.display());
             return exit::USAGE;
         }
     }
@@ -117,14 +126,14 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
         workloads.contains(&Workload::Floor) && workloads.contains(&Workload::Uncontended);
     let runs: usize = connected
         .iter()
-        .map(|(_, _, locks)| {
+        .map(|(_, _, _, probe)| {
             workloads
                 .iter()
                 .map(|w| match w {
                     Workload::Contended | Workload::ContendedApart => args.clients.len(),
                     Workload::Herd => args.herd_waiters.len(),
                     Workload::ManyHeld => args.held.len(),
-                    Workload::Floor if interleaved && locks.measure().is_some() => 0,
+                    Workload::Floor if interleaved && probe.is_some() => 0,
                     Workload::Floor
                     | Workload::Uncontended
                     | Workload::ManyLocks
@@ -139,7 +148,8 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
     let mut rows = Vec::new();
     let mut failed: Option<u8> = None;
     let tag = std::process::id();
-    for (shown, url, locks) in &connected {
+    for (shown, url, locks, probe) in &connected {
+        let probe = probe.as_ref();
         for &workload in &workloads {
             let client_counts: Vec<usize> = match workload {
                 Workload::Contended | Workload::ContendedApart => {
@@ -154,7 +164,7 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
             };
             // The floor is then measured interleaved with the uncontended
             // run, so that drift on a shared machine hits both alike.
-            if workload == Workload::Floor && interleaved && locks.measure().is_some() {
+            if workload == Workload::Floor && interleaved && probe.is_some() {
                 continue;
             }
             for clients in client_counts {
@@ -167,9 +177,10 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
                 let name = format!("omnilock-bench/{tag}/{workload}/{clients}");
                 let one = |row: omnilock::Result<Row>| row.map(|row| vec![row]);
                 let result = match workload {
-                    Workload::Floor => one(floor(locks, args.duration).await),
+                    Workload::Floor => one(floor(probe, args.duration).await),
                     Workload::Uncontended => {
-                        uncontended(locks, &name, args.duration, interleaved).await
+                        let floor = probe.filter(|_| interleaved);
+                        uncontended(locks, &name, args.duration, floor).await
                     }
                     Workload::Contended => {
                         one(contended(locks, &name, clients, args.duration).await)
@@ -179,13 +190,14 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
                     }
                     Workload::ManyLocks => one(many_locks(locks, &name, args.duration).await),
                     Workload::Handoff => one(handoff(locks, &name, clients, args.duration).await),
-                    Workload::Herd => one(herd(locks, &name, clients).await),
+                    Workload::Herd => one(herd(locks, probe, &name, clients).await),
                     Workload::Semaphore => one(semaphore(locks, &name, args.duration).await),
                     Workload::Rw => one(rw(locks, &name, args.duration).await),
                     Workload::ManyHeld => match omnilock::connect(url).await {
-                        Ok(probe) => one(many_held(
+                        Ok(other) => one(many_held(
                             locks,
-                            &probe,
+                            &other,
+                            probe,
                             &name,
                             clients,
                             args.held_ttl,
@@ -200,9 +212,11 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
                 // on: an hour of results is not thrown away for one. The
                 // exit status still tells.
                 let new = result.unwrap_or_else(|err| {
-                    eprintln!("omnilock: {shown}: {workload}, {clients} client(s) failed: {err}");
+                    eprintln!(
+                        "omnilock-bench: {shown}: {workload}, {clients} client(s) failed: {err}"
+                    );
                     failed.get_or_insert(exit::code_for(&err));
-                    vec![workloads::failed(workload, clients, &err)]
+                    vec![crate::workloads::failed(workload, clients, &err)]
                 });
                 rows.extend(new.into_iter().map(|mut row| {
                     row.store = shown.clone();
@@ -229,17 +243,17 @@ pub async fn bench(stores: &[String], args: BenchArgs) -> u8 {
     if let Some(out) = &args.out {
         let path = out.join("results.json");
         if let Err(err) = std::fs::write(&path, json(&rows)) {
-            eprintln!("omnilock: cannot write {}: {err}", path.display());
+            eprintln!("omnilock-bench: cannot write {}: {err}", path.display());
             return exit::SOFTWARE;
         }
-        eprintln!("omnilock: wrote {}", path.display());
+        eprintln!("omnilock-bench: wrote {}", path.display());
         for (file, svg) in charts(&rows) {
             let path = out.join(file);
             if let Err(err) = std::fs::write(&path, svg) {
-                eprintln!("omnilock: cannot write {}: {err}", path.display());
+                eprintln!("omnilock-bench: cannot write {}: {err}", path.display());
                 return exit::SOFTWARE;
             }
-            eprintln!("omnilock: wrote {}", path.display());
+            eprintln!("omnilock-bench: wrote {}", path.display());
         }
     }
     failed.unwrap_or(0)

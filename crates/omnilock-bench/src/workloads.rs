@@ -1,25 +1,26 @@
-//! The workloads of `omnilock bench`, each measured into [`Row`]s.
+//! The workloads of `omnilock-bench`, each measured into [`Row`]s.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use omnilock::Locks;
+use omnilock_harness::Probe;
 
-use super::{Row, Workload};
+use crate::run::{Row, Workload};
 
 /// Clients of the many-locks workload, and the names they spread over.
-pub(super) const MANY_CLIENTS: usize = 64;
+pub(crate) const MANY_CLIENTS: usize = 64;
 
 const MANY_NAMES: usize = 10_000;
 
 /// How long a herd chain may take before the run reports it stuck.
 const HERD_LIMIT: Duration = Duration::from_secs(60);
 
-/// The raw store operations the backend's algorithm needs, made with the
-/// same client library and connection ([`omnilock::Measure`]).
-pub(super) async fn floor(locks: &Locks, duration: Duration) -> omnilock::Result<Row> {
-    let Some(measure) = locks.measure() else {
-        return Ok(skipped(Workload::Floor, 1, "no floor hook for this store"));
+/// The raw store operations the backend's algorithm needs, made by a bare
+/// client of the store's usual client library ([`Probe::floor_round`]).
+pub(crate) async fn floor(probe: Option<&Probe>, duration: Duration) -> omnilock::Result<Row> {
+    let Some(measure) = probe else {
+        return Ok(skipped(Workload::Floor, 1, "no floor probe for this store"));
     };
     let started = Instant::now();
     let mut samples = Vec::new();
@@ -34,7 +35,7 @@ pub(super) async fn floor(locks: &Locks, duration: Duration) -> omnilock::Result
 }
 
 /// 64 clients over 10,000 names: grants per second when locks rarely collide.
-pub(super) async fn many_locks(
+pub(crate) async fn many_locks(
     locks: &Locks,
     name: &str,
     duration: Duration,
@@ -75,8 +76,13 @@ pub(super) async fn many_locks(
 /// Store requests per hand-off along a chain of `waiters` queued
 /// acquisitions, from the store's own counters: flat in the number of
 /// waiters means no herd.
-pub(super) async fn herd(locks: &Locks, name: &str, waiters: usize) -> omnilock::Result<Row> {
-    let Some(measure) = locks.measure() else {
+pub(crate) async fn herd(
+    locks: &Locks,
+    probe: Option<&Probe>,
+    name: &str,
+    waiters: usize,
+) -> omnilock::Result<Row> {
+    let Some(measure) = probe else {
         return Ok(skipped(
             Workload::Herd,
             waiters,
@@ -157,7 +163,7 @@ async fn until(
 }
 
 /// The row of a run that failed: no samples, and the error as its note.
-pub(super) fn failed(workload: Workload, clients: usize, err: &omnilock::Error) -> Row {
+pub(crate) fn failed(workload: Workload, clients: usize, err: &omnilock::Error) -> Row {
     skipped(workload, clients, &format!("failed: {err}"))
 }
 
@@ -175,18 +181,19 @@ async fn join(tasks: Vec<tokio::task::JoinHandle<omnilock::Result<()>>>) -> omni
     Ok(())
 }
 
-/// One client, acquire + release on a fresh name each time. With
+/// One client, acquire + release of the same name again and again, as an
+/// application takes its locks. With
 /// `with_floor`, batches of the store's floor round alternate with batches of
 /// acquire + release, and both rows come back: the p50/floor ratio then
 /// compares samples taken in the same minutes.
-pub(super) async fn uncontended(
+pub(crate) async fn uncontended(
     locks: &Locks,
     name: &str,
     duration: Duration,
-    with_floor: bool,
+    floor: Option<&Probe>,
 ) -> omnilock::Result<Vec<Row>> {
     const BATCH: usize = 20;
-    let measure = locks.measure().filter(|_| with_floor);
+    let measure = floor;
     let started = Instant::now();
     let (mut samples, mut floor_samples) = (Vec::new(), Vec::new());
     let (mut lock_time, mut floor_time) = (Duration::ZERO, Duration::ZERO);
@@ -203,7 +210,7 @@ pub(super) async fn uncontended(
         let batch = Instant::now();
         for _ in 0..BATCH {
             let at = Instant::now();
-            let guard = locks.acquire(&format!("{name}/{}", samples.len())).await?;
+            let guard = locks.acquire(name).await?;
             guard.release().await?;
             samples.push(at.elapsed());
         }
@@ -222,7 +229,7 @@ pub(super) async fn uncontended(
 /// `clients` tasks (sharing the handle's connection, each acquisition its own
 /// owner) take one lock in turn with an empty critical section; latency is
 /// the wait for each grant.
-pub(super) async fn contended(
+pub(crate) async fn contended(
     locks: &Locks,
     name: &str,
     clients: usize,
@@ -235,7 +242,7 @@ pub(super) async fn contended(
 /// As [`contended`], but each client on its own connection (its own
 /// `connect(url)`: its own sessions, leases and store connections), as
 /// separate processes of an application are.
-pub(super) async fn contended_apart(
+pub(crate) async fn contended_apart(
     url: &str,
     name: &str,
     clients: usize,
@@ -257,14 +264,14 @@ fn take_lock<'a>(locks: &'a Locks, name: &str, _: u64) -> omnilock::LockRequest<
 }
 
 /// Clients of the semaphore and rw workloads.
-pub(super) const SHARED_CLIENTS: usize = 16;
+pub(crate) const SHARED_CLIENTS: usize = 16;
 
 /// The semaphore workload's permits.
 const PERMITS: u32 = 4;
 
 /// 16 clients take permits of a 4-permit semaphore again and again: grants
 /// per second, the wait for a permit, and fairness over the clients.
-pub(super) async fn semaphore(
+pub(crate) async fn semaphore(
     locks: &Locks,
     name: &str,
     duration: Duration,
@@ -286,7 +293,7 @@ pub(super) async fn semaphore(
 
 /// 16 clients take a read-write lock again and again, one take in ten a
 /// write: grants per second and the wait for a grant.
-pub(super) async fn rw(locks: &Locks, name: &str, duration: Duration) -> omnilock::Result<Row> {
+pub(crate) async fn rw(locks: &Locks, name: &str, duration: Duration) -> omnilock::Result<Row> {
     if !locks.capabilities().rw_lock {
         let why = "no read-write locks on this store";
         return Ok(skipped(Workload::Rw, SHARED_CLIENTS, why));
@@ -386,7 +393,7 @@ impl Grants {
 
 /// `waiters` tasks queue for one lock; each holds it for a moment and
 /// releases. Latency is from one holder's release call to the next grant.
-pub(super) async fn handoff(
+pub(crate) async fn handoff(
     locks: &Locks,
     name: &str,
     waiters: usize,
@@ -422,7 +429,7 @@ pub(super) async fn handoff(
     Ok(row(Workload::Handoff, waiters, samples, elapsed, None))
 }
 
-pub(super) fn row(
+pub(crate) fn row(
     workload: Workload,
     clients: usize,
     mut samples: Vec<Duration>,
@@ -474,9 +481,10 @@ const HOLDERS: usize = 64;
 /// store requests per second their renewals take (from the store's own
 /// counter, over 1.2 TTL with nothing else running), and the acquire +
 /// release latency of another client meanwhile (the row's latencies).
-pub(super) async fn many_held(
+pub(crate) async fn many_held(
     locks: &Locks,
-    probe: &Locks,
+    other: &Locks,
+    probe: Option<&Probe>,
     name: &str,
     count: usize,
     ttl: Duration,
@@ -484,7 +492,7 @@ pub(super) async fn many_held(
 ) -> omnilock::Result<Row> {
     // The bench's own list of guards is set aside before counting.
     let held = Arc::new(Mutex::new(Vec::with_capacity(count)));
-    let (before, heap_before) = (resident_bytes(), super::heap::live_bytes());
+    let (before, heap_before) = (resident_bytes(), crate::heap::live_bytes());
     let mut tasks = Vec::new();
     for holder in 0..HOLDERS {
         let (locks, name, held) = (locks.clone(), name.to_string(), held.clone());
@@ -501,16 +509,16 @@ pub(super) async fn many_held(
         }));
     }
     join(tasks).await?;
-    let (after, heap_after) = (resident_bytes(), super::heap::live_bytes());
+    let (after, heap_after) = (resident_bytes(), crate::heap::live_bytes());
     // Renewals alone: the store's requests over 1.2 TTL, nothing else running.
-    let renewal_rate = match locks.measure() {
-        Some(measure) => {
+    let renewal_rate = match probe {
+        Some(probe) => {
             let window = ttl.mul_f64(1.2);
-            match measure.round_trips_served().await {
+            match probe.round_trips_served().await {
                 Ok(start) => {
                     let started = Instant::now();
                     tokio::time::sleep(window).await;
-                    let end = measure.round_trips_served().await?;
+                    let end = probe.round_trips_served().await?;
                     Some(end.saturating_sub(start) as f64 / started.elapsed().as_secs_f64())
                 }
                 Err(err) if err.kind() == omnilock::ErrorKind::Unsupported => None,
@@ -524,16 +532,16 @@ pub(super) async fn many_held(
     // the renewals is the finding.
     let started = Instant::now();
     let mut samples = Vec::new();
-    let mut probe_failures = 0;
+    let mut other_failures = 0;
     while started.elapsed() < duration {
         let at = Instant::now();
         let round = async {
-            let guard = probe.lock(&format!("{name}/probe")).acquire().await?;
+            let guard = other.lock(&format!("{name}/other")).acquire().await?;
             guard.release().await
         };
         match tokio::time::timeout(duration, round).await {
             Ok(Ok(())) => samples.push(at.elapsed()),
-            _ => probe_failures += 1,
+            _ => other_failures += 1,
         }
     }
     let elapsed = started.elapsed();
@@ -584,9 +592,9 @@ pub(super) async fn many_held(
     if failed > 0 {
         row.note.push_str(&format!("; {failed} releases failed"));
     }
-    if probe_failures > 0 {
+    if other_failures > 0 {
         row.note.push_str(&format!(
-            "; {probe_failures} of the other client's rounds failed or took over {duration:?}"
+            "; {other_failures} of the other client's rounds failed or took over {duration:?}"
         ));
     }
     Ok(row)

@@ -1,9 +1,9 @@
-//! The benchmark hooks and the herd check that reads the store's request
-//! counters.
+//! No herd: the hand-off checks that read the store's own request counter
+//! (given to the subject with [`Subject::with_request_counter`]).
 
 use std::time::Duration;
 
-use omnilock_core::{ErrorKind, LockRequest, Locks};
+use omnilock_core::{LockRequest, Locks};
 use tokio::sync::oneshot;
 
 use super::{clients, unique, within};
@@ -13,7 +13,7 @@ use crate::Subject;
 /// costs do not grow with the number of waiters. Measured on a chain of
 /// hand-offs (each waiter releases as soon as it is granted) with 2 and with
 /// 64 waiters, from the store's own request counters. Needs push wake-ups
-/// and a request counter (`Measure::requests_served`); runs alone (see
+/// and a request counter ([`Subject::with_request_counter`]); runs alone (see
 /// [`crate::herd_main!`]).
 pub async fn handoff_cost_is_flat(subject: &Subject) {
     fn mutex<'a>(locks: &'a Locks, name: &str) -> LockRequest<'a> {
@@ -43,9 +43,8 @@ pub async fn rw_handoff_cost_is_flat(subject: &Subject) {
 type Take = for<'a> fn(&'a Locks, &str) -> LockRequest<'a>;
 
 async fn flat_handoffs(subject: &Subject, what: &str, take: Take) {
-    let counter = subject.client().await;
-    let few = handoff_cost(subject, &counter, 2, take).await;
-    let many = handoff_cost(subject, &counter, 64, take).await;
+    let few = handoff_cost(subject, 2, take).await;
+    let many = handoff_cost(subject, 64, take).await;
     eprintln!(
         "{} ({what}): store requests per hand-off: {few:.2} with 2 waiters, {many:.2} with 64",
         subject.label()
@@ -58,7 +57,7 @@ async fn flat_handoffs(subject: &Subject, what: &str, take: Take) {
 }
 
 /// Requests per hand-off along a chain of `waiters` queued acquisitions.
-async fn handoff_cost(subject: &Subject, counter: &Locks, waiters: usize, take: Take) -> f64 {
+async fn handoff_cost(subject: &Subject, waiters: usize, take: Take) -> f64 {
     let name = unique("herd");
     let clients = clients(subject, 4).await;
     let ttl = Duration::from_secs(60);
@@ -89,64 +88,36 @@ async fn handoff_cost(subject: &Subject, counter: &Locks, waiters: usize, take: 
     }
     // Waiters finish setting up (watches, subscriptions) after they report
     // waiting: start counting once the store is quiet.
-    let start = quiet_count(counter).await;
+    let start = quiet_count(subject).await;
     holder.release().await.expect("release");
     for task in chain {
         within("the chain of hand-offs", task)
             .await
             .expect("waiter task");
     }
-    let end = served(counter).await.expect("counter");
+    let end = served(subject).await;
     (end - start) as f64 / waiters as f64
 }
 
-/// The store's request count through the backend's benchmark hook, if it
-/// has one.
-async fn served(locks: &Locks) -> Option<u64> {
-    match locks.measure()?.requests_served().await {
-        Ok(count) => Some(count),
-        Err(err) if err.kind() == ErrorKind::Unsupported => None,
-        Err(err) => panic!("request counter: {err}"),
+/// The store's request count (the scenario runs only where it is claimed).
+async fn served(subject: &Subject) -> u64 {
+    match subject.requests_served().await {
+        Some(Ok(count)) => count,
+        Some(Err(err)) => panic!("request counter: {err}"),
+        None => panic!("no request counter (claimed)"),
     }
 }
 
 /// The request count once two reads 100 ms apart agree.
-async fn quiet_count(counter: &Locks) -> u64 {
-    let mut last = served(counter).await.expect("counter");
+async fn quiet_count(subject: &Subject) -> u64 {
+    let mut last = served(subject).await;
     for _ in 0..50 {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        let now = served(counter).await.expect("counter");
+        let now = served(subject).await;
         if now == last {
             return now;
         }
         last = now;
     }
     last
-}
-
-/// The benchmark hooks, where a backend has them, work: a floor round runs
-/// and leaves the lock space as it was, and the request counter (if any)
-/// counts it.
-pub async fn measure_hooks_work(subject: &Subject) {
-    let locks = subject.client().await;
-    let measure = locks.measure().expect("benchmark hooks (claimed)");
-    assert!(!measure.floor_ops().is_empty());
-    let before = match measure.requests_served().await {
-        Ok(count) => Some(count),
-        Err(err) if err.kind() == ErrorKind::Unsupported => None,
-        Err(err) => panic!("request counter: {err}"),
-    };
-    for _ in 0..3 {
-        within("a floor round", measure.floor_round())
-            .await
-            .expect("floor round");
-    }
-    if let Some(before) = before {
-        let after = measure.requests_served().await.expect("request counter");
-        assert!(
-            after >= before + 3,
-            "3 floor rounds counted as {} requests",
-            after - before
-        );
-    }
 }

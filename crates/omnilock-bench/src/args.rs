@@ -1,0 +1,64 @@
+//! Command-line arguments.
+
+use std::time::Duration;
+
+use clap::{Args, Parser};
+
+use crate::run::Workload;
+
+/// Runs the same lock workloads on every --store given, each beside the
+/// store's raw floor measured by a bare client in the same run: a table on
+/// stdout, results.json and SVG charts in --out.
+#[derive(Parser, Debug)]
+#[command(name = "omnilock-bench", version)]
+pub(crate) struct Cli {
+    /// Store URL, as `omnilock::connect` takes it; repeat to compare stores
+    #[arg(long, value_name = "URL", required = true, action = clap::ArgAction::Append)]
+    pub store: Vec<String>,
+
+    #[command(flatten)]
+    pub bench: BenchArgs,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct BenchArgs {
+    /// Workloads to run (repeat the flag or separate with commas)
+    /// [default: all]
+    #[arg(long, value_name = "NAME", value_enum, value_delimiter = ',')]
+    pub workload: Vec<Workload>,
+
+    /// Client counts for the contended and contended-apart workloads
+    #[arg(long, value_name = "N,...", value_delimiter = ',', default_values_t = vec![1, 4, 16],
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub clients: Vec<u32>,
+
+    /// Waiters in the handoff workload
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(2..=1024))]
+    pub waiters: u32,
+
+    /// Waiter counts for the herd workload (store requests per hand-off)
+    #[arg(long, value_name = "N,...", value_delimiter = ',', default_values_t = vec![2, 16, 64],
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub herd_waiters: Vec<u32>,
+
+    /// How long each workload runs on each store
+    #[arg(long, value_name = "DUR", default_value = "5s", value_parser = parse_duration)]
+    pub duration: Duration,
+
+    /// Lock counts for the many-held workload (one process holding them all)
+    #[arg(long, value_name = "N,...", value_delimiter = ',', default_values_t = vec![10_000],
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub held: Vec<u32>,
+
+    /// The TTL of the locks the many-held workload holds
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
+    pub held_ttl: Duration,
+
+    /// Directory for results.json (created if missing)
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<std::path::PathBuf>,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    omnilock::parse_duration(text).map_err(|e| e.message().to_string())
+}
