@@ -29,7 +29,8 @@ pub(crate) use args::BenchArgs;
 #[global_allocator]
 static ALLOCATOR: heap::Counting = heap::Counting;
 
-fn main() -> ExitCode {
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> ExitCode {
     let cli = match args::Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {
@@ -40,25 +41,5 @@ fn main() -> ExitCode {
             });
         }
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("OMNILOCK_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("omnilock-bench: cannot start the async runtime: {err}");
-            return ExitCode::from(exit::SOFTWARE);
-        }
-    };
-    let code = runtime.block_on(run::bench(&cli.store, cli.bench));
-    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
-    ExitCode::from(code)
+    ExitCode::from(run::bench(&cli.store, cli.bench).await)
 }
