@@ -1,11 +1,12 @@
 //! Semaphores and read-write locks on one Redis master: which keys and
 //! weights a primitive uses, and the calls of their scripts (the protocol
-//! is in `scripts.rs`). The waiting, wake-ups and replica checks are the
+//! is in `scripts/counted.rs`). The waiting, wake-ups and replica checks are the
 //! mutex's, in `single.rs`.
 
 use omnilock_core::{AcquireRequest, Primitive, Result, Share};
 
-use crate::node::{evalsha, run_script, CountedKeys};
+use crate::scripts::counted::Held;
+use crate::scripts::keys::CountedKeys;
 use crate::single::RedisStore;
 
 /// How one acquisition of a semaphore or read-write lock counts (core's
@@ -47,17 +48,12 @@ impl RedisStore {
     ) -> Result<bool> {
         let keys = self.counted_keys(request).expect("a counted lock");
         let mut conn = self.node().conn_for(&keys.lock);
-        let script = &self.scripts().release_counted;
-        let mut eval = evalsha(script, &[&keys.order, &keys.entries, &keys.expiry]);
-        eval.arg(entry)
-            .arg(request.owner.as_str())
-            .arg(token)
-            .arg(&*self.channel_prefix_for(&keys.lock))
-            .arg(request.ttl.as_millis() as u64);
-        let (released, _): (i64, _) = run_script(&mut conn, script, eval, None)
+        let held = held(request, entry, token);
+        let channel_prefix = self.channel_prefix_for(&keys.lock);
+        self.scripts()
+            .release_counted(&mut conn, &keys, &held, &channel_prefix)
             .await
-            .map_err(|e| self.node().err(e))?;
-        Ok(released >= 0)
+            .map_err(|e| self.node().err(e))
     }
 
     /// Extends the held `entry`'s lease; `Ok(false)` when it is not held.
@@ -69,16 +65,10 @@ impl RedisStore {
     ) -> Result<bool> {
         let keys = self.counted_keys(request).expect("a counted lock");
         let mut conn = self.node().conn_for(&keys.lock);
-        let script = &self.scripts().renew_counted;
-        let mut eval = evalsha(script, &[&keys.order, &keys.entries, &keys.expiry]);
-        eval.arg(entry)
-            .arg(request.owner.as_str())
-            .arg(token)
-            .arg(request.ttl.as_millis() as u64);
-        let (renewed, _): (i64, _) = run_script(&mut conn, script, eval, None)
+        self.scripts()
+            .renew_counted(&mut conn, &keys, &held(request, entry, token))
             .await
-            .map_err(|e| self.node().err(e))?;
-        Ok(renewed == 1)
+            .map_err(|e| self.node().err(e))
     }
 
     /// Takes `entry` out of the queue, waiting or holding: a dropped
@@ -86,12 +76,20 @@ impl RedisStore {
     pub(crate) async fn cancel_counted(&self, request: &AcquireRequest, entry: &str) -> Result<()> {
         let keys = self.counted_keys(request).expect("a counted lock");
         let mut conn = self.node().conn_for(&keys.lock);
-        let script = &self.scripts().cancel_counted;
-        let mut eval = evalsha(script, &[&keys.order, &keys.entries, &keys.expiry]);
-        eval.arg(entry).arg(&*self.channel_prefix_for(&keys.lock));
-        run_script::<i64>(&mut conn, script, eval, None)
+        let channel_prefix = self.channel_prefix_for(&keys.lock);
+        self.scripts()
+            .cancel_counted(&mut conn, &keys, entry, &channel_prefix)
             .await
-            .map(drop)
             .map_err(|e| self.node().err(e))
+    }
+}
+
+/// `request`'s held `entry` with `token`.
+fn held<'a>(request: &'a AcquireRequest, entry: &'a str, token: u64) -> Held<'a> {
+    Held {
+        entry,
+        owner: request.owner.as_str(),
+        token,
+        ttl: request.ttl,
     }
 }

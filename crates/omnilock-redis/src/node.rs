@@ -5,83 +5,14 @@
 use std::time::Duration;
 
 use omnilock_core::{Error, ErrorKind, HostPort, Result, Secret};
-use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{
     Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, RedisError,
     RedisFuture, Value,
 };
 
-use crate::config::{RedisConfig, RedisOptions, WaitReplicas};
+use crate::config::{RedisConfig, RedisOptions};
 use crate::sentinel::SentinelConn;
-
-/// Braces would change the hash tag and `%` is the escape itself; everything
-/// else in a lock name is kept as is.
-const KEY: &AsciiSet = &CONTROLS.add(b'{').add(b'}').add(b'%');
-
-/// The prefix is written with `:` (which ends it in a key) and `%` escaped,
-/// so that `(prefix, name)` maps one-to-one to keys: prefix `app` with name
-/// `x:y` and prefix `app:x` with name `y` are different locks.
-const PREFIX: &AsciiSet = &KEY.add(b':');
-
-/// The keys of one lock, all in the hash slot of `{prefix:name}`.
-pub(crate) struct Keys {
-    pub lock: String,
-    pub fence: String,
-    pub queue: String,
-    pub timeouts: String,
-}
-
-impl Keys {
-    pub(crate) fn new(prefix: &str, name: &str) -> Self {
-        // Built by appending, not `format!`: this runs twice per lock and
-        // release, on the path every uncontended acquire takes.
-        let mut lock = String::with_capacity(prefix.len() + name.len() + 3);
-        lock.push('{');
-        lock.extend(utf8_percent_encode(prefix, PREFIX));
-        lock.push(':');
-        lock.extend(utf8_percent_encode(name, KEY));
-        lock.push('}');
-        let with = |suffix: &str| {
-            let mut key = String::with_capacity(lock.len() + suffix.len());
-            key.push_str(&lock);
-            key.push_str(suffix);
-            key
-        };
-        Keys {
-            fence: with(":fence"),
-            queue: with(":queue"),
-            timeouts: with(":timeouts"),
-            lock,
-        }
-    }
-}
-
-/// The keys of one semaphore or read-write lock (see `scripts.rs`), in the
-/// slot of the mutex of the same name, apart from its keys: `family` is
-/// `sem` or `rw`. The fencing counter is the mutex's (tokens rise across
-/// all three).
-pub(crate) struct CountedKeys {
-    /// The mutex's key: what routes a command and names the wake-up channel.
-    pub lock: String,
-    pub order: String,
-    pub entries: String,
-    pub expiry: String,
-    pub fence: String,
-}
-
-impl CountedKeys {
-    pub(crate) fn new(prefix: &str, name: &str, family: &str) -> Self {
-        let keys = Keys::new(prefix, name);
-        CountedKeys {
-            order: format!("{}:{family}:order", keys.lock),
-            entries: format!("{}:{family}:entries", keys.lock),
-            expiry: format!("{}:{family}:expiry", keys.lock),
-            fence: keys.fence,
-            lock: keys.lock,
-        }
-    }
-}
 
 /// The connection the lock scripts run on. Every variant reconnects by
 /// itself; the cluster's also follows `MOVED`/`ASK` and slot-map changes, and
@@ -300,59 +231,6 @@ impl Node {
     }
 }
 
-/// An `EVALSHA` of `script` on `keys`, for the caller to add the arguments
-/// to. One command with one buffer for all its arguments: redis-rs's
-/// `ScriptInvocation` copies each key and argument into a buffer of its own
-/// and then into the command, which on the uncontended path is most of the
-/// client's allocations.
-pub(crate) fn evalsha(script: &redis::Script, keys: &[&str]) -> Cmd {
-    let mut eval = redis::cmd("EVALSHA");
-    eval.arg(script.get_hash()).arg(keys.len()).arg(keys);
-    eval
-}
-
-/// Runs `eval` (from [`evalsha`]), loading `script` once more if the
-/// server has lost it (a restart, `SCRIPT FLUSH`).
-///
-/// With `wait`, `WAIT` for `wait.replicas` runs right behind it, as one
-/// pipeline on one connection: `WAIT` counts the writes of the connection it
-/// runs on, so on any other (a reconnect in between, a different node's) it
-/// would confirm at once what no replica has. Returns the script's answer
-/// and, with `wait`, how many replicas acknowledged.
-pub(crate) async fn run_script<T: redis::FromRedisValue>(
-    conn: &mut Conn,
-    script: &redis::Script,
-    eval: Cmd,
-    wait: Option<WaitReplicas>,
-) -> redis::RedisResult<(T, Option<u32>)> {
-    let no_script =
-        |e: &RedisError| e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript);
-    let Some(wait) = wait else {
-        let answer = match eval.query_async::<T>(conn).await {
-            Err(e) if no_script(&e) => {
-                script.load_async(conn).await?;
-                eval.query_async::<T>(conn).await?
-            }
-            answer => answer?,
-        };
-        return Ok((answer, None));
-    };
-    let mut confirm = redis::cmd("WAIT");
-    confirm
-        .arg(wait.replicas)
-        .arg(wait.timeout.as_millis() as u64);
-    let mut pipe = redis::pipe();
-    pipe.add_command(eval).add_command(confirm);
-    let answer = match pipe.query_async::<(T, i64)>(conn).await {
-        Err(e) if no_script(&e) => {
-            script.load_async(conn).await?;
-            pipe.query_async::<(T, i64)>(conn).await?
-        }
-        answer => answer?,
-    };
-    Ok((answer.0, Some(answer.1.max(0) as u32)))
-}
-
 /// omnilock's own auto-reconnecting connection to the server `client`
 /// reaches, checked to answer and to accept the credentials.
 pub(crate) async fn connection_manager(
@@ -468,45 +346,4 @@ fn tls_refusal(e: &RedisError) -> Option<String> {
     // From "invalid peer certificate: UnknownIssuer" on, say.
     let start = text[..at].rfind(": ").map_or(0, |i| i + 2);
     Some(text[start..].trim().to_string())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    #[test]
-    fn names_cannot_leave_their_hash_tag() {
-        let keys = Keys::new("omnilock", "a}b{c%d");
-        assert_eq!(keys.lock, "{omnilock:a%7Db%7Bc%25d}");
-        assert_eq!(keys.queue, "{omnilock:a%7Db%7Bc%25d}:queue");
-        // Distinct names stay distinct keys.
-        assert_ne!(Keys::new("p", "a%7D").lock, Keys::new("p", "a}").lock);
-    }
-
-    #[test]
-    fn abutting_prefixes_and_names_do_not_meet() {
-        assert_ne!(Keys::new("app", "x:y").lock, Keys::new("app:x", "y").lock);
-        assert_ne!(Keys::new("a%3Ab", "c").lock, Keys::new("a:b", "c").lock);
-        assert_eq!(Keys::new("omnilock", "job").lock, "{omnilock:job}");
-    }
-
-    proptest! {
-        /// Distinct (prefix, name) pairs never share a key.
-        #[test]
-        fn keys_are_one_to_one(
-            a in ("[a-z:%{}]{1,6}", "[a-z:%{}/]{1,6}"),
-            b in ("[a-z:%{}]{1,6}", "[a-z:%{}/]{1,6}"),
-        ) {
-            let (ka, kb) = (Keys::new(&a.0, &a.1), Keys::new(&b.0, &b.1));
-            prop_assert_eq!(a == b, ka.lock == kb.lock);
-            for key in [&ka.lock, &ka.fence, &ka.queue, &ka.timeouts] {
-                for other in [&kb.lock, &kb.fence, &kb.queue, &kb.timeouts] {
-                    if a != b {
-                        prop_assert_ne!(key, other);
-                    }
-                }
-            }
-        }
-    }
 }

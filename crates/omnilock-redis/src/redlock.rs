@@ -23,7 +23,10 @@ use tokio::sync::Notify;
 
 use crate::builder::RedlockBuilder;
 use crate::config::{check_redlock_nodes, RedisConfig, RedisOptions};
-use crate::node::{evalsha, run_script, Keys, Node};
+use crate::node::Node;
+use crate::scripts::keys::{Keys, LineKeys};
+use crate::scripts::mutex::Renewal;
+use crate::scripts::redlock::{LineAcquire, LineAcquired, LineReleased};
 use crate::scripts::Scripts;
 use crate::wake::{self, WakeTarget};
 
@@ -99,24 +102,6 @@ impl Drop for Inner {
             for task in listeners.drain(..) {
                 task.abort();
             }
-        }
-    }
-}
-
-/// The keys of one lock on each node.
-struct LineKeys {
-    lock: String,
-    line: String,
-    places: String,
-}
-
-impl LineKeys {
-    fn new(prefix: &str, name: &LockName) -> Self {
-        let keys = Keys::new(prefix, name.as_str());
-        LineKeys {
-            line: format!("{}:line", keys.lock),
-            places: format!("{}:places", keys.lock),
-            lock: keys.lock,
         }
     }
 }
@@ -432,25 +417,25 @@ impl RedlockStore {
                     own: now.as_deref().and_then(held_by) == Some(request.owner.as_str()),
                 });
             }
-            let script = &inner.scripts.redlock_acquire;
-            let mut eval = evalsha(script, &[&keys.lock, &keys.line, &keys.places]);
-            eval.arg(request.owner.as_str())
-                .arg(ttl)
-                .arg(if request.reentrant { 1 } else { 0 })
-                .arg(entry)
-                .arg(ticket)
-                .arg(inner.options.waiter_lease.as_millis() as u64)
-                .arg(token);
-            let (answer, _): (Vec<i64>, _) = run_script(&mut conn, script, eval, None).await?;
-            Ok(match answer[..] {
-                [1, token, ..] => Reply::Granted(token as u64),
-                [2, token, ..] => Reply::Reentered(token as u64),
-                [-1, ..] => Reply::Deadlock,
-                [0, pttl, clock, ..] => Reply::Busy {
-                    pttl,
-                    clock: clock as u64,
-                },
-                _ => Reply::Taken { own: false },
+            let acquire = LineAcquire {
+                owner: request.owner.as_str(),
+                ttl: request.ttl,
+                reentrant: request.reentrant,
+                entry,
+                ticket,
+                place_lease: inner.options.waiter_lease,
+                token,
+            };
+            let answer = inner
+                .scripts
+                .redlock_acquire(&mut conn, keys, &acquire)
+                .await?;
+            Ok(match answer {
+                LineAcquired::Granted(token) => Reply::Granted(token),
+                LineAcquired::Reentered(token) => Reply::Reentered(token),
+                LineAcquired::HeldNotReentrant => Reply::Deadlock,
+                LineAcquired::Busy { pttl, clock } => Reply::Busy { pttl, clock },
+                LineAcquired::Other => Reply::Taken { own: false },
             })
         };
         match tokio::time::timeout(timeout, call).await {
@@ -703,23 +688,22 @@ impl RedlockStore {
             let timeout = inner.options.response_timeout;
             async move {
                 let token = token.as_deref()?;
-                let script = &inner.scripts.redlock_release;
-                let mut eval = evalsha(script, &[&keys.lock, &keys.line, &keys.places]);
-                eval.arg(request.owner.as_str())
-                    .arg(token)
-                    .arg(&inner.channel_prefix)
-                    .arg(entry)
-                    .arg(ticket);
+                let release = inner.scripts.redlock_release(
+                    &mut conn,
+                    keys,
+                    request.owner.as_str(),
+                    token,
+                    &inner.channel_prefix,
+                    (entry, ticket),
+                );
                 // Once sent, the release runs on the node even if we stop
                 // waiting for its reply (not if this process exits first:
                 // Redis drops a closed connection's unread commands; the
                 // TTL then frees the lock).
-                let answer =
-                    tokio::time::timeout(timeout, run_script(&mut conn, script, eval, None)).await;
-                Some(match answer.map(|a| a.map(|(n, _): (i64, _)| n)) {
-                    Ok(Ok(-2)) => NodeAnswer::Absent,
-                    Ok(Ok(n)) if n < 0 => NodeAnswer::NotOwner,
-                    Ok(Ok(_)) => NodeAnswer::Released,
+                Some(match tokio::time::timeout(timeout, release).await {
+                    Ok(Ok(LineReleased::Absent)) => NodeAnswer::Absent,
+                    Ok(Ok(LineReleased::NotOwner)) => NodeAnswer::NotOwner,
+                    Ok(Ok(LineReleased::Released)) => NodeAnswer::Released,
                     _ => NodeAnswer::NoAnswer,
                 })
             }
@@ -759,14 +743,11 @@ impl RedlockStore {
                 let keys = &keys;
                 let timeout = inner.options.response_timeout;
                 async move {
-                    let script = &inner.scripts.redlock_cancel;
-                    let mut eval = evalsha(script, &[&keys.lock, &keys.line, &keys.places]);
-                    eval.arg(entry).arg(&inner.channel_prefix);
-                    let _ = tokio::time::timeout(
-                        timeout,
-                        run_script::<i64>(&mut conn, script, eval, None),
-                    )
-                    .await;
+                    let cancel =
+                        inner
+                            .scripts
+                            .redlock_cancel(&mut conn, keys, entry, &inner.channel_prefix);
+                    let _ = tokio::time::timeout(timeout, cancel).await;
                 }
             });
         join_all(calls).await;
@@ -1102,22 +1083,25 @@ impl Backend for RedlockStore {
                 if granted.is_empty() {
                     return (granted, None);
                 }
-                let script = &inner.scripts.redlock_renew_all;
                 let locks: Vec<String> = granted
                     .iter()
                     .map(|&(i, _)| Keys::new(&inner.options.prefix, holds[i].0.name.as_str()).lock)
                     .collect();
-                let lock_refs: Vec<&str> = locks.iter().map(String::as_str).collect();
-                let mut eval = evalsha(script, &lock_refs);
-                for &(i, token) in &granted {
-                    let request = holds[i].0;
-                    eval.arg(request.owner.as_str())
-                        .arg(token)
-                        .arg(request.ttl.as_millis() as u64);
-                }
-                let answer =
-                    tokio::time::timeout(timeout, run_script(&mut conn, script, eval, None)).await;
-                let renewed: Option<Vec<i64>> = answer.ok().and_then(|a| a.ok()).map(|(r, _)| r);
+                let renewals: Vec<Renewal> = granted
+                    .iter()
+                    .zip(&locks)
+                    .map(|(&(i, token), lock)| Renewal {
+                        lock,
+                        owner: holds[i].0.owner.as_str(),
+                        token,
+                        ttl: holds[i].0.ttl,
+                    })
+                    .collect();
+                let renew = inner.scripts.redlock_renew_all(&mut conn, &renewals);
+                let renewed = tokio::time::timeout(timeout, renew)
+                    .await
+                    .ok()
+                    .and_then(|a| a.ok());
                 (granted, renewed)
             }
         });
@@ -1127,7 +1111,7 @@ impl Backend for RedlockStore {
                 continue;
             };
             for (&(i, _), renewed) in granted.iter().zip(answer) {
-                if renewed == 1 {
+                if renewed {
                     extended[i] += 1;
                 } else {
                     refused[i] += 1;
@@ -1168,15 +1152,13 @@ impl Backend for RedlockStore {
             let mut conn = node.conn.clone();
             let keys = &keys;
             async move {
-                let script = &inner.scripts.redlock_break;
-                let mut eval = evalsha(script, &[&keys.lock, &keys.line, &keys.places]);
-                eval.arg(&inner.channel_prefix);
-                run_script::<i64>(&mut conn, script, eval, None)
+                inner
+                    .scripts
+                    .redlock_break(&mut conn, keys, &inner.channel_prefix)
                     .await
-                    .map(|(broken, _)| broken)
             }
         });
         let results = join_all(calls).await;
-        Ok(results.iter().any(|r| matches!(r, Ok(1))))
+        Ok(results.iter().any(|r| matches!(r, Ok(true))))
     }
 }

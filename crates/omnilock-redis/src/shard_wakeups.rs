@@ -29,7 +29,8 @@ use redis::PushInfo;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 use crate::config::RedisConfig;
-use crate::node::{map_err, Keys};
+use crate::node::map_err;
+use crate::scripts::keys::Keys;
 
 /// How long a client keeps a lock's channel after its last waiter there.
 pub(crate) const LINGER: Duration = Duration::from_secs(5);

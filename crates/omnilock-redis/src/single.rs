@@ -21,7 +21,10 @@ use tokio::sync::Notify;
 use crate::builder::RedisBuilder;
 use crate::config::{Deployment, RedisConfig, RedisOptions};
 use crate::counted::Counted;
-use crate::node::{evalsha, run_script, Keys, Node, Subscriber};
+use crate::node::{Node, Subscriber};
+use crate::scripts::counted::AcquireCounted;
+use crate::scripts::keys::Keys;
+use crate::scripts::mutex::{Acquire, Acquired, Released, Renewal};
 use crate::scripts::Scripts;
 use crate::shard_wakeups::{ShardWakeups, LINGER};
 use crate::wake::{self, WakeTarget};
@@ -314,53 +317,49 @@ impl RedisStore {
         wait: bool,
     ) -> Result<Attempt> {
         let inner = &self.inner;
-        let (owner, ttl) = (request.owner.as_str(), request.ttl.as_millis() as u64);
-        let waiter_lease = inner.options.waiter_lease.as_millis() as u64;
-        let (script, eval, lock) = match Counted::of(request.primitive) {
+        let (scripts, wait_replicas) = (&inner.scripts, inner.options.wait_replicas);
+        let (owner, ttl) = (request.owner.as_str(), request.ttl);
+        let entry_lease = inner.options.waiter_lease;
+        let answer = match Counted::of(request.primitive) {
             None => {
                 let keys = self.keys(&request.name);
-                let script = &inner.scripts.acquire;
-                let mut eval = evalsha(
-                    script,
-                    &[&keys.lock, &keys.fence, &keys.queue, &keys.timeouts],
-                );
-                eval.arg(owner)
-                    .arg(ttl)
-                    .arg(u8::from(request.reentrant))
-                    .arg(entry)
-                    .arg(waiter_lease)
-                    .arg(&*inner.channel_prefix(&keys.lock))
-                    .arg(call);
-                (script, eval, keys.lock)
+                let mut conn = inner.node.conn_for(&keys.lock);
+                let acquire = Acquire {
+                    owner,
+                    ttl,
+                    reentrant: request.reentrant,
+                    entry,
+                    entry_lease,
+                    channel_prefix: &inner.channel_prefix(&keys.lock),
+                    call,
+                };
+                scripts
+                    .acquire(&mut conn, &keys, &acquire, wait_replicas)
+                    .await
             }
             Some(counted) => {
                 // A counted lock's keys only share its slot with the
                 // mutex's key, which routes the command.
                 let keys = counted.keys(&inner.options.prefix, request);
-                let script = &inner.scripts.acquire_counted;
-                let mut eval = evalsha(
-                    script,
-                    &[&keys.order, &keys.entries, &keys.expiry, &keys.fence],
-                );
-                eval.arg(entry)
-                    .arg(owner)
-                    .arg(counted.weight())
-                    .arg(counted.capacity())
-                    .arg(ttl)
-                    .arg(waiter_lease)
-                    .arg(u8::from(wait))
-                    .arg(&*inner.channel_prefix(&keys.lock));
-                (script, eval, keys.lock)
+                let mut conn = inner.node.conn_for(&keys.lock);
+                let acquire = AcquireCounted {
+                    entry,
+                    owner,
+                    weight: counted.weight(),
+                    capacity: counted.capacity(),
+                    ttl,
+                    entry_lease,
+                    wait,
+                    channel_prefix: &inner.channel_prefix(&keys.lock),
+                };
+                scripts
+                    .acquire_counted(&mut conn, &keys, &acquire, wait_replicas)
+                    .await
             }
         };
-        let mut conn = inner.node.conn_for(&lock);
-        let ((status, value), confirmed): ((i64, i64), Option<u32>) =
-            run_script(&mut conn, script, eval, inner.options.wait_replicas)
-                .await
-                .map_err(|e| inner.node.err(e))?;
-        match status {
-            1 => {
-                let token = value as u64;
+        let (answer, confirmed) = answer.map_err(|e| inner.node.err(e))?;
+        match answer {
+            Acquired::Taken(token) => {
                 if let Err(err) = self.check_confirmed(confirmed) {
                     // Not on enough replicas: undo, so that nobody holds a
                     // lock a failover could hand to a second owner. One
@@ -378,19 +377,17 @@ impl RedisStore {
                 }
                 Ok(Attempt::Taken(token))
             }
-            -1 => Err(Error::would_deadlock()),
-            -2 => Err(Error::config(format!(
-                "the semaphore is in use with {value} permits, not {}: every user must ask \
+            Acquired::HeldNotReentrant => Err(Error::would_deadlock()),
+            Acquired::CapacityMismatch(recorded) => Err(Error::config(format!(
+                "the semaphore is in use with {recorded} permits, not {}: every user must ask \
                  for the same number",
                 Counted::of(request.primitive).map_or(0, |c| c.capacity())
             ))),
-            -3 => Err(Error::new(
+            Acquired::EntryReleased => Err(Error::new(
                 ErrorKind::Backend,
                 "this acquisition's entry was already released",
             )),
-            _ => Ok(Attempt::Busy(
-                (value > 0).then(|| Duration::from_millis(value as u64)),
-            )),
+            Acquired::Busy(pttl) => Ok(Attempt::Busy(pttl)),
         }
     }
 
@@ -399,30 +396,13 @@ impl RedisStore {
     async fn take_all(&self, requests: &[AcquireRequest], call: &str) -> Result<Option<Vec<u64>>> {
         let inner = &self.inner;
         let first = &requests[0];
-        let script = &inner.scripts.acquire_all;
         let keys: Vec<Keys> = requests.iter().map(|r| self.keys(&r.name)).collect();
-        let key_refs: Vec<&str> = keys
-            .iter()
-            .flat_map(|k| [&*k.lock, &*k.fence, &*k.queue, &*k.timeouts])
-            .collect();
-        let mut eval = evalsha(script, &key_refs);
-        eval.arg(first.owner.as_str())
-            .arg(first.ttl.as_millis() as u64)
-            .arg(call);
         let mut conn = inner.node.conn_for(&keys[0].lock);
-        let (answer, _): (Vec<i64>, _) = run_script(&mut conn, script, eval, None)
+        inner
+            .scripts
+            .acquire_all(&mut conn, &keys, first.owner.as_str(), first.ttl, call)
             .await
-            .map_err(|e| inner.node.err(e))?;
-        match answer.split_first() {
-            Some((1, tokens)) if tokens.len() == requests.len() => {
-                Ok(Some(tokens.iter().map(|&t| t as u64).collect()))
-            }
-            Some((0, _)) => Ok(None),
-            _ => Err(Error::new(
-                ErrorKind::Backend,
-                "internal: the lock_all script answered something unexpected",
-            )),
-        }
+            .map_err(|e| inner.node.err(e))
     }
 
     /// An attempt that completes even if the caller goes away; a lock it
@@ -497,45 +477,44 @@ impl RedisStore {
             return Ok(Vec::new());
         }
         let inner = &self.inner;
-        let keys: Vec<String> = holds.iter().map(|(r, _)| self.keys(&r.name).lock).collect();
-        let script = &inner.scripts.renew_all;
-        let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let mut eval = evalsha(script, &key_refs);
-        for (request, grant) in holds {
-            eval.arg(request.owner.as_str())
-                .arg(grant.token)
-                .arg(request.ttl.as_millis() as u64);
-        }
-        let mut conn = inner.node.conn_for(&keys[0]);
-        let (renewed, confirmed): (Vec<i64>, Option<u32>) =
-            run_script(&mut conn, script, eval, inner.options.wait_replicas)
-                .await
-                .map_err(|e| inner.node.err(e))?;
-        if renewed.len() != holds.len() {
-            return Err(Error::new(
-                ErrorKind::Backend,
-                "internal: the renewal script answered for a different number of locks",
-            ));
-        }
+        let locks: Vec<String> = holds.iter().map(|(r, _)| self.keys(&r.name).lock).collect();
+        let renewals: Vec<Renewal> = holds
+            .iter()
+            .zip(&locks)
+            .map(|((request, grant), lock)| Renewal {
+                lock,
+                owner: request.owner.as_str(),
+                token: grant.token,
+                ttl: request.ttl,
+            })
+            .collect();
+        let mut conn = inner.node.conn_for(&locks[0]);
+        let (renewed, confirmed) = inner
+            .scripts
+            .renew_all(&mut conn, &renewals, inner.options.wait_replicas)
+            .await
+            .map_err(|e| inner.node.err(e))?;
         self.check_confirmed(confirmed)?;
-        Ok(renewed.into_iter().map(|r| r == 1).collect())
+        Ok(renewed)
     }
 
     /// One run of the release script; `call` is the same for every retry
     /// of one hold's release.
-    async fn release_token(&self, request: &AcquireRequest, token: u64, call: &str) -> Result<i64> {
+    async fn release_token(
+        &self,
+        request: &AcquireRequest,
+        token: u64,
+        call: &str,
+    ) -> Result<Released> {
         let inner = &self.inner;
         let keys = self.keys(&request.name);
         let mut conn = inner.node.conn_for(&keys.lock);
-        let script = &inner.scripts.release;
-        let mut eval = evalsha(script, &[&keys.lock, &keys.queue, &keys.timeouts]);
-        eval.arg(request.owner.as_str())
-            .arg(token)
-            .arg(&*inner.channel_prefix(&keys.lock))
-            .arg(call);
-        run_script(&mut conn, script, eval, None)
+        let owner = request.owner.as_str();
+        let channel_prefix = inner.channel_prefix(&keys.lock);
+        inner
+            .scripts
+            .release(&mut conn, &keys, owner, token, &channel_prefix, call)
             .await
-            .map(|(holds, _)| holds)
             .map_err(|e| inner.node.err(e))
     }
 }
@@ -738,12 +717,11 @@ impl Drop for Place {
                 let inner = &store.inner;
                 let keys = store.keys(&request.name);
                 let mut conn = inner.node.conn_for(&keys.lock);
-                let script = &inner.scripts.cancel;
-                let mut eval = evalsha(script, &[&keys.lock, &keys.queue, &keys.timeouts]);
-                eval.arg(&entry).arg(&*inner.channel_prefix(&keys.lock));
-                run_script::<i64>(&mut conn, script, eval, None)
+                let channel_prefix = inner.channel_prefix(&keys.lock);
+                inner
+                    .scripts
+                    .cancel(&mut conn, &keys, &entry, &channel_prefix)
                     .await
-                    .map(drop)
                     .map_err(|e| inner.node.err(e))
             }
         });
@@ -912,7 +890,10 @@ impl Backend for RedisStore {
     async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
         let id = grant.backend_state::<HoldId>()?;
         let released = match Counted::of(request.primitive) {
-            None => self.release_token(request, grant.token, &id.call).await? >= 0,
+            None => {
+                let released = self.release_token(request, grant.token, &id.call).await?;
+                released != Released::NotOwner
+            }
             Some(_) => {
                 self.release_counted(request, &id.entry, grant.token)
                     .await?
@@ -1015,13 +996,11 @@ impl Backend for RedisStore {
         let inner = &self.inner;
         let keys = self.keys(name);
         let mut conn = inner.node.conn_for(&keys.lock);
-        let script = &inner.scripts.break_lock;
-        let mut eval = evalsha(script, &[&keys.lock, &keys.queue, &keys.timeouts]);
-        eval.arg(&*inner.channel_prefix(&keys.lock))
-            .arg(holder.token);
-        let (existed, _): (i64, _) = run_script(&mut conn, script, eval, None)
+        let channel_prefix = inner.channel_prefix(&keys.lock);
+        inner
+            .scripts
+            .break_lock(&mut conn, &keys, &channel_prefix, holder.token)
             .await
-            .map_err(|e| inner.node.err(e))?;
-        Ok(existed == 1)
+            .map_err(|e| inner.node.err(e))
     }
 }
