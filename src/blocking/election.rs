@@ -1,5 +1,5 @@
-//! Leader elections for synchronous code: [`Election`], [`Candidate`]
-//! and [`Leadership`], each wrapping its async twin.
+//! Leader elections for synchronous code: [`Election`], [`Candidate`],
+//! [`Leadership`] and [`Observer`], each wrapping its async twin.
 
 use std::fmt;
 use std::sync::{mpsc, Arc};
@@ -33,7 +33,8 @@ impl Locks {
 }
 
 /// A leader election, for synchronous code: the blocking counterpart of
-/// [`crate::Election`]. Made by [`Locks::election`].
+/// [`crate::Election`]. Made by [`Locks::election`]; follow who leads with
+/// [`observe`](Self::observe).
 ///
 /// ```
 /// let locks = omnilock::blocking::connect("mem://")?;
@@ -48,6 +49,24 @@ pub struct Election {
 }
 
 impl Election {
+    /// This election with [`observe`](Self::observe) reading the leader every
+    /// `poll` (default 100 ms, at least 10 ms).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let election = locks.election("jobs")?.with_poll_interval(Duration::from_millis(20));
+    /// let mut observer = election.observe();
+    /// assert!(observer.changed()?.is_none()); // nobody leads yet
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn with_poll_interval(self, poll: Duration) -> Self {
+        Election {
+            inner: self.inner.with_poll_interval(poll),
+            ..self
+        }
+    }
+
     /// Waits to become leader, announcing `value` (at most
     /// [`crate::MAX_ELECTION_VALUE_BYTES`] bytes, no
     /// control characters).
@@ -93,6 +112,30 @@ impl Election {
     /// ```
     pub fn leader(&self) -> Result<Option<Leader>> {
         self.runtime.block_on(None, self.inner.leader())?
+    }
+
+    /// Follows the leader: an [`Observer`] whose [`changed`](Observer::changed)
+    /// blocks until another leader (or none) is seen. It reads the store
+    /// every poll interval (see [`with_poll_interval`](Self::with_poll_interval)),
+    /// on the handle's runtime; dropping the observer stops it. Does not
+    /// block, so it may be called anywhere.
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let election = locks.election("jobs")?;
+    /// let me = election.campaign("worker-1")?;
+    /// let mut observer = election.observe();
+    /// let leader = observer.changed()?.expect("someone leads");
+    /// assert_eq!((leader.value.as_str(), leader.term), ("worker-1", me.term()));
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn observe(&self) -> Observer {
+        // The async observer starts its polling task on the current runtime.
+        let _entered = self.runtime.tokio().enter();
+        Observer {
+            inner: self.inner.observe(),
+            runtime: self.runtime.clone(),
+        }
     }
 }
 
@@ -297,6 +340,66 @@ impl fmt::Debug for Leadership {
                 .field("term", &inner.term())
                 .finish(),
             None => f.write_str("blocking::Leadership(resigned)"),
+        }
+    }
+}
+
+/// A running observation of an election, for synchronous code: the blocking
+/// counterpart of [`crate::Observer`]. Made by [`Election::observe`];
+/// dropping it stops the observation. It is also an iterator over the
+/// changes, which ends if the observation stops.
+///
+/// ```
+/// let locks = omnilock::blocking::connect("mem://")?;
+/// let election = locks.election("jobs")?;
+/// let me = election.campaign("worker-1")?;
+/// for change in election.observe() {
+///     let leader = change?;
+///     assert_eq!(leader.map(|l| l.value), Some("worker-1".to_string()));
+///     break;
+/// }
+/// # drop(me);
+/// # Ok::<(), omnilock::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Observer {
+    // Declared before the runtime, so its task stops while the runtime runs.
+    inner: crate::Observer,
+    runtime: Arc<Runtime>,
+}
+
+impl Observer {
+    /// Waits for the next change: `Some(leader)`, or `None` when nobody
+    /// leads. The first call returns the state at the start. Errors:
+    /// [`ErrorKind::Unavailable`] once the observation has stopped;
+    /// [`ErrorKind::WouldDeadlock`] inside an async runtime.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let election = locks.election("jobs")?.with_poll_interval(Duration::from_millis(10));
+    /// let mut observer = election.observe();
+    /// assert!(observer.changed()?.is_none()); // the start: nobody leads
+    /// let me = election.campaign("worker-1")?;
+    /// assert_eq!(observer.changed()?.map(|l| l.term), Some(me.term()));
+    /// me.resign()?;
+    /// assert!(observer.changed()?.is_none());
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn changed(&mut self) -> Result<Option<Leader>> {
+        self.runtime.block_on(None, self.inner.changed())?
+    }
+}
+
+/// Each item is what [`Observer::changed`] returns; the iterator ends when
+/// the observation has stopped.
+impl Iterator for Observer {
+    type Item = Result<Option<Leader>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self.changed() {
+            Err(err) if err.kind() == crate::ErrorKind::Unavailable => None,
+            change => Some(change),
         }
     }
 }

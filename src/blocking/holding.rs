@@ -1,5 +1,5 @@
-//! [`Holding`]: what every blocking guard shares (the lock guard and the
-//! leadership): the lost signal as a channel or
+//! [`Holding`]: what every blocking guard shares (the lock guard, the
+//! leadership, the guard of several locks): the lost signal as a channel or
 //! a callback, giving back on request, and giving back on drop without
 //! blocking a runtime.
 
@@ -22,6 +22,16 @@ pub(super) trait Held: Send + 'static {
 impl Held for crate::LockGuard {
     fn lost(&self) -> impl Future<Output = Error> + Send + 'static {
         crate::LockGuard::lost(self)
+    }
+
+    fn give_back(self) -> impl Future<Output = Result<()>> {
+        self.release()
+    }
+}
+
+impl Held for crate::MultiGuard {
+    fn lost(&self) -> impl Future<Output = Error> + Send + 'static {
+        crate::MultiGuard::lost(self)
     }
 
     fn give_back(self) -> impl Future<Output = Result<()>> {
@@ -109,6 +119,20 @@ impl<T: Held> Holding<T> {
             std::task::Poll::Ready(loss) => Some(loss),
             std::task::Poll::Pending => None,
         }
+    }
+
+    /// What is held, taken out without giving it back (the lost watchers
+    /// stop, so their channels disconnect).
+    pub(super) fn into_inner(mut self) -> T {
+        self.stop_watchers();
+        self.inner
+            .take()
+            .expect("only taken out by give_back or drop, which end the holding")
+    }
+
+    /// The runtime the holding gives back on.
+    pub(super) fn runtime(&self) -> &Arc<Runtime> {
+        &self.runtime
     }
 
     /// What is held, unless already given back.

@@ -41,7 +41,8 @@
 //! on a short-lived thread of its own instead, so dropping never blocks a
 //! runtime, deadlocks or panics (see [`LockGuard`]).
 //!
-//! Leader elections are here too ([`Locks::election`]).
+//! Several locks taken as one ([`Locks::lock_all`]) and leader elections
+//! ([`Locks::election`], followed with [`Election::observe`]) are here too.
 
 use std::fmt;
 use std::future::Future;
@@ -56,11 +57,13 @@ mod election;
 mod guard;
 mod holding;
 mod locks;
+mod multi;
 mod request;
 
-pub use election::{Candidate, Election, Leadership};
+pub use election::{Candidate, Election, Leadership, Observer};
 pub use guard::LockGuard;
 pub use locks::Locks;
+pub use multi::{MultiGuard, MultiLockRequest};
 pub use request::{LockRequest, ReadWriteLock};
 
 /// How long dropping the last handle waits for the runtime's threads to stop.
