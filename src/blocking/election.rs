@@ -147,7 +147,18 @@ impl fmt::Debug for Election {
     }
 }
 
-/// How one candidate campaigns; see [`Election::candidate`].
+/// How one candidate campaigns, for synchronous code: the blocking
+/// counterpart of [`crate::Candidate`], with the same options. Made by
+/// [`Election::candidate`]; finish with [`campaign`](Self::campaign).
+///
+/// ```
+/// use std::time::Duration;
+/// let locks = omnilock::blocking::connect("mem://")?;
+/// let election = locks.election("jobs")?;
+/// let leadership = election.candidate("worker-1").timeout(Duration::from_secs(5)).campaign()?;
+/// assert!(leadership.is_leader());
+/// # Ok::<(), omnilock::Error>(())
+/// ```
 #[must_use = "a candidacy does nothing until it campaigns"]
 pub struct Candidate<'a> {
     election: &'a Election,

@@ -16,8 +16,10 @@
 //! [`crate::LockRequest`], [`Candidate`] wraps [`crate::Candidate`], ...):
 //! options are handed straight to the async request, and the finishing call
 //! (`acquire`, `campaign`, `release`, ...) runs the async one to completion.
-//! Where the async API returns a future to await (`lost`), the blocking one
-//! offers a channel and a callback (`lost_receiver`, `on_lost`).
+//! The two APIs have the same methods, apart from the differences a test
+//! (`tests/blocking_parity.rs`) lists: where the async API returns a future
+//! to await (`lost`), the blocking one offers a channel and a callback
+//! (`lost_receiver`, `on_lost`).
 //!
 //! # The runtime inside
 //! Each [`connect`] starts a small tokio runtime of its own (one worker
