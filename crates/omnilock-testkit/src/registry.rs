@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use omnilock_core::{ErrorKind, Locks};
+use omnilock_core::{Capabilities, ErrorKind, Locks};
 
 use crate::scenarios;
 use crate::Subject;
@@ -76,9 +76,10 @@ pub enum Claim {
 }
 
 impl Claim {
-    async fn is_offered_by(self, locks: &Locks) -> bool {
-        let caps = locks.capabilities();
-        match self {
+    /// Whether `caps` claims this; `None` for the claims found by asking
+    /// the store rather than its capabilities.
+    pub fn in_capabilities(self, caps: &Capabilities) -> Option<bool> {
+        Some(match self {
             Claim::Fair => caps.fair,
             Claim::FencingTokens => caps.fencing,
             Claim::LeaseRenewal => caps.lease_renewal,
@@ -90,6 +91,15 @@ impl Claim {
             Claim::RwLock => caps.rw_lock,
             Claim::SemaphoreAndRwLock => caps.semaphore && caps.rw_lock,
             Claim::AtomicLockAll => caps.atomic_lock_all,
+            Claim::BenchmarkHooks | Claim::RequestCounter => return None,
+        })
+    }
+
+    async fn is_offered_by(self, locks: &Locks) -> bool {
+        if let Some(claimed) = self.in_capabilities(&locks.capabilities()) {
+            return claimed;
+        }
+        match self {
             Claim::BenchmarkHooks => locks.measure().is_some(),
             // Any answer but `Unsupported` is a claim: a counter that fails
             // for another reason must fail the scenario, not hide it.
@@ -100,11 +110,12 @@ impl Claim {
                 ),
                 None => false,
             },
+            _ => unreachable!("answered by in_capabilities"),
         }
     }
 
     /// Why a scenario needing this is ignored, as shown in the test output.
-    fn missing(self) -> &'static str {
+    pub fn missing(self) -> &'static str {
         match self {
             Claim::Fair => "not claimed: fair",
             Claim::FencingTokens => "not claimed: fencing tokens",
