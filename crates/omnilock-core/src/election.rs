@@ -98,6 +98,7 @@ pub struct Candidate<'a> {
     election: &'a Election,
     value: String,
     ttl: Option<Duration>,
+    timeout: Option<Duration>,
     on_wait: Option<Box<dyn FnOnce() + Send + 'static>>,
 }
 
@@ -106,6 +107,7 @@ impl std::fmt::Debug for Candidate<'_> {
         f.debug_struct("Candidate")
             .field("value", &self.value)
             .field("ttl", &self.ttl)
+            .field("timeout", &self.timeout)
             .finish_non_exhaustive()
     }
 }
@@ -118,14 +120,36 @@ impl Candidate<'_> {
         self
     }
 
+    /// Gives up waiting to lead after `timeout` with [`ErrorKind::Timeout`],
+    /// withdrawing the candidacy (the timeout of [`LockRequest::timeout`](crate::LockRequest::timeout)
+    /// on the election's lock).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> omnilock_core::Result<()> {
+    /// use std::time::Duration;
+    /// use omnilock_core::{ErrorKind, Locks, MemStore};
+    /// let locks = Locks::new(MemStore::new());
+    /// let election = locks.election("jobs")?;
+    /// let leader = election.campaign("worker-1").await?;
+    /// let late = election.candidate("worker-2").timeout(Duration::from_millis(50));
+    /// assert_eq!(late.campaign().await.unwrap_err().kind(), ErrorKind::Timeout);
+    /// leader.resign().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
     /// Runs `callback` once the candidate is queued behind a leader.
     pub fn on_wait(mut self, callback: impl FnOnce() + Send + 'static) -> Self {
         self.on_wait = Some(Box::new(callback));
         self
     }
 
-    /// Waits until this candidate leads. Dropping the future withdraws the
-    /// candidacy (nothing stays queued).
+    /// Waits until this candidate leads (up to the timeout, if one is set).
+    /// Dropping the future withdraws the candidacy (nothing stays queued).
     pub async fn campaign(self) -> Result<Leadership> {
         let owner = owner_for(&self.value)?;
         let mut request = self
@@ -136,6 +160,9 @@ impl Candidate<'_> {
             .reentrant(false);
         if let Some(ttl) = self.ttl {
             request = request.ttl(ttl);
+        }
+        if let Some(timeout) = self.timeout {
+            request = request.timeout(timeout);
         }
         if let Some(callback) = self.on_wait {
             request = request.on_wait(callback);
@@ -172,12 +199,13 @@ impl Election {
         self.candidate(value).campaign().await
     }
 
-    /// A candidacy with options (TTL, a "now waiting" callback).
+    /// A candidacy with options (TTL, timeout, a "now waiting" callback).
     pub fn candidate(&self, value: &str) -> Candidate<'_> {
         Candidate {
             election: self,
             value: value.to_string(),
             ttl: None,
+            timeout: None,
             on_wait: None,
         }
     }
@@ -301,5 +329,36 @@ mod tests {
                 .contains(&MAX_ELECTION_VALUE_BYTES.to_string()),
             "{err}"
         );
+    }
+
+    /// A candidate that times out gets `Timeout` naming the election's lock,
+    /// leaves nothing queued, and the next candidate leads once the leader
+    /// resigns.
+    #[tokio::test]
+    async fn campaign_timeout_is_typed_and_withdraws() {
+        let locks = Locks::new(MemStore::new());
+        let election = locks.election("timeout").unwrap();
+        let leader = election.campaign("a").await.unwrap();
+        let err = election
+            .candidate("b")
+            .timeout(Duration::from_millis(50))
+            .campaign()
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+        assert_eq!(err.operation(), Some(crate::Operation::Acquire));
+        assert_eq!(err.lock(), Some("election/timeout"));
+        leader.resign().await.unwrap();
+        assert!(
+            election.leader().await.unwrap().is_none(),
+            "a timed-out candidate leads"
+        );
+        let next = election
+            .candidate("c")
+            .timeout(Duration::from_secs(5))
+            .campaign()
+            .await
+            .unwrap();
+        assert_eq!(next.value(), "c");
     }
 }

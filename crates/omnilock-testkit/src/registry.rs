@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use omnilock_core::{ErrorKind, Locks};
+use omnilock_core::{Capabilities, ErrorKind, Locks};
 
 use crate::scenarios;
 use crate::Subject;
@@ -75,9 +75,10 @@ pub enum Claim {
 }
 
 impl Claim {
-    async fn is_offered_by(self, subject: &Subject, locks: &Locks) -> bool {
-        let caps = locks.capabilities();
-        match self {
+    /// Whether `caps` claims this; `None` for the claims found by asking
+    /// the subject rather than the store's capabilities.
+    pub fn in_capabilities(self, caps: &Capabilities) -> Option<bool> {
+        Some(match self {
             Claim::Fair => caps.fair,
             Claim::FencingTokens => caps.fencing,
             Claim::LeaseRenewal => caps.lease_renewal,
@@ -89,6 +90,15 @@ impl Claim {
             Claim::RwLock => caps.rw_lock,
             Claim::SemaphoreAndRwLock => caps.semaphore && caps.rw_lock,
             Claim::AtomicLockAll => caps.atomic_lock_all,
+            Claim::RequestCounter => return None,
+        })
+    }
+
+    async fn is_offered_by(self, subject: &Subject, locks: &Locks) -> bool {
+        if let Some(claimed) = self.in_capabilities(&locks.capabilities()) {
+            return claimed;
+        }
+        match self {
             // Any answer but `Unsupported` is a claim: a counter that fails
             // for another reason must fail the scenario, not hide it.
             Claim::RequestCounter => match subject.requests_served().await {
@@ -96,11 +106,12 @@ impl Claim {
                 Some(Err(err)) => err.kind() != ErrorKind::Unsupported,
                 Some(Ok(_)) => true,
             },
+            _ => unreachable!("answered by in_capabilities"),
         }
     }
 
     /// Why a scenario needing this is ignored, as shown in the test output.
-    fn missing(self) -> &'static str {
+    pub fn missing(self) -> &'static str {
         match self {
             Claim::Fair => "not claimed: fair",
             Claim::FencingTokens => "not claimed: fencing tokens",

@@ -1,168 +1,15 @@
-//! The conformance scenarios for `omnilock::blocking`, driven from std
-//! threads (no async runtime in the test), so the synchronous API is held to
-//! the same guarantees as the async one.
-//!
-//! ```ignore
-//! omnilock_testkit::blocking_tests!(omnilock_testkit::blocking::BlockingSubject::url("mem", "mem://b"));
-//! ```
-//!
-//! Waits are on events (channels, joins) bounded by generous timeouts; the
-//! only sleeps are where time passing is the point.
+//! The blocking scenarios of one lock: exclusion, timeouts, ownership,
+//! tokens, reentrancy, drops, the runtime refusal, losses and `with_lock`.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use omnilock::blocking::{self, LockGuard, Locks};
-use omnilock_core::{ErrorKind, Operation, Owner, Result};
+use omnilock::blocking::{self, Locks};
+use omnilock_core::{ErrorKind, Operation, Owner};
 
-/// A bound for what should happen "at once" or "soon" (stores stall now and then).
-const PATIENCE: Duration = Duration::from_secs(10);
-
-type ConnectFn = dyn Fn() -> Result<Locks> + Send + Sync;
-
-/// The store under test, for the blocking API: a label and a way to open
-/// independent blocking clients to it.
-#[derive(Clone)]
-pub struct BlockingSubject {
-    label: String,
-    connect: Arc<ConnectFn>,
-}
-
-impl BlockingSubject {
-    /// A subject whose clients come from `connect`.
-    pub fn new(
-        label: impl Into<String>,
-        connect: impl Fn() -> Result<Locks> + Send + Sync + 'static,
-    ) -> Self {
-        BlockingSubject {
-            label: label.into(),
-            connect: Arc::new(connect),
-        }
-    }
-
-    /// A subject whose clients are `omnilock::blocking::connect(url)`.
-    pub fn url(label: impl Into<String>, url: impl Into<String>) -> Self {
-        let url = url.into();
-        BlockingSubject::new(label, move || blocking::connect(&url))
-    }
-
-    /// The label used in messages.
-    pub fn label(&self) -> &str {
-        &self.label
-    }
-
-    /// Opens a new, independent client; panics (fails the test) if the
-    /// store cannot be reached.
-    pub fn client(&self) -> Locks {
-        match (self.connect)() {
-            Ok(locks) => locks,
-            Err(e) => panic!(
-                "{}: cannot connect to the store under test: {e}",
-                self.label
-            ),
-        }
-    }
-
-    fn clients<const N: usize>(&self) -> [Locks; N] {
-        std::array::from_fn(|_| self.client())
-    }
-}
-
-/// Expands to one `#[test]` per blocking scenario for the subject that
-/// `$subject` evaluates to (a `BlockingSubject` or an
-/// `Option<BlockingSubject>`; `None` skips).
-#[macro_export]
-macro_rules! blocking_tests {
-    ($subject:expr) => {
-        $crate::blocking_tests!(@each $subject;
-            blocking_mutual_exclusion,
-            blocking_try_acquire_when_held,
-            blocking_timeout_is_typed,
-            blocking_release_by_owner_only,
-            blocking_tokens_rise,
-            blocking_reentrancy,
-            blocking_drop_releases_to_waiting_thread,
-            blocking_drop_inside_runtime,
-            blocking_refused_inside_runtime,
-            blocking_lost_fires_channel_and_callback,
-            blocking_release_is_not_a_loss,
-            blocking_with_lock,
-            blocking_close,
-            blocking_invalid_names,
-            blocking_election,
-        );
-    };
-    (@each $subject:expr; $($scenario:ident),* $(,)?) => {
-        $(
-            #[test]
-            fn $scenario() {
-                let subject: Option<$crate::blocking::BlockingSubject> = ($subject).into();
-                if let Some(subject) = subject {
-                    $crate::blocking::$scenario(&subject);
-                }
-            }
-        )*
-    };
-}
-
-fn unique(prefix: &str) -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    format!(
-        "blocking/{prefix}/{:08x}-{}",
-        nanos ^ std::process::id().rotate_left(16),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-fn skip(subject: &BlockingSubject, scenario: &str, why: &str) {
-    eprintln!(
-        "{}: {scenario}: not claimed ({why}); skipped",
-        subject.label()
-    );
-}
-
-/// Starts a thread that waits for `name` on `locks` and returns once the
-/// store reports it waiting; the thread's result is the acquire's.
-fn queue_waiter(locks: &Locks, name: &str) -> thread::JoinHandle<Result<LockGuard>> {
-    let (queued_tx, queued_rx) = mpsc::channel();
-    let locks = locks.clone();
-    let name = name.to_string();
-    let waiter = thread::spawn(move || {
-        locks
-            .lock(&name)
-            .ttl(Duration::from_secs(60))
-            .timeout(Duration::from_secs(120))
-            .on_wait(move || {
-                let _ = queued_tx.send(());
-            })
-            .acquire()
-    });
-    queued_rx
-        .recv_timeout(PATIENCE)
-        .expect("a waiting thread reports that it waits");
-    waiter
-}
-
-/// Joins `thread`, failing if it takes longer than [`PATIENCE`].
-fn join_soon<T: Send + 'static>(what: &str, thread: thread::JoinHandle<T>) -> T {
-    let deadline = Instant::now() + PATIENCE;
-    while !thread.is_finished() {
-        assert!(
-            Instant::now() < deadline,
-            "{what}: did not happen within {PATIENCE:?}"
-        );
-        thread::sleep(Duration::from_millis(5));
-    }
-    thread
-        .join()
-        .unwrap_or_else(|_| panic!("{what}: the thread panicked"))
-}
+use super::{join_soon, queue_waiter, unique, BlockingSubject, PATIENCE};
 
 /// 8 threads over 2 clients each increment a shared non-atomic counter 20
 /// times under the lock: exactly 160, and never two threads inside at once.
@@ -250,21 +97,22 @@ pub fn blocking_timeout_is_typed(subject: &BlockingSubject) {
     held.release().expect("release");
 }
 
-/// Only the owner's guard releases the lock: a stale guard (its lock broken
-/// and taken by another) gets NotOwner and leaves the new holder alone.
+/// Only the owner's guard releases the lock: another client cannot take it
+/// while held, and the owner's release frees it.
 pub fn blocking_release_by_owner_only(subject: &BlockingSubject) {
     let name = unique("owner");
-    let [a, b, admin] = subject.clients();
+    let [a, b] = subject.clients();
     let first = a.acquire(&name).expect("first holder");
     assert!(b.try_acquire(&name).expect("probe").is_none());
     first.release().expect("owner releases");
-    if !admin.capabilities().break_lock {
-        return skip(
-            subject,
-            "blocking_release_by_owner_only (stale part)",
-            "cannot break locks",
-        );
-    }
+    assert!(b.try_acquire(&name).expect("probe").is_some(), "not freed");
+}
+
+/// A stale guard (its lock broken and taken by another) gets NotOwner and
+/// leaves the new holder alone.
+pub fn blocking_stale_release_is_not_owner(subject: &BlockingSubject) {
+    let name = unique("stale");
+    let [a, b, admin] = subject.clients();
     let stale = a.acquire(&name).expect("holder");
     assert!(admin.break_lock(&name).expect("break"));
     let fresh = b
@@ -286,9 +134,6 @@ pub fn blocking_release_by_owner_only(subject: &BlockingSubject) {
 /// whether the previous guard was released or dropped.
 pub fn blocking_tokens_rise(subject: &BlockingSubject) {
     let clients: [Locks; 2] = subject.clients();
-    if !clients[0].capabilities().fencing {
-        return skip(subject, "blocking_tokens_rise", "no fencing tokens");
-    }
     let name = unique("fencing");
     let mut last = 0;
     for i in 0..20 {
@@ -305,10 +150,10 @@ pub fn blocking_tokens_rise(subject: &BlockingSubject) {
 
 /// The same owner re-enters (same token, hold count up) while others are
 /// kept out until the last hold is released; non-reentrant re-acquires fail
-/// with WouldDeadlock. Across clients only where the store claims it.
+/// with WouldDeadlock.
 pub fn blocking_reentrancy(subject: &BlockingSubject) {
     let name = unique("reentrant");
-    let [a, b, other] = subject.clients();
+    let [a, other] = subject.clients();
     let me = Owner::random();
     let outer = a.lock(&name).owner(&me).acquire().expect("outer");
     let inner = a.lock(&name).owner(&me).acquire().expect("inner");
@@ -321,22 +166,6 @@ pub fn blocking_reentrancy(subject: &BlockingSubject) {
         .acquire()
         .expect_err("non-reentrant re-acquire");
     assert_eq!(err.kind(), ErrorKind::WouldDeadlock, "{err}");
-    if a.capabilities().cross_process_reentrancy {
-        let across = b
-            .lock(&name)
-            .owner(&me)
-            .timeout(PATIENCE)
-            .acquire()
-            .expect("the same owner re-enters through another client");
-        assert_eq!(across.token(), outer.token());
-        across.release().expect("release across");
-    } else {
-        skip(
-            subject,
-            "blocking_reentrancy (across clients)",
-            "no cross-process reentrancy",
-        );
-    }
     inner.release().expect("release inner");
     assert!(outer.is_held());
     assert!(
@@ -348,6 +177,29 @@ pub fn blocking_reentrancy(subject: &BlockingSubject) {
         other.try_acquire(&name).expect("probe").is_some(),
         "not free after the last hold"
     );
+}
+
+/// The same owner re-enters its lock through another client (same token),
+/// where the store claims cross-process reentrancy.
+pub fn blocking_reentrancy_across_clients(subject: &BlockingSubject) {
+    let name = unique("reentrant-across");
+    let [a, b, other] = subject.clients();
+    let me = Owner::random();
+    let outer = a.lock(&name).owner(&me).acquire().expect("outer");
+    let across = b
+        .lock(&name)
+        .owner(&me)
+        .timeout(PATIENCE)
+        .acquire()
+        .expect("the same owner re-enters through another client");
+    assert_eq!(across.token(), outer.token());
+    across.release().expect("release across");
+    assert!(outer.is_held());
+    assert!(
+        other.try_acquire(&name).expect("probe").is_none(),
+        "free after one of two holds"
+    );
+    outer.release().expect("release outer");
 }
 
 /// Dropping a guard releases the lock before `drop` returns: a thread
@@ -428,13 +280,6 @@ pub fn blocking_refused_inside_runtime(subject: &BlockingSubject) {
 /// callback, `is_held` turns false and the release is NotOwner.
 pub fn blocking_lost_fires_channel_and_callback(subject: &BlockingSubject) {
     let [a, admin] = subject.clients();
-    if !a.capabilities().break_lock {
-        return skip(
-            subject,
-            "blocking_lost_fires_channel_and_callback",
-            "cannot break locks",
-        );
-    }
     let name = unique("lost");
     let guard = a
         .lock(&name)
@@ -491,8 +336,7 @@ pub fn blocking_release_is_not_a_loss(subject: &BlockingSubject) {
     );
 }
 
-/// `with_lock` holds the lock for exactly the work, returns its value, and
-/// returns the loss instead when the lock was lost during the work.
+/// `with_lock` holds the lock for exactly the work and returns its value.
 pub fn blocking_with_lock(subject: &BlockingSubject) {
     let name = unique("with");
     let [a, b] = subject.clients();
@@ -510,13 +354,13 @@ pub fn blocking_with_lock(subject: &BlockingSubject) {
         b.try_acquire(&name).expect("probe").is_some(),
         "not released after the work"
     );
-    if !a.capabilities().break_lock {
-        return skip(
-            subject,
-            "blocking_with_lock (loss part)",
-            "cannot break locks",
-        );
-    }
+}
+
+/// `with_lock` returns the loss instead of the work's value when the lock
+/// was lost during the work.
+pub fn blocking_with_lock_returns_the_loss(subject: &BlockingSubject) {
+    let name = unique("with-lost");
+    let [a, b] = subject.clients();
     // A short lease: a store that learns of the break only when renewing
     // (every third of the TTL) tells this process within it.
     let ttl = Duration::from_secs(1);
@@ -575,58 +419,4 @@ pub fn blocking_invalid_names(subject: &BlockingSubject) {
         let err = locks.with_lock(bad, || ()).expect_err("with_lock");
         assert_eq!(err.kind(), ErrorKind::InvalidName, "{bad:?}: {err}");
     }
-}
-
-/// One leader at a time: a second candidate waits (and times out when told
-/// to), takes over when the leader drops its leadership, with a higher
-/// term, and after the last resignation nobody leads.
-pub fn blocking_election(subject: &BlockingSubject) {
-    let [a, b] = subject.clients();
-    if !a.capabilities().election {
-        return skip(subject, "blocking_election", "no elections");
-    }
-    let name = unique("election").replace('/', "-");
-    let (ea, eb) = (
-        a.election(&name).expect("election"),
-        b.election(&name).expect("election"),
-    );
-    let first = ea.campaign("a").expect("the first candidate leads");
-    assert!(first.is_leader());
-    let leader = eb.leader().expect("leader").expect("someone leads");
-    assert_eq!(leader.value, "a");
-    assert_eq!(leader.term, first.term());
-    let err = eb
-        .candidate("late")
-        .timeout(Duration::from_millis(200))
-        .campaign()
-        .expect_err("a second candidate must not lead at once");
-    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
-
-    let (queued_tx, queued) = mpsc::channel();
-    let next = {
-        let eb = eb.clone();
-        thread::spawn(move || {
-            eb.candidate("b")
-                .on_wait(move || {
-                    let _ = queued_tx.send(());
-                })
-                .campaign()
-        })
-    };
-    queued
-        .recv_timeout(PATIENCE)
-        .expect("the second candidate queues");
-    let first_term = first.term();
-    drop(first); // resigns before drop returns
-    let second = join_soon("the next candidate takes over", next).expect("elected");
-    assert!(second.term() > first_term, "term did not rise");
-    assert_eq!(
-        ea.leader().expect("leader").map(|l| l.value),
-        Some("b".into())
-    );
-    second.resign().expect("resign");
-    assert!(
-        ea.leader().expect("leader").is_none(),
-        "a leader after the last resignation"
-    );
 }
