@@ -9,7 +9,7 @@ use redis::aio::ConnectionManager;
 use redis::ConnectionAddr;
 
 use crate::config::RedisOptions;
-use crate::node::address_of;
+use crate::conn::address_of;
 use crate::redlock::RedlockStore;
 use crate::single::RedisStore;
 

@@ -10,14 +10,10 @@
 //! [`RedlockStore::builder`].
 
 mod builder;
-mod cluster;
 mod config;
-mod counted;
-mod node;
+mod conn;
 mod redlock;
 mod scripts;
-mod sentinel;
-mod shard_wakeups;
 mod single;
 mod wake;
 

@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use crate::config::WaitReplicas;
-use crate::node::Conn;
+use crate::conn::Conn;
 
 use super::keys::CountedKeys;
 use super::mutex::Acquired;

@@ -46,7 +46,7 @@ impl Keys {
     }
 }
 
-/// The keys of one semaphore or read-write lock (see `scripts.rs`), in the
+/// The keys of one semaphore or read-write lock (see `scripts/counted.rs`), in the
 /// slot of the mutex of the same name, apart from its keys: `family` is
 /// `sem` or `rw`. The fencing counter is the mutex's (tokens rise across
 /// all three).

@@ -24,7 +24,7 @@ pub(crate) mod redlock;
 use redis::{Cmd, RedisError, Script};
 
 use crate::config::WaitReplicas;
-use crate::node::Conn;
+use crate::conn::Conn;
 
 /// Shared Lua: the server's clock, dropping dead waiters from the head of
 /// the queue, waking the live head, call ids that make a re-sent call

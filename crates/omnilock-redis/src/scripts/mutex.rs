@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use crate::config::WaitReplicas;
-use crate::node::Conn;
+use crate::conn::Conn;
 
 use super::keys::Keys;
 use super::{answer, evalsha, ms, run, Scripts};

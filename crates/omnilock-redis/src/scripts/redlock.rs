@@ -25,7 +25,7 @@
 
 use std::time::Duration;
 
-use crate::node::Conn;
+use crate::conn::Conn;
 
 use super::keys::LineKeys;
 use super::mutex::{run_renewals, Renewal};

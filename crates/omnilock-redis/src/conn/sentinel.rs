@@ -24,7 +24,7 @@ use redis::aio::ConnectionManager;
 use redis::{AsyncConnectionConfig, Cmd, RedisFuture, Value};
 
 use crate::config::{Deployment, RedisConfig};
-use crate::node::{
+use crate::conn::{
     client_for, connection_manager, map_err, refused_credentials, Conn, Login, Node, Subscriber,
 };
 

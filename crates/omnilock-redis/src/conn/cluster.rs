@@ -11,7 +11,7 @@
 //! master, sends that call through redis-rs's cluster connection instead
 //! (which follows redirects) and refreshes the map in the background.
 //!
-//! Wake-ups use sharded pub/sub, in the lock's slot: see `shard_wakeups.rs`.
+//! Wake-ups use sharded pub/sub, in the lock's slot: see `wake/shards.rs`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -25,7 +25,7 @@ use redis::{AsyncConnectionConfig, Cmd, ProtocolVersion, PushInfo, RedisFuture, 
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::config::RedisConfig;
-use crate::node::{
+use crate::conn::{
     connection_info, connection_manager, ensure_crypto_provider, map_err, tls_certificates, Conn,
     Login, Node, Subscriber,
 };

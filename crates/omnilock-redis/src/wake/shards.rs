@@ -29,7 +29,7 @@ use redis::PushInfo;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 use crate::config::RedisConfig;
-use crate::node::map_err;
+use crate::conn::map_err;
 use crate::scripts::keys::Keys;
 
 /// How long a client keeps a lock's channel after its last waiter there.
@@ -69,7 +69,7 @@ impl ShardWakeups {
         config: &RedisConfig,
     ) -> Result<(ShardWakeups, UnboundedReceiver<PushInfo>)> {
         let (sender, receiver) = unbounded_channel();
-        let conn = crate::cluster::connect(config, Some(sender)).await?;
+        let conn = crate::conn::cluster::connect(config, Some(sender)).await?;
         let shards = ShardWakeups {
             conn,
             channels: Mutex::new(HashMap::new()),

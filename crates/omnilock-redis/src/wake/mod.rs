@@ -2,7 +2,7 @@
 //! waiter entry a release woke, and goes to the store that owns the waiter.
 //! Used by one server or the sentinels' master (one subscription) and by
 //! Redlock (one per node); a cluster subscribes per lock instead
-//! (`shard_wakeups.rs`).
+//! (`wake/shards.rs`).
 
 use std::sync::Weak;
 use std::time::{Duration, Instant};
@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use omnilock_core::Backoff;
 
-use crate::node::Subscriber;
+use crate::conn::Subscriber;
+
+pub(crate) mod shards;
 
 /// What a subscription delivers its messages to.
 pub(crate) trait WakeTarget: Send + Sync + 'static {

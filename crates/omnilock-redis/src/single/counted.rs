@@ -1,13 +1,13 @@
 //! Semaphores and read-write locks on one Redis master: which keys and
 //! weights a primitive uses, and the calls of their scripts (the protocol
 //! is in `scripts/counted.rs`). The waiting, wake-ups and replica checks are the
-//! mutex's, in `single.rs`.
+//! mutex's.
 
 use omnilock_core::{AcquireRequest, Primitive, Result, Share};
 
+use super::RedisStore;
 use crate::scripts::counted::Held;
 use crate::scripts::keys::CountedKeys;
-use crate::single::RedisStore;
 
 /// How one acquisition of a semaphore or read-write lock counts (core's
 /// [`Share`]), with its keys.

@@ -12,7 +12,10 @@ use redis::{
 };
 
 use crate::config::{RedisConfig, RedisOptions};
-use crate::sentinel::SentinelConn;
+
+pub(crate) mod cluster;
+pub(crate) mod sentinel;
+use crate::conn::sentinel::SentinelConn;
 
 /// The connection the lock scripts run on. Every variant reconnects by
 /// itself; the cluster's also follows `MOVED`/`ASK` and slot-map changes, and
@@ -20,7 +23,7 @@ use crate::sentinel::SentinelConn;
 #[derive(Clone)]
 pub(crate) enum Conn {
     Single(ConnectionManager),
-    Cluster(crate::cluster::ClusterConn),
+    Cluster(crate::conn::cluster::ClusterConn),
     Sentinel(SentinelConn),
 }
 
@@ -61,7 +64,7 @@ pub(crate) enum Subscriber {
     /// The one server.
     Server(Box<redis::Client>),
     /// A cluster: one sharded subscription per lock waited on, in the
-    /// lock's slot (see `shard_wakeups.rs`), opened with this configuration.
+    /// lock's slot (see `wake/shards.rs`), opened with this configuration.
     Shards(Box<RedisConfig>),
     /// The master the sentinels name now.
     Sentinel(SentinelConn),
