@@ -65,34 +65,61 @@
 //! `docs/observability.md` lists the series; the module `omnilock::metrics`
 //! (with the feature) has their names.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub use omnilock_core::{
-    check_ttl, lock_unpoisoned, mem, parse_duration, Backend, Candidate, Capabilities, Election,
-    Error, ErrorKind, Holder, Leader, Leadership, LockGuard, LockName, LockRequest, Locks,
-    MemStore, MultiGuard, MultiLockRequest, Observer, Operation, Owner, Primitive, ReadWriteLock,
-    Result, StoreUrl, DEFAULT_TTL, MAX_ELECTION_VALUE_BYTES,
+    parse_duration, Candidate, Capabilities, Election, Error, ErrorKind, Holder, Leader,
+    Leadership, LockGuard, LockName, LockRequest, Locks, MemStore, MultiGuard, MultiLockRequest,
+    Observer, Operation, Owner, ReadWriteLock, Result, DEFAULT_TTL, MAX_ELECTION_VALUE_BYTES,
+    MAX_TTL, MIN_TTL,
 };
 
 pub mod blocking;
 
+use omnilock_core::{check_ttl, StoreUrl};
+
+/// For backend authors and tools, not for applications: the [`Backend`]
+/// contract a store implements and the machinery written once for all
+/// stores (store URLs, retries, detached store calls, TTL checks). An
+/// application needs none of it: [`connect`] and [`Locks`] are the API.
+///
+/// [`Backend`]: raw::Backend
+pub mod raw {
+    pub use omnilock_core::{
+        async_trait, check_ttl, complete_or_undo, lock_unpoisoned, retry, retry_in_background,
+        retry_when, AcquireRequest, Backend, Backoff, CompleteOrUndo, Grant, HostPort,
+        LocalWaiters, LostNotifier, Primitive, Secret, SessionGuards, SessionsPerTtl, Share,
+        StoreUrl, WaitNotice, MAX_NAME_BYTES, RW_CAPACITY,
+    };
+}
+
 /// The names of the metric series and [`metrics::describe`] (cargo feature
 /// `metrics`).
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use omnilock_core::metrics;
 
 /// The SQL backend (MySQL/MariaDB, PostgreSQL, SQLite).
 #[cfg(any(feature = "mysql", feature = "postgres", feature = "sqlite"))]
+#[cfg_attr(
+    docsrs,
+    doc(cfg(any(feature = "mysql", feature = "postgres", feature = "sqlite")))
+)]
 pub use omnilock_sql as sql;
 
 /// The etcd backend (lease + revision queue, or etcd's lock protocol).
 #[cfg(feature = "etcd")]
+#[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
 pub use omnilock_etcd as etcd;
 
 /// The ZooKeeper backend (ephemeral-sequential nodes).
 #[cfg(feature = "zookeeper")]
+#[cfg_attr(docsrs, doc(cfg(feature = "zookeeper")))]
 pub use omnilock_zookeeper as zookeeper;
 
-/// The Redis backend (one instance and Redlock).
+/// The Redis backend (one instance, Cluster, Sentinel, and Redlock).
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use omnilock_redis as redis;
 
 /// Connects to the store named by `url` and returns a handle whose type is
@@ -155,7 +182,7 @@ pub const SCHEMES: &[(&str, Option<&str>)] = &[
 async fn open(url: &mut StoreUrl) -> Result<Locks> {
     let scheme = url.scheme().to_string();
     match scheme.as_str() {
-        mem::SCHEME => Ok(Locks::new(MemStore::from_url(url)?)),
+        omnilock_core::mem::SCHEME => Ok(Locks::new(MemStore::from_url(url)?)),
         #[cfg(feature = "etcd")]
         "etcd" | "etcds" => omnilock_etcd::connect(omnilock_etcd::EtcdConfig::from_url(url)?).await,
         #[cfg(not(feature = "etcd"))]

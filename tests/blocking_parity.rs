@@ -83,10 +83,16 @@ fn root() -> PathBuf {
 /// The sources of the async API: the types the blocking API wraps.
 fn async_sources() -> Vec<PathBuf> {
     let core = root().join("crates/omnilock-core/src");
-    let mut files: Vec<PathBuf> = ["client.rs", "guard.rs", "election.rs", "multi.rs"]
-        .iter()
-        .map(|file| core.join(file))
-        .collect();
+    let mut files: Vec<PathBuf> = [
+        "client.rs",
+        "request.rs",
+        "guard.rs",
+        "election.rs",
+        "multi.rs",
+    ]
+    .iter()
+    .map(|file| core.join(file))
+    .collect();
     files.push(root().join("src/lib.rs"));
     files
 }

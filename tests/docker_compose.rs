@@ -110,7 +110,7 @@ fn env_file_urls_point_at_published_ports() {
         .filter(|l| !l.starts_with('#') && l.contains("_URL="))
     {
         let (var, url) = line.split_once('=').expect("VAR=value");
-        let parsed = omnilock::StoreUrl::parse(url).unwrap_or_else(|e| panic!("{var}: {e}"));
+        let parsed = omnilock::raw::StoreUrl::parse(url).unwrap_or_else(|e| panic!("{var}: {e}"));
         for host in parsed.hosts() {
             let port = host.port.unwrap_or_else(|| panic!("{var}: no port"));
             assert!(

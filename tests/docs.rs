@@ -6,7 +6,8 @@
 //! [`StoreUrl::consulted_options`] records each name a reader asks for,
 //! given or not.
 
-use omnilock::{StoreUrl, SCHEMES};
+use omnilock::raw::StoreUrl;
+use omnilock::SCHEMES;
 
 fn read(path: &str) -> String {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);

@@ -2,7 +2,8 @@
 //! owners. No input panics; no message, `Display` or `Debug` ever shows a
 //! password, however mangled the URL around it.
 
-use omnilock::{ErrorKind, LockName, Owner, StoreUrl};
+use omnilock::raw::StoreUrl;
+use omnilock::{ErrorKind, LockName, Owner};
 use proptest::prelude::*;
 
 /// A password made of distinctive chunks (`PW` + six capitals, which no other

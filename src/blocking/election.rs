@@ -243,7 +243,7 @@ impl fmt::Debug for Candidate<'_> {
 /// This client's leadership, for synchronous code: the blocking
 /// counterpart of [`crate::Leadership`]. It ends with
 /// [`resign`](Self::resign), on drop (resigning before `drop` returns, as
-/// [`LockGuard`] releases), or when lost.
+/// [`LockGuard`](super::LockGuard) releases), or when lost.
 ///
 /// ```
 /// use std::time::Duration;
@@ -299,7 +299,7 @@ impl Leadership {
 
     /// A channel that receives the loss if leadership is lost without
     /// resigning; disconnects after a resignation (see
-    /// [`LockGuard::lost_receiver`]).
+    /// [`LockGuard::lost_receiver`](super::LockGuard::lost_receiver)).
     ///
     /// ```
     /// use std::time::Duration;
@@ -315,7 +315,7 @@ impl Leadership {
     }
 
     /// Calls `callback` with the loss if leadership is lost without
-    /// resigning, on a thread of its own (see [`LockGuard::on_lost`]).
+    /// resigning, on a thread of its own (see [`LockGuard::on_lost`](super::LockGuard::on_lost)).
     ///
     /// ```
     /// let locks = omnilock::blocking::connect("mem://")?;

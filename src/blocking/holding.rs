@@ -10,7 +10,8 @@ use std::sync::{mpsc, Arc, Mutex};
 use tokio::task::JoinHandle;
 
 use super::{inside_async, refuse_inside_async, Runtime};
-use crate::{lock_unpoisoned, Error, Operation, Result};
+use crate::raw::lock_unpoisoned;
+use crate::{Error, Operation, Result};
 
 /// What a blocking guard or leadership wraps: something held that can be
 /// lost and must be given back.

@@ -12,7 +12,7 @@ use crate::{Capabilities, Holder, Operation, Owner, Result};
 
 /// A handle to one lock store, for synchronous code: the blocking
 /// counterpart of [`crate::Locks`]. Cheap to clone; clones share the
-/// connections and the runtime. Made by [`connect`].
+/// connections and the runtime. Made by [`connect`](super::connect).
 ///
 /// ```
 /// let locks = omnilock::blocking::connect("mem://blocking-locks")?;

@@ -10,7 +10,8 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use omnilock::{LockName, Owner, StoreUrl};
+use omnilock::raw::StoreUrl;
+use omnilock::{LockName, Owner};
 
 fn parsing(c: &mut Criterion) {
     let url =

@@ -296,7 +296,7 @@ where
 
 /// rslock's manager over the nodes of a `redlock://` URL, with its password.
 fn rslock_manager(redlock_url: &str) -> rslock::LockManager {
-    let url = omnilock::StoreUrl::parse(redlock_url).expect("redlock URL");
+    let url = omnilock::raw::StoreUrl::parse(redlock_url).expect("redlock URL");
     let auth = url
         .password()
         .map(|pw| format!(":{}@", pw.expose()))

@@ -1,6 +1,7 @@
 //! Exit statuses, as the `omnilock` command uses them (sysexits-style).
 
-use omnilock::{Error, ErrorKind, StoreUrl};
+use omnilock::raw::StoreUrl;
+use omnilock::{Error, ErrorKind};
 
 /// Bad arguments or store URL (EX_USAGE).
 pub(crate) const USAGE: u8 = 64;

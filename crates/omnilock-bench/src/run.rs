@@ -94,7 +94,7 @@ pub(crate) async fn bench(stores: &[String], args: BenchArgs) -> u8 {
     };
     // A bad TTL for the many-held locks is refused before anything runs.
     if workloads.contains(&Workload::ManyHeld) {
-        if let Err(err) = omnilock::check_ttl(args.held_ttl) {
+        if let Err(err) = omnilock::raw::check_ttl(args.held_ttl) {
             return fail(&err.with_operation(omnilock::Operation::Acquire));
         }
     }

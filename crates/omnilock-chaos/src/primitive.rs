@@ -36,13 +36,16 @@ impl Primitive {
             Primitive::Mutex | Primitive::Multi => return (locks.lock(name), None),
             Primitive::Semaphore(permits) => {
                 let request = locks.semaphore(name, permits);
-                return (request, share(omnilock::Primitive::Semaphore { permits }));
+                return (
+                    request,
+                    share(omnilock::raw::Primitive::Semaphore { permits }),
+                );
             }
-            Primitive::Rw if rand::thread_rng().gen_ratio(1, 4) => omnilock::Primitive::Write,
-            Primitive::Rw => omnilock::Primitive::Read,
+            Primitive::Rw if rand::thread_rng().gen_ratio(1, 4) => omnilock::raw::Primitive::Write,
+            Primitive::Rw => omnilock::raw::Primitive::Read,
         };
         let lock = locks.rw_lock(name);
-        let request = if side == omnilock::Primitive::Write {
+        let request = if side == omnilock::raw::Primitive::Write {
             lock.write()
         } else {
             lock.read()
@@ -63,7 +66,7 @@ impl Primitive {
     }
 }
 
-fn share(primitive: omnilock::Primitive) -> Option<(u64, u64)> {
+fn share(primitive: omnilock::raw::Primitive) -> Option<(u64, u64)> {
     primitive.share().map(|s| (s.weight, s.capacity))
 }
 

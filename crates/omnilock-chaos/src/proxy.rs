@@ -22,7 +22,7 @@ impl Partitionable {
     /// Starts a proxy for every `host:port` of `url` (each must name its
     /// port) and rewrites the URL to use them.
     pub async fn start(url: &str) -> Result<Partitionable, String> {
-        let parsed = omnilock::StoreUrl::parse(url).map_err(|e| e.to_string())?;
+        let parsed = omnilock::raw::StoreUrl::parse(url).map_err(|e| e.to_string())?;
         let mut rewritten = url.to_string();
         let mut seen = HashMap::new();
         let mut upstreams = Vec::new();

@@ -581,7 +581,7 @@ impl Nodes {
                     .ok()
                     .and_then(|p| p.parse().ok())
                     .unwrap_or(63790);
-                let parsed = omnilock::StoreUrl::parse(url).map_err(|e| e.to_string())?;
+                let parsed = omnilock::raw::StoreUrl::parse(url).map_err(|e| e.to_string())?;
                 let numbers = parsed
                     .hosts()
                     .iter()
@@ -680,7 +680,7 @@ async fn failover(harness: &Arc<Harness>) {
 async fn master_serving(store: &str, lock: &str) -> Result<u16, String> {
     use omnilock::redis::redis;
     use redis::IntoConnectionInfo;
-    let mut url = omnilock::StoreUrl::parse(store).map_err(|e| e.to_string())?;
+    let mut url = omnilock::raw::StoreUrl::parse(store).map_err(|e| e.to_string())?;
     let sentinel = store.starts_with("redis+sentinel");
     let first = url.hosts().first().ok_or("no host")?.clone();
     // The sentinels' own password (percent-decoded by the URL parser), or
@@ -815,7 +815,7 @@ const CLOCK_JUMP: &str = "local n = 0 \
 
 /// Makes the last Redlock node's clock jump 3 × TTL ahead (see [`CLOCK_JUMP`]).
 async fn clock_jump(harness: &Arc<Harness>) {
-    let url = omnilock::StoreUrl::parse(&harness.config.store).expect("checked at start");
+    let url = omnilock::raw::StoreUrl::parse(&harness.config.store).expect("checked at start");
     let node = url.hosts().last().expect("checked at start").clone();
     let ahead = harness.config.ttl * 3;
     let what = format!("clock of {node} jumped {ahead:?} ahead");

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 /// `$OMNILOCK_STORE`, else the embedded default. An error when there is
 /// neither: the in-process `mem://` store would exclude nothing between
 /// processes, so it is never chosen for the user.
-pub fn default_store() -> Result<String, String> {
+pub(crate) fn default_store() -> Result<String, String> {
     if let Some(store) = std::env::var("OMNILOCK_STORE")
         .ok()
         .filter(|s| !s.trim().is_empty())
@@ -37,7 +37,7 @@ pub fn default_store() -> Result<String, String> {
 /// SQLite file in the user's data directory, so that one user's processes on
 /// one machine coordinate with no server. `None` without the `sqlite`
 /// feature or without an absolute `XDG_DATA_HOME` or `HOME`.
-pub fn embedded_default() -> Option<String> {
+pub(crate) fn embedded_default() -> Option<String> {
     if !cfg!(feature = "sqlite") {
         return None;
     }
@@ -58,7 +58,7 @@ pub fn embedded_default() -> Option<String> {
 }
 
 /// `$XDG_DATA_HOME/omnilock/locks.db`, else `~/.local/share/omnilock/locks.db`.
-pub fn default_sqlite_path() -> Option<PathBuf> {
+pub(crate) fn default_sqlite_path() -> Option<PathBuf> {
     let base = std::env::var_os("XDG_DATA_HOME")
         .map(PathBuf::from)
         .filter(|p| p.is_absolute())
@@ -74,7 +74,7 @@ pub fn default_sqlite_path() -> Option<PathBuf> {
 /// Creates the embedded default's directory (mode 0700) and database file
 /// (mode 0600) when it is the store in use: lock names and owners are the
 /// user's business.
-pub fn prepare_default(store: &str) -> Result<(), String> {
+pub(crate) fn prepare_default(store: &str) -> Result<(), String> {
     if Some(store) != embedded_default().as_deref() {
         return Ok(());
     }
@@ -132,7 +132,7 @@ group: fence writes with $OMNILOCK_TOKEN.";
 /// Distributed locks from the command line: hold a lock while a command runs.
 #[derive(Parser, Debug)]
 #[command(name = "omnilock", version, after_help = after_help())]
-pub struct Cli {
+pub(crate) struct Cli {
     /// Store URL [default: $OMNILOCK_STORE, else the embedded SQLite file]
     #[arg(long, global = true, value_name = "URL")]
     pub store: Option<String>,
@@ -142,7 +142,7 @@ pub struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum Command {
+pub(crate) enum Command {
     /// Hold lock NAME while CMD runs (like flock(1) or `etcdctl lock`).
     ///
     /// CMD gets OMNILOCK_TOKEN (the fencing token) and OMNILOCK_LOCK in its
@@ -160,7 +160,7 @@ pub enum Command {
 }
 
 #[derive(Args, Debug)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// Lease TTL: a crashed holder's lock frees after this long [default: the
     /// store URL's ttl option, else 15s]
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
@@ -220,7 +220,7 @@ pub struct RunArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct DemoArgs {
+pub(crate) struct DemoArgs {
     /// How many workers contend
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub workers: u32,
@@ -239,7 +239,7 @@ pub struct DemoArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct BreakArgs {
+pub(crate) struct BreakArgs {
     /// The lock's name
     pub name: String,
 }

@@ -38,14 +38,14 @@ use std::time::{Duration, Instant};
 use tokio::process::{Child, Command};
 
 /// The hidden first argument that turns `omnilock` into a guardian.
-pub const GUARD_ARG: &str = "__omnilock-guardian";
+pub(crate) const GUARD_ARG: &str = "__omnilock-guardian";
 
 /// How often the command's process group is looked at once the command
 /// itself has exited.
 const GROUP_POLL: Duration = Duration::from_millis(50);
 
 /// A running command and, without a terminal, its process group and guardian.
-pub struct Supervised {
+pub(crate) struct Supervised {
     pub child: Child,
     pid: libc::pid_t,
     /// The command's own process group (its pid), without a terminal.
@@ -64,7 +64,7 @@ struct Guardian {
 /// Starts `program args` under supervision, with `env` added and
 /// `OMNILOCK_STORE` (which may carry a password) removed from its
 /// environment.
-pub fn spawn(
+pub(crate) fn spawn(
     program: &str,
     args: &[String],
     env: &[(&str, String)],
@@ -127,13 +127,13 @@ pub fn spawn(
 
 impl Supervised {
     /// Whether the command runs in a process group of its own.
-    pub fn own_group(&self) -> bool {
+    pub(crate) fn own_group(&self) -> bool {
         self.group.is_some()
     }
 
     /// Sends `signal` to the command's group, or to the command alone when
     /// it shares `omnilock`'s job.
-    pub fn signal(&self, signal: i32) {
+    pub(crate) fn signal(&self, signal: i32) {
         let target = self.group.map_or(self.pid, |pgid| -pgid);
         if target != 0 {
             // SAFETY: kill(2) on a child (or its group) we have not reaped.
@@ -144,13 +144,13 @@ impl Supervised {
     }
 
     /// The command's own process group, if it has one.
-    pub fn group(&self) -> Option<libc::pid_t> {
+    pub(crate) fn group(&self) -> Option<libc::pid_t> {
         self.group
     }
 
     /// SIGTERM to the command (its whole group), SIGKILL to what is left
     /// after `grace`; returns once nothing of it runs.
-    pub async fn stop(&mut self, grace: Duration) {
+    pub(crate) async fn stop(&mut self, grace: Duration) {
         self.signal(libc::SIGTERM);
         let deadline = Instant::now() + grace;
         let ended = tokio::time::timeout(grace, self.child.wait()).await.is_ok();
@@ -168,7 +168,7 @@ impl Supervised {
 
     /// The command and its group have ended: dismiss the guardian without
     /// letting it kill anything.
-    pub async fn finish(mut self) {
+    pub(crate) async fn finish(mut self) {
         if let Some(mut guardian) = self.guardian.take() {
             guardian
                 .dismissed
@@ -188,7 +188,7 @@ impl Supervised {
 
 /// Resolves once no live process is left in group `group` (at once for
 /// none). Call after the command itself exited.
-pub async fn emptied(group: Option<libc::pid_t>) {
+pub(crate) async fn emptied(group: Option<libc::pid_t>) {
     let Some(pgid) = group else { return };
     while group_alive(pgid) {
         tokio::time::sleep(GROUP_POLL).await;
@@ -310,7 +310,7 @@ fn start_guardian() -> Result<Guardian, String> {
 
 /// The guardian's whole life: wait for `omnilock` to finish or die, and
 /// SIGKILL the command's group if it died.
-pub fn guardian_main() -> u8 {
+pub(crate) fn guardian_main() -> u8 {
     // SAFETY: plain signal dispositions in a single-threaded process.
     unsafe {
         for signal in [

@@ -13,7 +13,7 @@ struct Ledger {
     tokens_increase: bool,
 }
 
-pub async fn demo(store: &str, args: DemoArgs) -> u8 {
+pub(crate) async fn demo(store: &str, args: DemoArgs) -> u8 {
     if let Err(err) = omnilock::LockName::new(&args.name) {
         return fail(&err);
     }
@@ -48,7 +48,7 @@ pub async fn demo(store: &str, args: DemoArgs) -> u8 {
                 let waited = asked.elapsed();
                 let overlap = inside.fetch_add(1, Ordering::SeqCst) > 0;
                 {
-                    let mut ledger = omnilock::lock_unpoisoned(&ledger);
+                    let mut ledger = omnilock::raw::lock_unpoisoned(&ledger);
                     ledger.grants += 1;
                     if guard.token() <= ledger.last_token && caps.fencing {
                         ledger.tokens_increase = false;
@@ -87,7 +87,7 @@ pub async fn demo(store: &str, args: DemoArgs) -> u8 {
             }
         }
     }
-    let ledger = omnilock::lock_unpoisoned(&ledger);
+    let ledger = omnilock::raw::lock_unpoisoned(&ledger);
     println!(
         "{} grants, one holder at a time{}",
         ledger.grants,

@@ -78,15 +78,16 @@ pub(crate) struct Checked {
 pub(crate) fn check(args: &RunArgs) -> omnilock::Result<Checked> {
     LockName::new(&args.name)?;
     if let Some(ttl) = args.ttl {
-        omnilock::check_ttl(ttl)?;
+        omnilock::raw::check_ttl(ttl)?;
     }
     let owner = args.owner.as_deref().map(Owner::new).transpose()?;
     Ok(Checked { owner })
 }
 
-pub async fn run(store: &str, args: RunArgs) -> u8 {
+pub(crate) async fn run(store: &str, args: RunArgs) -> u8 {
     // Everything the user typed is checked before any I/O.
-    let checked = match check(&args).and_then(|c| omnilock::StoreUrl::parse(store).map(|_| c)) {
+    let checked = match check(&args).and_then(|c| omnilock::raw::StoreUrl::parse(store).map(|_| c))
+    {
         Ok(checked) => checked,
         Err(err) => return fail(&err),
     };
@@ -250,7 +251,7 @@ pub async fn run(store: &str, args: RunArgs) -> u8 {
     }
 }
 
-pub async fn break_lock(store: &str, name: &str) -> u8 {
+pub(crate) async fn break_lock(store: &str, name: &str) -> u8 {
     if let Err(err) = LockName::new(name) {
         return fail(&err);
     }

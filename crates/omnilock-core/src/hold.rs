@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 use tokio::runtime::Handle;
 
 use crate::backend::{AcquireRequest, Backend, Grant};
-use crate::client::Shared;
 use crate::error::{Error, ErrorKind, Operation, Result};
 use crate::metrics::HoldMetrics;
 use crate::renewal::Renewal;
 use crate::retry::{retry, Backoff};
+use crate::shared::Shared;
 use crate::sync::lock_unpoisoned as lock;
 
 pub(crate) struct Hold {

@@ -27,8 +27,6 @@
 //! # Ok(()) }
 //! ```
 
-#![warn(missing_docs)]
-
 mod backend;
 mod client;
 mod detach;
@@ -42,8 +40,10 @@ pub mod metrics;
 mod multi;
 mod name;
 mod renewal;
+mod request;
 mod retry;
 mod sessions;
+mod shared;
 mod signal;
 mod sync;
 mod url;
@@ -51,7 +51,7 @@ mod url;
 pub use backend::{
     AcquireRequest, Backend, Capabilities, Grant, Holder, Primitive, Share, RW_CAPACITY,
 };
-pub use client::{check_ttl, LockRequest, Locks, ReadWriteLock, DEFAULT_TTL, MAX_TTL, MIN_TTL};
+pub use client::{check_ttl, Locks, DEFAULT_TTL, MAX_TTL, MIN_TTL};
 pub use detach::{complete_or_undo, CompleteOrUndo};
 pub use election::{Candidate, Election, Leader, Leadership, Observer, MAX_ELECTION_VALUE_BYTES};
 pub use error::{Error, ErrorKind, Operation, Result};
@@ -60,6 +60,7 @@ pub use local::LocalWaiters;
 pub use mem::MemStore;
 pub use multi::{MultiGuard, MultiLockRequest};
 pub use name::{LockName, Owner, MAX_NAME_BYTES};
+pub use request::{LockRequest, ReadWriteLock};
 pub use retry::{retry, retry_in_background, retry_when, Backoff};
 pub use sessions::SessionsPerTtl;
 pub use signal::{LostNotifier, SessionGuards, WaitNotice};

@@ -7,8 +7,6 @@
 //! tests count requests per hand-off with it; `omnilock-bench` measures
 //! omnilock against the floor with it.
 
-#![warn(missing_docs)]
-
 pub mod probe;
 
 pub use probe::Probe;

@@ -43,7 +43,7 @@ impl Scenario {
 }
 
 /// A guarantee a store may or may not offer. Most are flags of
-/// [`Capabilities`](omnilock_core::Capabilities); the request counter is
+/// [`Capabilities`]; the request counter is
 /// found by asking the subject's counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Claim {

@@ -5,7 +5,7 @@ use omnilock_etcd::EtcdConfig;
 use omnilock_testkit::{store_url, Subject};
 
 /// The store in `OMNILOCK_TEST_<store>_URL`, opened through `EtcdConfig`.
-pub fn subject(store: &str) -> Option<Subject> {
+pub(crate) fn subject(store: &str) -> Option<Subject> {
     let url = store_url(store)?;
     let for_clients = url.clone();
     Some(

@@ -6,13 +6,13 @@ use omnilock_testkit::{store_url, Subject};
 
 /// The store in `OMNILOCK_TEST_<store>_URL`, opened through `RedisConfig`.
 #[allow(dead_code)] // not every test binary uses it
-pub fn subject(store: &str) -> Option<Subject> {
+pub(crate) fn subject(store: &str) -> Option<Subject> {
     subject_at(store, store_url(store)?)
 }
 
 /// The store in `OMNILOCK_TEST_<store>_URL` with `option=value` added.
 #[allow(dead_code)] // not every test binary uses it
-pub fn subject_with(store: &str, option: &str, value: &str) -> Option<Subject> {
+pub(crate) fn subject_with(store: &str, option: &str, value: &str) -> Option<Subject> {
     let url = store_url(store)?;
     subject_at(store, with_option(&url, &format!("{option}={value}")))
 }
@@ -30,11 +30,11 @@ fn subject_at(store: &str, url: String) -> Option<Subject> {
 
 /// The data nodes' password in every test deployment of `scripts/stores.sh`.
 #[allow(dead_code)]
-pub const PASSWORD: &str = "omnilock-test-pw";
+pub(crate) const PASSWORD: &str = "omnilock-test-pw";
 
 /// `url` with `option` (`key=value`) added to its query string.
 #[allow(dead_code)]
-pub fn with_option(url: &str, option: &str) -> String {
+pub(crate) fn with_option(url: &str, option: &str) -> String {
     let joiner = if url.contains('?') { '&' } else { '?' };
     format!("{url}{joiner}{option}")
 }
@@ -42,7 +42,7 @@ pub fn with_option(url: &str, option: &str) -> String {
 /// The ports `scripts/stores.sh` lists in `var` (for example
 /// `OMNILOCK_TEST_REDIS_CLUSTER_PORTS`).
 #[allow(dead_code)]
-pub fn ports(var: &str) -> Vec<u16> {
+pub(crate) fn ports(var: &str) -> Vec<u16> {
     std::env::var(var)
         .unwrap_or_else(|_| panic!("{var} is not set: run scripts/stores.sh up"))
         .split_whitespace()
@@ -52,7 +52,7 @@ pub fn ports(var: &str) -> Vec<u16> {
 
 /// A plain connection to `port` on loopback with `password`, within 5 s.
 #[allow(dead_code)]
-pub async fn raw(port: u16, password: &str) -> redis::aio::MultiplexedConnection {
+pub(crate) async fn raw(port: u16, password: &str) -> redis::aio::MultiplexedConnection {
     let client = redis::Client::open(format!("redis://:{password}@127.0.0.1:{port}/")).unwrap();
     tokio::time::timeout(
         std::time::Duration::from_secs(5),
@@ -66,7 +66,7 @@ pub async fn raw(port: u16, password: &str) -> redis::aio::MultiplexedConnection
 /// The port of the cluster master that serves `key`'s slot, as the node at
 /// `seed` sees the map.
 #[allow(dead_code)]
-pub async fn master_of(seed: u16, key: &str) -> u16 {
+pub(crate) async fn master_of(seed: u16, key: &str) -> u16 {
     let mut conn = raw(seed, PASSWORD).await;
     let slot: u16 = redis::cmd("CLUSTER")
         .arg("KEYSLOT")
@@ -100,7 +100,7 @@ pub async fn master_of(seed: u16, key: &str) -> u16 {
 /// grant came by a wake-up message (`backend`'s `wakeups()` counter rose),
 /// not by the waiter's periodic re-check.
 #[allow(dead_code)]
-pub async fn hand_off_by_message(
+pub(crate) async fn hand_off_by_message(
     backend: &omnilock_redis::RedisStore,
     holder: &omnilock_core::Locks,
     name: &str,

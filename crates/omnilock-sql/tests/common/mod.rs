@@ -7,13 +7,13 @@ use omnilock_testkit::{store_url, Subject};
 use sqlx::AnyPool;
 
 /// A client of the store at `url`.
-pub async fn connect(url: &str) -> omnilock_core::Result<Locks> {
+pub(crate) async fn connect(url: &str) -> omnilock_core::Result<Locks> {
     let config = SqlConfig::from_url(&StoreUrl::parse(url)?)?;
     Ok(Locks::new(SqlStore::connect(config).await?))
 }
 
 /// A plain sqlx pool on the database of a test URL (no options).
-pub async fn raw(url: &str) -> AnyPool {
+pub(crate) async fn raw(url: &str) -> AnyPool {
     sqlx::any::install_default_drivers();
     let url = url.split('?').next().unwrap_or(url);
     // The sqlx URL: SQLite needs mode=rwc, the servers take ours as is.
@@ -26,7 +26,7 @@ pub async fn raw(url: &str) -> AnyPool {
 }
 
 /// The SQL test stores that are configured: (`SQLITE`|`MYSQL`|`POSTGRES`, URL).
-pub fn stores() -> Vec<(&'static str, String)> {
+pub(crate) fn stores() -> Vec<(&'static str, String)> {
     let mut all = Vec::new();
     for store in ["SQLITE", "MYSQL", "POSTGRES"] {
         if let Some(url) = store_url(store) {
@@ -37,13 +37,13 @@ pub fn stores() -> Vec<(&'static str, String)> {
 }
 
 /// `url` with one more query option.
-pub fn with_option(url: &str, option: &str) -> String {
+pub(crate) fn with_option(url: &str, option: &str) -> String {
     let sep = if url.contains('?') { '&' } else { '?' };
     format!("{url}{sep}{option}")
 }
 
 /// A name unique to this test run (process id and a counter).
-pub fn unique(prefix: &str) -> String {
+pub(crate) fn unique(prefix: &str) -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
     format!(
@@ -54,7 +54,7 @@ pub fn unique(prefix: &str) -> String {
 }
 
 /// Drops a lock table and its fair-mode line.
-pub async fn drop_tables(pool: &AnyPool, table: &str) {
+pub(crate) async fn drop_tables(pool: &AnyPool, table: &str) {
     use sqlx::Executor;
     for t in [format!("{table}_queue"), table.to_string()] {
         let _ = pool
@@ -64,24 +64,24 @@ pub async fn drop_tables(pool: &AnyPool, table: &str) {
 }
 
 /// The store at `$OMNILOCK_TEST_<store>_URL`, as a conformance subject.
-pub fn subject(store: &str) -> Option<Subject> {
+pub(crate) fn subject(store: &str) -> Option<Subject> {
     subject_with(store, "")
 }
 
 /// The same store in fair mode, on its own table.
-pub fn fair_subject(store: &str) -> Option<Subject> {
+pub(crate) fn fair_subject(store: &str) -> Option<Subject> {
     subject_with(store, "fair=true&table=omnilock_fair")
 }
 
 /// The store in advisory mode (`GET_LOCK`, `pg_advisory_lock`), on its own
 /// table: never mixed with table-mode clients of one table.
-pub fn advisory_subject(store: &str) -> Option<Subject> {
+pub(crate) fn advisory_subject(store: &str) -> Option<Subject> {
     subject_with(store, "mode=advisory&table=omnilock_advisory")
 }
 
 /// The store through a TLS-only account, on its own table (scenarios that
 /// run at the same time on one database use fixed lock names).
-pub fn tls_subject(store: &str) -> Option<Subject> {
+pub(crate) fn tls_subject(store: &str) -> Option<Subject> {
     subject_with(&format!("{store}_TLS"), "table=omnilock_tls")
 }
 

@@ -6,13 +6,13 @@ use omnilock_zookeeper::ZkConfig;
 
 /// The store in `OMNILOCK_TEST_<store>_URL`, opened through `ZkConfig`.
 #[allow(dead_code)] // not every test binary uses it
-pub fn subject(store: &str) -> Option<Subject> {
+pub(crate) fn subject(store: &str) -> Option<Subject> {
     subject_at(store, store_url(store)?)
 }
 
 /// The store in `OMNILOCK_TEST_<store>_URL` with its path replaced by `prefix`.
 #[allow(dead_code)] // not every test binary uses it
-pub fn subject_under(store: &str, prefix: &str) -> Option<Subject> {
+pub(crate) fn subject_under(store: &str, prefix: &str) -> Option<Subject> {
     let url = store_url(store)?;
     let (before_query, query) = url.split_once('?').unwrap_or((&url, ""));
     let authority_end = before_query["zk://".len()..]

@@ -1,0 +1,239 @@
+//! The in-memory store as a [`Backend`]: grants, the FIFO queue with push
+//! hand-off, leases and the counted locks, all under one process's locks.
+
+use super::*;
+
+#[async_trait]
+impl Backend for MemStore {
+    fn kind(&self) -> &'static str {
+        SCHEME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            fair: true,
+            push_wakeups: true,
+            fencing: true,
+            cross_process_reentrancy: false,
+            lease_renewal: true,
+            cross_process: false,
+            break_lock: true,
+            holder: true,
+            election: true,
+            // One process: losing it loses the holders too.
+            survives_failover: true,
+            semaphore: true,
+            rw_lock: true,
+            atomic_lock_all: true,
+        }
+    }
+
+    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
+        let mut state = self.state();
+        if Family::of(request.primitive).is_some() {
+            state.last_grant += 1;
+            let id = state.last_grant;
+            let State {
+                counted,
+                last_token,
+                ..
+            } = &mut *state;
+            return Ok(
+                match counted.join(request, id, false, Instant::now(), last_token)? {
+                    Some(Joined::Admitted(admitted)) => {
+                        Some(Grant::new(admitted.token, admitted.expires))
+                    }
+                    _ => None,
+                },
+            );
+        }
+        let attempt = state.try_take(request, Instant::now());
+        state.tidy(&request.name);
+        match attempt? {
+            Attempt::Taken(granted) => Ok(Some(grant(granted))),
+            Attempt::Busy => Ok(None),
+        }
+    }
+
+    async fn try_acquire_all(&self, requests: &[AcquireRequest]) -> Result<Option<Vec<Grant>>> {
+        // One lock over the whole state: look at every part, then take them.
+        let mut state = self.state();
+        let now = Instant::now();
+        for request in requests {
+            let slot = state.slot(&request.name, now);
+            let free = slot.holder.is_none() && slot.queue.is_empty();
+            state.tidy(&request.name);
+            if !free {
+                return Ok(None);
+            }
+        }
+        let mut grants = Vec::with_capacity(requests.len());
+        for request in requests {
+            match state.try_take(request, now)? {
+                Attempt::Taken(granted) => grants.push(grant(granted)),
+                Attempt::Busy => {
+                    return Err(Error::new(
+                        ErrorKind::Backend,
+                        "internal: a part free a moment ago under the same lock was busy",
+                    ))
+                }
+            }
+        }
+        Ok(Some(grants))
+    }
+
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Grant> {
+        if Family::of(request.primitive).is_some() {
+            return self.acquire_counted(request).await;
+        }
+        let (mut rx, entry) = {
+            let mut state = self.state();
+            let attempt = state.try_take(request, Instant::now());
+            state.tidy(&request.name);
+            if let Attempt::Taken(granted) = attempt? {
+                return Ok(grant(granted));
+            }
+            state.last_grant += 1;
+            let grant_id = state.last_grant;
+            let (tx, rx) = oneshot::channel();
+            let slot = state.locks.entry(request.name.clone()).or_default();
+            slot.queue.push_back(Waiter {
+                grant_id,
+                owner: request.owner.clone(),
+                ttl: request.ttl,
+                lost: request.lost.clone(),
+                tx,
+            });
+            let entry = QueueEntry {
+                store: self.clone(),
+                name: request.name.clone(),
+                grant_id,
+                armed: true,
+            };
+            (rx, entry)
+        };
+        request.waiting.raise();
+        let mut entry = entry;
+        loop {
+            // Wake at the holder's expiry too: a crashed holder never releases.
+            let expiry = {
+                let state = self.state();
+                state
+                    .locks
+                    .get(&request.name)
+                    .and_then(|slot| slot.holder.as_ref())
+                    .map(|holder| holder.expires)
+            };
+            let expiry = expiry.map(tokio::time::Instant::from_std);
+            tokio::select! {
+                granted = &mut rx => {
+                    entry.armed = false;
+                    return match granted {
+                        Ok(granted) => Ok(grant(granted)),
+                        Err(_) => Err(Error::new(ErrorKind::Backend, "the in-memory queue dropped this waiter")),
+                    };
+                }
+                _ = sleep_until_opt(expiry) => {
+                    let mut state = self.state();
+                    state.slot(&request.name, Instant::now());
+                }
+            }
+        }
+    }
+
+    async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
+        let mut state = self.state();
+        let now = Instant::now();
+        if Family::of(request.primitive).is_some() {
+            let State {
+                counted,
+                last_token,
+                ..
+            } = &mut *state;
+            return counted.leave(request, Leaving::Holder(grant.token), now, last_token);
+        }
+        let State {
+            locks, last_token, ..
+        } = &mut *state;
+        let result = match locks.get_mut(&request.name) {
+            Some(slot) => {
+                slot.expire(now, last_token);
+                match &mut slot.holder {
+                    Some(holder)
+                        if holder.owner == request.owner && holder.token == grant.token =>
+                    {
+                        holder.lost.retain(|l| !l.same_as(&request.lost));
+                        slot.release_one(now, last_token);
+                        Ok(())
+                    }
+                    _ => Err(Error::not_owner()),
+                }
+            }
+            None => Err(Error::not_owner()),
+        };
+        state.tidy(&request.name);
+        result
+    }
+
+    async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
+        let mut state = self.state();
+        let now = Instant::now();
+        if Family::of(request.primitive).is_some() {
+            let State {
+                counted,
+                last_token,
+                ..
+            } = &mut *state;
+            return counted.renew(request, grant.token, now, last_token);
+        }
+        let slot = state.slot(&request.name, now);
+        let result = match &mut slot.holder {
+            Some(holder) if holder.owner == request.owner && holder.token == grant.token => {
+                holder.expires = holder.expires.max(now + request.ttl);
+                Ok(now + request.ttl)
+            }
+            _ => Err(Error::new(
+                ErrorKind::LockLost,
+                "the lock is no longer held by this owner",
+            )),
+        };
+        state.tidy(&request.name);
+        result
+    }
+
+    async fn break_lock(&self, name: &LockName) -> Result<bool> {
+        let mut state = self.state();
+        let now = Instant::now();
+        let State {
+            locks, last_token, ..
+        } = &mut *state;
+        let Some(slot) = locks.get_mut(name) else {
+            return Ok(false);
+        };
+        let broken = slot.holder.take();
+        if let Some(holder) = &broken {
+            for lost in &holder.lost {
+                lost.fire(Error::new(ErrorKind::LockLost, "the lock was broken"));
+            }
+        }
+        slot.hand_off(now, last_token);
+        state.tidy(name);
+        Ok(broken.is_some())
+    }
+
+    async fn holder(&self, name: &LockName) -> Result<Option<crate::Holder>> {
+        let mut state = self.state();
+        let now = Instant::now();
+        let State {
+            locks, last_token, ..
+        } = &mut *state;
+        let Some(slot) = locks.get_mut(name) else {
+            return Ok(None);
+        };
+        slot.expire(now, last_token);
+        Ok(slot.holder.as_ref().map(|h| crate::Holder {
+            owner: h.owner.clone(),
+            token: h.token,
+        }))
+    }
+}

@@ -1,0 +1,99 @@
+//! What every clone of a [`Locks`](crate::Locks) handle shares: the
+//! backend, and the holds of named owners in this process (reentrancy
+//! without a round trip).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::backend::{Backend, Primitive};
+use crate::hold::Hold;
+use crate::name::{LockName, Owner};
+use crate::renewal::Renewals;
+use crate::sync::lock_unpoisoned;
+
+pub(crate) type HoldSlot = Arc<tokio::sync::Mutex<Weak<Hold>>>;
+
+/// A reentrancy slot's key: the name, the owner and which lock of that name
+/// (the mutex, or one side of the read-write lock; semaphore permits are
+/// never re-entered and have no slot).
+type SlotKey = (LockName, Owner, Primitive);
+
+/// What every clone of a [`Locks`] handle shares: the backend and the holds
+/// of named owners in this process (for reentrancy without a round trip).
+pub(crate) struct Shared {
+    pub(crate) backend: Arc<dyn Backend>,
+    holds: Mutex<HashMap<SlotKey, HoldSlot>>,
+    /// The holds of read-write locks by named owners, readable without
+    /// waiting for a slot: whether an owner holds the other side.
+    rw_holds: Mutex<HashMap<SlotKey, Weak<Hold>>>,
+    /// The renewal schedule of every hold.
+    pub(crate) renewals: Arc<Renewals>,
+}
+
+impl Shared {
+    pub(crate) fn new(backend: Arc<dyn Backend>) -> Self {
+        Shared {
+            backend,
+            holds: Mutex::new(HashMap::new()),
+            rw_holds: Mutex::new(HashMap::new()),
+            renewals: Arc::default(),
+        }
+    }
+
+    pub(crate) fn slot(&self, name: &LockName, owner: &Owner, primitive: Primitive) -> HoldSlot {
+        let mut holds = lock_unpoisoned(&self.holds);
+        holds
+            .entry((name.clone(), owner.clone(), primitive))
+            .or_default()
+            .clone()
+    }
+
+    /// The live hold of `owner` on `name`'s read or write side in this
+    /// process, if there is one.
+    pub(crate) fn held(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        primitive: Primitive,
+    ) -> Option<Arc<Hold>> {
+        let rw_holds = lock_unpoisoned(&self.rw_holds);
+        let hold = rw_holds.get(&(name.clone(), owner.clone(), primitive))?;
+        hold.upgrade().filter(|hold| hold.is_held())
+    }
+
+    /// Records a new hold of a read-write lock (see [`Shared::held`]).
+    pub(crate) fn remember_rw(&self, hold: &Arc<Hold>) {
+        let request = &hold.request;
+        if matches!(request.primitive, Primitive::Read | Primitive::Write) {
+            let key = (
+                request.name.clone(),
+                request.owner.clone(),
+                request.primitive,
+            );
+            lock_unpoisoned(&self.rw_holds).insert(key, Arc::downgrade(hold));
+        }
+    }
+
+    /// Drops the reentrancy slot of a released hold unless someone is using it.
+    pub(crate) fn forget(&self, hold: &Hold) {
+        let mut holds = lock_unpoisoned(&self.holds);
+        let key = (
+            hold.request.name.clone(),
+            hold.request.owner.clone(),
+            hold.request.primitive,
+        );
+        if let Some(slot) = holds.get(&key) {
+            if Arc::strong_count(slot) == 1 {
+                holds.remove(&key);
+            }
+        }
+        drop(holds);
+        let mut rw_holds = lock_unpoisoned(&self.rw_holds);
+        if rw_holds
+            .get(&key)
+            .is_some_and(|h| std::ptr::eq(h.as_ptr(), hold))
+        {
+            rw_holds.remove(&key);
+        }
+    }
+}
