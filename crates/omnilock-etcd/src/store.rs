@@ -6,21 +6,25 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use omnilock_core::{
-    async_trait, complete_or_undo, lock_unpoisoned as lock, retry, AcquireRequest, Backend,
-    Backoff, Capabilities, Error, ErrorKind, Grant, Holder, LockName, Owner, Result,
-    SessionsPerTtl,
+    async_trait, lock_unpoisoned as lock, AcquireRequest, Backend, Capabilities, Error, ErrorKind,
+    Grant, Holder, LockName, Owner, Result, SessionsPerTtl,
 };
 
 mod counted;
+mod detached;
+mod hold;
 mod lockapi;
 mod recipe;
+
+use detached::put_txn_detached;
+use hold::{grant, Held};
 
 use crate::builder::EtcdBuilder;
 use crate::config::{EtcdConfig, Mode};
 use crate::conn::Etcd;
-use crate::queue::{abandon, first_created, gets, hold_count, revision, Enqueued, Turn};
+use crate::queue::{abandon, gets, revision};
 use crate::session::{revoke_in_background, Session};
 
 /// Locks in an etcd cluster (v3 API). See `docs/backends/etcd.md`. Open it
@@ -49,17 +53,6 @@ pub struct EtcdStore {
     /// the next acquisition with the same TTL (a grant, a keep-alive stream
     /// and a revoke fewer per acquisition).
     idle: Mutex<HashMap<Duration, Vec<Arc<Session>>>>,
-}
-
-/// What a grant carries to release and renew it.
-struct Held {
-    key: String,
-    rev: i64,
-    session: Arc<Session>,
-    ticket: u64,
-    /// Set when the key lives on another client's lease: the same owner
-    /// re-entered a lock it holds in another process.
-    foreign_lease: Option<i64>,
 }
 
 impl std::fmt::Debug for EtcdStore {
@@ -120,120 +113,6 @@ impl EtcdStore {
         Ok(session)
     }
 
-    fn grant(
-        &self,
-        request: &AcquireRequest,
-        key: String,
-        rev: i64,
-        session: Arc<Session>,
-        foreign: Option<(i64, Instant)>,
-    ) -> Grant {
-        let ticket = session.register(&request.lost);
-        let valid_until = match foreign {
-            Some((_, until)) => until.min(session.safe_until()),
-            None => session.safe_until(),
-        };
-        Grant::new(rev as u64, valid_until).with_state(Held {
-            key,
-            rev,
-            session,
-            ticket,
-            foreign_lease: foreign.map(|(lease, _)| lease),
-        })
-    }
-
-    /// The enqueue, retried over transient errors and finished in the
-    /// background if the caller goes away (then its key is deleted).
-    async fn enqueue_safely(&self, lock_prefix: &str, key: &str, lease: i64) -> Result<Enqueued> {
-        let store = self.etcd.clone();
-        let this = EnqueueCall {
-            store: self.clone_handle(),
-            lock_prefix: lock_prefix.to_string(),
-            key: key.to_string(),
-            lease,
-        };
-        let undo_key = key.to_string();
-        complete_or_undo(this.run(), move |result: Result<Enqueued>| async move {
-            if let Ok(Enqueued::Mine { rev, .. }) = result {
-                abandon(&store, undo_key, rev);
-            }
-        })
-        .await
-    }
-
-    /// Runs a transaction that puts `keys` when it succeeds, retried over
-    /// transient errors and finished even if the caller goes away (then
-    /// the keys it put are deleted in the background).
-    async fn put_txn_detached(
-        &self,
-        txn: Txn,
-        keys: Vec<String>,
-    ) -> Result<etcd_client::TxnResponse> {
-        let (etcd, undo_etcd) = (self.etcd.clone(), self.etcd.clone());
-        complete_or_undo(
-            async move {
-                let deadline = tokio::time::Instant::now() + etcd.request_timeout;
-                retry(backoff(), deadline, || etcd.txn(txn.clone())).await
-            },
-            move |result: Result<etcd_client::TxnResponse>| async move {
-                if let Ok(resp) = result {
-                    if resp.succeeded() {
-                        for key in keys {
-                            abandon(&undo_etcd, key, revision(&resp));
-                        }
-                    }
-                }
-            },
-        )
-        .await
-    }
-
-    /// A try-acquire's single transaction: put our key only if the lock's
-    /// range is empty (nobody holds or waits). `None` when it is not and our
-    /// owner is not the holder.
-    async fn try_put(&self, lock_prefix: &str, key: &str, lease: i64) -> Result<Option<Enqueued>> {
-        let txn = Txn::new()
-            .when([Compare::create_revision(lock_prefix, CompareOp::Equal, 0).with_prefix()])
-            .and_then([TxnOp::put(
-                key,
-                "1",
-                Some(PutOptions::new().with_lease(lease)),
-            )])
-            .or_else([
-                TxnOp::get(key, None),
-                TxnOp::get(lock_prefix, Some(first_created())),
-            ]);
-        let call_key = key.to_string();
-        let resp = self.put_txn_detached(txn, vec![key.to_string()]).await?;
-        if resp.succeeded() {
-            return Ok(Some(Enqueued::Mine {
-                rev: revision(&resp),
-                turn: Turn::Held,
-            }));
-        }
-        let mut gets = gets(&resp);
-        let mine = gets.next().and_then(|kvs| kvs.into_iter().next());
-        let first = gets.next().and_then(|kvs| kvs.into_iter().next());
-        let Some(mine) = mine else { return Ok(None) };
-        let is_first = first.is_some_and(|f| f.create_revision() == mine.create_revision());
-        if mine.lease() == lease {
-            // Left by a retried attempt of ours: keep it if it holds.
-            let rev = mine.create_revision();
-            if is_first {
-                return Ok(Some(Enqueued::Mine {
-                    rev,
-                    turn: Turn::Held,
-                }));
-            }
-            abandon(&self.etcd, call_key, rev);
-            return Ok(None);
-        }
-        Ok(Some(Enqueued::Elsewhere {
-            kv: mine,
-            first: is_first,
-        }))
-    }
-
     /// `lock_all`'s one transaction: every part's key, on the shared
     /// session's lease, only if every part's range is empty (nobody holds
     /// or waits). The parts share the transaction's revision as their
@@ -286,7 +165,7 @@ impl EtcdStore {
                     .collect::<Vec<_>>(),
             );
         let keys = parts.iter().map(|(_, key)| key.clone()).collect();
-        let resp = self.put_txn_detached(txn, keys).await?;
+        let resp = put_txn_detached(&self.etcd, txn, keys).await?;
         let rev = if resp.succeeded() {
             revision(&resp)
         } else {
@@ -311,57 +190,14 @@ impl EtcdStore {
             requests
                 .iter()
                 .zip(parts)
-                .map(|(request, (_, key))| self.grant(request, key, rev, session.clone(), None))
+                .map(|(request, (_, key))| grant(request, key, rev, session.clone(), None))
                 .collect(),
         ))
-    }
-
-    /// A cheap copy sharing the connection, for background work.
-    fn clone_handle(&self) -> Etcd {
-        self.etcd.clone()
-    }
-}
-
-/// The enqueue as an owned future (it may outlive the caller).
-struct EnqueueCall {
-    store: Etcd,
-    lock_prefix: String,
-    key: String,
-    lease: i64,
-}
-
-impl EnqueueCall {
-    async fn run(self) -> Result<Enqueued> {
-        let deadline = tokio::time::Instant::now() + self.store.request_timeout * 2;
-        let result = retry(backoff(), deadline, || {
-            self.store.enqueue(&self.lock_prefix, &self.key, self.lease)
-        })
-        .await;
-        if result.is_err() {
-            // An attempt may have been applied without us hearing back: a
-            // key on our lease would otherwise sit in the queue for as long
-            // as the lease lives.
-            let txn = Txn::new()
-                .when([Compare::lease(
-                    self.key.as_str(),
-                    CompareOp::Equal,
-                    self.lease,
-                )])
-                .and_then([TxnOp::delete(self.key.as_str(), None)]);
-            if let Err(e) = self.store.txn(txn).await {
-                tracing::warn!(error = %e, "omnilock etcd could not clean up after a failed enqueue");
-            }
-        }
-        result
     }
 }
 
 /// How many released lock-protocol leases to keep per TTL.
 const IDLE_LEASES: usize = 16;
-
-fn backoff() -> Backoff {
-    Backoff::new(Duration::from_millis(20), Duration::from_millis(500))
-}
 
 #[async_trait]
 impl Backend for EtcdStore {
@@ -390,7 +226,13 @@ impl Backend for EtcdStore {
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
         if counted::Counted::of(request.primitive).is_some() {
-            return self.acquire_counted(request, false).await;
+            return counted::acquire(
+                &self.etcd,
+                self.shared_session(request.ttl).await?,
+                request,
+                false,
+            )
+            .await;
         }
         match self.mode {
             Mode::Recipe => self.acquire_recipe(request, false).await,
@@ -405,7 +247,13 @@ impl Backend for EtcdStore {
     async fn acquire(&self, request: &AcquireRequest) -> Result<Grant> {
         let granted = match self.mode {
             _ if counted::Counted::of(request.primitive).is_some() => {
-                self.acquire_counted(request, true).await?
+                counted::acquire(
+                    &self.etcd,
+                    self.shared_session(request.ttl).await?,
+                    request,
+                    true,
+                )
+                .await?
             }
             Mode::Recipe => self.acquire_recipe(request, true).await?,
             Mode::LockApi => self.acquire_lockapi(request, true).await?,
@@ -417,69 +265,9 @@ impl Backend for EtcdStore {
         let held = grant.backend_state::<Held>()?;
         held.session.unregister(held.ticket);
         if counted::Counted::of(request.primitive).is_some() {
-            return self.release_counted(&held.key, held.rev).await;
+            return counted::release(&self.etcd, &held.key, held.rev).await;
         }
-        let key = held.key.as_str();
-        let mut uncertain = false;
-        let mut backoff = backoff();
-        let deadline = tokio::time::Instant::now() + self.etcd.request_timeout * 2;
-        loop {
-            // The common case in one round trip: the last hold goes.
-            let txn = Txn::new()
-                .when([
-                    Compare::create_revision(key, CompareOp::Equal, held.rev),
-                    Compare::value(key, CompareOp::Equal, "1"),
-                ])
-                .and_then([TxnOp::delete(key, None)])
-                .or_else([TxnOp::get(key, None)]);
-            let resp = match self.etcd.txn(txn).await {
-                Ok(resp) => resp,
-                Err(e) if e.is_retryable() && tokio::time::Instant::now() < deadline => {
-                    uncertain = true;
-                    tokio::time::sleep(backoff.next_delay()).await;
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            if resp.succeeded() {
-                break;
-            }
-            let kv = gets(&resp)
-                .next()
-                .and_then(|kvs| kvs.into_iter().next())
-                .filter(|kv| kv.create_revision() == held.rev);
-            let Some(kv) = kv else {
-                // Gone: taken over, expired or broken, unless it was our own
-                // earlier attempt that deleted it.
-                if uncertain {
-                    break;
-                }
-                return Err(Error::not_owner());
-            };
-            let count = hold_count(&kv);
-            if count <= 1 {
-                // A key of etcd's lock protocol (empty value) or a count
-                // changed under us.
-                if self.etcd.delete_if_created(key, held.rev).await? {
-                    break;
-                }
-                continue;
-            }
-            let txn = Txn::new()
-                .when([Compare::mod_revision(
-                    key,
-                    CompareOp::Equal,
-                    kv.mod_revision(),
-                )])
-                .and_then([TxnOp::put(
-                    key,
-                    (count - 1).to_string(),
-                    Some(PutOptions::new().with_ignore_lease()),
-                )]);
-            if self.etcd.txn(txn).await?.succeeded() {
-                break;
-            }
-        }
+        hold::release_mutex(&self.etcd, held).await?;
         if self.mode == Mode::LockApi {
             // Our key is gone, so the lease holds nothing: keep it for the
             // next acquisition, up to a few per TTL.
@@ -495,80 +283,11 @@ impl Backend for EtcdStore {
     }
 
     async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
-        let held = grant.backend_state::<Held>()?;
-        if let Some(cause) = held.session.death() {
-            return Err(cause.with_retryable(false));
-        }
-        let key = held.key.clone();
-        let resp = self
-            .etcd
-            .call(|mut c| async move { c.get(key, None).await })
-            .await?;
-        let present = resp
-            .kvs()
-            .first()
-            .is_some_and(|kv| kv.create_revision() == held.rev);
-        if !present {
-            return Err(key_gone());
-        }
-        match held.foreign_lease {
-            Some(lease) => Ok(self
-                .foreign_valid_until(lease, request.ttl)
-                .await?
-                .min(held.session.safe_until())),
-            None => Ok(held.session.safe_until()),
-        }
+        hold::renew(&self.etcd, request, grant).await
     }
 
-    /// Holds on this client's own lease (the usual case) are checked up to
-    /// 64 per `Txn` (etcd allows 128 operations in one); the lease itself
-    /// is kept alive by the session. Others are renewed each on its own.
     async fn renew_all(&self, holds: &[(&AcquireRequest, &Grant)]) -> Vec<Result<Instant>> {
-        let mut results: Vec<Option<Result<Instant>>> = holds.iter().map(|_| None).collect();
-        let own: Vec<(usize, &Held)> = holds
-            .iter()
-            .enumerate()
-            .filter_map(|(i, (_, grant))| {
-                let held = grant.backend_state::<Held>().ok()?;
-                (held.foreign_lease.is_none() && held.session.death().is_none())
-                    .then_some((i, held))
-            })
-            .collect();
-        for batch in own.chunks(RENEW_BATCH) {
-            let ops: Vec<TxnOp> = batch
-                .iter()
-                .map(|(_, held)| {
-                    TxnOp::get(held.key.clone(), Some(GetOptions::new().with_keys_only()))
-                })
-                .collect();
-            let checked = self.etcd.txn(Txn::new().and_then(ops)).await;
-            let found: Vec<Vec<etcd_client::KeyValue>> = match &checked {
-                Ok(resp) => gets(resp).collect(),
-                Err(_) => Vec::new(),
-            };
-            for (n, (i, held)) in batch.iter().enumerate() {
-                results[*i] = Some(match &checked {
-                    Err(err) => Err(err.clone()),
-                    Ok(_) => {
-                        let present = found
-                            .get(n)
-                            .and_then(|kvs| kvs.first())
-                            .is_some_and(|kv| kv.create_revision() == held.rev);
-                        if present {
-                            Ok(held.session.safe_until())
-                        } else {
-                            Err(key_gone())
-                        }
-                    }
-                });
-            }
-        }
-        for (i, (request, grant)) in holds.iter().enumerate() {
-            if results[i].is_none() {
-                results[i] = Some(self.renew(request, grant).await);
-            }
-        }
-        results.into_iter().flatten().collect()
+        hold::renew_all(&self.etcd, holds).await
     }
 
     async fn break_lock(&self, name: &LockName) -> Result<bool> {
@@ -626,15 +345,4 @@ impl Backend for EtcdStore {
             session.close(&self.etcd).await;
         }
     }
-}
-
-/// Holds checked by one renewal `Txn` at most.
-const RENEW_BATCH: usize = 64;
-
-/// A renewal found the hold's key gone, or another in its place.
-fn key_gone() -> Error {
-    Error::new(
-        ErrorKind::LockLost,
-        "the lock's key is gone from etcd (lease expired or lock broken)",
-    )
 }

@@ -3,6 +3,8 @@
 
 use omnilock_core::{AcquireRequest, Error, ErrorKind, Grant, Result};
 
+use super::detached::{enqueue_safely, try_put};
+use super::hold::grant;
 use super::EtcdStore;
 use crate::conn::Etcd;
 use crate::queue::{Enqueued, Turn};
@@ -46,9 +48,9 @@ impl EtcdStore {
         let lock_prefix = self.etcd.lock_prefix(request.name.as_str());
         let key = format!("{lock_prefix}{:x}", session.id);
         let enqueued = if wait {
-            self.enqueue_safely(&lock_prefix, &key, session.id).await?
+            enqueue_safely(&self.etcd, &lock_prefix, &key, session.id).await?
         } else {
-            match self.try_put(&lock_prefix, &key, session.id).await? {
+            match try_put(&self.etcd, &lock_prefix, &key, session.id).await? {
                 Some(enqueued) => enqueued,
                 None => return Ok(None),
             }
@@ -76,6 +78,6 @@ impl EtcdStore {
             .wait_turn(&session, &lock_prefix, &key, rev, turn)
             .await?;
         revoke.armed = false;
-        Ok(Some(self.grant(request, key, rev, session, None)))
+        Ok(Some(grant(request, key, rev, session, None)))
     }
 }

@@ -2,48 +2,16 @@
 //! shared lease per TTL, a key per owner in the lock's queue, and re-entry
 //! by the same owner through another client (the store keeps the count).
 
-use std::time::{Duration, Instant};
-
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp};
 use omnilock_core::{AcquireRequest, Error, ErrorKind, Grant, Result};
 
+use super::detached::{enqueue_safely, try_put, Entry};
+use super::hold::{foreign_valid_until, grant};
 use super::EtcdStore;
 use crate::conn::Etcd;
-use crate::queue::{abandon, gets, hold_count, Enqueued, Turn};
-
-/// A queue key that is deleted if the acquire is dropped or fails.
-pub(super) struct Entry {
-    pub(super) etcd: Etcd,
-    pub(super) key: String,
-    pub(super) rev: i64,
-    pub(super) armed: bool,
-}
-
-impl Drop for Entry {
-    fn drop(&mut self) {
-        if self.armed {
-            abandon(&self.etcd, std::mem::take(&mut self.key), self.rev);
-        }
-    }
-}
+use crate::queue::{gets, hold_count, Enqueued, Turn};
 
 impl EtcdStore {
-    /// Until when a key on another client's lease is known to stay.
-    pub(super) async fn foreign_valid_until(&self, lease: i64, ttl: Duration) -> Result<Instant> {
-        let sent = Instant::now();
-        let resp = self
-            .etcd
-            .call(|mut c| async move { c.lease_time_to_live(lease, None).await })
-            .await?;
-        if resp.ttl() <= 0 {
-            return Err(Error::new(
-                ErrorKind::LockLost,
-                "the holder's lease expired",
-            ));
-        }
-        Ok(sent + ttl.min(Duration::from_secs(resp.ttl() as u64)))
-    }
-
     /// Adds one hold to a key our owner holds on another client's lease.
     async fn reenter(&self, request: &AcquireRequest, kv: KeyValue) -> Result<Grant> {
         let key = String::from_utf8_lossy(kv.key()).into_owned();
@@ -77,9 +45,9 @@ impl EtcdStore {
                 }
             }
         }
-        let until = self.foreign_valid_until(lease, request.ttl).await?;
+        let until = foreign_valid_until(&self.etcd, lease, request.ttl).await?;
         let session = self.shared_session(request.ttl).await?;
-        Ok(self.grant(request, key, rev, session, Some((lease, until))))
+        Ok(grant(request, key, rev, session, Some((lease, until))))
     }
 
     pub(super) async fn acquire_recipe(
@@ -91,9 +59,9 @@ impl EtcdStore {
         let lock_prefix = self.etcd.lock_prefix(request.name.as_str());
         let key = Etcd::owner_key(&lock_prefix, request.owner.as_str());
         let enqueued = if wait {
-            self.enqueue_safely(&lock_prefix, &key, session.id).await?
+            enqueue_safely(&self.etcd, &lock_prefix, &key, session.id).await?
         } else {
-            match self.try_put(&lock_prefix, &key, session.id).await? {
+            match try_put(&self.etcd, &lock_prefix, &key, session.id).await? {
                 Some(enqueued) => enqueued,
                 None => return Ok(None),
             }
@@ -116,7 +84,7 @@ impl EtcdStore {
                     .wait_turn(&session, &lock_prefix, &key, rev, turn)
                     .await?;
                 entry.armed = false;
-                Ok(Some(self.grant(request, key, rev, session, None)))
+                Ok(Some(grant(request, key, rev, session, None)))
             }
             Enqueued::Elsewhere { kv, first } => {
                 if !request.reentrant {
