@@ -114,7 +114,7 @@ impl EtcdBuilder {
         let etcd = Etcd::open(self.client, &self.options, SHOWN.into(), deadline)
             .await
             .map_err(context)?;
-        let locks = Locks::new(EtcdStore::open(etcd, self.options.mode));
+        let locks = EtcdStore::open(etcd, self.options.mode).into_locks();
         match self.ttl {
             Some(ttl) => locks.with_ttl(ttl).map_err(context),
             None => Ok(locks),

@@ -24,9 +24,8 @@ use omnilock_core::{Locks, Result};
 
 /// Opens the store an `etcd://` URL names.
 pub async fn connect(config: EtcdConfig) -> Result<Locks> {
-    Ok(Locks::new(
-        EtcdStore::connect(config)
-            .await
-            .map_err(|e| e.with_backend("etcd"))?,
-    ))
+    Ok(EtcdStore::connect(config)
+        .await
+        .map_err(|e| e.with_backend("etcd"))?
+        .into_locks())
 }

@@ -21,6 +21,7 @@
 //! also reads the range again every few seconds without an event.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
@@ -32,10 +33,11 @@ use omnilock_core::{
     Primitive, Result, Share,
 };
 
-use super::recipe::Entry;
-use super::EtcdStore;
+use super::detached::{backoff, Entry};
+use super::hold::grant;
 use crate::conn::Etcd;
 use crate::queue::{abandon, gets, revision};
+use crate::session::Session;
 
 /// How often a waiter reads the range again without an event.
 const RECHECK: Duration = Duration::from_secs(5);
@@ -125,232 +127,232 @@ impl Place {
     }
 }
 
-impl EtcdStore {
-    pub(super) async fn acquire_counted(
-        &self,
-        request: &AcquireRequest,
-        wait: bool,
-    ) -> Result<Option<Grant>> {
-        let counted = Counted::of(request.primitive).expect("a counted lock");
-        let session = self.shared_session(request.ttl).await?;
-        let prefix = self
-            .etcd
-            .counted_prefix(counted.0.family, request.name.as_str());
-        let key = format!(
-            "{prefix}{:x}-{}",
-            session.id,
-            NEXT_ENTRY.fetch_add(1, Ordering::Relaxed)
-        );
-        let value = format!(
-            "{} {} {}",
-            counted.0.weight, counted.0.capacity, request.owner
-        );
-        let (rev, mut seen_at, entries) = self.join(&prefix, &key, &value, session.id).await?;
-        let mut entry = Entry {
-            etcd: self.etcd.clone(),
-            key: key.clone(),
-            rev,
-            armed: true,
+/// Takes (or, with `wait`, waits for) a semaphore permit or a side of a
+/// read-write lock, on `session`, the shared lease of the request's TTL.
+pub(super) async fn acquire(
+    etcd: &Etcd,
+    session: Arc<Session>,
+    request: &AcquireRequest,
+    wait: bool,
+) -> Result<Option<Grant>> {
+    let counted = Counted::of(request.primitive).expect("a counted lock");
+    let prefix = etcd.counted_prefix(counted.0.family, request.name.as_str());
+    let key = format!(
+        "{prefix}{:x}-{}",
+        session.id,
+        NEXT_ENTRY.fetch_add(1, Ordering::Relaxed)
+    );
+    let value = format!(
+        "{} {} {}",
+        counted.0.weight, counted.0.capacity, request.owner
+    );
+    let (rev, mut seen_at, entries) = join(etcd, &prefix, &key, &value, session.id).await?;
+    let mut entry = Entry {
+        etcd: etcd.clone(),
+        key: key.clone(),
+        rev,
+        armed: true,
+    };
+    let mut place = match counted.place(&entries, rev) {
+        Ok(place) => place,
+        Err(err) => {
+            // Gone before the error returns: nobody counts it after.
+            entry.leave_now().await;
+            return Err(err);
+        }
+    };
+    let mut waited = false;
+    let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(1));
+    loop {
+        let (predecessor, first) = match place {
+            Place::Fits => break,
+            Place::Behind { predecessor, first } => (predecessor, first),
         };
-        let mut place = match counted.place(&entries, rev) {
-            Ok(place) => place,
-            Err(err) => {
-                // Gone before the error returns: nobody counts it after.
-                entry.leave_now().await;
-                return Err(err);
-            }
+        if !wait {
+            entry.leave_now().await;
+            return Ok(None);
+        }
+        if !waited {
+            request.waiting.raise();
+            waited = true;
+        }
+        let (watched_key, options) = if first {
+            let options = WatchOptions::new()
+                .with_prefix()
+                .with_filters([WatchFilterType::NoPut]);
+            (prefix.as_bytes().to_vec(), options)
+        } else {
+            (predecessor.clone(), WatchOptions::new())
         };
-        let mut waited = false;
-        let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(1));
-        loop {
-            let (predecessor, first) = match place {
-                Place::Fits => break,
-                Place::Behind { predecessor, first } => (predecessor, first),
-            };
-            if !wait {
-                entry.leave_now().await;
-                return Ok(None);
-            }
-            if !waited {
-                request.waiting.raise();
-                waited = true;
-            }
-            let (watched_key, options) = if first {
-                let options = WatchOptions::new()
-                    .with_prefix()
-                    .with_filters([WatchFilterType::NoPut]);
-                (prefix.as_bytes().to_vec(), options)
-            } else {
-                (predecessor.clone(), WatchOptions::new())
-            };
-            let watched = async {
-                let (mut watch, from) = self.etcd.watch_from_now(watched_key, options).await?;
-                if from > seen_at {
-                    // The range may have moved between our read and the
-                    // watch's start.
-                    let (now, entries) = self.read_up_to(&prefix, &key, rev).await?;
-                    let again = counted.place(&entries, rev)?;
-                    if !again.is_behind(&predecessor, first) {
-                        return Ok(Some((now, again)));
-                    }
+        let watched = async {
+            let (mut watch, from) = etcd.watch_from_now(watched_key, options).await?;
+            if from > seen_at {
+                // The range may have moved between our read and the
+                // watch's start.
+                let (now, entries) = read_up_to(etcd, &prefix, &key, rev).await?;
+                let again = counted.place(&entries, rev)?;
+                if !again.is_behind(&predecessor, first) {
+                    return Ok(Some((now, again)));
                 }
-                watch.fired().await.map(|_| None)
-            };
-            // Looked at again now and then even without an event: a
-            // predecessor's touch that never landed must not strand us.
-            tokio::select! {
-                watched = tokio::time::timeout(RECHECK, watched) => {
-                    match watched {
-                        Ok(Ok(Some((now, again)))) => {
-                            seen_at = now;
-                            place = again;
-                            continue;
-                        }
-                        Ok(Err(err)) if err.kind() == ErrorKind::LockLost => {
-                            return Err(session.death().unwrap_or(err));
-                        }
-                        Ok(Err(err)) => {
-                            if !err.is_retryable() {
-                                return Err(err);
-                            }
-                            tracing::debug!(error = %err, "omnilock etcd watch failed; looking again");
-                            tokio::time::sleep(backoff.next_delay()).await;
-                        }
-                        _ => {}
-                    }
-                }
-                cause = session.died() => return Err(cause),
             }
-            let (now, entries) = loop {
-                match self.read_up_to(&prefix, &key, rev).await {
-                    Ok(read) => break read,
-                    Err(err) if err.kind() == ErrorKind::Unavailable => {
-                        if let Some(cause) = session.death() {
-                            return Err(cause);
+            watch.fired().await.map(|_| None)
+        };
+        // Looked at again now and then even without an event: a
+        // predecessor's touch that never landed must not strand us.
+        tokio::select! {
+            watched = tokio::time::timeout(RECHECK, watched) => {
+                match watched {
+                    Ok(Ok(Some((now, again)))) => {
+                        seen_at = now;
+                        place = again;
+                        continue;
+                    }
+                    Ok(Err(err)) if err.kind() == ErrorKind::LockLost => {
+                        return Err(session.death().unwrap_or(err));
+                    }
+                    Ok(Err(err)) => {
+                        if !err.is_retryable() {
+                            return Err(err);
                         }
+                        tracing::debug!(error = %err, "omnilock etcd watch failed; looking again");
                         tokio::time::sleep(backoff.next_delay()).await;
                     }
-                    Err(err) => return Err(session.death().unwrap_or(err)),
+                    _ => {}
+                }
+            }
+            cause = session.died() => return Err(cause),
+        }
+        let (now, entries) = loop {
+            match read_up_to(etcd, &prefix, &key, rev).await {
+                Ok(read) => break read,
+                Err(err) if err.kind() == ErrorKind::Unavailable => {
+                    if let Some(cause) = session.death() {
+                        return Err(cause);
+                    }
+                    tokio::time::sleep(backoff.next_delay()).await;
+                }
+                Err(err) => return Err(session.death().unwrap_or(err)),
+            }
+        };
+        backoff.reset();
+        seen_at = now;
+        place = counted.place(&entries, rev)?;
+    }
+    if waited {
+        // The waiter behind us watches our key: tell it we hold now. In
+        // the background, so that a caller going away now cannot stop it
+        // (nor leave the key with nobody holding it).
+        touch_in_background(etcd, &key, rev);
+    }
+    entry.armed = false;
+    Ok(Some(grant(request, key, rev, session, None)))
+}
+
+/// Puts our key (once, even if the call is retried) and reads the range
+/// up to it in one transaction: our key's create revision, the revision
+/// read at, and the keys up to ours, oldest first. If the caller goes
+/// away meanwhile, the key is deleted.
+async fn join(
+    etcd: &Etcd,
+    prefix: &str,
+    key: &str,
+    value: &str,
+    lease: i64,
+) -> Result<(i64, i64, Vec<KeyValue>)> {
+    let range = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend);
+    let txn = Txn::new()
+        .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+        .and_then([
+            TxnOp::put(key, value, Some(PutOptions::new().with_lease(lease))),
+            TxnOp::get(prefix, Some(range.clone())),
+        ])
+        .or_else([TxnOp::get(prefix, Some(range))]);
+    let (etcd, undo_etcd) = (etcd.clone(), etcd.clone());
+    let (call_key, undo_key) = (key.to_string(), key.to_string());
+    complete_or_undo(
+        async move {
+            let deadline = tokio::time::Instant::now() + etcd.request_timeout * 2;
+            let resp = match retry(backoff(), deadline, || etcd.txn(txn.clone())).await {
+                Ok(resp) => resp,
+                Err(err) => {
+                    // A try may have been applied without us hearing
+                    // back: the key, unique to this acquisition, would
+                    // otherwise sit in the range as long as the lease.
+                    delete_in_background(&etcd, &call_key);
+                    return Err(err);
                 }
             };
-            backoff.reset();
-            seen_at = now;
-            place = counted.place(&entries, rev)?;
-        }
-        if waited {
-            // The waiter behind us watches our key: tell it we hold now. In
-            // the background, so that a caller going away now cannot stop it
-            // (nor leave the key with nobody holding it).
-            touch_in_background(&self.etcd, &key, rev);
-        }
-        entry.armed = false;
-        Ok(Some(self.grant(request, key, rev, session, None)))
-    }
+            let seen_at = revision(&resp);
+            let mut entries = gets(&resp).next().unwrap_or_default();
+            let Some(at) = entries
+                .iter()
+                .position(|kv| kv.key() == call_key.as_bytes())
+            else {
+                return Err(Error::new(
+                    ErrorKind::Backend,
+                    "etcd did not keep the semaphore's key",
+                ));
+            };
+            let rev = entries[at].create_revision();
+            entries.truncate(at + 1);
+            Ok((rev, seen_at, entries))
+        },
+        move |joined: Result<(i64, i64, Vec<KeyValue>)>| async move {
+            if let Ok((rev, _, _)) = joined {
+                abandon(&undo_etcd, undo_key, rev);
+            }
+        },
+    )
+    .await
+}
 
-    /// Puts our key (once, even if the call is retried) and reads the range
-    /// up to it in one transaction: our key's create revision, the revision
-    /// read at, and the keys up to ours, oldest first. If the caller goes
-    /// away meanwhile, the key is deleted.
-    async fn join(
-        &self,
-        prefix: &str,
-        key: &str,
-        value: &str,
-        lease: i64,
-    ) -> Result<(i64, i64, Vec<KeyValue>)> {
-        let range = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Ascend);
-        let txn = Txn::new()
-            .when([Compare::create_revision(key, CompareOp::Equal, 0)])
-            .and_then([
-                TxnOp::put(key, value, Some(PutOptions::new().with_lease(lease))),
-                TxnOp::get(prefix, Some(range.clone())),
-            ])
-            .or_else([TxnOp::get(prefix, Some(range))]);
-        let etcd = self.etcd.clone();
-        let undo_etcd = self.etcd.clone();
-        let (call_key, undo_key) = (key.to_string(), key.to_string());
-        complete_or_undo(
-            async move {
-                let deadline = tokio::time::Instant::now() + etcd.request_timeout * 2;
-                let backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
-                let resp = match retry(backoff, deadline, || etcd.txn(txn.clone())).await {
-                    Ok(resp) => resp,
-                    Err(err) => {
-                        // A try may have been applied without us hearing
-                        // back: the key, unique to this acquisition, would
-                        // otherwise sit in the range as long as the lease.
-                        delete_in_background(&etcd, &call_key);
-                        return Err(err);
-                    }
-                };
-                let seen_at = revision(&resp);
-                let mut entries = gets(&resp).next().unwrap_or_default();
-                let Some(at) = entries
-                    .iter()
-                    .position(|kv| kv.key() == call_key.as_bytes())
-                else {
-                    return Err(Error::new(
-                        ErrorKind::Backend,
-                        "etcd did not keep the semaphore's key",
-                    ));
-                };
-                let rev = entries[at].create_revision();
-                entries.truncate(at + 1);
-                Ok((rev, seen_at, entries))
-            },
-            move |joined: Result<(i64, i64, Vec<KeyValue>)>| async move {
-                if let Ok((rev, _, _)) = joined {
-                    abandon(&undo_etcd, undo_key, rev);
-                }
-            },
+/// The range's keys up to ours (oldest first) and the revision read at;
+/// `LockLost` if ours is gone.
+async fn read_up_to(
+    etcd: &Etcd,
+    prefix: &str,
+    key: &str,
+    rev: i64,
+) -> Result<(i64, Vec<KeyValue>)> {
+    let txn = Txn::new()
+        .when([Compare::create_revision(key, CompareOp::Equal, rev)])
+        .and_then([TxnOp::get(
+            prefix,
+            Some(
+                GetOptions::new()
+                    .with_prefix()
+                    .with_max_create_revision(rev)
+                    .with_sort(SortTarget::Create, SortOrder::Ascend),
+            ),
+        )]);
+    let resp = etcd.txn(txn).await?;
+    if !resp.succeeded() {
+        return Err(Error::new(
+            ErrorKind::LockLost,
+            "this acquisition's key is gone from etcd (its lease expired)",
         )
-        .await
+        .with_retryable(true));
     }
+    Ok((revision(&resp), gets(&resp).next().unwrap_or_default()))
+}
 
-    /// The range's keys up to ours (oldest first) and the revision read at;
-    /// `LockLost` if ours is gone.
-    async fn read_up_to(&self, prefix: &str, key: &str, rev: i64) -> Result<(i64, Vec<KeyValue>)> {
-        let txn = Txn::new()
-            .when([Compare::create_revision(key, CompareOp::Equal, rev)])
-            .and_then([TxnOp::get(
-                prefix,
-                Some(
-                    GetOptions::new()
-                        .with_prefix()
-                        .with_max_create_revision(rev)
-                        .with_sort(SortTarget::Create, SortOrder::Ascend),
-                ),
-            )]);
-        let resp = self.etcd.txn(txn).await?;
-        if !resp.succeeded() {
-            return Err(Error::new(
-                ErrorKind::LockLost,
-                "this acquisition's key is gone from etcd (its lease expired)",
-            )
-            .with_retryable(true));
-        }
-        Ok((revision(&resp), gets(&resp).next().unwrap_or_default()))
+/// Releases a semaphore permit or a side of a read-write lock: deletes
+/// its key if it is still the one granted.
+pub(super) async fn release(etcd: &Etcd, key: &str, rev: i64) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + etcd.request_timeout * 2;
+    let mut tries = 0;
+    let deleted = retry(backoff(), deadline, || {
+        tries += 1;
+        etcd.delete_if_created(key, rev)
+    })
+    .await?;
+    // A retry may find the key gone because the first try deleted it.
+    if deleted || tries > 1 {
+        return Ok(());
     }
-
-    /// Releases a semaphore permit or a side of a read-write lock: deletes
-    /// its key if it is still the one granted.
-    pub(super) async fn release_counted(&self, key: &str, rev: i64) -> Result<()> {
-        let deadline = tokio::time::Instant::now() + self.etcd.request_timeout * 2;
-        let backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
-        let mut tries = 0;
-        let deleted = retry(backoff, deadline, || {
-            tries += 1;
-            self.etcd.delete_if_created(key, rev)
-        })
-        .await?;
-        // A retry may find the key gone because the first try deleted it.
-        if deleted || tries > 1 {
-            return Ok(());
-        }
-        Err(Error::not_owner())
-    }
+    Err(Error::not_owner())
 }
 
 /// Rewrites our key's value (same lease, same create revision) so that the
@@ -389,15 +391,4 @@ fn delete_in_background(etcd: &Etcd, key: &str) {
                 .map(drop)
         }
     });
-}
-
-impl Entry {
-    /// Deletes the key now (a busy try-acquire, a refused permits count),
-    /// so that the next acquire does not count it; in the background if
-    /// that fails.
-    async fn leave_now(&mut self) {
-        if let Ok(true) = self.etcd.delete_if_created(&self.key, self.rev).await {
-            self.armed = false;
-        }
-    }
 }

@@ -1,12 +1,41 @@
-//! etcd's own lock protocol ([`Mode::LockApi`](crate::Mode::LockApi)): a
-//! lease per acquisition and a key named after it, run client-side.
+//! etcd's own lock protocol ([`Mode::LockApi`](crate::Mode::LockApi)),
+//! [`LockApiStore`]: a lease per acquisition and a key named after it, run
+//! client-side. Its keys name no owner, so it cannot say who holds a lock,
+//! re-enter a hold of another client, or take a `lock_all` in one step.
+//! Semaphores and read-write locks are the recipe's, on the shared leases
+//! of [`Base`].
 
-use omnilock_core::{AcquireRequest, Error, ErrorKind, Grant, Result};
+use std::fmt;
+use std::time::Instant;
 
-use super::EtcdStore;
+use omnilock_core::{
+    async_trait, AcquireRequest, Backend, Capabilities, Error, ErrorKind, Grant, Holder, LockName,
+    Result,
+};
+
+use super::base::{capabilities, granted, Base};
+use super::counted::Counted;
+use super::detached::{enqueue_safely, try_put};
+use super::hold::{self, grant};
+use super::leases::OwnLeases;
+use super::lock_all::part_by_part;
+use crate::config::Mode;
 use crate::conn::Etcd;
 use crate::queue::{Enqueued, Turn};
 use crate::session::revoke_in_background;
+
+/// The [`Backend`] of [`Mode::LockApi`] (`?mode=lockapi`).
+pub(crate) struct LockApiStore {
+    base: Base,
+    /// The mutexes' leases, one per acquisition.
+    leases: OwnLeases,
+}
+
+impl fmt::Debug for LockApiStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.base.debug(f, Mode::LockApi)
+    }
+}
 
 /// Revokes a per-acquisition lease when an acquire fails or is dropped.
 struct Revoke {
@@ -23,7 +52,16 @@ impl Drop for Revoke {
     }
 }
 
-impl EtcdStore {
+impl LockApiStore {
+    /// The lock protocol on the connection `etcd`, with no lease granted
+    /// yet.
+    pub(crate) fn new(etcd: Etcd) -> Self {
+        LockApiStore {
+            base: Base::new(etcd),
+            leases: OwnLeases::default(),
+        }
+    }
+
     /// etcd's lock protocol (`concurrency.Mutex`, which `etcdctl lock` runs
     /// in the client and the Lock RPC runs inside the server): a lease per
     /// acquisition, the key `<range><lease hex>`, the same queue order. The
@@ -31,24 +69,20 @@ impl EtcdStore {
     /// the server's Lock RPC: etcd 3.4's server-side wait shares one
     /// in-process watch stream per member, which a burst of cancelled
     /// waiters deadlocks for good (docs/backends/etcd.md, `mass_cancel`).
-    pub(super) async fn acquire_lockapi(
-        &self,
-        request: &AcquireRequest,
-        wait: bool,
-    ) -> Result<Option<Grant>> {
-        let session = self.own_session(request.ttl).await?;
+    async fn acquire_mutex(&self, request: &AcquireRequest, wait: bool) -> Result<Option<Grant>> {
+        let session = self.leases.take(&self.base.etcd, request.ttl).await?;
         // Revoking the lease deletes whatever key it got, at any stage.
         let mut revoke = Revoke {
-            etcd: self.etcd.clone(),
+            etcd: self.base.etcd.clone(),
             lease: session.id,
             armed: true,
         };
-        let lock_prefix = self.etcd.lock_prefix(request.name.as_str());
+        let lock_prefix = self.base.etcd.lock_prefix(request.name.as_str());
         let key = format!("{lock_prefix}{:x}", session.id);
         let enqueued = if wait {
-            self.enqueue_safely(&lock_prefix, &key, session.id).await?
+            enqueue_safely(&self.base.etcd, &lock_prefix, &key, session.id).await?
         } else {
-            match self.try_put(&lock_prefix, &key, session.id).await? {
+            match try_put(&self.base.etcd, &lock_prefix, &key, session.id).await? {
                 Some(enqueued) => enqueued,
                 None => return Ok(None),
             }
@@ -72,10 +106,73 @@ impl EtcdStore {
             }
             request.waiting.raise();
         }
-        self.etcd
+        self.base
+            .etcd
             .wait_turn(&session, &lock_prefix, &key, rev, turn)
             .await?;
         revoke.armed = false;
-        Ok(Some(self.grant(request, key, rev, session, None)))
+        Ok(Some(grant(request, key, rev, session, None)))
+    }
+}
+
+#[async_trait]
+impl Backend for LockApiStore {
+    fn kind(&self) -> &'static str {
+        "etcd"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        capabilities(false)
+    }
+
+    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
+        let mutex = self.acquire_mutex(request, false);
+        self.base.acquire(request, false, mutex).await
+    }
+
+    async fn try_acquire_all(&self, requests: &[AcquireRequest]) -> Result<Option<Vec<Grant>>> {
+        if requests.is_empty() {
+            return Ok(Some(Vec::new()));
+        }
+        Err(part_by_part())
+    }
+
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Grant> {
+        let mutex = self.acquire_mutex(request, true);
+        granted(self.base.acquire(request, true, mutex).await?)
+    }
+
+    async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
+        let held = self.base.release(request, grant).await?;
+        if Counted::of(request.primitive).is_none() {
+            // Our key is gone, so the lease holds nothing: keep it for the
+            // next acquisition, up to a few per TTL.
+            self.leases
+                .give_back(&self.base.etcd, request.ttl, &held.session);
+        }
+        Ok(())
+    }
+
+    async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
+        hold::renew(&self.base.etcd, request, grant).await
+    }
+
+    async fn renew_all(&self, holds: &[(&AcquireRequest, &Grant)]) -> Vec<Result<Instant>> {
+        hold::renew_all(&self.base.etcd, holds).await
+    }
+
+    async fn break_lock(&self, name: &LockName) -> Result<bool> {
+        self.base.break_lock(name).await
+    }
+
+    async fn holder(&self, _name: &LockName) -> Result<Option<Holder>> {
+        Err(Error::new(
+            ErrorKind::Unsupported,
+            "etcd's lock protocol does not record owners (use the default mode)",
+        ))
+    }
+
+    async fn close(&self) {
+        self.base.close(self.leases.drain()).await;
     }
 }

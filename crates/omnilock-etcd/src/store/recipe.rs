@@ -1,47 +1,43 @@
-//! omnilock's own recipe ([`Mode::Recipe`](crate::Mode::Recipe)): one
-//! shared lease per TTL, a key per owner in the lock's queue, and re-entry
-//! by the same owner through another client (the store keeps the count).
+//! omnilock's own recipe ([`Mode::Recipe`](crate::Mode::Recipe)),
+//! [`RecipeStore`]: one shared lease per TTL, a key per owner in the
+//! lock's queue, and re-entry by the same owner through another client (the
+//! store keeps the count). Owners are in the keys, so it can say who holds
+//! a lock, and every part of a `lock_all` goes in one transaction.
 
-use std::time::{Duration, Instant};
+use std::fmt;
+use std::time::Instant;
 
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp};
-use omnilock_core::{AcquireRequest, Error, ErrorKind, Grant, Result};
+use omnilock_core::{
+    async_trait, AcquireRequest, Backend, Capabilities, Error, ErrorKind, Grant, Holder, LockName,
+    Owner, Result,
+};
 
-use super::EtcdStore;
+use super::base::{capabilities, granted, Base};
+use super::detached::{enqueue_safely, try_put, Entry};
+use super::hold::{self, foreign_valid_until, grant};
+use super::lock_all::try_put_all;
+use crate::config::Mode;
 use crate::conn::Etcd;
-use crate::queue::{abandon, gets, hold_count, Enqueued, Turn};
+use crate::queue::{gets, hold_count, Enqueued, Turn};
 
-/// A queue key that is deleted if the acquire is dropped or fails.
-pub(super) struct Entry {
-    pub(super) etcd: Etcd,
-    pub(super) key: String,
-    pub(super) rev: i64,
-    pub(super) armed: bool,
+/// The [`Backend`] of [`Mode::Recipe`] (the default).
+pub(crate) struct RecipeStore {
+    base: Base,
 }
 
-impl Drop for Entry {
-    fn drop(&mut self) {
-        if self.armed {
-            abandon(&self.etcd, std::mem::take(&mut self.key), self.rev);
-        }
+impl fmt::Debug for RecipeStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.base.debug(f, Mode::Recipe)
     }
 }
 
-impl EtcdStore {
-    /// Until when a key on another client's lease is known to stay.
-    pub(super) async fn foreign_valid_until(&self, lease: i64, ttl: Duration) -> Result<Instant> {
-        let sent = Instant::now();
-        let resp = self
-            .etcd
-            .call(|mut c| async move { c.lease_time_to_live(lease, None).await })
-            .await?;
-        if resp.ttl() <= 0 {
-            return Err(Error::new(
-                ErrorKind::LockLost,
-                "the holder's lease expired",
-            ));
+impl RecipeStore {
+    /// The recipe on the connection `etcd`, with no lease granted yet.
+    pub(crate) fn new(etcd: Etcd) -> Self {
+        RecipeStore {
+            base: Base::new(etcd),
         }
-        Ok(sent + ttl.min(Duration::from_secs(resp.ttl() as u64)))
     }
 
     /// Adds one hold to a key our owner holds on another client's lease.
@@ -62,7 +58,7 @@ impl EtcdStore {
                     Some(PutOptions::new().with_ignore_lease()),
                 )])
                 .or_else([TxnOp::get(key.as_str(), None)]);
-            let resp = self.etcd.txn(txn).await?;
+            let resp = self.base.etcd.txn(txn).await?;
             if resp.succeeded() {
                 break;
             }
@@ -77,23 +73,22 @@ impl EtcdStore {
                 }
             }
         }
-        let until = self.foreign_valid_until(lease, request.ttl).await?;
-        let session = self.shared_session(request.ttl).await?;
-        Ok(self.grant(request, key, rev, session, Some((lease, until))))
+        let until = foreign_valid_until(&self.base.etcd, lease, request.ttl).await?;
+        let session = self.base.shared_session(request.ttl).await?;
+        Ok(grant(request, key, rev, session, Some((lease, until))))
     }
 
-    pub(super) async fn acquire_recipe(
-        &self,
-        request: &AcquireRequest,
-        wait: bool,
-    ) -> Result<Option<Grant>> {
-        let session = self.shared_session(request.ttl).await?;
-        let lock_prefix = self.etcd.lock_prefix(request.name.as_str());
+    /// The recipe's mutex: our owner's key in the lock's queue, on the
+    /// shared lease; with `wait`, waits for its turn. An owner that holds
+    /// or waits through another client re-enters its key instead.
+    async fn acquire_mutex(&self, request: &AcquireRequest, wait: bool) -> Result<Option<Grant>> {
+        let session = self.base.shared_session(request.ttl).await?;
+        let lock_prefix = self.base.etcd.lock_prefix(request.name.as_str());
         let key = Etcd::owner_key(&lock_prefix, request.owner.as_str());
         let enqueued = if wait {
-            self.enqueue_safely(&lock_prefix, &key, session.id).await?
+            enqueue_safely(&self.base.etcd, &lock_prefix, &key, session.id).await?
         } else {
-            match self.try_put(&lock_prefix, &key, session.id).await? {
+            match try_put(&self.base.etcd, &lock_prefix, &key, session.id).await? {
                 Some(enqueued) => enqueued,
                 None => return Ok(None),
             }
@@ -101,7 +96,7 @@ impl EtcdStore {
         match enqueued {
             Enqueued::Mine { rev, turn } => {
                 let mut entry = Entry {
-                    etcd: self.etcd.clone(),
+                    etcd: self.base.etcd.clone(),
                     key: key.clone(),
                     rev,
                     armed: true,
@@ -112,11 +107,12 @@ impl EtcdStore {
                     }
                     request.waiting.raise();
                 }
-                self.etcd
+                self.base
+                    .etcd
                     .wait_turn(&session, &lock_prefix, &key, rev, turn)
                     .await?;
                 entry.armed = false;
-                Ok(Some(self.grant(request, key, rev, session, None)))
+                Ok(Some(grant(request, key, rev, session, None)))
             }
             Enqueued::Elsewhere { kv, first } => {
                 if !request.reentrant {
@@ -130,12 +126,14 @@ impl EtcdStore {
                     // same key (it is not ours to delete), then re-enter.
                     request.waiting.raise();
                     let rev = kv.create_revision();
-                    let turn = self.etcd.recheck(&lock_prefix, &key, rev).await?;
-                    self.etcd
+                    let turn = self.base.etcd.recheck(&lock_prefix, &key, rev).await?;
+                    self.base
+                        .etcd
                         .wait_turn(&session, &lock_prefix, &key, rev, turn)
                         .await?;
                 }
                 let current = self
+                    .base
                     .etcd
                     .call(|mut c| {
                         let key = key.clone();
@@ -153,5 +151,77 @@ impl EtcdStore {
                 self.reenter(request, current).await.map(Some)
             }
         }
+    }
+}
+
+#[async_trait]
+impl Backend for RecipeStore {
+    fn kind(&self) -> &'static str {
+        "etcd"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        capabilities(true)
+    }
+
+    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
+        let mutex = self.acquire_mutex(request, false);
+        self.base.acquire(request, false, mutex).await
+    }
+
+    async fn try_acquire_all(&self, requests: &[AcquireRequest]) -> Result<Option<Vec<Grant>>> {
+        try_put_all(&self.base, requests).await
+    }
+
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Grant> {
+        let mutex = self.acquire_mutex(request, true);
+        granted(self.base.acquire(request, true, mutex).await?)
+    }
+
+    async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
+        self.base.release(request, grant).await.map(drop)
+    }
+
+    async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
+        hold::renew(&self.base.etcd, request, grant).await
+    }
+
+    async fn renew_all(&self, holds: &[(&AcquireRequest, &Grant)]) -> Vec<Result<Instant>> {
+        hold::renew_all(&self.base.etcd, holds).await
+    }
+
+    async fn break_lock(&self, name: &LockName) -> Result<bool> {
+        self.base.break_lock(name).await
+    }
+
+    async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
+        let lock_prefix = self.base.etcd.lock_prefix(name.as_str());
+        let Some(kv) = self.base.etcd.holder(&lock_prefix).await? else {
+            return Ok(None);
+        };
+        let key = String::from_utf8_lossy(kv.key()).into_owned();
+        let owner = match key
+            .strip_prefix(&lock_prefix)
+            .and_then(|k| k.strip_prefix("o:"))
+        {
+            Some(encoded) => percent_encoding::percent_decode_str(encoded)
+                .decode_utf8()
+                .ok()
+                .and_then(|o| Owner::new(&o).ok()),
+            None => None,
+        };
+        // A key from `etcdctl lock` (a lease ID) names no owner we know.
+        let owner = match owner {
+            Some(owner) => owner,
+            None => Owner::new(&format!("lease:{}", key.rsplit('/').next().unwrap_or("?")))?,
+        };
+        Ok(Some(Holder {
+            owner,
+            token: kv.create_revision() as u64,
+        }))
+    }
+
+    async fn close(&self) {
+        self.base.close(Vec::new()).await;
     }
 }

@@ -1,0 +1,140 @@
+//! What both modes stand on ([`Base`]): the connection, one shared lease
+//! per TTL, and the steps that do not depend on how a mutex is queued:
+//! semaphores and read-write locks (`counted`), giving a hold back, and
+//! breaking a lock.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use omnilock_core::{
+    AcquireRequest, Capabilities, Error, ErrorKind, Grant, LockName, Result, SessionsPerTtl,
+};
+
+use super::counted::{self, Counted};
+use super::hold::{release_mutex, Held};
+use crate::config::Mode;
+use crate::conn::Etcd;
+use crate::session::Session;
+
+/// The connection and the shared leases (one per TTL asked for) that both
+/// [`RecipeStore`](super::recipe::RecipeStore) and
+/// [`LockApiStore`](super::lockapi::LockApiStore) hold: the recipe queues
+/// its mutexes on them, and both modes their semaphores and read-write
+/// locks.
+pub(super) struct Base {
+    pub(super) etcd: Etcd,
+    sessions: SessionsPerTtl<Session>,
+}
+
+impl Base {
+    /// Stands on the connection `etcd`, with no lease granted yet.
+    pub(super) fn new(etcd: Etcd) -> Self {
+        Base {
+            etcd,
+            sessions: SessionsPerTtl::new(|session| session.death().is_none()),
+        }
+    }
+
+    /// The shared session for `ttl`, granting a new lease if there is none
+    /// or the last one died.
+    pub(super) async fn shared_session(&self, ttl: Duration) -> Result<Arc<Session>> {
+        self.sessions
+            .get(ttl, || Session::grant(&self.etcd, ttl))
+            .await
+    }
+
+    /// Takes (or, with `wait`, waits for) what `request` asks: a semaphore
+    /// permit or a side of a read-write lock here, in the same way in both
+    /// modes; a mutex through `mutex`, the mode's own acquisition (not run
+    /// otherwise).
+    pub(super) async fn acquire(
+        &self,
+        request: &AcquireRequest,
+        wait: bool,
+        mutex: impl Future<Output = Result<Option<Grant>>>,
+    ) -> Result<Option<Grant>> {
+        if Counted::of(request.primitive).is_some() {
+            let session = self.shared_session(request.ttl).await?;
+            return counted::acquire(&self.etcd, session, request, wait).await;
+        }
+        mutex.await
+    }
+
+    /// Gives one hold back: deletes a counted lock's key, or counts a
+    /// mutex's hold down (deleting its key on the last). Returns what the
+    /// grant carried.
+    pub(super) async fn release<'g>(
+        &self,
+        request: &AcquireRequest,
+        grant: &'g Grant,
+    ) -> Result<&'g Held> {
+        let held = grant.backend_state::<Held>()?;
+        held.session.unregister(held.ticket);
+        if Counted::of(request.primitive).is_some() {
+            counted::release(&self.etcd, &held.key, held.rev).await?;
+        } else {
+            release_mutex(&self.etcd, held).await?;
+        }
+        Ok(held)
+    }
+
+    /// Deletes the key that holds the mutex `name`, whoever put it.
+    pub(super) async fn break_lock(&self, name: &LockName) -> Result<bool> {
+        let lock_prefix = self.etcd.lock_prefix(name.as_str());
+        let Some(holder) = self.etcd.holder(&lock_prefix).await? else {
+            return Ok(false);
+        };
+        let key = String::from_utf8_lossy(holder.key()).into_owned();
+        self.etcd
+            .delete_if_created(&key, holder.create_revision())
+            .await
+    }
+
+    /// Closes the shared sessions and then `more` (a mode's own leases):
+    /// revoking a lease deletes every key on it.
+    pub(super) async fn close(&self, more: Vec<Arc<Session>>) {
+        let shared = self.sessions.take_all();
+        for session in shared.into_iter().chain(more) {
+            session.close(&self.etcd).await;
+        }
+    }
+
+    /// The store as its users know it: an `EtcdStore` in `mode`.
+    pub(super) fn debug(&self, f: &mut fmt::Formatter<'_>, mode: Mode) -> fmt::Result {
+        f.debug_struct("EtcdStore")
+            .field("endpoints", &self.etcd.shown)
+            .field("mode", &mode)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a store promises in either mode. `owners_in_keys` for the recipe,
+/// whose keys name their owners: re-entry through another client, saying
+/// who holds a lock (hence elections) and a one-step `lock_all` need it;
+/// etcd's lock protocol names its keys after leases.
+pub(super) fn capabilities(owners_in_keys: bool) -> Capabilities {
+    Capabilities {
+        fair: true,
+        push_wakeups: true,
+        fencing: true,
+        cross_process_reentrancy: owners_in_keys,
+        lease_renewal: true,
+        cross_process: true,
+        break_lock: true,
+        holder: owners_in_keys,
+        election: owners_in_keys,
+        // Raft: a grant is committed on a majority of members.
+        survives_failover: true,
+        semaphore: true,
+        rw_lock: true,
+        atomic_lock_all: owners_in_keys,
+    }
+}
+
+/// What a waiting acquire answers: its grant (a waiting acquisition never
+/// comes back with nothing).
+pub(super) fn granted(granted: Option<Grant>) -> Result<Grant> {
+    granted.ok_or_else(|| Error::new(ErrorKind::Backend, "a waiting acquire returned nothing"))
+}
