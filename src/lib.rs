@@ -87,9 +87,9 @@ use omnilock_core::{check_ttl, StoreUrl};
 pub mod raw {
     pub use omnilock_core::{
         async_trait, check_ttl, complete_or_undo, lock_unpoisoned, retry, retry_in_background,
-        retry_when, AcquireRequest, Backend, Backoff, CompleteOrUndo, Grant, HostPort,
-        LocalWaiters, LostNotifier, Primitive, Secret, SessionGuards, SessionsPerTtl, Share,
-        StoreUrl, WaitNotice, MAX_NAME_BYTES, RW_CAPACITY,
+        retry_when, AcquireRequest, Backend, Backoff, CompleteOrUndo, Connecting, Driver, Grant,
+        HostPort, LocalWaiters, LostNotifier, Primitive, Secret, SessionGuards, SessionsPerTtl,
+        Share, StoreUrl, WaitNotice, MAX_NAME_BYTES, RW_CAPACITY,
     };
 }
 
@@ -145,7 +145,7 @@ pub async fn connect(url: &str) -> Result<Locks> {
     if let Some(ttl) = ttl {
         check_ttl(ttl).map_err(context)?;
     }
-    let locks = open(&mut url).await.map_err(context)?;
+    let locks = open(url).await.map_err(context)?;
     match ttl {
         Some(ttl) => locks.with_ttl(ttl).map_err(context),
         None => Ok(locks),
@@ -179,42 +179,32 @@ pub const SCHEMES: &[(&str, Option<&str>)] = &[
     ("sqlite", Some("sqlite")),
 ];
 
-async fn open(url: &mut StoreUrl) -> Result<Locks> {
-    let scheme = url.scheme().to_string();
-    match scheme.as_str() {
-        omnilock_core::mem::SCHEME => Ok(Locks::new(MemStore::from_url(url)?)),
-        #[cfg(feature = "etcd")]
-        "etcd" | "etcds" => omnilock_etcd::connect(omnilock_etcd::EtcdConfig::from_url(url)?).await,
-        #[cfg(not(feature = "etcd"))]
-        "etcd" | "etcds" => not_built(url, "etcd"),
-        #[cfg(feature = "zookeeper")]
-        "zk" | "zookeeper" => {
-            omnilock_zookeeper::connect(omnilock_zookeeper::ZkConfig::from_url(url)?).await
-        }
-        #[cfg(not(feature = "zookeeper"))]
-        "zk" | "zookeeper" => not_built(url, "zookeeper"),
-        #[cfg(feature = "redis")]
-        "redis" | "rediss" | "redlock" | "redis+cluster" | "rediss+cluster" | "redis+sentinel"
-        | "rediss+sentinel" => {
-            omnilock_redis::connect(omnilock_redis::RedisConfig::from_url(url)?).await
-        }
-        #[cfg(not(feature = "redis"))]
-        "redis" | "rediss" | "redlock" | "redis+cluster" | "rediss+cluster" | "redis+sentinel"
-        | "rediss+sentinel" => not_built(url, "redis"),
-        #[cfg(feature = "mysql")]
-        "mysql" | "mariadb" => sql(url).await,
-        #[cfg(not(feature = "mysql"))]
-        "mysql" | "mariadb" => not_built(url, "mysql"),
-        #[cfg(feature = "postgres")]
-        "postgres" | "postgresql" => sql(url).await,
-        #[cfg(not(feature = "postgres"))]
-        "postgres" | "postgresql" => not_built(url, "postgres"),
-        #[cfg(feature = "sqlite")]
-        "sqlite" => sql(url).await,
-        #[cfg(not(feature = "sqlite"))]
-        "sqlite" => not_built(url, "sqlite"),
-        other => Err(Error::config(format!(
-            "unknown store scheme {other:?}; known: {}",
+/// Every store family built into this crate (see [`raw::Driver`]).
+const DRIVERS: &[omnilock_core::Driver] = &[
+    omnilock_core::mem::DRIVER,
+    #[cfg(feature = "etcd")]
+    omnilock_etcd::DRIVER,
+    #[cfg(feature = "zookeeper")]
+    omnilock_zookeeper::DRIVER,
+    #[cfg(feature = "redis")]
+    omnilock_redis::DRIVER,
+    #[cfg(feature = "mysql")]
+    omnilock_sql::MYSQL_DRIVER,
+    #[cfg(feature = "postgres")]
+    omnilock_sql::POSTGRES_DRIVER,
+    #[cfg(feature = "sqlite")]
+    omnilock_sql::SQLITE_DRIVER,
+];
+
+async fn open(url: StoreUrl) -> Result<Locks> {
+    if let Some(driver) = DRIVERS.iter().find(|d| d.serves(url.scheme())) {
+        return (driver.connect)(url).await;
+    }
+    match SCHEMES.iter().find(|(scheme, _)| *scheme == url.scheme()) {
+        Some((_, Some(feature))) => not_built(&url, feature),
+        _ => Err(Error::config(format!(
+            "unknown store scheme {:?}; known: {}",
+            url.scheme(),
             SCHEMES
                 .iter()
                 .map(|(scheme, _)| *scheme)
@@ -224,17 +214,50 @@ async fn open(url: &mut StoreUrl) -> Result<Locks> {
     }
 }
 
-#[cfg(any(feature = "mysql", feature = "postgres", feature = "sqlite"))]
-async fn sql(url: &StoreUrl) -> Result<Locks> {
-    let config = sql::SqlConfig::from_url(url)?;
-    Ok(Locks::new(sql::SqlStore::connect(config).await?))
-}
-
 /// The answer for a scheme whose backend is not compiled in.
-#[allow(dead_code)] // unused when every feature is on
 fn not_built(url: &StoreUrl, feature: &str) -> Result<Locks> {
     Err(Error::config(format!(
         "{}:// needs the cargo feature `{feature}` of omnilock (or `full`)",
         url.scheme()
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether the cargo feature `feature` of this crate is on.
+    fn built(feature: &str) -> bool {
+        match feature {
+            "etcd" => cfg!(feature = "etcd"),
+            "zookeeper" => cfg!(feature = "zookeeper"),
+            "redis" => cfg!(feature = "redis"),
+            "mysql" => cfg!(feature = "mysql"),
+            "postgres" => cfg!(feature = "postgres"),
+            "sqlite" => cfg!(feature = "sqlite"),
+            other => panic!("SCHEMES names an unknown feature {other:?}"),
+        }
+    }
+
+    /// `SCHEMES` (what the docs and the not-built errors say) and the
+    /// drivers (what `connect` opens) agree: every scheme a driver serves is
+    /// listed with that driver's feature, and every listed scheme whose
+    /// feature is on has a driver.
+    #[test]
+    fn schemes_and_drivers_agree() {
+        for driver in DRIVERS {
+            for scheme in driver.schemes {
+                assert!(
+                    SCHEMES.contains(&(scheme, driver.feature)),
+                    "{scheme}:// is served but not listed in SCHEMES with {:?}",
+                    driver.feature
+                );
+            }
+        }
+        for (scheme, feature) in SCHEMES {
+            let served = DRIVERS.iter().any(|d| d.serves(scheme));
+            let expected = feature.is_none_or(built);
+            assert_eq!(served, expected, "{scheme}:// (feature {feature:?})");
+        }
+    }
 }

@@ -2,7 +2,7 @@
 //! guard, the renewal task, the lost signal, the release path.
 //!
 //! ```sh
-//! cargo bench --bench core_overhead
+//! cargo bench -p omnilock-bench --bench core_overhead
 //! ```
 
 #[path = "common/mod.rs"]
@@ -10,7 +10,7 @@ mod common;
 
 use std::time::Instant;
 
-use common::{iterations, ms, percentile};
+use common::{iterations, ms, percentile, try_round};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
@@ -18,12 +18,7 @@ async fn main() {
     let mut samples = Vec::new();
     for i in 0..iterations(20000) {
         let started = Instant::now();
-        let guard = locks
-            .try_acquire("bench")
-            .await
-            .expect("acquire")
-            .expect("free");
-        guard.release().await.expect("release");
+        try_round(&locks, "bench").await;
         if i > 1000 {
             samples.push(started.elapsed());
         }

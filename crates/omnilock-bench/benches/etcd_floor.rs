@@ -8,7 +8,7 @@
 //!
 //! ```sh
 //! scripts/stores.sh up && source target/stores/env
-//! cargo bench --bench etcd_floor --features etcd
+//! cargo bench -p omnilock-bench --bench etcd_floor
 //! ```
 
 #[path = "common/mod.rs"]
@@ -16,7 +16,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{iterations, ms, percentile};
+use common::{batches, iterations, ms, percentile};
 use etcd_client::{Compare, CompareOp, LockOptions, PutOptions, Txn, TxnOp};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -26,14 +26,10 @@ async fn main() {
         eprintln!("set OMNILOCK_TEST_ETCD_URL (scripts/stores.sh up)");
         return;
     };
-    let hosts = url
-        .trim_start_matches("etcd://")
-        .split('/')
-        .next()
-        .unwrap()
-        .split(',')
+    let hosts: Vec<String> = common::hosts(&url)
+        .iter()
         .map(|h| format!("http://{h}"))
-        .collect::<Vec<_>>();
+        .collect();
     let mut raw = etcd_client::Client::connect(&hosts, None)
         .await
         .expect("raw client");
@@ -60,10 +56,7 @@ async fn main() {
         .expect("lockapi");
 
     let mut samples: [Vec<Duration>; 4] = Default::default();
-    let batches = 20;
-    let per_batch = (iterations / batches).max(1);
-    for batch in 0..=batches {
-        let warmup = batch == 0;
+    for (_, warmup, per_batch) in batches(iterations) {
         for _ in 0..per_batch {
             let started = Instant::now();
             let key = "bench/floor/o:me";

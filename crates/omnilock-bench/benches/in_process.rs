@@ -4,11 +4,15 @@
 //! `cargo bench` (no features, no servers):
 //!
 //! ```sh
-//! cargo bench --bench in_process
+//! cargo bench -p omnilock-bench --bench in_process
 //! ```
+
+#[path = "common/mod.rs"]
+mod common;
 
 use std::hint::black_box;
 
+use common::try_round;
 use criterion::{criterion_group, criterion_main, Criterion};
 use omnilock::raw::StoreUrl;
 use omnilock::{LockName, Owner};
@@ -35,12 +39,7 @@ fn mem_store(c: &mut Criterion) {
     c.bench_function("mem://: try_acquire + release", |b| {
         b.iter(|| {
             runtime.block_on(async {
-                let guard = locks
-                    .try_acquire("bench")
-                    .await
-                    .expect("acquire")
-                    .expect("free");
-                guard.release().await.expect("release");
+                try_round(&locks, "bench").await;
             })
         })
     });

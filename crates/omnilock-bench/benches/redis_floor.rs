@@ -12,7 +12,7 @@
 //!
 //! ```sh
 //! scripts/stores.sh up && source target/stores/env
-//! cargo bench --bench redis_floor --features redis
+//! cargo bench -p omnilock-bench --bench redis_floor
 //! ```
 
 #[path = "common/mod.rs"]
@@ -20,7 +20,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{iterations, ms, percentile};
+use common::{batches, iterations, ms, percentile, try_round};
 
 const RELEASE: &str = r#"
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -67,10 +67,7 @@ async fn main() {
 
     let (mut floor, mut fenced, mut ours, mut five, mut rslock) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let batches = 20;
-    let per_batch = (iterations / batches).max(1);
-    for batch in 0..=batches {
-        let warmup = batch == 0;
+    for (_, warmup, per_batch) in batches(iterations) {
         for _ in 0..per_batch {
             let started = Instant::now();
             let set: Option<String> = redis::cmd("SET")
@@ -117,12 +114,7 @@ async fn main() {
         for (locks, samples) in [(&single, &mut ours), (&redlock, &mut five)] {
             for _ in 0..per_batch {
                 let started = Instant::now();
-                let guard = locks
-                    .try_acquire("bench/uncontended")
-                    .await
-                    .expect("acquire")
-                    .expect("free");
-                guard.release().await.expect("release");
+                try_round(locks, "bench/uncontended").await;
                 if !warmup {
                     samples.push(started.elapsed());
                 }

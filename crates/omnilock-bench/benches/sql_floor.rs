@@ -8,7 +8,7 @@
 //! then `source target/stores/env`):
 //!
 //! ```sh
-//! cargo bench --bench sql_floor --features sqlite,mysql,postgres
+//! cargo bench -p omnilock-bench --bench sql_floor
 //! ```
 //!
 //! Times drift on a shared machine; read the ratios, which compare numbers
@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 #[path = "common/mod.rs"]
 mod common;
 
-use common::{iterations, ms, percentile};
+use common::{batches, iterations, ms, percentile, try_round};
 use sqlx::{AssertSqlSafe, Executor, SqlSafeStr};
 
 const STORES: &[&str] = &["SQLITE", "MYSQL", "POSTGRES"];
@@ -95,7 +95,8 @@ macro_rules! on_pool {
     };
 }
 
-async fn raw_pool(store: &str, url: &str) -> RawPool {
+/// The floor's pool of `connections` (SQLite: 4).
+async fn raw_pool(store: &str, url: &str, connections: u32) -> RawPool {
     match store {
         "SQLITE" => RawPool::Sqlite(
             sqlx::sqlite::SqlitePoolOptions::new()
@@ -115,14 +116,14 @@ async fn raw_pool(store: &str, url: &str) -> RawPool {
         ),
         "MYSQL" => RawPool::MySql(
             sqlx::mysql::MySqlPoolOptions::new()
-                .max_connections(8)
+                .max_connections(connections)
                 .connect(url)
                 .await
                 .expect("raw pool"),
         ),
         _ => RawPool::Postgres(
             sqlx::postgres::PgPoolOptions::new()
-                .max_connections(8)
+                .max_connections(connections)
                 .connect(url)
                 .await
                 .expect("raw pool"),
@@ -131,7 +132,7 @@ async fn raw_pool(store: &str, url: &str) -> RawPool {
 }
 
 async fn uncontended(store: &str, url: &str, iterations: usize) {
-    let pool = raw_pool(store, url).await;
+    let pool = raw_pool(store, url, 8).await;
     let (text, placeholder) = match store {
         "SQLITE" => ("TEXT", ["?1", "?2"]),
         "MYSQL" => ("VARCHAR(256)", ["?", "?"]),
@@ -157,10 +158,7 @@ async fn uncontended(store: &str, url: &str, iterations: usize) {
         [insert, delete].map(|sql| AssertSqlSafe(std::sync::Arc::<str>::from(sql)).into_sql_str());
     let locks = omnilock::connect(url).await.expect("omnilock");
     let (mut floor, mut same, mut fresh) = (Vec::new(), Vec::new(), Vec::new());
-    let batches = 20;
-    let per_batch = (iterations / batches).max(1);
-    for batch in 0..=batches {
-        let warmup = batch == 0;
+    for (batch, warmup, per_batch) in batches(iterations) {
         for _ in 0..per_batch {
             let started = Instant::now();
             on_pool!(&pool, p => {
@@ -192,22 +190,7 @@ async fn uncontended(store: &str, url: &str, iterations: usize) {
 /// the fencing token in the statement that takes the lock.
 async fn uncontended_advisory(store: &str, url: &str, iterations: usize) {
     // One connection: these locks belong to a session.
-    let pool = match store {
-        "MYSQL" => RawPool::MySql(
-            sqlx::mysql::MySqlPoolOptions::new()
-                .max_connections(1)
-                .connect(url)
-                .await
-                .expect("raw connection"),
-        ),
-        _ => RawPool::Postgres(
-            sqlx::postgres::PgPoolOptions::new()
-                .max_connections(1)
-                .connect(url)
-                .await
-                .expect("raw connection"),
-        ),
-    };
+    let pool = raw_pool(store, url, 1).await;
     let [lock, unlock] = match store {
         "MYSQL" => [
             "SELECT GET_LOCK('omnilock-bench-floor', 0)",
@@ -220,10 +203,7 @@ async fn uncontended_advisory(store: &str, url: &str, iterations: usize) {
     };
     let locks = omnilock::connect(&advisory(url)).await.expect("omnilock");
     let (mut floor, mut same, mut fresh) = (Vec::new(), Vec::new(), Vec::new());
-    let batches = 20;
-    let per_batch = (iterations / batches).max(1);
-    for batch in 0..=batches {
-        let warmup = batch == 0;
+    for (batch, warmup, per_batch) in batches(iterations) {
         // Checked out once per batch: omnilock's sessions are not pooled
         // either, so neither side pays a pool checkout per statement.
         on_pool!(&pool, p => {
@@ -258,12 +238,7 @@ async fn omnilock_batch(
     let (mut same, mut fresh) = (Vec::new(), Vec::new());
     for _ in 0..per_batch {
         let started = Instant::now();
-        let guard = locks
-            .try_acquire("bench/same")
-            .await
-            .expect("acquire")
-            .expect("free");
-        guard.release().await.expect("release");
+        try_round(locks, "bench/same").await;
         same.push(started.elapsed());
     }
     for i in 0..per_batch {

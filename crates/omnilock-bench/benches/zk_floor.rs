@@ -6,7 +6,7 @@
 //!
 //! ```sh
 //! scripts/stores.sh up && source target/stores/env
-//! cargo bench --bench zk_floor --features zookeeper
+//! cargo bench -p omnilock-bench --bench zk_floor
 //! ```
 
 #[path = "common/mod.rs"]
@@ -14,7 +14,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{iterations, ms, percentile};
+use common::{batches, iterations, ms, percentile};
 use zookeeper_client::{Acls, Client, CreateMode, LockOptions, LockPrefix};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -25,12 +25,7 @@ async fn main() {
             eprintln!("set OMNILOCK_TEST_{store}_URL (scripts/stores.sh up)");
             return;
         };
-        let hosts = url
-            .trim_start_matches("zk://")
-            .split('/')
-            .next()
-            .unwrap()
-            .to_string();
+        let hosts = common::hosts(&url).join(",");
         let raw = Client::connect(&hosts).await.expect("raw client");
         let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
         let _ = raw.mkdir("/bench/floor", &options).await;
@@ -39,10 +34,7 @@ async fn main() {
         let ephemeral = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
 
         let mut samples: [Vec<Duration>; 3] = Default::default();
-        let batches = 20;
-        let per_batch = (iterations / batches).max(1);
-        for batch in 0..=batches {
-            let warmup = batch == 0;
+        for (_, warmup, per_batch) in batches(iterations) {
             for _ in 0..per_batch {
                 let started = Instant::now();
                 let (_, seq) = raw

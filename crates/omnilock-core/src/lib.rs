@@ -30,6 +30,7 @@
 mod backend;
 mod client;
 mod detach;
+mod driver;
 mod election;
 mod error;
 mod guard;
@@ -53,6 +54,7 @@ pub use backend::{
 };
 pub use client::{check_ttl, Locks, DEFAULT_TTL, MAX_TTL, MIN_TTL};
 pub use detach::{complete_or_undo, CompleteOrUndo};
+pub use driver::{Connecting, Driver};
 pub use election::{Candidate, Election, Leader, Leadership, Observer, MAX_ELECTION_VALUE_BYTES};
 pub use error::{Error, ErrorKind, Operation, Result};
 pub use guard::LockGuard;

@@ -29,3 +29,10 @@ pub async fn connect(config: EtcdConfig) -> Result<Locks> {
         .map_err(|e| e.with_backend("etcd"))?
         .into_locks())
 }
+
+/// How `omnilock::connect(url)` opens `etcd://` and `etcds://` URLs.
+pub const DRIVER: omnilock_core::Driver = omnilock_core::Driver {
+    feature: Some("etcd"),
+    schemes: &["etcd", "etcds"],
+    connect: |url| Box::pin(async move { connect(EtcdConfig::from_url(&url)?).await }),
+};

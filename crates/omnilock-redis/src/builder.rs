@@ -181,8 +181,8 @@ impl RedlockBuilder {
         self
     }
 
-    /// As `?waiter_lease=` (default 3 s, at least 100 ms). Redlock keeps no
-    /// queue, so this only has to be valid.
+    /// How long a waiter's place in each node's line lasts without a
+    /// refresh, as `?waiter_lease=` (default 3 s, at least 100 ms).
     pub fn waiter_lease(mut self, lease: Duration) -> Self {
         self.options.waiter_lease = lease;
         self

@@ -47,3 +47,19 @@ pub async fn connect(config: RedisConfig) -> Result<Locks> {
     };
     Ok(locks)
 }
+
+/// How `omnilock::connect(url)` opens Redis URLs: one server, Cluster,
+/// Sentinel (each also over TLS) and Redlock.
+pub const DRIVER: omnilock_core::Driver = omnilock_core::Driver {
+    feature: Some("redis"),
+    schemes: &[
+        "redis",
+        "rediss",
+        "redis+cluster",
+        "rediss+cluster",
+        "redis+sentinel",
+        "rediss+sentinel",
+        "redlock",
+    ],
+    connect: |url| Box::pin(async move { connect(RedisConfig::from_url(&url)?).await }),
+};

@@ -43,3 +43,33 @@ pub use tls::{SslMode, TlsOptions};
 
 /// URL schemes this crate serves.
 pub const SCHEMES: &[&str] = &["sqlite", "mysql", "mariadb", "postgres", "postgresql"];
+
+/// Opens the store a SQL URL names.
+async fn connect_url(url: omnilock_core::StoreUrl) -> omnilock_core::Result<omnilock_core::Locks> {
+    let config = SqlConfig::from_url(&url)?;
+    Ok(omnilock_core::Locks::new(SqlStore::connect(config).await?))
+}
+
+/// How `omnilock::connect(url)` opens `mysql://` and `mariadb://` URLs.
+#[cfg(feature = "mysql")]
+pub const MYSQL_DRIVER: omnilock_core::Driver = omnilock_core::Driver {
+    feature: Some("mysql"),
+    schemes: &["mysql", "mariadb"],
+    connect: |url| Box::pin(connect_url(url)),
+};
+
+/// How `omnilock::connect(url)` opens `postgres://` and `postgresql://` URLs.
+#[cfg(feature = "postgres")]
+pub const POSTGRES_DRIVER: omnilock_core::Driver = omnilock_core::Driver {
+    feature: Some("postgres"),
+    schemes: &["postgres", "postgresql"],
+    connect: |url| Box::pin(connect_url(url)),
+};
+
+/// How `omnilock::connect(url)` opens `sqlite://` URLs.
+#[cfg(feature = "sqlite")]
+pub const SQLITE_DRIVER: omnilock_core::Driver = omnilock_core::Driver {
+    feature: Some("sqlite"),
+    schemes: &["sqlite"],
+    connect: |url| Box::pin(connect_url(url)),
+};

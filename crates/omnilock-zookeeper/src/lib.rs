@@ -36,3 +36,10 @@ pub async fn connect(config: ZkConfig) -> Result<Locks> {
         None => Ok(locks),
     }
 }
+
+/// How `omnilock::connect(url)` opens `zk://` and `zookeeper://` URLs.
+pub const DRIVER: omnilock_core::Driver = omnilock_core::Driver {
+    feature: Some("zookeeper"),
+    schemes: &["zk", "zookeeper"],
+    connect: |url| Box::pin(async move { connect(ZkConfig::from_url(&url)?).await }),
+};

@@ -26,6 +26,13 @@ use crate::url::StoreUrl;
 /// The URL scheme of the in-memory store.
 pub const SCHEME: &str = "mem";
 
+/// How `connect(url)` opens `mem://` URLs.
+pub const DRIVER: crate::Driver = crate::Driver {
+    feature: None,
+    schemes: &[SCHEME],
+    connect: |url| Box::pin(async move { Ok(crate::Locks::new(MemStore::from_url(&url)?)) }),
+};
+
 /// An in-process lock store.
 ///
 /// `mem://` is the process-wide default store and `mem://NAME` a separate
