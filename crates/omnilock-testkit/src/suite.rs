@@ -18,13 +18,14 @@ use crate::Subject;
 
 /// The trials of one test binary.
 pub struct Suite {
-    scenarios: &'static [Scenario],
+    scenarios: &'static [&'static [Scenario]],
     trials: Vec<Trial>,
 }
 
 impl Suite {
-    /// A suite of `scenarios` (see [`crate::registry`]), with no subject yet.
-    pub fn new(scenarios: &'static [Scenario]) -> Self {
+    /// A suite of the `scenarios` lists (see [`crate::registry`]), with no
+    /// subject yet.
+    pub fn new(scenarios: &'static [&'static [Scenario]]) -> Self {
         Suite {
             scenarios,
             trials: Vec::new(),
@@ -36,7 +37,7 @@ impl Suite {
     /// `subject` is called inside each trial, so listing the tests needs no
     /// store.
     pub fn subject(&mut self, label: &str, subject: fn() -> Option<Subject>) {
-        for scenario in self.scenarios {
+        for scenario in self.scenarios.iter().flat_map(|list| list.iter()) {
             let name = format!("{label}::{}", scenario.name);
             self.trials.push(Trial::ignorable_test(name, move || {
                 let Some(subject) = subject() else {

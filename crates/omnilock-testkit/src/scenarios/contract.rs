@@ -6,12 +6,20 @@ use std::time::Duration;
 use omnilock_core::ErrorKind;
 
 use super::unique;
+use crate::registry::{scenario, Scenario};
 use crate::Subject;
+
+/// The scenarios of this module, with what each needs the store to claim: what a store claims, and the errors it gives.
+pub(crate) static SCENARIOS: &[Scenario] = &[
+    scenario!(capabilities_tell_the_truth),
+    scenario!(invalid_names_rejected),
+    scenario!(errors_name_backend_and_lock),
+];
 
 /// The `holder` and `election` flags against the calls they name: claimed,
 /// the call answers; not claimed, it answers `Unsupported` (never a wrong
 /// answer, never a different error).
-pub async fn capabilities_tell_the_truth(subject: &Subject) {
+pub(crate) async fn capabilities_tell_the_truth(subject: &Subject) {
     let locks = subject.client().await;
     let caps = locks.capabilities();
     let label = subject.label();
@@ -41,7 +49,7 @@ pub async fn capabilities_tell_the_truth(subject: &Subject) {
 }
 
 /// Invalid names are typed errors on every operation, before any I/O.
-pub async fn invalid_names_rejected(subject: &Subject) {
+pub(crate) async fn invalid_names_rejected(subject: &Subject) {
     let locks = subject.client().await;
     let long = "n".repeat(257);
     for bad in ["", long.as_str(), "bad\nname", "nul\0", "tab\t"] {
@@ -79,7 +87,7 @@ pub async fn invalid_names_rejected(subject: &Subject) {
 }
 
 /// Errors carry the backend, the operation and the lock name.
-pub async fn errors_name_backend_and_lock(subject: &Subject) {
+pub(crate) async fn errors_name_backend_and_lock(subject: &Subject) {
     let locks = subject.client().await;
     let name = unique("errors");
     let held = locks.acquire(&name).await.expect("acquire");

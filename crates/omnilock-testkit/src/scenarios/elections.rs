@@ -6,7 +6,29 @@ use omnilock_core::Locks;
 use tokio::sync::oneshot;
 
 use super::{clients, unique, within, PATIENCE};
+use crate::registry::{scenario, Claim, Scenario};
 use crate::Subject;
+
+/// The scenarios of this module, with what each needs the store to claim: leader elections.
+pub(crate) static SCENARIOS: &[Scenario] = &[
+    // Elections serve candidates in the order they queued: fair stores only.
+    scenario!(election_one_leader_at_a_time, Claim::Fair, Claim::Elections),
+    scenario!(
+        election_successor_takes_over_when_leader_dies,
+        Claim::Fair,
+        Claim::Elections
+    ),
+    scenario!(
+        election_observers_see_every_change,
+        Claim::Fair,
+        Claim::Elections
+    ),
+    scenario!(
+        election_longest_value_round_trips,
+        Claim::Fair,
+        Claim::Elections
+    ),
+];
 
 /// Queues a campaign for `value` and returns once it waits in line.
 async fn queue_candidate(
@@ -35,7 +57,7 @@ async fn queue_candidate(
 
 /// One leader at a time; candidates lead in the order they queued; each new
 /// leader has a higher term; everyone reads the same leader.
-pub async fn election_one_leader_at_a_time(subject: &Subject) {
+pub(crate) async fn election_one_leader_at_a_time(subject: &Subject) {
     let name = unique("election");
     let [a, b, c, reader] = <[Locks; 4]>::try_from(clients(subject, 4).await).unwrap();
     let watch = reader.election(&name).expect("election");
@@ -81,7 +103,7 @@ pub async fn election_one_leader_at_a_time(subject: &Subject) {
 /// The longest value a candidate may announce (`MAX_ELECTION_VALUE_BYTES`,
 /// multi-byte characters included) goes through the store and reads back
 /// whole from another client; one byte more is refused before any I/O.
-pub async fn election_longest_value_round_trips(subject: &Subject) {
+pub(crate) async fn election_longest_value_round_trips(subject: &Subject) {
     let name = unique("election-limit");
     let [a, reader] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
     let max = omnilock_core::MAX_ELECTION_VALUE_BYTES;
@@ -113,7 +135,7 @@ pub async fn election_longest_value_round_trips(subject: &Subject) {
 
 /// A leader that dies (its runtime gone, as if the process died) is replaced
 /// by the next candidate within TTL + 1 s.
-pub async fn election_successor_takes_over_when_leader_dies(subject: &Subject) {
+pub(crate) async fn election_successor_takes_over_when_leader_dies(subject: &Subject) {
     let name = unique("election-death");
     let ttl = Duration::from_secs(2);
     let victim = subject.clone();
@@ -169,7 +191,7 @@ pub async fn election_successor_takes_over_when_leader_dies(subject: &Subject) {
 }
 
 /// An observer sees every leader, in order, and then that nobody leads.
-pub async fn election_observers_see_every_change(subject: &Subject) {
+pub(crate) async fn election_observers_see_every_change(subject: &Subject) {
     let name = unique("election-observe");
     let clients = clients(subject, 3).await;
     let mut observer = clients[0]

@@ -8,12 +8,23 @@ use std::time::{Duration, Instant};
 use omnilock_core::{ErrorKind, Locks};
 
 use super::{clients, once_free, queue_waiter, unique, within, PATIENCE};
+use crate::registry::{scenario, Claim, Scenario};
 use crate::Subject;
+
+/// The scenarios of this module, with what each needs the store to claim: mutual exclusion, timeouts, cancellation, FIFO order and many locks.
+pub(crate) static SCENARIOS: &[Scenario] = &[
+    scenario!(mutual_exclusion),
+    scenario!(try_acquire_and_timeout),
+    scenario!(cancelled_acquire_leaves_nothing),
+    scenario!(fifo_order, Claim::Fair),
+    scenario!(newcomers_never_pass_a_waiter, Claim::Fair),
+    scenario!(many_locks_at_once),
+];
 
 /// 32 tasks over 4 clients each increment a shared non-atomic counter 20
 /// times under the lock: the result is exactly 640 and no two tasks are ever
 /// inside at once.
-pub async fn mutual_exclusion(subject: &Subject) {
+pub(crate) async fn mutual_exclusion(subject: &Subject) {
     let name = unique("exclusion");
     let clients = clients(subject, 4).await;
     let counter = Arc::new(AtomicU64::new(0));
@@ -52,7 +63,7 @@ pub async fn mutual_exclusion(subject: &Subject) {
 
 /// try-acquire on a held lock returns "not acquired" at once; a waiting
 /// acquire with a 200 ms timeout fails with Timeout; the holder keeps it.
-pub async fn try_acquire_and_timeout(subject: &Subject) {
+pub(crate) async fn try_acquire_and_timeout(subject: &Subject) {
     let name = unique("try");
     let [a, b] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
     let held = a.acquire(&name).await.expect("first acquire");
@@ -87,7 +98,7 @@ pub async fn try_acquire_and_timeout(subject: &Subject) {
 /// A waiter that is dropped (cancelled) leaves nothing behind: the waiter
 /// behind it gets the lock as soon as the holder releases, and afterwards the
 /// lock is free for anyone.
-pub async fn cancelled_acquire_leaves_nothing(subject: &Subject) {
+pub(crate) async fn cancelled_acquire_leaves_nothing(subject: &Subject) {
     let name = unique("cancel");
     let [a, b, c] = <[Locks; 3]>::try_from(clients(subject, 3).await).unwrap();
     let ttl = Duration::from_secs(60);
@@ -121,7 +132,7 @@ pub async fn cancelled_acquire_leaves_nothing(subject: &Subject) {
 }
 
 /// Fair backends grant 10 queued waiters in the order they queued.
-pub async fn fifo_order(subject: &Subject) {
+pub(crate) async fn fifo_order(subject: &Subject) {
     let name = unique("fifo");
     let clients = clients(subject, 3).await;
     let held = clients[0].acquire(&name).await.expect("holder");
@@ -151,7 +162,7 @@ pub async fn fifo_order(subject: &Subject) {
 /// path takes a free lock with a bare `SET NX`, so its release keeps the
 /// lock for the first waiter instead of freeing it; without that the
 /// newcomer passed the line.)
-pub async fn newcomers_never_pass_a_waiter(subject: &Subject) {
+pub(crate) async fn newcomers_never_pass_a_waiter(subject: &Subject) {
     let name = unique("newcomer");
     let clients = clients(subject, 3).await;
     for round in 0..3 {
@@ -172,7 +183,7 @@ pub async fn newcomers_never_pass_a_waiter(subject: &Subject) {
 }
 
 /// One process holds 1,000 distinct locks at once.
-pub async fn many_locks_at_once(subject: &Subject) {
+pub(crate) async fn many_locks_at_once(subject: &Subject) {
     let prefix = unique("many");
     let locks = subject.client().await;
     let mut guards = Vec::with_capacity(1000);

@@ -7,7 +7,31 @@ use omnilock_core::{LockRequest, Locks};
 use tokio::sync::oneshot;
 
 use super::{clients, unique, within};
+use crate::registry::{scenario, Claim, Scenario};
 use crate::Subject;
+
+/// The scenarios that read store-wide request counters: a test binary of
+/// their own runs them, one at a time, since any test running beside them
+/// adds to the counts.
+pub(crate) static SCENARIOS: &[Scenario] = &[
+    scenario!(
+        handoff_cost_is_flat,
+        Claim::PushWakeups,
+        Claim::RequestCounter
+    ),
+    scenario!(
+        semaphore_handoff_cost_is_flat,
+        Claim::Semaphore,
+        Claim::PushWakeups,
+        Claim::RequestCounter
+    ),
+    scenario!(
+        rw_handoff_cost_is_flat,
+        Claim::RwLock,
+        Claim::PushWakeups,
+        Claim::RequestCounter
+    ),
+];
 
 /// No herd: a release wakes one waiter, so the store requests a hand-off
 /// costs do not grow with the number of waiters. Measured on a chain of
@@ -15,7 +39,7 @@ use crate::Subject;
 /// 64 waiters, from the store's own request counters. Needs push wake-ups
 /// and a request counter ([`Subject::with_request_counter`]); runs alone (see
 /// [`crate::herd_main!`]).
-pub async fn handoff_cost_is_flat(subject: &Subject) {
+pub(crate) async fn handoff_cost_is_flat(subject: &Subject) {
     fn mutex<'a>(locks: &'a Locks, name: &str) -> LockRequest<'a> {
         locks.lock(name)
     }
@@ -24,7 +48,7 @@ pub async fn handoff_cost_is_flat(subject: &Subject) {
 
 /// The same for a one-permit semaphore: a release wakes one waiter, not
 /// every waiter of the name.
-pub async fn semaphore_handoff_cost_is_flat(subject: &Subject) {
+pub(crate) async fn semaphore_handoff_cost_is_flat(subject: &Subject) {
     fn permit<'a>(locks: &'a Locks, name: &str) -> LockRequest<'a> {
         locks.semaphore(name, 1)
     }
@@ -32,7 +56,7 @@ pub async fn semaphore_handoff_cost_is_flat(subject: &Subject) {
 }
 
 /// The same for a chain of writers of a read-write lock.
-pub async fn rw_handoff_cost_is_flat(subject: &Subject) {
+pub(crate) async fn rw_handoff_cost_is_flat(subject: &Subject) {
     fn writer<'a>(locks: &'a Locks, name: &str) -> LockRequest<'a> {
         locks.rw_lock(name).write()
     }

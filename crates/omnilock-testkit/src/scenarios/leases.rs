@@ -6,11 +6,22 @@ use std::time::{Duration, Instant};
 use omnilock_core::{ErrorKind, LockGuard, Locks};
 
 use super::{abandon, caps, clients, unique, within, PATIENCE};
+use crate::registry::{scenario, Claim, Scenario};
 use crate::Subject;
+
+/// The scenarios of this module, with what each needs the store to claim: leases, renewal, the lost signal and fencing tokens.
+pub(crate) static SCENARIOS: &[Scenario] = &[
+    scenario!(abandoned_holder_expires),
+    scenario!(renewal_keeps_lock, Claim::LeaseRenewal),
+    scenario!(lost_signal_fires, Claim::BreakLock),
+    scenario!(release_is_not_a_loss),
+    scenario!(stale_release_is_not_owner, Claim::BreakLock),
+    scenario!(fencing_tokens_increase, Claim::FencingTokens),
+];
 
 /// A holder that vanishes without releasing (its runtime is gone, as if the
 /// process died) stops renewing; another client gets the lock within TTL + 1 s.
-pub async fn abandoned_holder_expires(subject: &Subject) {
+pub(crate) async fn abandoned_holder_expires(subject: &Subject) {
     let name = unique("abandoned");
     let ttl = Duration::from_secs(2);
     let thief = subject.client().await;
@@ -38,7 +49,7 @@ pub async fn abandoned_holder_expires(subject: &Subject) {
 ///
 /// The same client holds 100 more locks meanwhile, so that renewals go out
 /// in batches (`Backend::renew_all`): every one of them must stay held too.
-pub async fn renewal_keeps_lock(subject: &Subject) {
+pub(crate) async fn renewal_keeps_lock(subject: &Subject) {
     let name = unique("renewal");
     let ttl = Duration::from_secs(2);
     let [a, b] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
@@ -99,7 +110,7 @@ async fn hold_many(locks: &Locks, name: &str, ttl: Duration, count: usize) -> Ve
 
 /// The lost signal fires when the lock is taken away under its holder, and
 /// its error names the backend and the lock.
-pub async fn lost_signal_fires(subject: &Subject) {
+pub(crate) async fn lost_signal_fires(subject: &Subject) {
     let name = unique("lost");
     let [a, admin] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
     let ttl = Duration::from_secs(1);
@@ -129,7 +140,7 @@ pub async fn lost_signal_fires(subject: &Subject) {
 /// A clean release is not a loss: a task watching the lost signal must not
 /// wake when its holder releases (a false alarm there makes applications
 /// abandon work or page someone).
-pub async fn release_is_not_a_loss(subject: &Subject) {
+pub(crate) async fn release_is_not_a_loss(subject: &Subject) {
     let name = unique("release-not-lost");
     let [a, b] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
     let guard = a.acquire(&name).await.expect("acquire");
@@ -152,7 +163,7 @@ pub async fn release_is_not_a_loss(subject: &Subject) {
 }
 
 /// A stale guard's release returns NotOwner and leaves the new holder's lock alone.
-pub async fn stale_release_is_not_owner(subject: &Subject) {
+pub(crate) async fn stale_release_is_not_owner(subject: &Subject) {
     let name = unique("stale");
     let [a, b, c] = <[Locks; 3]>::try_from(clients(subject, 3).await).unwrap();
     let stale = a.acquire(&name).await.expect("first holder");
@@ -176,7 +187,7 @@ pub async fn stale_release_is_not_owner(subject: &Subject) {
 
 /// Fencing tokens strictly increase over 100 acquisitions by rotating owners
 /// and clients.
-pub async fn fencing_tokens_increase(subject: &Subject) {
+pub(crate) async fn fencing_tokens_increase(subject: &Subject) {
     let name = unique("fencing");
     let clients = clients(subject, 3).await;
     let mut last = 0u64;

@@ -1,7 +1,9 @@
 //! The scenarios, one module per area, and the helpers they share. Each
-//! takes any [`Subject`] whose store claims what the scenario needs (listed
-//! with it in [`crate::registry`], which the runner checks first) and
-//! asserts outcomes. Waits are bounded by generous timeouts (shared machines
+//! module lists its scenarios in its `SCENARIOS`, beside the functions,
+//! with what each needs the store to claim (the runner checks that first);
+//! [`crate::registry`] gathers the lists. A scenario is crate-private, so
+//! one that no list names is dead code, which the build refuses. Each
+//! takes any [`Subject`] and asserts outcomes. Waits are bounded by generous timeouts (shared machines
 //! stall now and then) and driven by events, not sleeps, except where the
 //! passing of time is the point (leases).
 
@@ -14,54 +16,19 @@ use omnilock_core::{Capabilities, LockGuard, LockRequest, Locks, Result};
 use crate::Subject;
 pub(crate) use crate::{queue_request, queue_waiter, take};
 
-mod contract;
-mod elections;
-mod exclusion;
-mod herd;
-mod leases;
-mod multi;
-mod names;
-mod reentrancy;
-mod release;
-mod rw;
-mod semaphore;
+pub(crate) mod contract;
+pub(crate) mod elections;
+pub(crate) mod exclusion;
+pub(crate) mod herd;
+pub(crate) mod leases;
+pub(crate) mod multi;
+pub(crate) mod names;
+pub(crate) mod reentrancy;
+pub(crate) mod release;
+pub(crate) mod rw;
+pub(crate) mod semaphore;
 
-pub use contract::{
-    capabilities_tell_the_truth, errors_name_backend_and_lock, invalid_names_rejected,
-};
-pub use elections::{
-    election_longest_value_round_trips, election_observers_see_every_change,
-    election_one_leader_at_a_time, election_successor_takes_over_when_leader_dies,
-};
-pub use exclusion::{
-    cancelled_acquire_leaves_nothing, fifo_order, many_locks_at_once, mutual_exclusion,
-    newcomers_never_pass_a_waiter, try_acquire_and_timeout,
-};
-pub use herd::{handoff_cost_is_flat, rw_handoff_cost_is_flat, semaphore_handoff_cost_is_flat};
-pub use leases::{
-    abandoned_holder_expires, fencing_tokens_increase, lost_signal_fires, release_is_not_a_loss,
-    renewal_keeps_lock, stale_release_is_not_owner,
-};
-pub use multi::{
-    lock_all_atomic_step_never_holds_a_part_alone, lock_all_cancelled_leaves_nothing,
-    lock_all_in_opposite_orders_never_deadlocks, lock_all_is_all_or_nothing,
-    lock_all_lost_fires_when_a_part_is_lost, lock_all_rejects_bad_input, lock_all_takes_every_name,
-};
-pub use names::{distinct_names_are_distinct_locks, namespaces_are_disjoint};
-pub use reentrancy::{non_reentrant_reacquire_fails, reentrancy, reentrancy_across_clients};
-pub use release::{drop_outside_runtime, drop_releases_in_background};
-pub use rw::{
-    rw_abandoned_writer_expires, rw_cancelled_writer_leaves_nothing,
-    rw_readers_never_overlap_a_writer, rw_readers_share_writers_exclude, rw_reentrancy_rules,
-    rw_tokens_rise, rw_waiting_writer_blocks_later_readers,
-};
-pub use semaphore::{
-    primitives_have_separate_namespaces, primitives_reject_bad_input_and_report_support,
-    semaphore_abandoned_permit_expires, semaphore_cancelled_acquire_leaves_nothing,
-    semaphore_fifo_order, semaphore_first_tries_at_once_never_error,
-    semaphore_full_refuses_until_release, semaphore_paused_holder_is_told,
-    semaphore_permits_mismatch_rejected, semaphore_permits_never_exceeded, semaphore_tokens_rise,
-};
+pub use names::namespaces_are_disjoint;
 
 /// A bound for things that should happen "at once" or "soon": long enough
 /// for a stalled store, short enough to catch a hang or a TTL-long delay.

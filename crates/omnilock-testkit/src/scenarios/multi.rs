@@ -8,11 +8,26 @@ use omnilock_core::{ErrorKind, Locks};
 use tokio::sync::oneshot;
 
 use super::{clients, once_free, unique, within};
+use crate::registry::{scenario, Claim, Scenario};
 use crate::Subject;
+
+/// The scenarios of this module, with what each needs the store to claim: `lock_all`.
+pub(crate) static SCENARIOS: &[Scenario] = &[
+    scenario!(lock_all_takes_every_name),
+    scenario!(lock_all_is_all_or_nothing),
+    scenario!(lock_all_in_opposite_orders_never_deadlocks),
+    scenario!(lock_all_cancelled_leaves_nothing),
+    scenario!(lock_all_lost_fires_when_a_part_is_lost, Claim::BreakLock),
+    scenario!(lock_all_rejects_bad_input),
+    scenario!(
+        lock_all_atomic_step_never_holds_a_part_alone,
+        Claim::AtomicLockAll
+    ),
+];
 
 /// Every part is held (another client finds each busy) until the release,
 /// which frees them all; each part has its own token.
-pub async fn lock_all_takes_every_name(subject: &Subject) {
+pub(crate) async fn lock_all_takes_every_name(subject: &Subject) {
     let base = unique("all");
     let names = [
         format!("{base}/c"),
@@ -46,7 +61,7 @@ pub async fn lock_all_takes_every_name(subject: &Subject) {
 
 /// `try_acquire` of a set with one busy part gets nothing and holds
 /// nothing: the parts it could take are free again when it returns.
-pub async fn lock_all_is_all_or_nothing(subject: &Subject) {
+pub(crate) async fn lock_all_is_all_or_nothing(subject: &Subject) {
     let base = unique("all-or-nothing");
     let (first, busy, last) = (
         format!("{base}/1"),
@@ -76,7 +91,7 @@ pub async fn lock_all_is_all_or_nothing(subject: &Subject) {
 /// the set again and again, another client's try of the first part always
 /// succeeds (taken one by one, the first part would be held for a moment
 /// before the busy one was found).
-pub async fn lock_all_atomic_step_never_holds_a_part_alone(subject: &Subject) {
+pub(crate) async fn lock_all_atomic_step_never_holds_a_part_alone(subject: &Subject) {
     let base = unique("atomic");
     let (first, last) = (format!("{base}/a"), format!("{base}/z"));
     let [a, b, c] = <[Locks; 3]>::try_from(clients(subject, 3).await).unwrap();
@@ -136,7 +151,7 @@ async fn once_all(locks: &Locks, names: &[&str]) -> omnilock_core::MultiGuard {
 
 /// Two clients that take the same two locks in opposite orders, again and
 /// again, never deadlock and never overlap.
-pub async fn lock_all_in_opposite_orders_never_deadlocks(subject: &Subject) {
+pub(crate) async fn lock_all_in_opposite_orders_never_deadlocks(subject: &Subject) {
     let base = unique("opposite");
     let (x, y) = (format!("{base}/x"), format!("{base}/y"));
     let inside = Arc::new(AtomicU32::new(0));
@@ -170,7 +185,7 @@ pub async fn lock_all_in_opposite_orders_never_deadlocks(subject: &Subject) {
 
 /// An acquire of a set that waits on a busy part and is dropped (or times
 /// out) gives back the parts it had already taken.
-pub async fn lock_all_cancelled_leaves_nothing(subject: &Subject) {
+pub(crate) async fn lock_all_cancelled_leaves_nothing(subject: &Subject) {
     let base = unique("all-cancel");
     let (first, busy) = (format!("{base}/1"), format!("{base}/2"));
     let [a, b] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
@@ -213,7 +228,7 @@ pub async fn lock_all_cancelled_leaves_nothing(subject: &Subject) {
 }
 
 /// The set's lost signal fires when any one part is lost.
-pub async fn lock_all_lost_fires_when_a_part_is_lost(subject: &Subject) {
+pub(crate) async fn lock_all_lost_fires_when_a_part_is_lost(subject: &Subject) {
     let base = unique("all-lost");
     let (first, second) = (format!("{base}/1"), format!("{base}/2"));
     let [a, admin] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
@@ -234,7 +249,7 @@ pub async fn lock_all_lost_fires_when_a_part_is_lost(subject: &Subject) {
 
 /// No names, a name twice, or an invalid name: a clear error, nothing
 /// taken.
-pub async fn lock_all_rejects_bad_input(subject: &Subject) {
+pub(crate) async fn lock_all_rejects_bad_input(subject: &Subject) {
     let locks = subject.client().await;
     let name = unique("all-bad");
     let err = locks.lock_all(&[]).acquire().await.expect_err("no names");

@@ -7,7 +7,11 @@ use std::time::Duration;
 use omnilock_core::{ErrorKind, LockGuard, Locks, Owner};
 
 use super::{unique, within};
+use crate::registry::{scenario, Scenario};
 use crate::Subject;
+
+/// The scenarios of this module, with what each needs the store to claim: lock names.
+pub(crate) static SCENARIOS: &[Scenario] = &[scenario!(distinct_names_are_distinct_locks)];
 
 /// Names that byte-compare different but that some store, collation or key
 /// encoding could fold into one: trailing and leading spaces (MySQL PAD
@@ -45,7 +49,7 @@ fn confusable_names(base: &str) -> Vec<String> {
 /// escape characters are distinct locks: each can be held at once by its own
 /// owner, the store reports each one's own holder, and breaking one leaves
 /// the others held.
-pub async fn distinct_names_are_distinct_locks(subject: &Subject) {
+pub(crate) async fn distinct_names_are_distinct_locks(subject: &Subject) {
     let base = unique("distinct");
     let names = confusable_names(&base);
     let locks = subject.client().await;

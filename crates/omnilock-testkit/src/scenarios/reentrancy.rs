@@ -4,11 +4,19 @@
 use omnilock_core::{ErrorKind, Locks, Owner};
 
 use super::{clients, unique, within};
+use crate::registry::{scenario, Claim, Scenario};
 use crate::Subject;
+
+/// The scenarios of this module, with what each needs the store to claim: reentrancy within a process and across clients.
+pub(crate) static SCENARIOS: &[Scenario] = &[
+    scenario!(reentrancy),
+    scenario!(reentrancy_across_clients, Claim::CrossProcessReentrancy),
+    scenario!(non_reentrant_reacquire_fails),
+];
 
 /// An owner re-enters a lock it holds, to depth 3, with the same token; the
 /// lock frees only after as many releases; other owners are kept out meanwhile.
-pub async fn reentrancy(subject: &Subject) {
+pub(crate) async fn reentrancy(subject: &Subject) {
     let name = unique("reentrant");
     let [a, b] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
     let me = Owner::random();
@@ -39,7 +47,7 @@ pub async fn reentrancy(subject: &Subject) {
 /// same owner re-enters through another client (another connection, as in
 /// another process) with the same token; the lock frees only after both
 /// release; a non-reentrant re-acquire there is `WouldDeadlock`.
-pub async fn reentrancy_across_clients(subject: &Subject) {
+pub(crate) async fn reentrancy_across_clients(subject: &Subject) {
     let [a, b, other] = <[Locks; 3]>::try_from(clients(subject, 3).await).unwrap();
     let name = unique("reentrant-across");
     let me = Owner::random();
@@ -80,7 +88,7 @@ pub async fn reentrancy_across_clients(subject: &Subject) {
 }
 
 /// A non-reentrant re-acquire by the holder is an error at once, not a deadlock.
-pub async fn non_reentrant_reacquire_fails(subject: &Subject) {
+pub(crate) async fn non_reentrant_reacquire_fails(subject: &Subject) {
     let name = unique("nonreentrant");
     let locks = subject.client().await;
     let me = Owner::random();

@@ -5,10 +5,17 @@ use std::time::Duration;
 use omnilock_core::Locks;
 
 use super::{clients, queue_waiter, unique, within};
+use crate::registry::{scenario, Scenario};
 use crate::Subject;
 
+/// The scenarios of this module, with what each needs the store to claim: release on drop.
+pub(crate) static SCENARIOS: &[Scenario] = &[
+    scenario!(drop_releases_in_background),
+    scenario!(drop_outside_runtime),
+];
+
 /// Dropping a guard releases the lock in the background, promptly.
-pub async fn drop_releases_in_background(subject: &Subject) {
+pub(crate) async fn drop_releases_in_background(subject: &Subject) {
     let name = unique("drop");
     let [a, b] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
     let guard = a
@@ -28,7 +35,7 @@ pub async fn drop_releases_in_background(subject: &Subject) {
 
 /// A guard dropped on a thread with no runtime does not panic and still
 /// releases the lock.
-pub async fn drop_outside_runtime(subject: &Subject) {
+pub(crate) async fn drop_outside_runtime(subject: &Subject) {
     let name = unique("noruntime");
     let [a, b] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
     let guard = a

@@ -10,7 +10,23 @@ use omnilock_core::{ErrorKind, LockGuard, LockRequest, Locks, Owner, Result};
 use tokio::task::JoinHandle;
 
 use super::{abandon, clients, once_taken, queue_request, take, unique, within, PATIENCE};
+use crate::registry::{scenario, Claim, Scenario};
 use crate::Subject;
+
+/// The scenarios of this module, with what each needs the store to claim: read-write locks.
+pub(crate) static SCENARIOS: &[Scenario] = &[
+    scenario!(rw_readers_share_writers_exclude, Claim::RwLock),
+    scenario!(rw_readers_never_overlap_a_writer, Claim::RwLock),
+    scenario!(
+        rw_waiting_writer_blocks_later_readers,
+        Claim::RwLock,
+        Claim::Fair
+    ),
+    scenario!(rw_reentrancy_rules, Claim::RwLock),
+    scenario!(rw_cancelled_writer_leaves_nothing, Claim::RwLock),
+    scenario!(rw_tokens_rise, Claim::RwLock, Claim::FencingTokens),
+    scenario!(rw_abandoned_writer_expires, Claim::RwLock),
+];
 
 #[derive(Clone, Copy, Debug)]
 enum Side {
@@ -54,7 +70,7 @@ async fn once_side(locks: &Locks, name: &str, side: Side) -> LockGuard {
 
 /// Readers share the lock and shut out a writer; a writer shuts out
 /// readers and writers; each side is free again after the releases.
-pub async fn rw_readers_share_writers_exclude(subject: &Subject) {
+pub(crate) async fn rw_readers_share_writers_exclude(subject: &Subject) {
     let name = unique("rw-share");
     let [a, b, c] = <[Locks; 3]>::try_from(clients(subject, 3).await).unwrap();
     let one = take_side(&a, &name, Side::Read, true)
@@ -98,7 +114,7 @@ pub async fn rw_readers_share_writers_exclude(subject: &Subject) {
 
 /// 32 tasks on 4 clients, one in four a writer: no reader is ever inside
 /// with a writer and no two writers are ever together.
-pub async fn rw_readers_never_overlap_a_writer(subject: &Subject) {
+pub(crate) async fn rw_readers_never_overlap_a_writer(subject: &Subject) {
     let name = unique("rw-overlap");
     let clients = clients(subject, 4).await;
     let readers = Arc::new(AtomicUsize::new(0));
@@ -154,7 +170,7 @@ pub async fn rw_readers_never_overlap_a_writer(subject: &Subject) {
 /// A waiting writer holds back readers that come after it, so a stream of
 /// readers cannot starve it: a later reader's try-acquire fails, and its
 /// waiting acquire is served after the writer.
-pub async fn rw_waiting_writer_blocks_later_readers(subject: &Subject) {
+pub(crate) async fn rw_waiting_writer_blocks_later_readers(subject: &Subject) {
     let name = unique("rw-starve");
     let [a, b, c] = <[Locks; 3]>::try_from(clients(subject, 3).await).unwrap();
     let early = take_side(&a, &name, Side::Read, true)
@@ -185,7 +201,7 @@ pub async fn rw_waiting_writer_blocks_later_readers(subject: &Subject) {
 /// on the write hold: the lock stays exclusive until both are released).
 /// An owner holding only the read lock who asks for the write lock gets
 /// `WouldDeadlock`, not a wait for ever.
-pub async fn rw_reentrancy_rules(subject: &Subject) {
+pub(crate) async fn rw_reentrancy_rules(subject: &Subject) {
     let name = unique("rw-reentrant");
     let [a, b] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
     let me = Owner::new("rw-owner").expect("owner");
@@ -237,7 +253,7 @@ pub async fn rw_reentrancy_rules(subject: &Subject) {
 
 /// A cancelled write acquire leaves nothing behind: readers are not held
 /// back by a writer that is gone.
-pub async fn rw_cancelled_writer_leaves_nothing(subject: &Subject) {
+pub(crate) async fn rw_cancelled_writer_leaves_nothing(subject: &Subject) {
     let name = unique("rw-cancel");
     let [a, b, c] = <[Locks; 3]>::try_from(clients(subject, 3).await).unwrap();
     let reader = take_side(&a, &name, Side::Read, true)
@@ -268,7 +284,7 @@ pub async fn rw_cancelled_writer_leaves_nothing(subject: &Subject) {
 }
 
 /// Tokens rise across readers and writers of one read-write lock.
-pub async fn rw_tokens_rise(subject: &Subject) {
+pub(crate) async fn rw_tokens_rise(subject: &Subject) {
     let name = unique("rw-tokens");
     let [a, b] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
     let mut last = 0;
@@ -302,7 +318,7 @@ pub async fn rw_tokens_rise(subject: &Subject) {
 
 /// A writer that vanished (no release, no renewal) frees the lock within
 /// the TTL plus a second.
-pub async fn rw_abandoned_writer_expires(subject: &Subject) {
+pub(crate) async fn rw_abandoned_writer_expires(subject: &Subject) {
     let name = unique("rw-abandoned");
     let ttl = Duration::from_secs(2);
     let taken_at = abandon(subject, {

@@ -10,7 +10,34 @@ use omnilock_core::{ErrorKind, LockGuard, Locks, Result};
 use tokio::task::JoinHandle;
 
 use super::{abandon, clients, once_taken, queue_request, take, unique, within, PATIENCE};
+use crate::registry::{scenario, Claim, Scenario};
 use crate::Subject;
+
+/// The scenarios of this module, with what each needs the store to claim: semaphores, and what every counted primitive shares.
+pub(crate) static SCENARIOS: &[Scenario] = &[
+    scenario!(primitives_reject_bad_input_and_report_support),
+    scenario!(
+        primitives_have_separate_namespaces,
+        Claim::SemaphoreAndRwLock
+    ),
+    scenario!(semaphore_permits_never_exceeded, Claim::Semaphore),
+    scenario!(semaphore_full_refuses_until_release, Claim::Semaphore),
+    scenario!(semaphore_first_tries_at_once_never_error, Claim::Semaphore),
+    scenario!(semaphore_permits_mismatch_rejected, Claim::Semaphore),
+    scenario!(semaphore_cancelled_acquire_leaves_nothing, Claim::Semaphore),
+    scenario!(semaphore_fifo_order, Claim::Semaphore, Claim::Fair),
+    scenario!(
+        semaphore_tokens_rise,
+        Claim::Semaphore,
+        Claim::FencingTokens
+    ),
+    scenario!(semaphore_abandoned_permit_expires, Claim::Semaphore),
+    scenario!(
+        semaphore_paused_holder_is_told,
+        Claim::Semaphore,
+        Claim::LeaseRenewal
+    ),
+];
 
 /// Queues an acquire of one permit in a task and returns the task once the
 /// store reports it waiting.
@@ -27,7 +54,7 @@ async fn once_permit(locks: &Locks, name: &str, permits: u32) -> LockGuard {
 /// 32 tasks on 4 clients take permits of a 3-permit semaphore again and
 /// again: never more than 3 inside at once, and 3 at once do happen (the
 /// first holders wait for it).
-pub async fn semaphore_permits_never_exceeded(subject: &Subject) {
+pub(crate) async fn semaphore_permits_never_exceeded(subject: &Subject) {
     const PERMITS: u32 = 3;
     let name = unique("semaphore");
     let clients = clients(subject, 4).await;
@@ -74,7 +101,7 @@ pub async fn semaphore_permits_never_exceeded(subject: &Subject) {
 /// 16 first users try a fresh 3-permit semaphore at the same instant (a
 /// database may roll one transaction back to break a deadlock between
 /// them): every try answers, none with an error, and at most 3 hold.
-pub async fn semaphore_first_tries_at_once_never_error(subject: &Subject) {
+pub(crate) async fn semaphore_first_tries_at_once_never_error(subject: &Subject) {
     const PERMITS: u32 = 3;
     let name = unique("semaphore-first");
     let clients = clients(subject, 4).await;
@@ -111,7 +138,7 @@ pub async fn semaphore_first_tries_at_once_never_error(subject: &Subject) {
 
 /// A full semaphore refuses try-acquire and times out a waiting acquire;
 /// one release makes room for exactly one more.
-pub async fn semaphore_full_refuses_until_release(subject: &Subject) {
+pub(crate) async fn semaphore_full_refuses_until_release(subject: &Subject) {
     let name = unique("semaphore-full");
     let [a, b] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
     let first = a.semaphore(&name, 2).acquire().await.expect("first permit");
@@ -153,7 +180,7 @@ pub async fn semaphore_full_refuses_until_release(subject: &Subject) {
 /// A client asking with another permits count than the one recorded gets
 /// `InvalidConfig` (try and wait alike), which changes nothing; once the
 /// semaphore is unused, a new count may be recorded.
-pub async fn semaphore_permits_mismatch_rejected(subject: &Subject) {
+pub(crate) async fn semaphore_permits_mismatch_rejected(subject: &Subject) {
     let name = unique("semaphore-mismatch");
     let [a, b] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
     let held = a
@@ -205,7 +232,7 @@ pub async fn semaphore_permits_mismatch_rejected(subject: &Subject) {
 /// Bad input is refused before any I/O with a clear error, on every store:
 /// 0 permits, a bad name; and a store without semaphores or read-write
 /// locks says `Unsupported` rather than handing out something weaker.
-pub async fn primitives_reject_bad_input_and_report_support(subject: &Subject) {
+pub(crate) async fn primitives_reject_bad_input_and_report_support(subject: &Subject) {
     let locks = subject.client().await;
     let caps = locks.capabilities();
     let err = locks
@@ -254,7 +281,7 @@ pub async fn primitives_reject_bad_input_and_report_support(subject: &Subject) {
 
 /// The mutex, the semaphore and the read-write lock of one name are three
 /// unrelated things: holding one does not block the others.
-pub async fn primitives_have_separate_namespaces(subject: &Subject) {
+pub(crate) async fn primitives_have_separate_namespaces(subject: &Subject) {
     let name = unique("namespaces");
     let [a, b] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
     let mutex = a.acquire(&name).await.expect("the mutex");
@@ -292,7 +319,7 @@ pub async fn primitives_have_separate_namespaces(subject: &Subject) {
 /// A cancelled permit acquire (a timeout) leaves nothing behind: once the
 /// holder releases, another client takes the permit, with no phantom
 /// waiter ahead of it.
-pub async fn semaphore_cancelled_acquire_leaves_nothing(subject: &Subject) {
+pub(crate) async fn semaphore_cancelled_acquire_leaves_nothing(subject: &Subject) {
     let name = unique("semaphore-cancel");
     let [a, b, c] = <[Locks; 3]>::try_from(clients(subject, 3).await).unwrap();
     let held = a.semaphore(&name, 1).acquire().await.expect("the permit");
@@ -317,7 +344,7 @@ pub async fn semaphore_cancelled_acquire_leaves_nothing(subject: &Subject) {
 }
 
 /// Permits are granted in the order they were asked for.
-pub async fn semaphore_fifo_order(subject: &Subject) {
+pub(crate) async fn semaphore_fifo_order(subject: &Subject) {
     let name = unique("semaphore-fifo");
     let [a, b] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
     let one = a.semaphore(&name, 2).acquire().await.expect("permit 1");
@@ -350,7 +377,7 @@ pub async fn semaphore_fifo_order(subject: &Subject) {
 }
 
 /// Tokens rise across all permits of a semaphore, whoever holds them.
-pub async fn semaphore_tokens_rise(subject: &Subject) {
+pub(crate) async fn semaphore_tokens_rise(subject: &Subject) {
     let name = unique("semaphore-tokens");
     let [a, b] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
     let mut last = 0;
@@ -376,7 +403,7 @@ pub async fn semaphore_tokens_rise(subject: &Subject) {
 
 /// The permit of a holder that vanished (its process gone: no release, no
 /// renewal) is free again within the TTL plus a second.
-pub async fn semaphore_abandoned_permit_expires(subject: &Subject) {
+pub(crate) async fn semaphore_abandoned_permit_expires(subject: &Subject) {
     let name = unique("semaphore-abandoned");
     let ttl = Duration::from_secs(2);
     let taken_at = abandon(subject, {
@@ -401,7 +428,7 @@ pub async fn semaphore_abandoned_permit_expires(subject: &Subject) {
 /// A holder that stops running (paused past its lease: no renewal) loses
 /// its permit to a waiter, and is told when it runs again: `lost()` fires
 /// and `is_held()` is false.
-pub async fn semaphore_paused_holder_is_told(subject: &Subject) {
+pub(crate) async fn semaphore_paused_holder_is_told(subject: &Subject) {
     let name = unique("semaphore-paused");
     let ttl = Duration::from_secs(1);
     let (taken_tx, taken_rx) = tokio::sync::oneshot::channel();
