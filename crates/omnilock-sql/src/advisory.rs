@@ -36,7 +36,7 @@ use sqlx::{AssertSqlSafe, Executor, Row, SqlSafeStr, SqlStr};
 use crate::config::{Dialect, SqlConfig};
 use crate::conn::errors::map_err;
 use crate::conn::{OwnedConn, Pool, Target};
-use crate::queries::ident;
+use crate::queries::advisory::{self as statements, Advisory as Sql};
 
 /// The database's name for one lock: derived from the table and the lock
 /// name, so that two tables' locks of one name stay apart. FNV-1a, 64 bits,
@@ -75,97 +75,6 @@ impl Key {
     /// bits) and `objid` (low 32 bits).
     fn postgres_halves(self) -> (i64, i64) {
         ((self.0 >> 32) as i64, (self.0 & 0xffff_ffff) as i64)
-    }
-}
-
-/// The statements of advisory mode, per dialect.
-#[derive(Debug, Clone)]
-struct Sql {
-    /// Takes the lock if free and bumps the token in one statement.
-    take_now: SqlStr,
-    /// Blocks until the lock is ours (MySQL: or the timeout passes).
-    wait: SqlStr,
-    /// Bumps the token after a wait (the lock is ours already).
-    fence: SqlStr,
-    release: SqlStr,
-    /// A statement that restarts the session's idle clock.
-    renew: SqlStr,
-    holder: SqlStr,
-    /// MySQL: the connection holding the lock; PostgreSQL: terminates it.
-    break_lock: SqlStr,
-}
-
-fn sql(text: String) -> SqlStr {
-    AssertSqlSafe(Arc::<str>::from(text)).into_sql_str()
-}
-
-impl Sql {
-    fn new(dialect: Dialect, table_name: &str) -> Self {
-        let table = ident(dialect, table_name);
-        match dialect {
-            Dialect::MySql => {
-                let now = crate::queries::MYSQL_NOW;
-                // The row keeps the token across holders; `expires_at` NULL
-                // and `holds` 0 say no table-mode hold is in it.
-                let upsert = "ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1),
-                        owner = VALUES(owner), holds = 0, expires_at = NULL,
-                        updated_at = VALUES(updated_at)";
-                Sql {
-                    take_now: sql(format!(
-                        "INSERT INTO {table} (name, owner, holds, token, expires_at, updated_at)
-                         SELECT ?, ?, 0, LAST_INSERT_ID(1), NULL, {now} FROM DUAL
-                         WHERE GET_LOCK(?, 0) = 1 {upsert}"
-                    )),
-                    wait: sql("SELECT GET_LOCK(?, ?)".into()),
-                    fence: sql(format!(
-                        "INSERT INTO {table} (name, owner, holds, token, expires_at, updated_at)
-                         VALUES (?, ?, 0, LAST_INSERT_ID(1), NULL, {now}) {upsert}"
-                    )),
-                    release: sql("SELECT RELEASE_LOCK(?)".into()),
-                    // Only this session could release its locks (a kill ends
-                    // it): alive means held.
-                    renew: sql("SELECT 1".into()),
-                    holder: sql(format!(
-                        "SELECT CAST(owner AS CHAR), token FROM {table}
-                         WHERE name = ? AND IS_USED_LOCK(?) IS NOT NULL"
-                    )),
-                    break_lock: sql("SELECT IS_USED_LOCK(?)".into()),
-                }
-            }
-            _ => {
-                let now = crate::queries::POSTGRES_NOW;
-                let upsert = format!(
-                    "ON CONFLICT (name) DO UPDATE SET token = {table}.token + 1,
-                        owner = excluded.owner, holds = 0, expires_at = NULL,
-                        updated_at = excluded.updated_at
-                     RETURNING token"
-                );
-                // The lock's entry in `pg_locks`, in this database.
-                let entry = "FROM pg_locks WHERE locktype = 'advisory' AND granted
-                        AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-                        AND classid = CAST($1 AS BIGINT)::oid AND objid = CAST($2 AS BIGINT)::oid
-                        AND objsubid = 1";
-                Sql {
-                    take_now: sql(format!(
-                        "INSERT INTO {table} (name, owner, holds, token, expires_at, updated_at)
-                         SELECT $1, $2, 0, 1, NULL, {now} WHERE pg_try_advisory_lock($3) {upsert}"
-                    )),
-                    wait: sql("SELECT 1 FROM (SELECT pg_advisory_lock($1)) AS waited".into()),
-                    fence: sql(format!(
-                        "INSERT INTO {table} (name, owner, holds, token, expires_at, updated_at)
-                         VALUES ($1, $2, 0, 1, NULL, {now}) {upsert}"
-                    )),
-                    release: sql("SELECT pg_advisory_unlock($1)".into()),
-                    // Only this session can unlock its lock: alive means held.
-                    renew: sql("SELECT 1".into()),
-                    holder: sql(format!(
-                        "SELECT owner, token FROM {table} WHERE name = $3
-                         AND EXISTS (SELECT 1 {entry})"
-                    )),
-                    break_lock: sql(format!("SELECT pg_terminate_backend(pid) {entry}")),
-                }
-            }
-        }
     }
 }
 
@@ -244,20 +153,17 @@ async fn kill(pool: &Pool, id: i64, started_us: i64) -> sqlx::Result<()> {
         #[cfg(feature = "mysql")]
         Pool::MySql(p) => {
             // KILL takes no placeholder; the id is the server's integer.
-            p.execute(sqlx::raw_sql(AssertSqlSafe(format!("KILL {id}"))))
+            p.execute(sqlx::raw_sql(AssertSqlSafe(statements::mysql_kill(id))))
                 .await
                 .map(|_| ())
         }
         #[cfg(feature = "postgres")]
-        Pool::Postgres(p) => sqlx::query(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = $1
-             AND CAST(EXTRACT(EPOCH FROM backend_start) * 1000000 AS BIGINT) = $2",
-        )
-        .bind(id as i32)
-        .bind(started_us)
-        .execute(p)
-        .await
-        .map(|_| ()),
+        Pool::Postgres(p) => sqlx::query(statements::POSTGRES_KILL)
+            .bind(id as i32)
+            .bind(started_us)
+            .execute(p)
+            .await
+            .map(|_| ()),
         #[allow(unreachable_patterns)]
         _ => Ok(()),
     }
@@ -442,7 +348,7 @@ impl Advisory {
         let (conn, id, started_us) = match conn {
             #[cfg(feature = "mysql")]
             OwnedConn::MySql(mut c) => {
-                let id: i64 = sqlx::query_scalar("SELECT CAST(CONNECTION_ID() AS SIGNED)")
+                let id: i64 = sqlx::query_scalar(statements::MYSQL_SESSION_ID)
                     .fetch_one(&mut c)
                     .await
                     .map_err(err)?;
@@ -450,14 +356,10 @@ impl Advisory {
             }
             #[cfg(feature = "postgres")]
             OwnedConn::Postgres(mut c) => {
-                let row = sqlx::query(
-                    "SELECT CAST(pid AS BIGINT),
-                        CAST(EXTRACT(EPOCH FROM backend_start) * 1000000 AS BIGINT)
-                     FROM pg_stat_activity WHERE pid = pg_backend_pid()",
-                )
-                .fetch_one(&mut c)
-                .await
-                .map_err(err)?;
+                let row = sqlx::query(statements::POSTGRES_SESSION_ID)
+                    .fetch_one(&mut c)
+                    .await
+                    .map_err(err)?;
                 let (id, started): (i64, i64) =
                     (row.try_get(0).map_err(err)?, row.try_get(1).map_err(err)?);
                 (SessionConn::Postgres(c), id, started)
@@ -969,18 +871,16 @@ async fn set_idle_timeout(session: &mut Session) -> sqlx::Result<()> {
         #[cfg(not(any(feature = "mysql", feature = "postgres")))]
         _ => unreachable!("advisory mode is refused without mysql or postgres"),
         #[cfg(feature = "mysql")]
-        SessionConn::MySql(c) => sqlx::query("SET SESSION wait_timeout = ?")
+        SessionConn::MySql(c) => sqlx::query(statements::MYSQL_SET_IDLE_TIMEOUT)
             .bind(timeout.as_secs() as i64)
             .execute(c)
             .await
             .map(|_| ()),
         #[cfg(feature = "postgres")]
-        SessionConn::Postgres(c) => {
-            sqlx::query("SELECT set_config('idle_session_timeout', $1, false)")
-                .bind(timeout.as_millis().to_string())
-                .execute(c)
-                .await
-                .map(|_| ())
-        }
+        SessionConn::Postgres(c) => sqlx::query(statements::POSTGRES_SET_IDLE_TIMEOUT)
+            .bind(timeout.as_millis().to_string())
+            .execute(c)
+            .await
+            .map(|_| ()),
     }
 }

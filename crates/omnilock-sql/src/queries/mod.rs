@@ -15,6 +15,7 @@
 //! milliseconds since the Unix epoch **by the database's clock**, never the
 //! client's.
 
+pub(crate) mod advisory;
 mod counted;
 mod mysql;
 mod renew_batch;
