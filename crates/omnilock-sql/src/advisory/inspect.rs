@@ -4,13 +4,14 @@
 use omnilock_core::{Error, Holder, LockName, Owner, Result};
 
 use super::session::kill;
-use super::Advisory;
+use super::AdvisoryStore;
 use crate::conn::Pool;
 
-impl Advisory {
+impl AdvisoryStore {
     /// Ends the session holding `name`, whoever it belongs to. Every other
     /// lock on that session is lost with it.
-    pub(crate) async fn break_lock(&self, pool: &Pool, name: &LockName) -> Result<bool> {
+    pub(super) async fn break_held(&self, name: &LockName) -> Result<bool> {
+        let pool = self.table.pool();
         let key = self.key(name);
         let err = |e| self.err(e);
         match pool {
@@ -51,7 +52,8 @@ impl Advisory {
 
     /// Who holds `name`: the row's owner and token, while the database has
     /// the lock held.
-    pub(crate) async fn holder(&self, pool: &Pool, name: &LockName) -> Result<Option<Holder>> {
+    pub(super) async fn holder_of(&self, name: &LockName) -> Result<Option<Holder>> {
+        let pool = self.table.pool();
         let key = self.key(name);
         let err = |e| self.err(e);
         let row: Option<(String, i64)> = match pool {

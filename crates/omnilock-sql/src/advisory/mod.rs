@@ -32,56 +32,156 @@ mod shared;
 mod take;
 
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
-use omnilock_core::{Error, LockName};
+use omnilock_core::{
+    async_trait, AcquireRequest, Backend, Capabilities, Error, ErrorKind, Grant, Holder, LockName,
+    Primitive, Result,
+};
 
-use crate::config::SqlConfig;
 use crate::conn::errors::map_err;
-use crate::conn::{Pool, Target};
+use crate::conn::Target;
 use crate::queries::advisory::Advisory as Sql;
-pub(crate) use key::Key;
+use crate::table::TableStore;
+use key::Key;
 use shared::Shared;
 
-/// Advisory mode's state in a store.
-pub(crate) struct Advisory {
+/// Advisory mode's store: mutexes are the database's session locks;
+/// semaphores and read-write locks (and the fencing tokens' rows) are the
+/// lock tables', through the [`TableStore`] it holds.
+pub(crate) struct AdvisoryStore {
+    /// The tables: semaphores, read-write locks, the tokens' rows, and the
+    /// pool (sessions are killed from it).
+    table: TableStore,
+    /// Where sessions connect.
     target: Target,
-    config: Arc<SqlConfig>,
     sql: Sql,
-    /// The store's pool: sessions are killed from it.
-    killer: Pool,
     /// Sessions holding this store's locks, or ready to: a lock taken by a
     /// try goes to one of them; a session that waited joins them once
     /// granted.
     shared: Mutex<Vec<Arc<Shared>>>,
 }
 
-impl std::fmt::Debug for Advisory {
+impl std::fmt::Debug for AdvisoryStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Advisory").finish_non_exhaustive()
+        let config = self.table.config();
+        f.debug_struct("AdvisoryStore")
+            .field("store", &config.shown)
+            .field("table", &config.table)
+            .finish()
     }
 }
 
-impl Advisory {
-    pub(crate) fn new(config: &SqlConfig, target: Target, killer: Pool) -> Self {
-        Advisory {
-            target,
-            config: Arc::new(config.clone()),
+impl AdvisoryStore {
+    pub(crate) fn new(table: TableStore, target: Target) -> Self {
+        let config = table.config();
+        AdvisoryStore {
             sql: Sql::new(config.dialect, &config.table),
-            killer,
+            table,
+            target,
             shared: Mutex::new(Vec::new()),
         }
     }
 
     fn key(&self, name: &LockName) -> Key {
-        Key::new(&self.config.table, name.as_str())
+        Key::new(&self.table.config().table, name.as_str())
     }
 
     fn err(&self, e: sqlx::Error) -> Error {
-        map_err(e, &self.config)
+        map_err(e, self.table.config())
+    }
+}
+
+/// Mutexes here; every other primitive on the table.
+#[async_trait]
+impl Backend for AdvisoryStore {
+    fn kind(&self) -> &'static str {
+        self.table.kind()
     }
 
-    /// Lets go of the sessions (held locks end with their guards).
-    pub(crate) fn close(&self) {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            // Each hold is a session of its own, and one owner's second
+            // session waits like anyone else's.
+            cross_process_reentrancy: false,
+            // Advisory locks live in the server's memory: a restart frees
+            // them (and ends their sessions, so holders are told).
+            survives_failover: false,
+            atomic_lock_all: false,
+            // The rest is the table's: the database hands a mutex to its
+            // waiter, but semaphores and read-write locks stay on the
+            // tables, where only PostgreSQL's NOTIFY pushes, so the table's
+            // `push_wakeups` claim covers every primitive.
+            ..self.table.capabilities()
+        }
+    }
+
+    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
+        match request.primitive {
+            Primitive::Mutex => self.try_take(request).await,
+            _ => self.table.try_acquire(request).await,
+        }
+    }
+
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Grant> {
+        match request.primitive {
+            Primitive::Mutex => self.take(request).await,
+            _ => self.table.acquire(request).await,
+        }
+    }
+
+    async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
+        match request.primitive {
+            Primitive::Mutex => self.release_held(grant).await,
+            _ => self.table.release(request, grant).await,
+        }
+    }
+
+    async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
+        match request.primitive {
+            Primitive::Mutex => self.renew_held(&[(request, grant)]).await.remove(0),
+            _ => self.table.renew(request, grant).await,
+        }
+    }
+
+    /// Mutexes with one statement per session, for all the locks it holds;
+    /// the rest as the table renews them.
+    async fn renew_all(&self, holds: &[(&AcquireRequest, &Grant)]) -> Vec<Result<Instant>> {
+        let (mutexes, others): (Vec<usize>, Vec<usize>) =
+            (0..holds.len()).partition(|&i| holds[i].0.primitive == Primitive::Mutex);
+        let pick = |which: &[usize]| which.iter().map(|&i| holds[i]).collect::<Vec<_>>();
+        let mut results: Vec<Option<Result<Instant>>> = holds.iter().map(|_| None).collect();
+        for (&i, result) in mutexes.iter().zip(self.renew_held(&pick(&mutexes)).await) {
+            results[i] = Some(result);
+        }
+        for (&i, result) in others
+            .iter()
+            .zip(self.table.renew_all(&pick(&others)).await)
+        {
+            results[i] = Some(result);
+        }
+        results
+            .into_iter()
+            .map(|r| {
+                r.unwrap_or_else(|| Err(Error::new(ErrorKind::Backend, "internal: not renewed")))
+            })
+            .collect()
+    }
+
+    /// Ends the session holding the mutex `name` (see
+    /// [`AdvisoryStore::break_held`]).
+    async fn break_lock(&self, name: &LockName) -> Result<bool> {
+        self.break_held(name).await
+    }
+
+    async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
+        self.holder_of(name).await
+    }
+
+    /// Lets go of the sessions (held locks end with their guards), then
+    /// closes the table's pool.
+    async fn close(&self) {
         omnilock_core::lock_unpoisoned(&self.shared).clear();
+        self.table.close().await;
     }
 }

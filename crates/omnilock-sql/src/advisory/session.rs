@@ -9,7 +9,7 @@ use omnilock_core::{Error, Result};
 #[allow(unused_imports)]
 use sqlx::{AssertSqlSafe, Executor, Row};
 
-use super::Advisory;
+use super::AdvisoryStore;
 use crate::config::{Dialect, SqlConfig};
 use crate::conn::errors::map_err;
 use crate::conn::{OwnedConn, Pool};
@@ -90,10 +90,10 @@ pub(super) fn idle_timeout(dialect: Dialect, ttl: Duration) -> Duration {
     }
 }
 
-impl Advisory {
+impl AdvisoryStore {
     /// A new session that ends itself once idle for `ttl`.
     pub(super) async fn open(&self, ttl: Duration) -> Result<Session> {
-        let config = &*self.config;
+        let config = self.table.config();
         let conn = tokio::time::timeout(config.connect_timeout, self.target.connect_one(config))
             .await
             .map_err(|_| {
@@ -137,7 +137,7 @@ impl Advisory {
             started_us,
             idle_timeout: idle_timeout(config.dialect, ttl),
             clean: true,
-            killer: self.killer.clone(),
+            killer: self.table.pool().clone(),
         };
         set_idle_timeout(&mut session).await.map_err(|e| {
             if e.to_string()

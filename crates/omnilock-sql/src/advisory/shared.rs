@@ -11,7 +11,7 @@ use omnilock_core::{Error, Result};
 
 use super::key::Key;
 use super::session::{bounded, gone, idle_timeout, Session, SessionConn};
-use super::Advisory;
+use super::AdvisoryStore;
 use crate::queries::advisory::Advisory as Sql;
 
 /// A session that holds any number of this store's locks, used one
@@ -71,14 +71,14 @@ pub(super) enum Took {
     Busy,
 }
 
-impl Advisory {
+impl AdvisoryStore {
     /// The session a try runs on: an empty one (so that each lock has a
     /// session of its own, and `break_lock`, which ends the holder's
     /// session, takes no other lock with it) while the store has fewer than
     /// `sessions`; past that, the least busy one of this TTL, which then
     /// holds several.
     pub(super) async fn shared_for(&self, ttl: Duration) -> Result<Arc<Shared>> {
-        let wanted = idle_timeout(self.config.dialect, ttl);
+        let wanted = idle_timeout(self.table.config().dialect, ttl);
         {
             let mut list = omnilock_core::lock_unpoisoned(&self.shared);
             // The server ends a session idle for its timeout: let go of
@@ -94,7 +94,7 @@ impl Advisory {
             if let Some(empty) = same.iter().filter(free).find(|s| s.held() == 0) {
                 return Ok(Arc::clone(empty));
             }
-            if list.len() >= self.config.advisory_sessions as usize && !same.is_empty() {
+            if list.len() >= self.table.config().advisory_sessions as usize && !same.is_empty() {
                 let least = same
                     .iter()
                     .min_by_key(|s| (s.slot.try_lock().is_err(), s.held()))
@@ -111,7 +111,7 @@ impl Advisory {
     /// A session of its own for a wait: an empty shared one nobody else
     /// uses, or a new connection.
     pub(super) async fn session_for_wait(&self, ttl: Duration) -> Result<Session> {
-        let wanted = idle_timeout(self.config.dialect, ttl);
+        let wanted = idle_timeout(self.table.config().dialect, ttl);
         let claimed = {
             let mut list = omnilock_core::lock_unpoisoned(&self.shared);
             // Only the list refers to it (clones are made under this lock),

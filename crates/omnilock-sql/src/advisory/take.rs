@@ -11,7 +11,7 @@ use omnilock_core::{AcquireRequest, Error, ErrorKind, Grant, Result};
 use super::key::Key;
 use super::session::{Session, SessionConn};
 use super::shared::{ping, release_on, take_on, Shared, Took};
-use super::Advisory;
+use super::AdvisoryStore;
 use crate::queries::advisory::Advisory as Sql;
 
 /// How long a MySQL/MariaDB wait blocks in one `GET_LOCK` before asking
@@ -34,7 +34,7 @@ async fn to_the_end<T: Send + 'static>(
     omnilock_core::complete_or_undo(call, |_| async {}).await
 }
 
-impl Advisory {
+impl AdvisoryStore {
     /// Takes the lock if it is free: one statement on a shared session.
     /// `Ok(None)` when busy.
     ///
@@ -45,7 +45,7 @@ impl Advisory {
     /// whatever the failed statement did: an advisory lock belongs to its
     /// session, so one the dead session may have taken is not this
     /// session's to take twice, and frees when that session ends.
-    pub(crate) async fn try_take(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
+    pub(super) async fn try_take(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
         match self.try_take_once(request).await {
             Err((err, Some(shared))) if shared.is_dead() => {
                 tracing::debug!(error = %err, "omnilock advisory: a shared session died; trying on another");
@@ -92,7 +92,7 @@ impl Advisory {
     /// a session of its own, which then joins the shared ones. Dropped
     /// while waiting, that session is killed, which ends the wait and frees
     /// the lock if it was granted meanwhile.
-    pub(crate) async fn take(&self, request: &AcquireRequest) -> Result<Grant> {
+    pub(super) async fn take(&self, request: &AcquireRequest) -> Result<Grant> {
         if let Some(grant) = self.try_take(request).await? {
             return Ok(grant);
         }
@@ -146,7 +146,7 @@ impl Advisory {
     }
 
     /// Releases on the session that holds the lock.
-    pub(crate) async fn release(&self, grant: &Grant) -> Result<()> {
+    pub(super) async fn release_held(&self, grant: &Grant) -> Result<()> {
         let held: &Held = grant.backend_state()?;
         let (shared, sql, key) = (Arc::clone(&held.shared), self.sql.clone(), held.key);
         match to_the_end(async move { release_on(&shared, &sql, key).await }).await {
@@ -159,7 +159,7 @@ impl Advisory {
     /// Renews holds (as `Backend::renew_all`): one statement per session,
     /// which restarts its idle clock for every lock it holds. A session
     /// that is gone means its locks are (or soon will be) gone.
-    pub(crate) async fn renew_all(
+    pub(super) async fn renew_held(
         &self,
         holds: &[(&AcquireRequest, &Grant)],
     ) -> Vec<Result<Instant>> {
