@@ -18,9 +18,10 @@ use crate::table::TableStore;
 /// A lock store on a SQL database. Create it with [`SqlStore::connect`],
 /// [`SqlStore::builder`] or through `omnilock::connect("sqlite:///...")`.
 ///
-/// A thin entry point: it holds the store of the configured mode and passes
-/// every call on to it. In table mode (the default) every primitive is rows
-/// of the lock tables; in advisory mode (`?mode=advisory`) mutexes are the
+/// A thin entry point: it picks the store of the configured mode (inside
+/// the crate, `TableStore` or `AdvisoryStore`), holds it and passes every
+/// call on to it. In table mode (the default) every primitive is rows of
+/// the lock tables; in advisory mode (`?mode=advisory`) mutexes are the
 /// database's advisory locks, and semaphores and read-write locks stay on
 /// the tables.
 #[derive(Clone)]

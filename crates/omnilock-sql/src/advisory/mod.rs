@@ -147,23 +147,21 @@ impl Backend for AdvisoryStore {
     /// Mutexes with one statement per session, for all the locks it holds;
     /// the rest as the table renews them.
     async fn renew_all(&self, holds: &[(&AcquireRequest, &Grant)]) -> Vec<Result<Instant>> {
-        let (mutexes, others): (Vec<usize>, Vec<usize>) =
-            (0..holds.len()).partition(|&i| holds[i].0.primitive == Primitive::Mutex);
-        let pick = |which: &[usize]| which.iter().map(|&i| holds[i]).collect::<Vec<_>>();
-        let mut results: Vec<Option<Result<Instant>>> = holds.iter().map(|_| None).collect();
-        for (&i, result) in mutexes.iter().zip(self.renew_held(&pick(&mutexes)).await) {
-            results[i] = Some(result);
-        }
-        for (&i, result) in others
+        let (mutexes, others): (Vec<_>, Vec<_>) = holds
             .iter()
-            .zip(self.table.renew_all(&pick(&others)).await)
-        {
-            results[i] = Some(result);
-        }
-        results
-            .into_iter()
-            .map(|r| {
-                r.unwrap_or_else(|| Err(Error::new(ErrorKind::Backend, "internal: not renewed")))
+            .copied()
+            .partition(|(request, _)| request.primitive == Primitive::Mutex);
+        let mut mutexes = self.renew_held(&mutexes).await.into_iter();
+        let mut others = self.table.renew_all(&others).await.into_iter();
+        holds
+            .iter()
+            .map(|(request, _)| {
+                let renewed = match request.primitive {
+                    Primitive::Mutex => mutexes.next(),
+                    _ => others.next(),
+                };
+                renewed
+                    .unwrap_or_else(|| Err(Error::new(ErrorKind::Backend, "internal: not renewed")))
             })
             .collect()
     }
