@@ -3,6 +3,7 @@
 
 use omnilock_core::{Error, Holder, LockName, Owner, Result};
 
+#[cfg(feature = "mysql")]
 use super::session::kill;
 use super::AdvisoryStore;
 use crate::conn::Pool;

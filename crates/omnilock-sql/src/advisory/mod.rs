@@ -2,7 +2,13 @@
 // is then never reached.
 #![cfg_attr(
     not(any(feature = "mysql", feature = "postgres")),
-    allow(unused_imports, unreachable_code, unused_variables, dead_code)
+    allow(
+        unused_imports,
+        unreachable_code,
+        unused_variables,
+        dead_code,
+        clippy::never_loop
+    )
 )]
 //! Advisory mode (`?mode=advisory`): a mutex is the database's own session
 //! lock, `GET_LOCK` on MySQL/MariaDB and `pg_advisory_lock` on PostgreSQL,
