@@ -19,6 +19,7 @@ pub(crate) mod advisory;
 mod counted;
 mod mysql;
 mod renew_batch;
+pub(crate) mod schema;
 mod upsert;
 
 #[cfg(feature = "postgres")]
