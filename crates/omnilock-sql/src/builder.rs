@@ -1,12 +1,12 @@
 //! A store on the application's own sqlx pool: the same options as the
 //! URL, set by typed methods, on connections and credentials the
-//! application already has.
+//! application already has. The store is of the mode the settings pick:
+//! table mode, or advisory mode with [`SqlStoreBuilder::advisory`].
 
 use std::time::Duration;
 
 use omnilock_core::{check_ttl, Error, Locks, Result, Secret};
 
-use crate::advisory::Advisory;
 use crate::config::{self, Dialect, SqlConfig, DEFAULT_TABLE};
 use crate::conn::{Conn, Pool, Target};
 use crate::queries::Queries;
@@ -227,10 +227,8 @@ impl SqlStoreBuilder {
         };
         let queries = Queries::new(dialect, &config.table, notify, config.fair);
         prepare_on_pool(&self.pool, &config, &queries).await?;
-        let advisory = config
-            .advisory
-            .then(|| Advisory::new(&config, Target::of_pool(&self.pool), self.pool.clone()));
-        Ok(SqlStore::start(config, self.pool, queries, advisory))
+        let target = Target::of_pool(&self.pool);
+        Ok(SqlStore::start(config, self.pool, queries, target))
     }
 }
 

@@ -26,13 +26,12 @@ mod advisory;
 mod builder;
 mod config;
 mod conn;
-mod counted;
 #[cfg(feature = "postgres")]
 mod notify;
 mod queries;
-mod queue;
 mod schema;
 mod store;
+mod table;
 mod tls;
 
 pub use builder::{SqlPool, SqlStoreBuilder};

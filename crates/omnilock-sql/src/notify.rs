@@ -12,7 +12,7 @@ use std::time::Duration;
 use omnilock_core::{Backoff, LockName};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 
-use crate::store::Inner;
+use crate::table::Inner;
 
 /// Listens with a connection of its own (from a one-connection pool on the
 /// store's connect options), so the store's pool, or the application's pool

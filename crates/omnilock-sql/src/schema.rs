@@ -22,11 +22,12 @@ use omnilock_core::{Error, Result};
 #[allow(unused_imports)]
 use sqlx::{AssertSqlSafe, Connection, Executor, Row};
 
+#[allow(unused_imports)]
 use crate::config::{Dialect, SqlConfig};
 use crate::conn::errors::map_err;
 use crate::conn::Conn;
 #[allow(unused_imports)]
-use crate::queries::{ident, queue_names, text_type, Queries};
+use crate::queries::{ident, queue_names, schema as statements, Queries};
 
 /// The PostgreSQL advisory lock key that serializes omnilock's DDL in a
 /// database: "omnilock" in ASCII.
@@ -46,7 +47,7 @@ pub(crate) async fn prepare(conn: Conn<'_>, config: &SqlConfig, queries: &Querie
         Conn::Postgres(conn) => {
             let mut tx = conn.begin().await.map_err(err)?;
             if config.create_table {
-                sqlx::query("SELECT 1 FROM (SELECT pg_advisory_xact_lock($1)) AS ddl_lock")
+                sqlx::query(statements::POSTGRES_DDL_LOCK)
                     .bind(DDL_LOCK_KEY)
                     .execute(&mut *tx)
                     .await
@@ -60,7 +61,10 @@ pub(crate) async fn prepare(conn: Conn<'_>, config: &SqlConfig, queries: &Querie
         }
         #[cfg(feature = "sqlite")]
         Conn::Sqlite(conn) => {
-            let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(err)?;
+            let mut tx = conn
+                .begin_with(statements::SQLITE_DDL_BEGIN)
+                .await
+                .map_err(err)?;
             if config.create_table {
                 for statement in &queries.create {
                     tx.execute(statement.clone()).await.map_err(err)?;
@@ -73,10 +77,9 @@ pub(crate) async fn prepare(conn: Conn<'_>, config: &SqlConfig, queries: &Querie
         }
         #[cfg(feature = "mysql")]
         Conn::MySql(conn) => {
-            let lock = "CONCAT('omnilock_ddl:', MD5(DATABASE()))";
             if config.create_table {
                 let got: Option<i64> =
-                    sqlx::query_scalar(AssertSqlSafe(format!("SELECT GET_LOCK({lock}, ?)")))
+                    sqlx::query_scalar(AssertSqlSafe(statements::mysql_ddl_lock()))
                         .bind(DDL_WAIT.as_secs() as i64)
                         .fetch_one(&mut *conn)
                         .await
@@ -93,7 +96,7 @@ pub(crate) async fn prepare(conn: Conn<'_>, config: &SqlConfig, queries: &Querie
             }
             check_mysql(conn, config).await?;
             if config.create_table {
-                sqlx::query(AssertSqlSafe(format!("SELECT RELEASE_LOCK({lock})")))
+                sqlx::query(AssertSqlSafe(statements::mysql_ddl_unlock()))
                     .execute(&mut *conn)
                     .await
                     .map_err(err)?;
@@ -116,18 +119,12 @@ fn tables(config: &SqlConfig) -> [String; 2] {
 #[cfg(feature = "mysql")]
 async fn check_mysql(conn: &mut sqlx::MySqlConnection, config: &SqlConfig) -> Result<()> {
     let [table, queue] = tables(config);
-    let rows = sqlx::query(
-        "SELECT CAST(TABLE_NAME AS CHAR), CAST(COLUMN_NAME AS CHAR),
-                CAST(DATA_TYPE AS CHAR), CAST(COALESCE(COLLATION_NAME, '') AS CHAR)
-         FROM information_schema.COLUMNS
-         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (?, ?)
-           AND COLUMN_NAME IN ('name', 'owner')",
-    )
-    .bind(&table)
-    .bind(&queue)
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(|e| map_err(e, config))?;
+    let rows = sqlx::query(statements::MYSQL_NAME_COLUMNS)
+        .bind(&table)
+        .bind(&queue)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(|e| map_err(e, config))?;
     let mut folding = Vec::new();
     for row in rows {
         let text = |i| row.try_get::<String, _>(i).map_err(|e| map_err(e, config));
@@ -142,11 +139,7 @@ async fn check_mysql(conn: &mut sqlx::MySqlConnection, config: &SqlConfig) -> Re
     }
     for (name, described) in folding {
         let owner_null = if name == table { "NULL" } else { "NOT NULL" };
-        let alter = format!(
-            "ALTER TABLE {} MODIFY name {text} NOT NULL, MODIFY owner {text} {owner_null}",
-            ident(Dialect::MySql, &name),
-            text = text_type(Dialect::MySql),
-        );
+        let alter = statements::mysql_exact_columns(&name, owner_null);
         if !config.create_table {
             return Err(Error::config(format!(
                 "table {name}: column {described}, which ignores trailing spaces, so distinct \
@@ -181,23 +174,12 @@ async fn check_postgres(
     config: &SqlConfig,
 ) -> Result<()> {
     let [table, queue] = tables(config);
-    let row = sqlx::query(
-        "SELECT CAST(c.relname AS TEXT), CAST(a.attname AS TEXT),
-                CAST(format_type(a.atttypid, a.atttypmod) AS TEXT),
-                CAST(COALESCE(co.collname, '') AS TEXT)
-         FROM pg_attribute a
-         JOIN pg_class c ON c.oid = a.attrelid
-         LEFT JOIN pg_collation co ON co.oid = a.attcollation
-         WHERE a.attrelid IN (to_regclass($1), to_regclass($2))
-           AND a.attname IN ('name', 'owner') AND NOT a.attisdropped
-           AND (a.atttypid = 'bpchar'::regtype OR NOT COALESCE(co.collisdeterministic, TRUE))
-         LIMIT 1",
-    )
-    .bind(ident(Dialect::Postgres, &table))
-    .bind(ident(Dialect::Postgres, &queue))
-    .fetch_optional(&mut **tx)
-    .await
-    .map_err(|e| map_err(e, config))?;
+    let row = sqlx::query(statements::POSTGRES_FOLDING_COLUMNS)
+        .bind(ident(Dialect::Postgres, &table))
+        .bind(ident(Dialect::Postgres, &queue))
+        .fetch_optional(&mut **tx)
+        .await
+        .map_err(|e| map_err(e, config))?;
     let Some(row) = row else { return Ok(()) };
     let text = |i| row.try_get::<String, _>(i).map_err(|e| map_err(e, config));
     let (name, column, data_type, collation) = (text(0)?, text(1)?, text(2)?, text(3)?);
@@ -217,15 +199,12 @@ async fn check_sqlite(
     config: &SqlConfig,
 ) -> Result<bool> {
     let [table, queue] = tables(config);
-    let rows = sqlx::query(
-        "SELECT name, sql FROM sqlite_master
-         WHERE type = 'table' AND lower(name) IN (lower(?1), lower(?2))",
-    )
-    .bind(&table)
-    .bind(&queue)
-    .fetch_all(&mut **tx)
-    .await
-    .map_err(|e| map_err(e, config))?;
+    let rows = sqlx::query(statements::SQLITE_TABLES)
+        .bind(&table)
+        .bind(&queue)
+        .fetch_all(&mut **tx)
+        .await
+        .map_err(|e| map_err(e, config))?;
     let mut exists = false;
     for row in rows {
         let name: String = row.try_get(0).map_err(|e| map_err(e, config))?;
@@ -252,20 +231,21 @@ async fn probe_sqlite_write(
     tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
     config: &SqlConfig,
 ) -> Result<()> {
-    let table = ident(Dialect::Sqlite, &config.table);
-    let insert = format!(
-        "INSERT OR REPLACE INTO {table} (name, holds, token, updated_at) VALUES (?1, 0, 0, 0)"
-    );
+    let insert = statements::sqlite_write_probe(&config.table);
     let err = |e| map_err(e, config);
-    tx.execute("SAVEPOINT omnilock_probe").await.map_err(err)?;
+    tx.execute(statements::SQLITE_PROBE_SAVEPOINT)
+        .await
+        .map_err(err)?;
     let written = sqlx::query(AssertSqlSafe(insert))
         .bind("\u{1}omnilock write probe")
         .execute(&mut **tx)
         .await;
-    tx.execute("ROLLBACK TO omnilock_probe")
+    tx.execute(statements::SQLITE_PROBE_UNDO)
         .await
         .map_err(err)?;
-    tx.execute("RELEASE omnilock_probe").await.map_err(err)?;
+    tx.execute(statements::SQLITE_PROBE_RELEASE)
+        .await
+        .map_err(err)?;
     written.map(|_| ()).map_err(err)
 }
 

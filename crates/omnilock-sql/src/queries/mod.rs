@@ -15,9 +15,11 @@
 //! milliseconds since the Unix epoch **by the database's clock**, never the
 //! client's.
 
+pub(crate) mod advisory;
 mod counted;
 mod mysql;
 mod renew_batch;
+pub(crate) mod schema;
 mod upsert;
 
 #[cfg(feature = "postgres")]

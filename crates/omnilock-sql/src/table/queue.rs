@@ -10,14 +10,14 @@ use std::time::{Duration, Instant};
 use omnilock_core::{complete_or_undo, AcquireRequest, Error, ErrorKind, Result};
 use sqlx::Row;
 
+use super::TableStore;
 use crate::conn::{query, with_pool};
 use crate::queries::{Acquire, Args};
-use crate::store::SqlStore;
 
 /// A place in the fair waiting line; dropping it leaves the line.
 pub(crate) struct Ticket {
     pub(crate) id: i64,
-    pub(crate) store: SqlStore,
+    pub(crate) store: TableStore,
     pub(crate) refreshed: Instant,
 }
 
@@ -41,7 +41,7 @@ pub(crate) enum Attempt {
     Busy { remaining: Option<Duration> },
 }
 
-impl SqlStore {
+impl TableStore {
     /// The atomic statement(s) that take the lock: `Some(token)` if taken.
     pub(crate) async fn take(
         &self,

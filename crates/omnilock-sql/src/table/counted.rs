@@ -25,9 +25,9 @@ use omnilock_core::{
 };
 use sqlx::Row;
 
+use super::TableStore;
 use crate::conn::{query, with_pool};
 use crate::queries::{Args, Counted};
-use crate::store::SqlStore;
 
 /// What one attempt found.
 enum Step {
@@ -43,7 +43,7 @@ enum Step {
 /// The row of a grant, for release and renewal.
 struct Entry(i64);
 
-impl SqlStore {
+impl TableStore {
     fn counted_queries(&self) -> &Counted {
         &self.queries().counted
     }
@@ -349,7 +349,7 @@ impl SqlStore {
 /// A waiter's row, deleted (in the background) if the acquire ends without
 /// the grant.
 struct Place {
-    store: SqlStore,
+    store: TableStore,
     name: LockName,
     row: Option<i64>,
 }

@@ -1,0 +1,41 @@
+//! The database's name for an advisory lock.
+
+/// The database's name for one lock: derived from the table and the lock
+/// name, so that two tables' locks of one name stay apart. FNV-1a, 64 bits,
+/// over `table`, a zero byte and `name`: stable across versions and easy to
+/// compute in any language (for an operator looking at `pg_locks` or
+/// `performance_schema.metadata_locks`). Two names with one key would only
+/// exclude each other, never share a lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Key(u64);
+
+impl Key {
+    pub(crate) fn new(table: &str, name: &str) -> Self {
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for byte in table.bytes().chain([0]).chain(name.bytes()) {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+        Key(hash)
+    }
+
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    /// MySQL/MariaDB's lock name (at most 64 characters; hex, so that its
+    /// case-insensitive comparison changes nothing).
+    pub(super) fn mysql(self) -> String {
+        format!("omnilock:{:016x}", self.0)
+    }
+
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    /// PostgreSQL's `bigint` key.
+    pub(super) fn postgres(self) -> i64 {
+        self.0 as i64
+    }
+
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    /// PostgreSQL shows a `bigint` key in `pg_locks` as `classid` (high 32
+    /// bits) and `objid` (low 32 bits).
+    pub(super) fn postgres_halves(self) -> (i64, i64) {
+        ((self.0 >> 32) as i64, (self.0 & 0xffff_ffff) as i64)
+    }
+}

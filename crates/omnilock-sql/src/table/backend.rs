@@ -1,0 +1,236 @@
+//! The lock-table mode's [`Backend`]: mutexes by the atomic statements of
+//! [`super::queue`], semaphores and read-write locks by
+//! [`super::counted`].
+
+use std::time::{Duration, Instant};
+
+use omnilock_core::{
+    async_trait, complete_or_undo, AcquireRequest, Backend, Backoff, Capabilities, Error,
+    ErrorKind, Grant, LockName, Primitive, Result,
+};
+use sqlx::Row;
+
+use super::queue::{Attempt, Ticket};
+use super::TableStore;
+use crate::conn::{query, with_pool};
+use crate::queries::Args;
+
+/// Fair mode: the waiters at the front of the line that poll at the line's
+/// pace rather than slowing down to `max_poll`.
+const FAST_LINE: i64 = 8;
+
+#[async_trait]
+impl Backend for TableStore {
+    fn kind(&self) -> &'static str {
+        TableStore::kind(self)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            fair: self.inner.config.fair,
+            push_wakeups: self.inner.config.notify,
+            fencing: true,
+            cross_process_reentrancy: true,
+            lease_renewal: true,
+            cross_process: true,
+            break_lock: true,
+            holder: true,
+            election: true,
+            // A committed row survives a restart of the server; a
+            // failover to an asynchronous replica is outside what the
+            // library sees (docs/backends/sql.md).
+            survives_failover: true,
+            semaphore: true,
+            rw_lock: true,
+            atomic_lock_all: true,
+        }
+    }
+
+    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
+        if request.primitive != Primitive::Mutex {
+            return self.take_counted(request, false).await;
+        }
+        match self.attempt_detached(request, false, None).await? {
+            (Attempt::Taken { token }, started) => {
+                Ok(Some(Grant::new(token, started + request.ttl)))
+            }
+            (Attempt::Busy { .. }, _) => Ok(None),
+        }
+    }
+
+    async fn try_acquire_all(&self, requests: &[AcquireRequest]) -> Result<Option<Vec<Grant>>> {
+        if self.inner.config.fair {
+            self.settle_tickets().await;
+        }
+        let (store, undo_store) = (self.clone(), self.clone());
+        let (call_requests, undo_requests) = (requests.to_vec(), requests.to_vec());
+        let (tokens, started) = complete_or_undo(
+            async move {
+                let started = Instant::now();
+                let tokens = store.take_all(&call_requests).await?;
+                Ok((tokens, started))
+            },
+            // Taken for a caller that has gone: give every part back.
+            move |abandoned: Result<(Option<Vec<u64>>, Instant)>| async move {
+                if let Ok((Some(tokens), _)) = abandoned {
+                    for (request, token) in undo_requests.iter().zip(tokens) {
+                        let _ = undo_store
+                            .release_row(&request.name, &request.owner, token)
+                            .await;
+                    }
+                }
+            },
+        )
+        .await?;
+        Ok(tokens.map(|tokens| {
+            requests
+                .iter()
+                .zip(tokens)
+                .map(|(request, token)| Grant::new(token, started + request.ttl))
+                .collect()
+        }))
+    }
+
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Grant> {
+        if request.primitive != Primitive::Mutex {
+            return self.take_counted(request, true).await?.ok_or_else(|| {
+                Error::new(ErrorKind::Backend, "a waiting acquire returned nothing")
+            });
+        }
+        let notify = self.local_notify(&request.name);
+        let mut backoff = Backoff::new(Duration::from_millis(2), self.inner.config.max_poll);
+        // Fair mode: our place in line, given up (in the background) when
+        // this future ends, whether granted, failed or dropped.
+        let mut ticket: Option<Ticket> = None;
+        // Fair mode: how many waiters were ahead of us at the last look.
+        let mut last_ahead: Option<i64> = None;
+        loop {
+            // Listen before looking, so a release between the two is not missed.
+            let woken = notify.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            let id = ticket.as_ref().map(|t| t.id);
+            let delay = match self.attempt_detached(request, true, id).await {
+                Ok((Attempt::Taken { token }, started)) => {
+                    return Ok(Grant::new(token, started + request.ttl))
+                }
+                Ok((Attempt::Busy { .. }, _)) if self.inner.config.fair && ticket.is_none() => {
+                    ticket = Some(self.enqueue(request).await?);
+                    request.waiting.raise();
+                    // Look again at once: the lock may have freed meanwhile.
+                    continue;
+                }
+                Ok((Attempt::Busy { remaining }, _)) => {
+                    if let Some(ticket) = &mut ticket {
+                        self.refresh(ticket).await;
+                        // The front of the line polls as often as the line
+                        // moves: its pace starts over each time a waiter
+                        // ahead has gone. Without a push, a head that had
+                        // slowed down to `max_poll` while it waited learnt
+                        // of its turn up to `max_poll` late, on every
+                        // hand-off (8 clients on their own connections: 13
+                        // grants/s). Only the front: a long line whose
+                        // every waiter sped up at each hand-off would be a
+                        // polling herd.
+                        if let Ok(ahead) = self.ahead(request, ticket.id).await {
+                            if ahead < FAST_LINE && last_ahead.is_some_and(|last| ahead < last) {
+                                backoff.reset();
+                            }
+                            last_ahead = Some(ahead);
+                        }
+                    }
+                    request.waiting.raise();
+                    let delay = backoff.next_delay();
+                    // Wake when a crashed holder's lease runs out, not later.
+                    remaining.map_or(delay, |r| delay.min(r + Duration::from_millis(1)))
+                }
+                Err(err) if err.is_retryable() => {
+                    tracing::debug!(error = %err, lock = %request.name, "omnilock sql poll failed; retrying");
+                    backoff.next_delay()
+                }
+                Err(err) => return Err(err),
+            };
+            tokio::select! {
+                _ = &mut woken => backoff.reset(),
+                _ = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+
+    async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
+        if request.primitive != Primitive::Mutex {
+            return self.release_counted(request, grant).await;
+        }
+        if self
+            .release_row(&request.name, &request.owner, grant.token)
+            .await?
+        {
+            Ok(())
+        } else {
+            Err(Error::not_owner())
+        }
+    }
+
+    async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
+        if request.primitive != Primitive::Mutex {
+            return self.renew_counted(request, grant).await;
+        }
+        let started = Instant::now();
+        let args = Args {
+            name: request.name.as_str(),
+            owner: request.owner.as_str(),
+            ttl_ms: request.ttl.as_millis() as i64,
+            token: grant.token as i64,
+            ..Args::default()
+        };
+        if self.execute(&self.inner.queries.renew, &args).await? == 0 {
+            return Err(Error::new(
+                ErrorKind::LockLost,
+                "the lock is no longer held by this owner",
+            ));
+        }
+        Ok(started + request.ttl)
+    }
+
+    /// Mutexes in batches (see [`TableStore::renew_holds`]).
+    async fn renew_all(&self, holds: &[(&AcquireRequest, &Grant)]) -> Vec<Result<Instant>> {
+        self.renew_holds(holds).await
+    }
+
+    async fn break_lock(&self, name: &LockName) -> Result<bool> {
+        let args = Args {
+            name: name.as_str(),
+            ..Args::default()
+        };
+        let broken = self.execute(&self.inner.queries.break_lock, &args).await? > 0;
+        if broken {
+            self.wake_local(name);
+        }
+        Ok(broken)
+    }
+
+    async fn holder(&self, name: &LockName) -> Result<Option<omnilock_core::Holder>> {
+        let args = Args {
+            name: name.as_str(),
+            ..Args::default()
+        };
+        let err = |e| self.err(e);
+        let row: Option<(String, i64)> = with_pool!(&self.inner.pool, p => {
+            match query(&self.inner.queries.holder, &args).fetch_optional(p).await.map_err(err)? {
+                Some(row) => Some((row.try_get(0).map_err(err)?, row.try_get(1).map_err(err)?)),
+                None => None,
+            }
+        });
+        row.map(|(owner, token)| {
+            Ok(omnilock_core::Holder {
+                owner: omnilock_core::Owner::new(&owner)?,
+                token: token as u64,
+            })
+        })
+        .transpose()
+    }
+
+    async fn close(&self) {
+        self.inner.pool.close().await;
+    }
+}

@@ -1,0 +1,173 @@
+//! Table mode (`?mode=table`, the default): one row per lock, taken and
+//! released by single atomic statements, waited for by polling with
+//! backoff and jitter (see [`queue`]); semaphores and read-write locks in
+//! the entries table (see [`counted`]).
+
+mod backend;
+mod counted;
+mod queue;
+mod renew;
+
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex};
+
+use omnilock_core::{Error, LocalWaiters, LockName, Owner, Result};
+use sqlx::Row;
+use tokio::sync::Notify;
+
+use crate::config::SqlConfig;
+use crate::conn::errors::map_err;
+use crate::conn::{query, with_pool, Pool};
+use crate::queries::{Args, Queries, Statement};
+
+/// The lock-table mode's store: every primitive is rows of the lock
+/// tables. Advisory mode's [`AdvisoryStore`](crate::advisory::AdvisoryStore)
+/// holds one for what it keeps on the tables.
+#[derive(Clone)]
+pub(crate) struct TableStore {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) config: SqlConfig,
+    pub(crate) pool: Pool,
+    pub(crate) queries: Queries,
+    /// Waiters in this process, per lock: a release here (or, on
+    /// PostgreSQL, a NOTIFY from any process) wakes one of them at once
+    /// instead of at its next poll.
+    local_waiters: LocalWaiters,
+    /// Fair mode: tickets of abandoned waits still being deleted. An
+    /// attempt from this client waits for them first, so that its own
+    /// cancelled waits never stand in its way (see `settle_tickets`).
+    pub(crate) leaving: AtomicUsize,
+    pub(crate) left: Notify,
+    /// The PostgreSQL LISTEN task, stopped with the store.
+    listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(task) = self.listener.get_mut().ok().and_then(|t| t.take()) {
+            task.abort();
+        }
+    }
+}
+
+impl Inner {
+    /// Wakes every local waiter of `name`: a semaphore permit or
+    /// read-write lock side that leaves can admit several.
+    pub(crate) fn wake_all_local(&self, name: &LockName) {
+        self.local_waiters.wake_all(name);
+    }
+
+    pub(crate) fn wake_local(&self, name: &LockName) {
+        if self.config.fair {
+            // Only the head of the line may take it; let each look.
+            self.local_waiters.wake_all(name);
+        } else {
+            self.local_waiters.wake_one(name);
+        }
+    }
+}
+
+impl std::fmt::Debug for TableStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TableStore")
+            .field("store", &self.inner.config.shown)
+            .field("table", &self.inner.config.table)
+            .finish()
+    }
+}
+
+impl TableStore {
+    /// The store over `pool`, whose tables `prepare` has set up.
+    pub(crate) fn start(config: SqlConfig, pool: Pool, queries: Queries) -> Self {
+        let store = TableStore {
+            inner: Arc::new(Inner {
+                config,
+                pool,
+                queries,
+                local_waiters: LocalWaiters::default(),
+                leaving: AtomicUsize::new(0),
+                left: Notify::new(),
+                listener: Mutex::new(None),
+            }),
+        };
+        #[cfg(feature = "postgres")]
+        if let (true, Pool::Postgres(pool)) = (store.inner.config.notify, &store.inner.pool) {
+            let task = tokio::spawn(crate::notify::listen(
+                Arc::downgrade(&store.inner),
+                (*pool.connect_options()).clone(),
+                store.inner.config.table.clone(),
+            ));
+            *omnilock_core::lock_unpoisoned(&store.inner.listener) = Some(task);
+        }
+        store
+    }
+
+    pub(crate) fn config(&self) -> &SqlConfig {
+        &self.inner.config
+    }
+
+    fn kind(&self) -> &'static str {
+        self.inner.config.dialect.kind()
+    }
+
+    pub(crate) fn err(&self, e: sqlx::Error) -> Error {
+        map_err(e, &self.inner.config)
+    }
+
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    pub(crate) fn pool(&self) -> &Pool {
+        &self.inner.pool
+    }
+
+    pub(crate) fn queries(&self) -> &Queries {
+        &self.inner.queries
+    }
+
+    pub(crate) async fn release_row(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        token: u64,
+    ) -> Result<bool> {
+        let queries = &self.inner.queries;
+        let args = Args {
+            name: name.as_str(),
+            owner: owner.as_str(),
+            token: token as i64,
+            ..Args::default()
+        };
+        let released = if queries.release_selects_count {
+            let err = |e| self.err(e);
+            with_pool!(&self.inner.pool, p => {
+                let row = query(&queries.release, &args).fetch_one(p).await.map_err(err)?;
+                row.try_get::<i64, _>(0).map_err(err)? as u64
+            })
+        } else {
+            self.execute(&queries.release, &args).await?
+        };
+        if released == 0 {
+            return Ok(false);
+        }
+        self.wake_local(name);
+        Ok(true)
+    }
+
+    /// Runs a statement that returns no rows; the number of rows it changed.
+    pub(crate) async fn execute(&self, statement: &Statement, args: &Args<'_>) -> Result<u64> {
+        let err = |e| self.err(e);
+        with_pool!(&self.inner.pool, p => {
+            Ok(query(statement, args).execute(p).await.map_err(err)?.rows_affected())
+        })
+    }
+
+    pub(crate) fn local_notify(&self, name: &LockName) -> Arc<Notify> {
+        self.inner.local_waiters.register(name)
+    }
+
+    fn wake_local(&self, name: &LockName) {
+        self.inner.wake_local(name);
+    }
+}
