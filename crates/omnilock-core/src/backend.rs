@@ -2,7 +2,6 @@
 //! process, renewal, the lost signal, release on drop, timeouts) is built on
 //! top of it once, in this crate.
 
-use std::any::Any;
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -178,17 +177,19 @@ pub struct AcquireRequest {
     pub waiting: WaitNotice,
 }
 
-/// What a backend returns for a granted lock.
-pub struct Grant {
+/// What a backend returns for a granted lock: the token, how long it
+/// stands, and `hold`, the backend's own state for releasing and renewing
+/// it ([`Backend::Hold`]: a key, a node path, a revision). Core never looks
+/// inside `hold`.
+pub struct Grant<H = ()> {
     /// The fencing token (see [`Capabilities::fencing`]).
     pub token: u64,
     /// Until when, by this process's clock, the lock is known to be held: at
     /// most the moment the acquire request was sent plus the TTL, minus any
     /// clock-drift allowance the store needs.
     pub valid_until: Instant,
-    /// Backend-specific state needed to release or renew (a key, a node path,
-    /// a revision). Core never looks inside.
-    pub state: Box<dyn Any + Send + Sync>,
+    /// The backend's state for release and renewal.
+    pub hold: H,
 }
 
 impl Grant {
@@ -197,31 +198,23 @@ impl Grant {
         Grant {
             token,
             valid_until,
-            state: Box::new(()),
+            hold: (),
         }
-    }
-
-    /// Attaches backend state.
-    pub fn with_state(mut self, state: impl Any + Send + Sync) -> Self {
-        self.state = Box::new(state);
-        self
-    }
-
-    /// The backend state, if it has type `T`.
-    pub fn state<T: Any>(&self) -> Option<&T> {
-        self.state.downcast_ref()
-    }
-
-    /// The state this backend attached (type `T`), or a
-    /// [`Backend`](ErrorKind::Backend) error for a grant that another
-    /// backend made: what a backend's release and renew start with.
-    pub fn backend_state<T: Any>(&self) -> Result<&T> {
-        self.state()
-            .ok_or_else(|| Error::new(ErrorKind::Backend, "grant from another backend"))
     }
 }
 
-impl fmt::Debug for Grant {
+impl<H> Grant<H> {
+    /// The same grant carrying `hold` as its backend state.
+    pub fn with_hold<T>(self, hold: T) -> Grant<T> {
+        Grant {
+            token: self.token,
+            valid_until: self.valid_until,
+            hold,
+        }
+    }
+}
+
+impl<H> fmt::Debug for Grant<H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Grant")
             .field("token", &self.token)
@@ -269,6 +262,11 @@ pub struct Holder {
 ///   `break_lock` and `holder` concern the mutex only.
 #[async_trait]
 pub trait Backend: Send + Sync + fmt::Debug + 'static {
+    /// What a grant of this backend carries for its release and renewal
+    /// (`()` when the owner and token are all it needs). Typed: a release
+    /// or renewal is handed the very state its acquire made.
+    type Hold: Send + Sync + 'static;
+
     /// A short name for messages and metrics: `"mem"`, `"redis"`, `"etcd"`...
     fn kind(&self) -> &'static str;
 
@@ -276,24 +274,27 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     fn capabilities(&self) -> Capabilities;
 
     /// Takes the lock if it is free (or already held by the same owner).
-    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>>;
+    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant<Self::Hold>>>;
 
     /// Waits for the lock. Must be cancellation-safe (see the contract).
-    async fn acquire(&self, request: &AcquireRequest) -> Result<Grant>;
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Grant<Self::Hold>>;
 
     /// Releases one hold of the lock.
-    async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()>;
+    async fn release(&self, request: &AcquireRequest, grant: &Grant<Self::Hold>) -> Result<()>;
 
     /// Extends the lease to `request.ttl` from now; returns the new
     /// [`Grant::valid_until`].
-    async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant>;
+    async fn renew(&self, request: &AcquireRequest, grant: &Grant<Self::Hold>) -> Result<Instant>;
 
     /// Renews several holds (each as [`Backend::renew`] would), answering
     /// in the same order. Core's renewal task calls this with every hold of
     /// a [`crate::Locks`] family that is due, up to a few hundred at a time:
     /// a store that can extend many leases in one request overrides it. The
     /// default runs [`Backend::renew`] for each, side by side.
-    async fn renew_all(&self, holds: &[(&AcquireRequest, &Grant)]) -> Vec<Result<Instant>> {
+    async fn renew_all(
+        &self,
+        holds: &[(&AcquireRequest, &Grant<Self::Hold>)],
+    ) -> Vec<Result<Instant>> {
         futures_util::future::join_all(
             holds
                 .iter()
@@ -309,7 +310,10 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// [`Capabilities::atomic_lock_all`]. Cancellation-safe like
     /// [`Backend::try_acquire`]: a step that completes after its caller has
     /// gone gives every lock back.
-    async fn try_acquire_all(&self, requests: &[AcquireRequest]) -> Result<Option<Vec<Grant>>> {
+    async fn try_acquire_all(
+        &self,
+        requests: &[AcquireRequest],
+    ) -> Result<Option<Vec<Grant<Self::Hold>>>> {
         let _ = requests;
         Err(Error::new(
             ErrorKind::Unsupported,

@@ -6,7 +6,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::{AcquireRequest, Backend, Capabilities, Grant, Primitive};
+use crate::backend::{AcquireRequest, Capabilities, Primitive};
+use crate::dyn_backend::{DynBackend, ErasedGrant};
 use crate::error::{Error, Operation, Result};
 use crate::guard::LockGuard;
 use crate::hold::Hold;
@@ -55,12 +56,12 @@ pub struct Locks {
 
 impl Locks {
     /// Wraps a backend.
-    pub fn new(backend: impl Backend) -> Self {
+    pub fn new(backend: impl DynBackend) -> Self {
         Locks::from_arc(Arc::new(backend))
     }
 
     /// Wraps a shared backend.
-    pub fn from_arc(backend: Arc<dyn Backend>) -> Self {
+    pub fn from_arc(backend: Arc<dyn DynBackend>) -> Self {
         Locks {
             shared: Arc::new(Shared::new(backend)),
             defaults: Defaults {
@@ -73,7 +74,7 @@ impl Locks {
     }
 
     /// The backend, for the several-lock step of [`Locks::lock_all`].
-    pub(crate) fn backend(&self) -> &Arc<dyn Backend> {
+    pub(crate) fn backend(&self) -> &Arc<dyn DynBackend> {
         &self.shared.backend
     }
 
@@ -81,7 +82,7 @@ impl Locks {
     /// signal and release on drop start here. No await may come between
     /// the grant and this call (a cancellation there is the backend's to
     /// undo).
-    pub(crate) fn guard_for(&self, request: AcquireRequest, grant: Grant) -> LockGuard {
+    pub(crate) fn guard_for(&self, request: AcquireRequest, grant: ErasedGrant) -> LockGuard {
         let labels = metrics::Labels::new(
             self.backend_kind(),
             request.name.as_str(),

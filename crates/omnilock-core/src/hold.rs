@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use tokio::runtime::Handle;
 
-use crate::backend::{AcquireRequest, Backend, Grant};
+use crate::backend::AcquireRequest;
+use crate::dyn_backend::{DynBackend, ErasedGrant};
 use crate::error::{Error, ErrorKind, Operation, Result};
 use crate::metrics::HoldMetrics;
 use crate::renewal::Renewal;
@@ -19,7 +20,7 @@ use crate::sync::lock_unpoisoned as lock;
 pub(crate) struct Hold {
     pub(crate) shared: Arc<Shared>,
     pub(crate) request: AcquireRequest,
-    pub(crate) grant: Grant,
+    pub(crate) grant: ErasedGrant,
     pub(crate) valid_until: Mutex<Instant>,
     state: Mutex<HoldState>,
     pub(crate) renewal: Mutex<Renewal>,
@@ -42,7 +43,7 @@ impl Hold {
     pub(crate) fn start(
         shared: Arc<Shared>,
         request: AcquireRequest,
-        grant: Grant,
+        grant: ErasedGrant,
         metrics: HoldMetrics,
     ) -> Arc<Self> {
         let runtime = Handle::current();
@@ -64,7 +65,7 @@ impl Hold {
         hold
     }
 
-    pub(crate) fn backend(&self) -> &Arc<dyn Backend> {
+    pub(crate) fn backend(&self) -> &Arc<dyn DynBackend> {
         &self.shared.backend
     }
 

@@ -31,6 +31,7 @@ mod backend;
 mod client;
 mod detach;
 mod driver;
+mod dyn_backend;
 mod election;
 mod error;
 mod guard;
@@ -55,6 +56,7 @@ pub use backend::{
 pub use client::{check_ttl, Locks, DEFAULT_TTL, MAX_TTL, MIN_TTL};
 pub use detach::{complete_or_undo, CompleteOrUndo};
 pub use driver::{Connecting, Driver};
+pub use dyn_backend::{DynBackend, ErasedGrant};
 pub use election::{Candidate, Election, Leader, Leadership, Observer, MAX_ELECTION_VALUE_BYTES};
 pub use error::{Error, ErrorKind, Operation, Result};
 pub use guard::LockGuard;

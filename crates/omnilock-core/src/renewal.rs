@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use tokio::sync::Notify;
 
-use crate::backend::{AcquireRequest, Grant};
+use crate::backend::AcquireRequest;
+use crate::dyn_backend::ErasedGrant;
 use crate::error::{Error, ErrorKind};
 use crate::hold::Hold;
 use crate::retry::Backoff;
@@ -197,7 +198,7 @@ impl Renewals {
     async fn renew_batch_inner(self: &Arc<Self>, batch: &[Arc<Hold>]) {
         let Some(first) = batch.first() else { return };
         let backend = first.backend().clone();
-        let pairs: Vec<(&AcquireRequest, &Grant)> =
+        let pairs: Vec<(&AcquireRequest, &ErasedGrant)> =
             batch.iter().map(|h| (&h.request, &h.grant)).collect();
         // A lone hold waits for an answer until its lease runs out (then it
         // is tried again at once, and reported lost). Several holds wait
@@ -417,7 +418,7 @@ mod tests {
     use async_trait::async_trait;
 
     use super::*;
-    use crate::backend::{Backend, Capabilities};
+    use crate::backend::{Backend, Capabilities, Grant};
     use crate::error::Result;
     use crate::{Locks, MemStore};
 
@@ -433,6 +434,7 @@ mod tests {
 
     #[async_trait]
     impl Backend for StallingRenewals {
+        type Hold = ();
         fn kind(&self) -> &'static str {
             "mem"
         }

@@ -5,7 +5,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::backend::{Backend, Primitive};
+use crate::backend::Primitive;
+use crate::dyn_backend::DynBackend;
 use crate::hold::Hold;
 use crate::name::{LockName, Owner};
 use crate::renewal::Renewals;
@@ -21,7 +22,7 @@ type SlotKey = (LockName, Owner, Primitive);
 /// What every clone of a [`Locks`] handle shares: the backend and the holds
 /// of named owners in this process (for reentrancy without a round trip).
 pub(crate) struct Shared {
-    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) backend: Arc<dyn DynBackend>,
     holds: Mutex<HashMap<SlotKey, HoldSlot>>,
     /// The holds of read-write locks by named owners, readable without
     /// waiting for a slot: whether an owner holds the other side.
@@ -31,7 +32,7 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn new(backend: Arc<dyn Backend>) -> Self {
+    pub(crate) fn new(backend: Arc<dyn DynBackend>) -> Self {
         Shared {
             backend,
             holds: Mutex::new(HashMap::new()),

@@ -18,7 +18,7 @@ pub use config::{EtcdConfig, EtcdOptions, Mode};
 /// names the same version when it builds the client for
 /// [`EtcdStore::builder`].
 pub use etcd_client;
-pub use store::EtcdStore;
+pub use store::{EtcdStore, Held as EtcdHold};
 
 use omnilock_core::{Locks, Result};
 

@@ -14,14 +14,19 @@ mod recipe;
 use std::{fmt, sync::Arc, time::Instant};
 
 use omnilock_core::{
-    async_trait, AcquireRequest, Backend, Capabilities, Grant, Holder, LockName, Locks, Result,
+    async_trait, AcquireRequest, Backend, Capabilities, Holder, LockName, Locks, Result,
 };
 
 use crate::builder::EtcdBuilder;
 use crate::config::{EtcdConfig, Mode};
 use crate::conn::Etcd;
+pub use hold::Held;
 use lockapi::LockApiStore;
 use recipe::RecipeStore;
+
+/// A grant of an etcd store: its token, and the key and revision its
+/// release and renewal name.
+type Grant = omnilock_core::Grant<Held>;
 
 /// Locks in an etcd cluster (v3 API). See `docs/backends/etcd.md`. Open it
 /// from a URL as below, or on the application's own client with
@@ -46,7 +51,7 @@ use recipe::RecipeStore;
 /// to [`Locks`] directly.
 pub struct EtcdStore {
     /// The store of the configured mode.
-    backend: Arc<dyn Backend>,
+    backend: Arc<dyn Backend<Hold = Held>>,
 }
 
 impl fmt::Debug for EtcdStore {
@@ -72,22 +77,24 @@ impl EtcdStore {
     /// The one way a store is made, from a URL or from a builder: the
     /// mode's own [`Backend`].
     pub(crate) fn open(etcd: Etcd, mode: Mode) -> Self {
-        let backend: Arc<dyn Backend> = match mode {
+        let backend: Arc<dyn Backend<Hold = Held>> = match mode {
             Mode::Recipe => Arc::new(RecipeStore::new(etcd)),
             Mode::LockApi => Arc::new(LockApiStore::new(etcd)),
         };
         EtcdStore { backend }
     }
 
-    /// A [`Locks`] handle on the mode's store itself.
+    /// A [`Locks`] handle on this store.
     pub(crate) fn into_locks(self) -> Locks {
-        Locks::from_arc(self.backend)
+        Locks::new(self)
     }
 }
 
 /// Every call goes to the mode's store.
 #[async_trait]
 impl Backend for EtcdStore {
+    type Hold = Held;
+
     fn kind(&self) -> &'static str {
         self.backend.kind()
     }

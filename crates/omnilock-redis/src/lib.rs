@@ -19,8 +19,8 @@ mod wake;
 
 pub use builder::{RedisBuilder, RedlockBuilder};
 pub use config::{Deployment, RedisConfig, RedisOptions, WaitReplicas};
-pub use redlock::RedlockStore;
-pub use single::RedisStore;
+pub use redlock::{Hold as RedlockHold, RedlockStore};
+pub use single::{HoldId as RedisHold, RedisStore};
 
 /// The redis-rs crate this backend is built on, so that an application
 /// names the same version when it builds clients for

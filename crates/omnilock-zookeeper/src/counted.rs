@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use omnilock_core::{
-    complete_or_undo, AcquireRequest, Backoff, Error, ErrorKind, Grant, Primitive, Result,
+    complete_or_undo, AcquireRequest, Backoff, Error, ErrorKind, Primitive, Result,
 };
 
 use crate::conn::{call, call_raw, classify};
@@ -31,6 +31,7 @@ use crate::queue::{
     wait_turn, Entry,
 };
 use crate::session::Session;
+use crate::store::Grant;
 use crate::store::ZkStore;
 
 /// What omnilock writes into its lease nodes, before the count.

@@ -14,7 +14,7 @@ mod store;
 pub use builder::ZkBuilder;
 pub use config::{ZkConfig, ZkOptions};
 
-pub use store::ZkStore;
+pub use store::{Held as ZkHold, ZkStore};
 /// The zookeeper-client crate this backend is built on, so that an
 /// application names the same version when it builds the client for
 /// [`ZkStore::builder`].

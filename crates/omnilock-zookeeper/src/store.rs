@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use omnilock_core::{
     async_trait, complete_or_undo, AcquireRequest, Backend, Backoff, Capabilities, Error,
-    ErrorKind, Grant, Holder, LockName, Owner, Primitive, Result, SessionsPerTtl,
+    ErrorKind, Holder, LockName, Owner, Primitive, Result, SessionsPerTtl,
 };
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use zookeeper_client::{Client, MultiReadResult, SessionState};
@@ -19,6 +19,10 @@ use crate::queue::{
     rw_node, wait_turn, Entry,
 };
 use crate::session::Session;
+
+/// A grant of this store: its token, and the node its release and renewal
+/// name.
+pub(crate) type Grant = omnilock_core::Grant<Held>;
 
 /// Everything but letters, digits and `-_.~` is percent-encoded, so a name is
 /// always one valid node name (no `/`, no characters ZooKeeper refuses).
@@ -62,8 +66,9 @@ enum Sessions {
     Given(Arc<Session>),
 }
 
-/// What a grant carries.
-struct Held {
+/// What a ZooKeeper grant carries to release and renew it (its node);
+/// opaque outside the crate.
+pub struct Held {
     path: String,
     czxid: i64,
     session: Arc<Session>,
@@ -237,7 +242,7 @@ impl ZkStore {
     ) -> Grant {
         let ticket = session.register(&request.lost);
         let valid_until = checked + request.ttl.min(session.timeout);
-        Grant::new(czxid as u64, valid_until).with_state(Held {
+        omnilock_core::Grant::new(czxid as u64, valid_until).with_hold(Held {
             path,
             czxid,
             session,
@@ -276,6 +281,8 @@ fn given_alive(session: &Session) -> Result<()> {
 
 #[async_trait]
 impl Backend for ZkStore {
+    type Hold = Held;
+
     fn kind(&self) -> &'static str {
         "zookeeper"
     }
@@ -315,7 +322,7 @@ impl Backend for ZkStore {
     }
 
     async fn release(&self, _request: &AcquireRequest, grant: &Grant) -> Result<()> {
-        let held = grant.backend_state::<Held>()?;
+        let held = &grant.hold;
         held.session.unregister(held.ticket);
         let client = &held.session.client;
         let mut uncertain = false;
@@ -344,7 +351,7 @@ impl Backend for ZkStore {
     }
 
     async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
-        let held = grant.backend_state::<Held>()?;
+        let held = &grant.hold;
         if let Some(cause) = held.session.death() {
             return Err(cause.with_retryable(false));
         }
@@ -365,9 +372,7 @@ impl Backend for ZkStore {
         let mut results: Vec<Option<Result<Instant>>> = holds.iter().map(|_| None).collect();
         let mut by_session: Vec<(&Arc<Session>, Vec<(usize, &Held)>)> = Vec::new();
         for (i, (_, grant)) in holds.iter().enumerate() {
-            let Ok(held) = grant.backend_state::<Held>() else {
-                continue;
-            };
+            let held = &grant.hold;
             if held.session.death().is_some() {
                 continue;
             }

@@ -5,6 +5,9 @@ use super::*;
 
 #[async_trait]
 impl Backend for MemStore {
+    /// The owner and token are all a release or renewal needs.
+    type Hold = ();
+
     fn kind(&self) -> &'static str {
         SCHEME
     }

@@ -9,11 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use omnilock_core::{
-    AcquireRequest, Capabilities, Error, ErrorKind, Grant, LockName, Result, SessionsPerTtl,
+    AcquireRequest, Capabilities, Error, ErrorKind, LockName, Result, SessionsPerTtl,
 };
 
 use super::counted::{self, Counted};
 use super::hold::{release_mutex, Held};
+use super::Grant;
 use crate::config::Mode;
 use crate::conn::Etcd;
 use crate::session::Session;
@@ -70,7 +71,7 @@ impl Base {
         request: &AcquireRequest,
         grant: &'g Grant,
     ) -> Result<&'g Held> {
-        let held = grant.backend_state::<Held>()?;
+        let held = &grant.hold;
         held.session.unregister(held.ticket);
         if Counted::of(request.primitive).is_some() {
             counted::release(&self.etcd, &held.key, held.rev).await?;

@@ -29,12 +29,13 @@ use etcd_client::{
     WatchFilterType, WatchOptions,
 };
 use omnilock_core::{
-    complete_or_undo, retry, retry_in_background, AcquireRequest, Backoff, Error, ErrorKind, Grant,
+    complete_or_undo, retry, retry_in_background, AcquireRequest, Backoff, Error, ErrorKind,
     Primitive, Result, Share,
 };
 
 use super::detached::{backoff, Entry};
 use super::hold::grant;
+use super::Grant;
 use crate::conn::Etcd;
 use crate::queue::{abandon, gets, revision};
 use crate::session::Session;

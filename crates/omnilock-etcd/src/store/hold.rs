@@ -7,9 +7,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
-use omnilock_core::{AcquireRequest, Error, ErrorKind, Grant, Result};
+use omnilock_core::{AcquireRequest, Error, ErrorKind, Result};
 
 use super::detached::backoff;
+use super::Grant;
 use crate::conn::Etcd;
 use crate::queue::{gets, hold_count};
 use crate::session::Session;
@@ -17,8 +18,9 @@ use crate::session::Session;
 /// Holds checked by one renewal `Txn` at most.
 const RENEW_BATCH: usize = 64;
 
-/// What a grant carries to release and renew it.
-pub(super) struct Held {
+/// What an etcd grant carries to release and renew it (its key and
+/// revision); opaque outside the crate.
+pub struct Held {
     pub(super) key: String,
     pub(super) rev: i64,
     pub(super) session: Arc<Session>,
@@ -42,7 +44,7 @@ pub(super) fn grant(
         Some((_, until)) => until.min(session.safe_until()),
         None => session.safe_until(),
     };
-    Grant::new(rev as u64, valid_until).with_state(Held {
+    omnilock_core::Grant::new(rev as u64, valid_until).with_hold(Held {
         key,
         rev,
         session,
@@ -121,7 +123,7 @@ pub(super) async fn release_mutex(etcd: &Etcd, held: &Held) -> Result<()> {
 /// Checks that the hold's key is still there and answers until when it is
 /// known to stay.
 pub(super) async fn renew(etcd: &Etcd, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
-    let held = grant.backend_state::<Held>()?;
+    let held = &grant.hold;
     if let Some(cause) = held.session.death() {
         return Err(cause.with_retryable(false));
     }
@@ -156,7 +158,7 @@ pub(super) async fn renew_all(
         .iter()
         .enumerate()
         .filter_map(|(i, (_, grant))| {
-            let held = grant.backend_state::<Held>().ok()?;
+            let held = &grant.hold;
             (held.foreign_lease.is_none() && held.session.death().is_none()).then_some((i, held))
         })
         .collect();

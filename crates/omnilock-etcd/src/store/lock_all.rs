@@ -3,11 +3,12 @@
 //! per acquisition) and sets of more than 64 parts go part by part.
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
-use omnilock_core::{AcquireRequest, Error, ErrorKind, Grant, Result};
+use omnilock_core::{AcquireRequest, Error, ErrorKind, Result};
 
 use super::base::Base;
 use super::detached::put_txn_detached;
 use super::hold::grant;
+use super::Grant;
 use crate::conn::Etcd;
 use crate::queue::{abandon, gets, revision};
 

@@ -9,8 +9,7 @@ use std::fmt;
 use std::time::Instant;
 
 use omnilock_core::{
-    async_trait, AcquireRequest, Backend, Capabilities, Error, ErrorKind, Grant, Holder, LockName,
-    Result,
+    async_trait, AcquireRequest, Backend, Capabilities, Error, ErrorKind, Holder, LockName, Result,
 };
 
 use super::base::{capabilities, granted, Base};
@@ -19,6 +18,7 @@ use super::detached::{enqueue_safely, try_put};
 use super::hold::{self, grant};
 use super::leases::OwnLeases;
 use super::lock_all::part_by_part;
+use super::{Grant, Held};
 use crate::config::Mode;
 use crate::conn::Etcd;
 use crate::queue::{Enqueued, Turn};
@@ -117,6 +117,8 @@ impl LockApiStore {
 
 #[async_trait]
 impl Backend for LockApiStore {
+    type Hold = Held;
+
     fn kind(&self) -> &'static str {
         "etcd"
     }

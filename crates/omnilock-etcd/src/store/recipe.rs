@@ -9,14 +9,15 @@ use std::time::Instant;
 
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp};
 use omnilock_core::{
-    async_trait, AcquireRequest, Backend, Capabilities, Error, ErrorKind, Grant, Holder, LockName,
-    Owner, Result,
+    async_trait, AcquireRequest, Backend, Capabilities, Error, ErrorKind, Holder, LockName, Owner,
+    Result,
 };
 
 use super::base::{capabilities, granted, Base};
 use super::detached::{enqueue_safely, try_put, Entry};
 use super::hold::{self, foreign_valid_until, grant};
 use super::lock_all::try_put_all;
+use super::{Grant, Held};
 use crate::config::Mode;
 use crate::conn::Etcd;
 use crate::queue::{gets, hold_count, Enqueued, Turn};
@@ -156,6 +157,8 @@ impl RecipeStore {
 
 #[async_trait]
 impl Backend for RecipeStore {
+    type Hold = Held;
+
     fn kind(&self) -> &'static str {
         "etcd"
     }

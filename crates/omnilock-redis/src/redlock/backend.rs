@@ -4,6 +4,8 @@
 use super::*;
 #[async_trait]
 impl Backend for RedlockStore {
+    type Hold = Hold;
+
     fn kind(&self) -> &'static str {
         "redlock"
     }
@@ -141,7 +143,7 @@ impl Backend for RedlockStore {
     /// during a release: every retry was refused and a lock nobody else
     /// could have taken was reported lost.
     async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
-        let hold = grant.backend_state::<Hold>()?;
+        let hold = &grant.hold;
         let before = lock_unpoisoned(&hold.released).clone();
         let send: NodeTokens = hold
             .tokens
@@ -212,7 +214,7 @@ impl Backend for RedlockStore {
                 .iter()
                 .enumerate()
                 .filter_map(|(i, (_, grant))| {
-                    let token = grant.state::<Hold>()?.tokens.get(n).copied().flatten()?;
+                    let token = grant.hold.tokens.get(n).copied().flatten()?;
                     Some((i, token))
                 })
                 .collect();
@@ -265,9 +267,7 @@ impl Backend for RedlockStore {
                 if extended[i] >= self.quorum() && elapsed + Self::drift(request.ttl) < request.ttl
                 {
                     let valid_until = started + request.ttl - Self::drift(request.ttl);
-                    if let Some(hold) = grant.state::<Hold>() {
-                        *lock_unpoisoned(&hold.valid_until) = valid_until;
-                    }
+                    *lock_unpoisoned(&grant.hold.valid_until) = valid_until;
                     return Ok(valid_until);
                 }
                 if refused[i] > inner.node_count - self.quorum() {

@@ -16,7 +16,7 @@ use futures_util::future::join_all;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use omnilock_core::{
     async_trait, complete_or_undo, lock_unpoisoned, AcquireRequest, Backend, Backoff, Capabilities,
-    Error, ErrorKind, Grant, LockName, Result,
+    Error, ErrorKind, LockName, Result,
 };
 use rand::Rng;
 use tokio::sync::Notify;
@@ -34,6 +34,9 @@ mod backend;
 mod line;
 mod release;
 mod round;
+
+/// A grant of this store: its tokens on the nodes, and its state.
+type Grant = omnilock_core::Grant<Hold>;
 
 use line::Place;
 use round::median;
@@ -135,9 +138,9 @@ impl std::fmt::Debug for RedlockStore {
 /// Per node, the token that node issued (None: not granted there).
 type NodeTokens = Vec<Option<u64>>;
 
-/// A grant's state: its tokens, how long it stands, and what its release
-/// attempts have done so far.
-struct Hold {
+/// A Redlock grant's state: its tokens, how long it stands, and what its
+/// release attempts have done so far. Opaque outside the crate.
+pub struct Hold {
     tokens: NodeTokens,
     /// Until when the hold stands on its nodes by this process's clock: the
     /// grant's validity, then each renewal's.

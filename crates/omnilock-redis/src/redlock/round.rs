@@ -298,7 +298,7 @@ impl RedlockStore {
     /// hold in logs, and re-entries of one hold share it.
     pub(super) fn grant(token: u64, tokens: NodeTokens, valid_until: Instant) -> Grant {
         let nodes = tokens.len();
-        Grant::new(token, valid_until).with_state(Hold {
+        omnilock_core::Grant::new(token, valid_until).with_hold(Hold {
             tokens,
             valid_until: Mutex::new(valid_until),
             released: Mutex::new(vec![NodeRelease::NotSent; nodes]),

@@ -5,6 +5,8 @@
 use super::*;
 #[async_trait]
 impl Backend for RedisStore {
+    type Hold = HoldId;
+
     fn kind(&self) -> &'static str {
         self.inner.kind
     }
@@ -163,7 +165,7 @@ impl Backend for RedisStore {
     }
 
     async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
-        let id = grant.backend_state::<HoldId>()?;
+        let id = &grant.hold;
         let released = match Counted::of(request.primitive) {
             None => {
                 let released = self.release_token(request, grant.token, &id.call).await?;
@@ -182,7 +184,7 @@ impl Backend for RedisStore {
 
     async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
         if Counted::of(request.primitive).is_some() {
-            let id = grant.backend_state::<HoldId>()?;
+            let id = &grant.hold;
             let started = Instant::now();
             if self.renew_counted(request, &id.entry, grant.token).await? {
                 return Ok(started + request.ttl);

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use omnilock_core::{
     async_trait, complete_or_undo, lock_unpoisoned, retry_in_background, AcquireRequest, Backend,
-    Backoff, Capabilities, Error, ErrorKind, Grant, LockName, Result,
+    Backoff, Capabilities, Error, ErrorKind, LockName, Result,
 };
 use rand::Rng;
 use redis::aio::ConnectionManager;
@@ -33,8 +33,13 @@ mod counted;
 mod rounds;
 mod wakeups;
 
+/// A grant of this store: its token, and the ids its release and renewal
+/// name.
+type Grant = omnilock_core::Grant<HoldId>;
+
 use counted::Counted;
-use rounds::{granted, lock_gone, nonce, Attempt, HoldId};
+pub use rounds::HoldId;
+use rounds::{granted, lock_gone, nonce, Attempt};
 use wakeups::{check_same_server, listen_shards, Incoming, Place, WakeChannels};
 
 /// A lock store on one Redis master: one server (`redis://`), Redis Cluster

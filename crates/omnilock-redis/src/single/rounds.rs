@@ -256,15 +256,15 @@ pub(super) fn nonce() -> String {
 
 /// What a hold's release and renewal name, kept in its grant: the release
 /// call id (the mutex), or the entry id (a semaphore permit, a side of a
-/// read-write lock).
-pub(super) struct HoldId {
+/// read-write lock). Opaque outside the crate.
+pub struct HoldId {
     pub(super) call: String,
     pub(super) entry: String,
 }
 
 /// A grant with a fresh release call id and the acquisition's `entry`.
 pub(super) fn granted(token: u64, valid_until: Instant, entry: &str) -> Grant {
-    Grant::new(token, valid_until).with_state(HoldId {
+    omnilock_core::Grant::new(token, valid_until).with_hold(HoldId {
         call: nonce(),
         entry: entry.to_string(),
     })

@@ -1,0 +1,147 @@
+//! [`DynBackend`], the object-safe twin of [`Backend`] that a
+//! [`Locks`](crate::Locks) handle holds: every backend is one, through the
+//! blanket impl below, which keeps each grant's typed state and hands it
+//! back to the backend that made it.
+
+use std::any::Any;
+use std::fmt;
+use std::time::Instant;
+
+use async_trait::async_trait;
+
+use crate::backend::{AcquireRequest, Backend, Capabilities, Grant, Holder};
+use crate::error::{Error, ErrorKind, Result};
+use crate::name::LockName;
+
+/// A grant whose backend state is hidden: the token and validity core
+/// reads, and the backend's own [`Grant`] inside.
+pub struct ErasedGrant {
+    /// The fencing token.
+    pub token: u64,
+    /// Until when the lock is known to be held, as granted.
+    pub valid_until: Instant,
+    grant: Box<dyn Any + Send + Sync>,
+}
+
+impl ErasedGrant {
+    fn new<H: Send + Sync + 'static>(grant: Grant<H>) -> Self {
+        ErasedGrant {
+            token: grant.token,
+            valid_until: grant.valid_until,
+            grant: Box::new(grant),
+        }
+    }
+
+    /// The backend's own grant: a [`ErrorKind::Backend`] error for a grant
+    /// another backend made.
+    fn typed<H: 'static>(&self) -> Result<&Grant<H>> {
+        self.grant
+            .downcast_ref()
+            .ok_or_else(|| Error::new(ErrorKind::Backend, "grant from another backend"))
+    }
+}
+
+impl fmt::Debug for ErasedGrant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ErasedGrant")
+            .field("token", &self.token)
+            .field("valid_until", &self.valid_until)
+            .finish_non_exhaustive()
+    }
+}
+
+/// [`Backend`] with its grants' state erased, so that one handle type holds
+/// any store (as OpenDAL's `AccessDyn` does for `Access`). Implemented for
+/// every [`Backend`]; a store that picks one of several backends at run
+/// time (etcd's modes) can implement it by passing calls on.
+#[async_trait]
+pub trait DynBackend: Send + Sync + fmt::Debug + 'static {
+    /// [`Backend::kind`].
+    fn kind(&self) -> &'static str;
+    /// [`Backend::capabilities`].
+    fn capabilities(&self) -> Capabilities;
+    /// [`Backend::try_acquire`].
+    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<ErasedGrant>>;
+    /// [`Backend::acquire`].
+    async fn acquire(&self, request: &AcquireRequest) -> Result<ErasedGrant>;
+    /// [`Backend::release`].
+    async fn release(&self, request: &AcquireRequest, grant: &ErasedGrant) -> Result<()>;
+    /// [`Backend::renew`].
+    async fn renew(&self, request: &AcquireRequest, grant: &ErasedGrant) -> Result<Instant>;
+    /// [`Backend::renew_all`].
+    async fn renew_all(&self, holds: &[(&AcquireRequest, &ErasedGrant)]) -> Vec<Result<Instant>>;
+    /// [`Backend::try_acquire_all`].
+    async fn try_acquire_all(
+        &self,
+        requests: &[AcquireRequest],
+    ) -> Result<Option<Vec<ErasedGrant>>>;
+    /// [`Backend::break_lock`].
+    async fn break_lock(&self, name: &LockName) -> Result<bool>;
+    /// [`Backend::holder`].
+    async fn holder(&self, name: &LockName) -> Result<Option<Holder>>;
+    /// [`Backend::close`].
+    async fn close(&self);
+}
+
+#[async_trait]
+impl<B: Backend> DynBackend for B {
+    fn kind(&self) -> &'static str {
+        Backend::kind(self)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Backend::capabilities(self)
+    }
+
+    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<ErasedGrant>> {
+        Ok(Backend::try_acquire(self, request)
+            .await?
+            .map(ErasedGrant::new))
+    }
+
+    async fn acquire(&self, request: &AcquireRequest) -> Result<ErasedGrant> {
+        Backend::acquire(self, request).await.map(ErasedGrant::new)
+    }
+
+    async fn release(&self, request: &AcquireRequest, grant: &ErasedGrant) -> Result<()> {
+        Backend::release(self, request, grant.typed()?).await
+    }
+
+    async fn renew(&self, request: &AcquireRequest, grant: &ErasedGrant) -> Result<Instant> {
+        Backend::renew(self, request, grant.typed()?).await
+    }
+
+    async fn renew_all(&self, holds: &[(&AcquireRequest, &ErasedGrant)]) -> Vec<Result<Instant>> {
+        let mut typed = Vec::with_capacity(holds.len());
+        for (request, grant) in holds {
+            match grant.typed() {
+                Ok(grant) => typed.push((*request, grant)),
+                // Never happens through a `Locks` handle: every grant it
+                // renews came from this backend.
+                Err(err) => return holds.iter().map(|_| Err(err.clone())).collect(),
+            }
+        }
+        Backend::renew_all(self, &typed).await
+    }
+
+    async fn try_acquire_all(
+        &self,
+        requests: &[AcquireRequest],
+    ) -> Result<Option<Vec<ErasedGrant>>> {
+        Ok(Backend::try_acquire_all(self, requests)
+            .await?
+            .map(|grants| grants.into_iter().map(ErasedGrant::new).collect()))
+    }
+
+    async fn break_lock(&self, name: &LockName) -> Result<bool> {
+        Backend::break_lock(self, name).await
+    }
+
+    async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
+        Backend::holder(self, name).await
+    }
+
+    async fn close(&self) {
+        Backend::close(self).await
+    }
+}
