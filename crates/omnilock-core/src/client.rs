@@ -260,7 +260,7 @@ impl Locks {
     }
 
     /// Who holds `name` now (owner and fencing token), read from the store;
-    /// `Unsupported` on stores that cannot say (see [`Backend::holder`]).
+    /// `Unsupported` on stores that cannot say (see [`Backend::holder`](crate::Backend::holder)).
     pub async fn holder(&self, name: &str) -> Result<Option<crate::Holder>> {
         let backend = &self.shared.backend;
         let context = |e: Error| e.with_backend(backend.kind()).with_lock(name);

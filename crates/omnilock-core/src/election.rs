@@ -167,7 +167,16 @@ impl Candidate<'_> {
         if let Some(callback) = self.on_wait {
             request = request.on_wait(callback);
         }
-        let guard = request.acquire().await?;
+        let guard = match (request.acquire().await, self.timeout) {
+            (Err(err), Some(limit)) if err.kind() == crate::ErrorKind::Timeout => {
+                return Err(crate::Error::new(
+                    crate::ErrorKind::Timeout,
+                    format!("not elected within {limit:?}"),
+                )
+                .with_operation(crate::Operation::Acquire));
+            }
+            (guard, _) => guard?,
+        };
         Ok(Leadership {
             guard,
             value: self.value,

@@ -40,9 +40,6 @@ pub use conn::SQLITE_PRAGMAS;
 pub use store::SqlStore;
 pub use tls::{SslMode, TlsOptions};
 
-/// URL schemes this crate serves.
-pub const SCHEMES: &[&str] = &["sqlite", "mysql", "mariadb", "postgres", "postgresql"];
-
 /// Opens the store a SQL URL names.
 async fn connect_url(url: omnilock_core::StoreUrl) -> omnilock_core::Result<omnilock_core::Locks> {
     let config = SqlConfig::from_url(&url)?;

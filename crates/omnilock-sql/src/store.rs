@@ -5,15 +5,63 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use omnilock_core::{
-    async_trait, AcquireRequest, Backend, Capabilities, Error, Grant, Holder, LockName, Result,
+    async_trait, AcquireRequest, Backend, Capabilities, Error, Holder, LockName, Result,
 };
 
 use crate::advisory::AdvisoryStore;
+use crate::advisory::Held;
 use crate::config::SqlConfig;
 use crate::conn::{Conn, Pool, Target};
 use crate::queries::Queries;
 use crate::schema::{self, DDL_WAIT};
 use crate::table::TableStore;
+
+/// What a SQL grant carries to release and renew it (a lock row, an entry
+/// row's id, or the database session holding an advisory lock); opaque
+/// outside the crate.
+pub struct SqlHold(pub(crate) HoldKind);
+
+/// The kinds of [`SqlHold`].
+pub(crate) enum HoldKind {
+    /// A mutex's row: owner and token are all a release needs.
+    Row,
+    /// A semaphore's or read-write lock's entry row.
+    Entry(i64),
+    /// An advisory lock, held by a database session.
+    Session(Held),
+}
+
+impl SqlHold {
+    /// The entry row of a semaphore permit or a side of a read-write lock.
+    pub(crate) fn entry(&self) -> Result<i64> {
+        match self.0 {
+            HoldKind::Entry(id) => Ok(id),
+            _ => Err(not_this_kind()),
+        }
+    }
+
+    /// The session of an advisory lock.
+    pub(crate) fn session(&self) -> Result<&Held> {
+        match &self.0 {
+            HoldKind::Session(held) => Ok(held),
+            _ => Err(not_this_kind()),
+        }
+    }
+}
+
+/// A grant whose state is not the one this path made (never through a
+/// `Locks` handle).
+fn not_this_kind() -> Error {
+    Error::new(omnilock_core::ErrorKind::Backend, "grant of another kind")
+}
+
+/// A grant of a SQL store.
+pub(crate) type Grant = omnilock_core::Grant<SqlHold>;
+
+/// A grant on a lock row.
+pub(crate) fn row_grant(token: u64, valid_until: Instant) -> Grant {
+    omnilock_core::Grant::new(token, valid_until).with_hold(SqlHold(HoldKind::Row))
+}
 
 /// A lock store on a SQL database. Create it with [`SqlStore::connect`],
 /// [`SqlStore::builder`] or through `omnilock::connect("sqlite:///...")`.
@@ -26,7 +74,7 @@ use crate::table::TableStore;
 /// the tables.
 #[derive(Clone)]
 pub struct SqlStore {
-    mode: Arc<dyn Backend>,
+    mode: Arc<dyn Backend<Hold = SqlHold>>,
 }
 
 impl std::fmt::Debug for SqlStore {
@@ -70,7 +118,7 @@ impl SqlStore {
     pub(crate) fn start(config: SqlConfig, pool: Pool, queries: Queries, target: Target) -> Self {
         let advisory = config.advisory;
         let table = TableStore::start(config, pool, queries);
-        let mode: Arc<dyn Backend> = if advisory {
+        let mode: Arc<dyn Backend<Hold = SqlHold>> = if advisory {
             Arc::new(AdvisoryStore::new(table, target))
         } else {
             Arc::new(table)
@@ -81,6 +129,8 @@ impl SqlStore {
 
 #[async_trait]
 impl Backend for SqlStore {
+    type Hold = SqlHold;
+
     fn kind(&self) -> &'static str {
         self.mode.kind()
     }

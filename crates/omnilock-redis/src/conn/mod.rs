@@ -219,13 +219,13 @@ impl Node {
         map_err(e, &self.address)
     }
 
-    /// The connection for commands on `key`: on a cluster, straight to the
-    /// master of its slot when known.
     /// Whether this is a Redis Cluster (each lock on its slot's master).
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self.conn, Conn::Cluster(_))
     }
 
+    /// The connection for commands on `key`: on a cluster, straight to the
+    /// master of its slot when known.
     pub(crate) fn conn_for(&self, key: &str) -> Conn {
         match &self.conn {
             Conn::Cluster(conn) => Conn::Cluster(conn.for_key(key)),

@@ -242,7 +242,8 @@ impl Backend for RedlockStore {
                 let renewed = tokio::time::timeout(timeout, renew)
                     .await
                     .ok()
-                    .and_then(|a| a.ok());
+                    .and_then(|a| a.ok())
+                    .flatten();
                 (granted, renewed)
             }
         });

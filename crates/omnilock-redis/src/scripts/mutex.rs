@@ -13,8 +13,8 @@ use crate::conn::Conn;
 use super::keys::Keys;
 use super::{answer, evalsha, ms, run, Scripts};
 
-/// What one acquire attempt asks for (the mutex's, and with
-/// [`Scripts::acquire_counted`] a semaphore's or read-write lock's).
+/// What one acquire attempt of a mutex asks for (a semaphore's or
+/// read-write lock's is [`AcquireCounted`](super::counted::AcquireCounted)).
 pub(crate) struct Acquire<'a> {
     pub owner: &'a str,
     pub ttl: Duration,
@@ -29,7 +29,8 @@ pub(crate) struct Acquire<'a> {
     pub call: &'a str,
 }
 
-/// The answer of an acquire attempt.
+/// The answer of an acquire attempt (of a mutex, a semaphore or a
+/// read-write lock).
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Acquired {
     /// Taken, with this fencing token.
@@ -108,9 +109,9 @@ impl Scripts {
     /// queue, timeouts of each part, parts in name order. ARGV: owner,
     /// ttl_ms, call id (one per set, the same for its retries).
     ///
-    /// `Some(tokens)` every part taken (or already taken by an earlier run
-    /// of this call), `None` a part is held or has live waiters and nothing
-    /// changed; an error for an answer of the wrong shape.
+    /// `Some(Some(tokens))` every part taken (or already taken by an
+    /// earlier run of this call), `Some(None)` a part is held or has live
+    /// waiters and nothing changed, `None` an answer of the wrong shape.
     pub(crate) async fn acquire_all(
         &self,
         conn: &mut Conn,
@@ -118,7 +119,7 @@ impl Scripts {
         owner: &str,
         ttl: Duration,
         call: &str,
-    ) -> redis::RedisResult<Option<Vec<u64>>> {
+    ) -> redis::RedisResult<Option<Option<Vec<u64>>>> {
         let key_refs: Vec<&str> = keys
             .iter()
             .flat_map(|k| [&*k.lock, &*k.fence, &*k.queue, &*k.timeouts])
@@ -128,10 +129,10 @@ impl Scripts {
         let answer: Vec<i64> = answer(conn, &self.acquire_all, eval).await?;
         match answer.split_first() {
             Some((1, tokens)) if tokens.len() == keys.len() => {
-                Ok(Some(tokens.iter().map(|&t| t as u64).collect()))
+                Ok(Some(Some(tokens.iter().map(|&t| t as u64).collect())))
             }
-            Some((0, _)) => Ok(None),
-            _ => Err(unexpected("acquire_all")),
+            Some((0, _)) => Ok(Some(None)),
+            _ => Ok(None),
         }
     }
 
@@ -161,14 +162,15 @@ impl Scripts {
     /// server. KEYS: the lock of each hold. ARGV: owner, token, ttl_ms of
     /// each hold in turn. Never re-creates a lock that is gone.
     ///
-    /// Whether each hold is still its owner's and extended, in order; with
-    /// `wait`, also how many replicas confirmed.
+    /// Whether each hold is still its owner's and extended, in order (`None`
+    /// for an answer about a different number of locks); with `wait`, also
+    /// how many replicas confirmed.
     pub(crate) async fn renew_all(
         &self,
         conn: &mut Conn,
         holds: &[Renewal<'_>],
         wait: Option<WaitReplicas>,
-    ) -> redis::RedisResult<(Vec<bool>, Option<u32>)> {
+    ) -> redis::RedisResult<(Option<Vec<bool>>, Option<u32>)> {
         run_renewals(conn, &self.renew_all, holds, wait).await
     }
 
@@ -213,30 +215,21 @@ pub(crate) struct Renewal<'a> {
     pub ttl: Duration,
 }
 
-/// A renewal script (one master's or a Redlock node's) over `holds`.
+/// A renewal script (one master's or a Redlock node's) over `holds`: `None`
+/// for an answer about a different number of locks.
 pub(super) async fn run_renewals(
     conn: &mut Conn,
     script: &redis::Script,
     holds: &[Renewal<'_>],
     wait: Option<WaitReplicas>,
-) -> redis::RedisResult<(Vec<bool>, Option<u32>)> {
+) -> redis::RedisResult<(Option<Vec<bool>>, Option<u32>)> {
     let locks: Vec<&str> = holds.iter().map(|h| h.lock).collect();
     let mut eval = evalsha(script, &locks);
     for hold in holds {
         eval.arg(hold.owner).arg(hold.token).arg(ms(hold.ttl));
     }
     let (renewed, confirmed): (Vec<i64>, _) = run(conn, script, eval, wait).await?;
-    if renewed.len() != holds.len() {
-        return Err(unexpected("renew_all"));
-    }
-    Ok((renewed.into_iter().map(|r| r == 1).collect(), confirmed))
-}
-
-/// A script's answer of a shape its caller does not know.
-pub(super) fn unexpected(script: &'static str) -> redis::RedisError {
-    redis::RedisError::from((
-        redis::ErrorKind::UnexpectedReturnType,
-        "the script answered something unexpected",
-        script.to_string(),
-    ))
+    let renewed =
+        (renewed.len() == holds.len()).then(|| renewed.into_iter().map(|r| r == 1).collect());
+    Ok((renewed, confirmed))
 }

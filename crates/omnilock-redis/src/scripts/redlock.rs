@@ -182,12 +182,12 @@ impl Scripts {
 
     /// `redlock_renew_all.lua`: a batch of one node's locks, as
     /// [`Scripts::renew_all`] (a lock kept for a waiter has no grant to
-    /// renew).
+    /// renew); `None` for an answer about a different number of locks.
     pub(crate) async fn redlock_renew_all(
         &self,
         conn: &mut Conn,
         holds: &[Renewal<'_>],
-    ) -> redis::RedisResult<Vec<bool>> {
+    ) -> redis::RedisResult<Option<Vec<bool>>> {
         run_renewals(conn, &self.redlock_renew_all, holds, None)
             .await
             .map(|(renewed, _)| renewed)

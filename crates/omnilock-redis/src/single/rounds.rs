@@ -117,7 +117,13 @@ impl RedisStore {
             .scripts
             .acquire_all(&mut conn, &keys, first.owner.as_str(), first.ttl, call)
             .await
-            .map_err(|e| inner.node.err(e))
+            .map_err(|e| inner.node.err(e))?
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Backend,
+                    "internal: the lock_all script answered something unexpected",
+                )
+            })
     }
 
     /// An attempt that completes even if the caller goes away; a lock it
@@ -212,6 +218,12 @@ impl RedisStore {
             .renew_all(&mut conn, &renewals, inner.options.wait_replicas)
             .await
             .map_err(|e| inner.node.err(e))?;
+        let renewed = renewed.ok_or_else(|| {
+            Error::new(
+                ErrorKind::Backend,
+                "internal: the renewal script answered for a different number of locks",
+            )
+        })?;
         self.check_confirmed(confirmed)?;
         Ok(renewed)
     }

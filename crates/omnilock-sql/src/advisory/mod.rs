@@ -37,17 +37,20 @@ mod session;
 mod shared;
 mod take;
 
+pub(crate) use take::Held;
+
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use omnilock_core::{
-    async_trait, AcquireRequest, Backend, Capabilities, Error, ErrorKind, Grant, Holder, LockName,
+    async_trait, AcquireRequest, Backend, Capabilities, Error, ErrorKind, Holder, LockName,
     Primitive, Result,
 };
 
 use crate::conn::errors::map_err;
 use crate::conn::Target;
 use crate::queries::advisory::Advisory as Sql;
+use crate::store::{Grant, SqlHold};
 use crate::table::TableStore;
 use key::Key;
 use shared::Shared;
@@ -101,6 +104,8 @@ impl AdvisoryStore {
 /// Mutexes here; every other primitive on the table.
 #[async_trait]
 impl Backend for AdvisoryStore {
+    type Hold = SqlHold;
+
     fn kind(&self) -> &'static str {
         self.table.kind()
     }

@@ -6,13 +6,14 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-use omnilock_core::{AcquireRequest, Error, ErrorKind, Grant, Result};
+use omnilock_core::{AcquireRequest, Error, ErrorKind, Result};
 
 use super::key::Key;
 use super::session::{Session, SessionConn};
 use super::shared::{ping, release_on, take_on, Shared, Took};
 use super::AdvisoryStore;
 use crate::queries::advisory::Advisory as Sql;
+use crate::store::{Grant, HoldKind, SqlHold};
 
 /// How long a MySQL/MariaDB wait blocks in one `GET_LOCK` before asking
 /// again (a cancelled wait is killed, not timed out, so this only bounds a
@@ -147,7 +148,7 @@ impl AdvisoryStore {
 
     /// Releases on the session that holds the lock.
     pub(super) async fn release_held(&self, grant: &Grant) -> Result<()> {
-        let held: &Held = grant.backend_state()?;
+        let held = grant.hold.session()?;
         let (shared, sql, key) = (Arc::clone(&held.shared), self.sql.clone(), held.key);
         match to_the_end(async move { release_on(&shared, &sql, key).await }).await {
             Ok(true) => Ok(()),
@@ -166,7 +167,7 @@ impl AdvisoryStore {
         let mut sessions: Vec<Arc<Shared>> = Vec::new();
         let mut which: Vec<Result<usize>> = Vec::with_capacity(holds.len());
         for (_, grant) in holds {
-            which.push(grant.backend_state::<Held>().map(|held| {
+            which.push(grant.hold.session().map(|held| {
                 match sessions.iter().position(|s| Arc::ptr_eq(s, &held.shared)) {
                     Some(i) => i,
                     None => {
@@ -187,7 +188,7 @@ impl AdvisoryStore {
             .zip(which)
             .map(|((request, grant), session)| {
                 let i = session?;
-                let held: &Held = grant.backend_state()?;
+                let held = grant.hold.session()?;
                 match &pinged[i] {
                     Ok(keys) if keys.contains(&held.key) => Ok(started + request.ttl),
                     Ok(_) => Err(lost("the lock was released")),
@@ -229,5 +230,6 @@ fn lost(message: impl Into<String>) -> Error {
 }
 
 fn held(shared: Arc<Shared>, key: Key, token: u64, valid_until: Instant) -> Grant {
-    Grant::new(token, valid_until).with_state(Held { shared, key })
+    omnilock_core::Grant::new(token, valid_until)
+        .with_hold(SqlHold(HoldKind::Session(Held { shared, key })))
 }

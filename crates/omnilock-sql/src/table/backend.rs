@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use omnilock_core::{
     async_trait, complete_or_undo, AcquireRequest, Backend, Backoff, Capabilities, Error,
-    ErrorKind, Grant, LockName, Primitive, Result,
+    ErrorKind, LockName, Primitive, Result,
 };
 use sqlx::Row;
 
@@ -14,6 +14,7 @@ use super::queue::{Attempt, Ticket};
 use super::TableStore;
 use crate::conn::{query, with_pool};
 use crate::queries::Args;
+use crate::store::{row_grant, Grant, SqlHold};
 
 /// Fair mode: the waiters at the front of the line that poll at the line's
 /// pace rather than slowing down to `max_poll`.
@@ -21,6 +22,8 @@ const FAST_LINE: i64 = 8;
 
 #[async_trait]
 impl Backend for TableStore {
+    type Hold = SqlHold;
+
     fn kind(&self) -> &'static str {
         TableStore::kind(self)
     }
@@ -52,7 +55,7 @@ impl Backend for TableStore {
         }
         match self.attempt_detached(request, false, None).await? {
             (Attempt::Taken { token }, started) => {
-                Ok(Some(Grant::new(token, started + request.ttl)))
+                Ok(Some(row_grant(token, started + request.ttl)))
             }
             (Attempt::Busy { .. }, _) => Ok(None),
         }
@@ -86,7 +89,7 @@ impl Backend for TableStore {
             requests
                 .iter()
                 .zip(tokens)
-                .map(|(request, token)| Grant::new(token, started + request.ttl))
+                .map(|(request, token)| row_grant(token, started + request.ttl))
                 .collect()
         }))
     }
@@ -112,7 +115,7 @@ impl Backend for TableStore {
             let id = ticket.as_ref().map(|t| t.id);
             let delay = match self.attempt_detached(request, true, id).await {
                 Ok((Attempt::Taken { token }, started)) => {
-                    return Ok(Grant::new(token, started + request.ttl))
+                    return Ok(row_grant(token, started + request.ttl))
                 }
                 Ok((Attempt::Busy { .. }, _)) if self.inner.config.fair && ticket.is_none() => {
                     ticket = Some(self.enqueue(request).await?);

@@ -21,13 +21,14 @@ use std::time::{Duration, Instant};
 
 use omnilock_core::{
     complete_or_undo, retry_in_background, retry_when, AcquireRequest, Backoff, Error, ErrorKind,
-    Grant, LockName, Result, Share,
+    LockName, Result, Share,
 };
 use sqlx::Row;
 
 use super::TableStore;
 use crate::conn::{query, with_pool};
 use crate::queries::{Args, Counted};
+use crate::store::{Grant, HoldKind, SqlHold};
 
 /// What one attempt found.
 enum Step {
@@ -39,9 +40,6 @@ enum Step {
     /// A try that would wait: nothing was left behind.
     Busy,
 }
-
-/// The row of a grant, for release and renewal.
-struct Entry(i64);
 
 impl TableStore {
     fn counted_queries(&self) -> &Counted {
@@ -239,7 +237,8 @@ impl TableStore {
     ) -> Result<Option<Grant>> {
         let share = request.primitive.share().expect("a counted lock");
         let granted = |id: i64, started: Instant| {
-            Grant::new(id as u64, started + request.ttl).with_state(Entry(id))
+            omnilock_core::Grant::new(id as u64, started + request.ttl)
+                .with_hold(SqlHold(HoldKind::Entry(id)))
         };
         if !wait {
             // A transaction the database rolled back to break a deadlock or
@@ -312,8 +311,8 @@ impl TableStore {
         request: &AcquireRequest,
         grant: &Grant,
     ) -> Result<()> {
-        let Entry(id) = grant.backend_state::<Entry>()?;
-        if !self.delete_row(*id, Some(request.owner.as_str())).await? {
+        let id = grant.hold.entry()?;
+        if !self.delete_row(id, Some(request.owner.as_str())).await? {
             return Err(Error::not_owner());
         }
         // A release can admit several waiters (a writer's, readers): let
@@ -327,10 +326,10 @@ impl TableStore {
         request: &AcquireRequest,
         grant: &Grant,
     ) -> Result<Instant> {
-        let Entry(id) = grant.backend_state::<Entry>()?;
+        let id = grant.hold.entry()?;
         let started = Instant::now();
         let args = Args {
-            id: *id,
+            id,
             owner: request.owner.as_str(),
             ttl_ms: request.ttl.as_millis() as i64,
             ..Args::default()

@@ -2,10 +2,11 @@
 
 use std::time::Instant;
 
-use omnilock_core::{AcquireRequest, Backend, Error, ErrorKind, Grant, Primitive, Result};
+use omnilock_core::{AcquireRequest, Backend, Error, ErrorKind, Primitive, Result};
 
 use super::TableStore;
 use crate::conn::with_pool;
+use crate::store::Grant;
 
 impl TableStore {
     /// Mutexes of one TTL are renewed up to 64 per `UPDATE` (see
