@@ -553,6 +553,23 @@ impl Nodes {
     fn of(url: &str) -> Result<Nodes, String> {
         use omnilock_harness::topology::Topology;
         let scheme = url.split("://").next().unwrap_or_default();
+        if !matches!(
+            scheme,
+            "etcd"
+                | "etcds"
+                | "zk"
+                | "zookeeper"
+                | "mysql"
+                | "redis"
+                | "redlock"
+                | "redis+cluster"
+                | "redis+sentinel"
+        ) {
+            return Err(format!(
+                "node faults know the etcd, zk, mysql, redis, redlock, redis+cluster \
+                 and redis+sentinel stores of scripts/stores.sh, not {scheme}://"
+            ));
+        }
         let topology = Topology::load()?;
         let parsed = omnilock::raw::StoreUrl::parse(url).map_err(|e| e.to_string())?;
         let mut deployment: Option<String> = None;
@@ -589,9 +606,7 @@ impl Nodes {
         }
         if let Some(fixed) = names.iter().find(|n| found.node(n).restart.is_none()) {
             return Err(format!(
-                "scripts/stores.sh cannot restart {deployment} node {fixed}: node faults \
-                 know the etcd, zk, mysql, redis, redlock, redis+cluster and \
-                 redis+sentinel stores of scripts/stores.sh"
+                "scripts/stores.sh cannot restart {deployment} node {fixed}"
             ));
         }
         Ok(Nodes { deployment, names })
