@@ -13,9 +13,13 @@
 //! [`faults`]: contention that records safety while a test breaks a store,
 //! and the store faults themselves (kill, pause, restart a node of the
 //! topology).
+//!
+//! [`process`]: cross-process scenarios, several `omnilock` commands
+//! contending for one lock, and the helpers that run them (the CLI's tests).
 
 pub mod faults;
 pub mod probe;
+pub mod process;
 pub mod topology;
 
 pub use probe::Probe;
