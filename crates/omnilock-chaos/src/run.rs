@@ -30,7 +30,7 @@ pub enum Fault {
     Partition,
     /// SIGKILL a store node (an etcd member, a ZooKeeper node, MariaDB, a
     /// Redis instance or Redlock node), keep it down 1.5–3 × TTL, start it
-    /// again. Assumes the layout of `scripts/stores.sh`.
+    /// again. Finds the node in the test topology of `scripts/stores.sh`.
     Node,
     /// The same, restarted at once (Redis comes back empty: no persistence).
     Restart,
@@ -51,7 +51,7 @@ pub enum Fault {
     /// SIGKILL the master that serves a held lock (Redis Cluster: the master
     /// of the lock's slot; Sentinel: the master the sentinels name), so that
     /// its replica is promoted; start it again after 1.5–3 × TTL, when it
-    /// rejoins as a replica. Assumes the layout of `scripts/stores.sh`.
+    /// rejoins as a replica. Finds the node in the test topology of `scripts/stores.sh`.
     Failover,
 }
 
@@ -537,97 +537,93 @@ async fn nemesis(harness: Arc<Harness>) {
     }
 }
 
-/// The store nodes the node and restart faults can hit: the name
-/// `scripts/stores.sh restart` knows the store by, and node numbers.
+/// The store nodes the node and restart faults can hit: nodes of the test
+/// topology (`target/stores/topology.json`) that the store URL names, in
+/// the URL's order (which the minority faults rely on); for Redis Cluster
+/// and Sentinel, whose URLs name seeds and sentinels, every data node of the
+/// deployment.
 struct Nodes {
-    store: &'static str,
-    numbers: Vec<u16>,
-    /// Redis only: the port of node 0.
-    base_port: u16,
+    /// The deployment's name in the topology.
+    deployment: String,
+    /// The nodes' names.
+    names: Vec<String>,
 }
 
 impl Nodes {
     fn of(url: &str) -> Result<Nodes, String> {
+        use omnilock_harness::topology::Topology;
         let scheme = url.split("://").next().unwrap_or_default();
-        let nodes = |store, numbers| Nodes {
-            store,
-            numbers,
-            base_port: 0,
-        };
-        match scheme {
-            "etcd" | "etcds" => Ok(nodes("etcd", vec![1, 2, 3])),
-            "zk" | "zookeeper" => Ok(nodes("zookeeper", vec![1, 2, 3])),
-            "mysql" => Ok(nodes("mariadb", vec![0])),
-            // Every data node of the deployment, by its place in the ports
-            // list scripts/stores.sh exports.
-            "redis+cluster" | "redis+sentinel" => {
-                let (store, var, count) = if scheme == "redis+cluster" {
-                    ("redis-cluster", "OMNILOCK_TEST_REDIS_CLUSTER_PORTS", 6)
-                } else {
-                    ("redis-sentinel", "OMNILOCK_TEST_REDIS_SENTINEL_PORTS", 2)
-                };
-                let base_port = std::env::var(var)
-                    .ok()
-                    .and_then(|ports| ports.split_whitespace().next()?.parse().ok())
-                    .ok_or_else(|| format!("{var} is not set: run scripts/stores.sh up"))?;
-                Ok(Nodes {
-                    store,
-                    numbers: (0..count).collect(),
-                    base_port,
-                })
-            }
-            "redis" | "redlock" => {
-                let base_port: u16 = std::env::var("OMNILOCK_TEST_REDIS_PORT")
-                    .ok()
-                    .and_then(|p| p.parse().ok())
-                    .unwrap_or(63790);
-                let parsed = omnilock::raw::StoreUrl::parse(url).map_err(|e| e.to_string())?;
-                let numbers = parsed
-                    .hosts()
-                    .iter()
-                    .filter_map(|h| h.port?.checked_sub(base_port))
-                    .filter(|n| *n <= 5)
-                    .collect::<Vec<_>>();
-                if numbers.is_empty() {
-                    return Err(format!(
-                        "no Redis node of scripts/stores.sh (ports {base_port}..) in the URL"
-                    ));
-                }
-                Ok(Nodes {
-                    store: "redis",
-                    numbers,
-                    base_port,
-                })
-            }
-            other => Err(format!(
-                "node faults know the etcd, zk, mysql, redis and redlock stores of \
-                 scripts/stores.sh, not {other}://"
-            )),
+        if !matches!(
+            scheme,
+            "etcd"
+                | "etcds"
+                | "zk"
+                | "zookeeper"
+                | "mysql"
+                | "redis"
+                | "redlock"
+                | "redis+cluster"
+                | "redis+sentinel"
+        ) {
+            return Err(format!(
+                "node faults know the etcd, zk, mysql, redis, redlock, redis+cluster \
+                 and redis+sentinel stores of scripts/stores.sh, not {scheme}://"
+            ));
         }
-    }
-
-    /// What the node's command line shows, to find its PID.
-    fn marker(&self, n: u16) -> String {
-        match self.store {
-            "etcd" => format!("--name\0e{n}\0"),
-            "zookeeper" => format!("zk/{n}/zoo.cfg"),
-            "mariadb" => "mariadb/data".to_string(),
-            _ => format!("127.0.0.1:{}", self.base_port + n),
+        let topology = Topology::load()?;
+        let parsed = omnilock::raw::StoreUrl::parse(url).map_err(|e| e.to_string())?;
+        let mut deployment: Option<String> = None;
+        let mut names = Vec::new();
+        for host in parsed.hosts() {
+            let Some((d, node)) = host.port.and_then(|p| topology.node_at(&host.host, p)) else {
+                continue;
+            };
+            if deployment.get_or_insert_with(|| d.name.clone()) != &d.name {
+                return Err(format!(
+                    "the URL names nodes of two deployments of the test topology \
+                     ({} and {})",
+                    deployment.unwrap_or_default(),
+                    d.name
+                ));
+            }
+            names.push(node.name.clone());
         }
+        let deployment = deployment.ok_or_else(|| {
+            format!(
+                "no node of the test topology ({}) in the URL: node faults need \
+                 the stores of scripts/stores.sh",
+                Topology::path().display()
+            )
+        })?;
+        let found = topology.deployment(&deployment);
+        if matches!(scheme, "redis+cluster" | "redis+sentinel") {
+            names = found
+                .nodes
+                .iter()
+                .filter(|n| n.restart.is_some())
+                .map(|n| n.name.clone())
+                .collect();
+        }
+        if let Some(fixed) = names.iter().find(|n| found.node(n).restart.is_none()) {
+            return Err(format!(
+                "scripts/stores.sh cannot restart {deployment} node {fixed}"
+            ));
+        }
+        Ok(Nodes { deployment, names })
     }
 }
 
 async fn node_fault(harness: &Arc<Harness>, turn: usize, down: Option<Duration>) {
     let nodes = Nodes::of(&harness.config.store).expect("checked at start");
-    let n = nodes.numbers[turn % nodes.numbers.len()];
+    let n = nodes.names[turn % nodes.names.len()].clone();
     fault_node(harness, nodes, n, down).await;
 }
 
 /// Kills store node `n` and starts it again after `down` (at once if none).
-async fn fault_node(harness: &Arc<Harness>, nodes: Nodes, n: u16, down: Option<Duration>) {
+async fn fault_node(harness: &Arc<Harness>, nodes: Nodes, n: String, down: Option<Duration>) {
     let what = format!(
         "{} node {n} killed, {}",
-        nodes.store,
+        nodes.deployment,
         match down {
             Some(down) => format!("restarted after {down:?}"),
             None => "restarted at once".to_string(),
@@ -635,12 +631,12 @@ async fn fault_node(harness: &Arc<Harness>, nodes: Nodes, n: u16, down: Option<D
     );
     harness.record(Event::now(Source::Nemesis, Op::Node, Phase::Invoke).detail(what.clone()));
     let outcome = tokio::task::spawn_blocking(move || {
-        use omnilock_testkit::faults::{kill_store_process, restart_store_node, store_pid};
-        kill_store_process(store_pid(&nodes.marker(n)));
+        use omnilock_harness::faults::{kill_node, restart_node};
+        kill_node(&nodes.deployment, &n);
         if let Some(down) = down {
             std::thread::sleep(down);
         }
-        restart_store_node(nodes.store, n);
+        restart_node(&nodes.deployment, &n);
     })
     .await;
     let phase = if outcome.is_ok() {
@@ -669,7 +665,10 @@ async fn failover(harness: &Arc<Harness>) {
             return;
         }
     };
-    let Some(n) = master.checked_sub(nodes.base_port) else {
+    let Some(n) = omnilock_harness::topology::Topology::load()
+        .ok()
+        .and_then(|t| Some(t.get(&nodes.deployment)?.node_on(master)?.name.clone()))
+    else {
         return;
     };
     let down = harness.fault_length();
@@ -786,11 +785,11 @@ async fn majority_restart(harness: &Arc<Harness>) {
         .contains(&(lock.clone(), client));
     if still_held {
         let nodes = Nodes::of(&harness.config.store).expect("checked at start");
-        let majority: Vec<u16> = (0..proxy.nodes())
+        let majority: Vec<String> = (0..proxy.nodes())
             .filter(|i| !cut.contains(i))
-            .filter_map(|i| nodes.numbers.get(i).copied())
+            .filter_map(|i| nodes.names.get(i).cloned())
             .collect();
-        let restart = majority.iter().copied().choose(&mut rand::thread_rng());
+        let restart = majority.into_iter().choose(&mut rand::thread_rng());
         if let Some(n) = restart {
             fault_node(harness, nodes, n, None).await;
         }

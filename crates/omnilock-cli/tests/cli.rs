@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use omnilock_testkit::process::{running, WithoutTerminal};
+use omnilock_harness::process::{running, WithoutTerminal};
 
 const OMNILOCK: &str = env!("CARGO_BIN_EXE_omnilock");
 
@@ -528,7 +528,8 @@ fn a_command_killed_by_sigint_makes_omnilock_die_of_it() {
 /// processes and has a test URL.
 mod cross_process {
     use super::*;
-    use omnilock_testkit::{process, store_url};
+    use omnilock_harness::process;
+    use omnilock_testkit::store_url;
 
     /// Every store that spans processes and has a test URL.
     const STORES: &[&str] = &[

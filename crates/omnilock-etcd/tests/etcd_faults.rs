@@ -9,16 +9,19 @@ use std::time::{Duration, Instant};
 
 use omnilock_core::StoreUrl;
 use omnilock_etcd::EtcdConfig;
-use omnilock_testkit::faults::{kill_store_process, restart_store_node, store_pid, Contention};
+use omnilock_harness::faults::{kill_node, restart_node, Contention};
+use omnilock_harness::topology::Topology;
 use omnilock_testkit::store_url;
 
 const CLIENTS: usize = 8;
 
-fn first_port() -> u16 {
-    std::env::var("OMNILOCK_TEST_ETCD_FIRST_PORT")
-        .expect("OMNILOCK_TEST_ETCD_FIRST_PORT (set by scripts/stores.sh)")
-        .parse()
-        .expect("port")
+/// The client port of member N (1..3) of the cluster, from the topology.
+fn port(n: u16) -> u16 {
+    Topology::load()
+        .expect("the test topology (scripts/stores.sh up)")
+        .deployment("etcd")
+        .node(&format!("e{n}"))
+        .port()
 }
 
 /// Which member (1..3) leads now, asking each live member.
@@ -26,7 +29,7 @@ async fn leader() -> u16 {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         for n in 1..=3u16 {
-            let endpoint = format!("http://127.0.0.1:{}", first_port() + n - 1);
+            let endpoint = format!("http://127.0.0.1:{}", port(n));
             let Ok(Ok(mut client)) = tokio::time::timeout(
                 Duration::from_secs(1),
                 etcd_client::Client::connect([endpoint], None),
@@ -50,11 +53,11 @@ async fn leader() -> u16 {
 }
 
 fn kill(n: u16) {
-    kill_store_process(store_pid(&format!("--name\0e{n}\0")));
+    kill_node("etcd", &format!("e{n}"));
 }
 
 fn restart(n: u16) {
-    restart_store_node("etcd", n);
+    restart_node("etcd", &format!("e{n}"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -6,7 +6,20 @@
 //! client library, opened from the same store URL omnilock takes. The herd
 //! tests count requests per hand-off with it; `omnilock-bench` measures
 //! omnilock against the floor with it.
+//!
+//! [`topology`]: the test stores as `scripts/stores.sh` started them
+//! (`target/stores/topology.json`): deployments, nodes, ports, processes.
+//!
+//! [`faults`]: contention that records safety while a test breaks a store,
+//! and the store faults themselves (kill, pause, restart a node of the
+//! topology).
+//!
+//! [`process`]: cross-process scenarios, several `omnilock` commands
+//! contending for one lock, and the helpers that run them (the CLI's tests).
 
+pub mod faults;
 pub mod probe;
+pub mod process;
+pub mod topology;
 
 pub use probe::Probe;

@@ -13,7 +13,7 @@ use omnilock_testkit::store_url;
 
 mod common;
 
-use common::{hand_off_by_message, master_of, ports, raw, with_option, PASSWORD};
+use common::{hand_off_by_message, master_of, raw, with_option, PASSWORD};
 
 async fn connect(url: &str) -> omnilock_core::Result<Locks> {
     omnilock_redis::connect(RedisConfig::from_url(&StoreUrl::parse(url)?)?).await
@@ -442,6 +442,23 @@ async fn tls_cluster_locks_and_wakes() {
     assert_clear(&err, ErrorKind::InvalidConfig, "tls_ca");
 }
 
+/// The client port of every node of the cluster `seed` belongs to.
+async fn cluster_ports(seed: u16) -> Vec<u16> {
+    let nodes: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query_async(&mut raw(seed, PASSWORD).await)
+        .await
+        .unwrap();
+    nodes
+        .lines()
+        .filter_map(|line| {
+            let address = line.split_whitespace().nth(1)?;
+            let (_, port) = address.split('@').next()?.rsplit_once(':')?;
+            port.parse().ok()
+        })
+        .collect()
+}
+
 /// An ACL user that may use the one-instance wake-up channels but not the
 /// cluster's sharded ones (`&{prefix*`) is told at connect, not left to
 /// poll at every wait.
@@ -449,7 +466,10 @@ async fn tls_cluster_locks_and_wakes() {
 async fn cluster_acl_user_without_shard_channels_is_refused() {
     let url = store_url("REDIS_CLUSTER").expect("cluster URL");
     let user = format!("noshard{}", rand_suffix());
-    let ports = ports("OMNILOCK_TEST_REDIS_CLUSTER_PORTS");
+    // Every node, as the cluster itself lists them (so that this runs on
+    // docker/compose.yaml's cluster too, which writes no topology).
+    let seed = StoreUrl::parse(&url).unwrap().hosts()[0].port.unwrap();
+    let ports = cluster_ports(seed).await;
     let acl = |args: Vec<String>| {
         let ports = ports.clone();
         async move {

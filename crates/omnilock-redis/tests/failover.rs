@@ -13,8 +13,8 @@
 //!
 //! The tests change which server is master, so they run one at a time in a
 //! binary of their own. (`OMNILOCK_TEST_REDIS_CLUSTER_URL`,
-//! `OMNILOCK_TEST_REDIS_CLUSTER_PORTS`, `OMNILOCK_TEST_REDIS_SENTINEL_URL`,
-//! `OMNILOCK_TEST_REDIS_SENTINEL_PORTS`)
+//! `OMNILOCK_TEST_REDIS_SENTINEL_URL`, and the `redis_cluster` and
+//! `redis_sentinel` deployments of the test topology)
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -22,10 +22,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use omnilock_core::{ErrorKind, Locks, StoreUrl};
+use omnilock_harness::faults::{kill_store_process, pause_store_process, restart_node, stores_dir};
+use omnilock_harness::topology::Topology;
 use omnilock_redis::RedisConfig;
-use omnilock_testkit::faults::{
-    kill_store_process, pause_store_process, restart_store_node, stores_dir,
-};
 use omnilock_testkit::store_url;
 
 const SENTINEL_PASSWORD: &str = "omnilock-sentinel-pw";
@@ -162,16 +161,18 @@ fn contend(
         .collect()
 }
 
-async fn pid_of(port: u16, password: &str) -> u32 {
-    let info: String = redis::cmd("INFO")
-        .arg("server")
-        .query_async(&mut raw(port, password).await)
-        .await
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("process_id:"))
-        .and_then(|p| p.trim().parse().ok())
-        .expect("process_id")
+/// The running process of the node of `deployment` on `port`, and the
+/// node's name, from the test topology.
+fn node_on(deployment: &str, port: u16) -> (u32, String) {
+    let topology = Topology::load().expect("the test topology (scripts/stores.sh up)");
+    let node = topology
+        .deployment(deployment)
+        .node_on(port)
+        .unwrap_or_else(|| panic!("no node of {deployment} on port {port}"));
+    let pid = node
+        .live_pid()
+        .unwrap_or_else(|| panic!("{deployment} node {} is not running", node.name));
+    (pid, node.name.clone())
 }
 
 /// Every cluster node (the killed one included, so it is back) reports
@@ -318,7 +319,7 @@ async fn cluster_master_kill(wait: bool) {
     } else {
         url
     };
-    let ports = ports("OMNILOCK_TEST_REDIS_CLUSTER_PORTS");
+    let ports = ports("redis_cluster");
     cluster_whole(&ports).await;
     let label = if wait { "cluster-wait1" } else { "cluster" };
     let seed_ports = ports.clone();
@@ -331,7 +332,7 @@ async fn cluster_master_kill(wait: bool) {
         // The master of the first lock: kill it, and every lock it served is a victim.
         let seed = seed_ports[0];
         let master = master_of(seed, &format!("{{omnilock:{}}}", names[0])).await;
-        let pid = pid_of(master, PASSWORD).await;
+        let (pid, node) = node_on("redis_cluster", master);
         let mut victims = Vec::new();
         let alive = *seed_ports.iter().find(|p| **p != master).unwrap();
         for name in &names {
@@ -340,12 +341,11 @@ async fn cluster_master_kill(wait: bool) {
             }
         }
         kill_store_process(pid);
-        let n = seed_ports.iter().position(|p| *p == master).unwrap() as u16;
         // Start it again once its replica has taken over (in the background:
         // the contention goes on meanwhile).
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs(4)).await;
-            tokio::task::spawn_blocking(move || restart_store_node("redis-cluster", n))
+            tokio::task::spawn_blocking(move || restart_node("redis_cluster", &node))
                 .await
                 .unwrap();
         });
@@ -465,7 +465,7 @@ async fn migrate_slot(ports: &[u16], slot: u16, from: u16, to: u16) {
 async fn cluster_slot_migrated() {
     let _one = ONE_AT_A_TIME.lock().await;
     let url = store_url("REDIS_CLUSTER").expect("cluster URL");
-    let ports = ports("OMNILOCK_TEST_REDIS_CLUSTER_PORTS");
+    let ports = ports("redis_cluster");
     cluster_whole(&ports).await;
     let seed = ports[0];
     let moved = Arc::new(Mutex::new(None));
@@ -529,7 +529,7 @@ async fn cluster_wakeups_follow_a_moved_slot() {
     use omnilock_core::LockName;
     let _one = ONE_AT_A_TIME.lock().await;
     let url = store_url("REDIS_CLUSTER").expect("cluster URL");
-    let ports = ports("OMNILOCK_TEST_REDIS_CLUSTER_PORTS");
+    let ports = ports("redis_cluster");
     cluster_whole(&ports).await;
     let config = RedisConfig::from_url(&StoreUrl::parse(&url).unwrap()).unwrap();
     let backend = omnilock_redis::RedisStore::connect(config)
@@ -623,7 +623,7 @@ async fn sentinel_fault(kill: bool, wait: bool) {
     } else {
         url
     };
-    let ports = ports("OMNILOCK_TEST_REDIS_SENTINEL_PORTS");
+    let ports = ports("redis_sentinel");
     sentinel_whole(&ports).await;
     let label = match (kill, wait) {
         (true, false) => "sentinel-kill",
@@ -639,12 +639,11 @@ async fn sentinel_fault(kill: bool, wait: bool) {
     let outcome = under_contention(&url, label, bound, |names| async move {
         let master = sentinel_master(fault_ports[2]).await;
         if kill {
-            let pid = pid_of(master, PASSWORD).await;
+            let (pid, node) = node_on("redis_sentinel", master);
             kill_store_process(pid);
-            let n = fault_ports.iter().position(|p| *p == master).unwrap() as u16;
             tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_secs(4)).await;
-                tokio::task::spawn_blocking(move || restart_store_node("redis-sentinel", n))
+                tokio::task::spawn_blocking(move || restart_node("redis_sentinel", &node))
                     .await
                     .unwrap();
             });
@@ -703,7 +702,7 @@ async fn sentinel_master_killed_with_wait_replicas() {
 async fn an_unconfirmed_reentrant_acquire_keeps_the_outer_hold() {
     let _one = ONE_AT_A_TIME.lock().await;
     let url = store_url("REDIS_SENTINEL").expect("sentinel URL");
-    let ports = ports("OMNILOCK_TEST_REDIS_SENTINEL_PORTS");
+    let ports = ports("redis_sentinel");
     sentinel_whole(&ports).await;
     let master = sentinel_master(ports[2]).await;
     let replica = *ports[..2].iter().find(|p| **p != master).unwrap();
@@ -719,7 +718,7 @@ async fn an_unconfirmed_reentrant_acquire_keeps_the_outer_hold() {
         .await
         .expect("outer hold, confirmed");
 
-    let paused = pause_store_process(pid_of(replica, PASSWORD).await);
+    let paused = pause_store_process(node_on("redis_sentinel", replica).0);
     let err = impatient
         .lock(&name)
         .owner(&owner)

@@ -29,8 +29,6 @@ use omnilock_core::{Locks, Result};
 
 #[cfg(feature = "blocking")]
 pub mod blocking;
-pub mod faults;
-pub mod process;
 pub mod registry;
 pub mod scenarios;
 pub mod suite;

@@ -9,22 +9,25 @@ use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use omnilock_core::StoreUrl;
-use omnilock_testkit::faults::{kill_store_process, restart_store_node, store_pid, Contention};
+use omnilock_harness::faults::{kill_node, restart_node, Contention};
+use omnilock_harness::topology::Topology;
 use omnilock_testkit::store_url;
 use omnilock_zookeeper::ZkConfig;
 
 const CLIENTS: usize = 8;
 
-fn first_port() -> u16 {
-    std::env::var("OMNILOCK_TEST_ZK_FIRST_PORT")
-        .expect("OMNILOCK_TEST_ZK_FIRST_PORT (set by scripts/stores.sh)")
-        .parse()
-        .expect("port")
+/// The client port of node N (1..3) of the ensemble, from the topology.
+fn port(n: u16) -> u16 {
+    Topology::load()
+        .expect("the test topology (scripts/stores.sh up)")
+        .deployment("zookeeper")
+        .node(&n.to_string())
+        .port()
 }
 
 /// `srvr` on node N: its mode (leader, follower), if it answers.
 fn mode(n: u16) -> Option<String> {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", first_port() + n - 1)).ok()?;
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port(n))).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
     stream.write_all(b"srvr").ok()?;
     let mut answer = String::new();
@@ -47,11 +50,11 @@ fn leader() -> u16 {
 }
 
 fn kill(n: u16) {
-    kill_store_process(store_pid(&format!("zk/{n}/zoo.cfg")));
+    kill_node("zookeeper", &n.to_string());
 }
 
 fn restart(n: u16) {
-    restart_store_node("zookeeper", n);
+    restart_node("zookeeper", &n.to_string());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -39,15 +39,15 @@ pub(crate) fn with_option(url: &str, option: &str) -> String {
     format!("{url}{joiner}{option}")
 }
 
-/// The ports `scripts/stores.sh` lists in `var` (for example
-/// `OMNILOCK_TEST_REDIS_CLUSTER_PORTS`).
+/// The client ports of `deployment`'s nodes in the test topology, in node
+/// order (`redis_cluster`: nodes 0..5; `redis_sentinel`: the master, its
+/// replica, then the three sentinels).
 #[allow(dead_code)]
-pub(crate) fn ports(var: &str) -> Vec<u16> {
-    std::env::var(var)
-        .unwrap_or_else(|_| panic!("{var} is not set: run scripts/stores.sh up"))
-        .split_whitespace()
-        .map(|p| p.parse().expect("port"))
-        .collect()
+pub(crate) fn ports(deployment: &str) -> Vec<u16> {
+    omnilock_harness::topology::Topology::load()
+        .expect("the test topology (scripts/stores.sh up)")
+        .deployment(deployment)
+        .ports()
 }
 
 /// A plain connection to `port` on loopback with `password`, within 5 s.

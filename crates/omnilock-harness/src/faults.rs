@@ -1,7 +1,8 @@
 //! Clients that keep contending for one lock while a test breaks the store
 //! (kills a member, partitions a node), recording what a safety checker
 //! needs: how many grants, whether two clients were ever inside at once, and
-//! whether fencing tokens rose in grant order.
+//! whether fencing tokens rose in grant order; and the store faults
+//! themselves (kill, pause and restart a node of the test topology).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -11,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use omnilock_core::Locks;
 use tokio::task::JoinHandle;
+
+use crate::topology::Topology;
 
 /// A running contention; see [`Contention::start`].
 pub struct Contention {
@@ -156,30 +159,41 @@ async fn contend(locks: Locks, name: String, record: Arc<Record>, stop: Arc<Atom
     }
 }
 
-/// The directory `scripts/stores.sh` keeps the test stores in
-/// (`$OMNILOCK_STORES_DIR`, else `target/stores` of this workspace).
+/// The directory `scripts/stores.sh` keeps the test stores in: the
+/// topology's, else `$OMNILOCK_STORES_DIR`, else `target/stores` of this
+/// workspace.
 pub fn stores_dir() -> PathBuf {
+    if let Ok(topology) = Topology::load() {
+        return topology.dir;
+    }
     std::env::var_os("OMNILOCK_STORES_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target/stores"))
+        .unwrap_or_else(|| crate::topology::workspace_root().join("target/stores"))
 }
 
-fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+/// The running process of node `node` of `deployment`, from a fresh read of
+/// the topology (a restart changes it); panics when it is not running.
+pub fn node_pid(deployment: &str, node: &str) -> u32 {
+    let topology = Topology::load().expect("the test topology");
+    let found = topology.deployment(deployment).node(node);
+    found
+        .live_pid()
+        .unwrap_or_else(|| panic!("{deployment} node {node} is not running"))
 }
 
-/// The PID of a store process `scripts/stores.sh` started and whose command
-/// line contains `marker` (e.g. `"--name\0e2\0"` or `"zk/2/zoo.cfg"`).
-pub fn store_pid(marker: &str) -> u32 {
-    let pids = std::fs::read_to_string(stores_dir().join("pids")).expect("stores pids file");
-    pids.lines()
-        .filter_map(|line| line.split_whitespace().next()?.parse::<u32>().ok())
-        .find(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .map(|c| String::from_utf8_lossy(&c).contains(marker))
-                .unwrap_or(false)
-        })
-        .unwrap_or_else(|| panic!("no running store process matching {marker:?}"))
+/// SIGKILLs node `node` of `deployment` (see [`kill_store_process`]).
+pub fn kill_node(deployment: &str, node: &str) {
+    kill_store_process(node_pid(deployment, node));
+}
+
+/// Starts node `node` of `deployment` again after a kill, with
+/// `scripts/stores.sh restart …` (which waits until it is ready).
+pub fn restart_node(deployment: &str, node: &str) {
+    let topology = Topology::load().expect("the test topology");
+    let found = topology.deployment(deployment).node(node);
+    if let Err(err) = topology.restart(found) {
+        panic!("restarting {deployment} node {node}: {err}");
+    }
 }
 
 /// SIGKILLs a store process and waits until it is gone (or a zombie).
@@ -193,15 +207,6 @@ pub fn kill_store_process(pid: u32) {
     while std::fs::read_to_string(&stat).is_ok_and(|s| !s.contains(") Z")) {
         std::thread::sleep(Duration::from_millis(10));
     }
-}
-
-/// `scripts/stores.sh restart STORE N`: starts a killed node again.
-pub fn restart_store_node(store: &str, n: u16) {
-    let status = Command::new(workspace_root().join("scripts/stores.sh"))
-        .args(["restart", store, &n.to_string()])
-        .status()
-        .expect("scripts/stores.sh restart");
-    assert!(status.success(), "restarting {store} node {n} failed");
 }
 
 /// A store process stopped with SIGSTOP (still connected, answering
