@@ -169,11 +169,16 @@ impl Candidate<'_> {
         }
         let guard = match (request.acquire().await, self.timeout) {
             (Err(err), Some(limit)) if err.kind() == crate::ErrorKind::Timeout => {
-                return Err(crate::Error::new(
+                let mut timed_out = crate::Error::new(
                     crate::ErrorKind::Timeout,
                     format!("not elected within {limit:?}"),
                 )
-                .with_operation(crate::Operation::Acquire));
+                .with_operation(crate::Operation::Acquire)
+                .with_lock(&self.election.lock);
+                if let Some(backend) = err.backend() {
+                    timed_out = timed_out.with_backend(backend);
+                }
+                return Err(timed_out);
             }
             (guard, _) => guard?,
         };
