@@ -87,9 +87,9 @@ use omnilock_core::{check_ttl, StoreUrl};
 pub mod raw {
     pub use omnilock_core::{
         async_trait, check_ttl, complete_or_undo, lock_unpoisoned, retry, retry_in_background,
-        retry_when, AcquireRequest, Backend, Backoff, CompleteOrUndo, Connecting, Driver, Grant,
-        HostPort, LocalWaiters, LostNotifier, Primitive, Secret, SessionGuards, SessionsPerTtl,
-        Share, StoreUrl, WaitNotice, MAX_NAME_BYTES, RW_CAPACITY,
+        retry_when, AcquireRequest, Backend, Backoff, CompleteOrUndo, Connecting, Driver,
+        DynBackend, ErasedGrant, Grant, HostPort, LocalWaiters, LostNotifier, Primitive, Secret,
+        SessionGuards, SessionsPerTtl, Share, StoreUrl, WaitNotice, MAX_NAME_BYTES, RW_CAPACITY,
     };
 }
 
