@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use omnilock_chaos::checker::Report;
 use omnilock_chaos::client::{self, ClientConfig};
 use omnilock_chaos::primitive::Primitive;
@@ -36,55 +36,7 @@ enum RegisterMode {
 enum Command {
     /// Runs clients against a store while the nemesis injects faults, then
     /// checks the history.
-    Run {
-        /// The store URL (as for `omnilock --store`).
-        #[arg(long)]
-        store: String,
-        /// A fault to inject; repeat for several (taken in turn).
-        #[arg(long = "fault", value_enum)]
-        faults: Vec<Fault>,
-        /// Client processes.
-        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
-        clients: u32,
-        /// Locks the clients spread over.
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-        locks: u32,
-        /// TTL of every acquisition.
-        #[arg(long, default_value = "2s", value_parser = parse_duration)]
-        ttl: Duration,
-        /// Longest random work under the lock.
-        #[arg(long, default_value = "2s", value_parser = parse_duration)]
-        work: Duration,
-        /// How long the clients run.
-        #[arg(long, default_value = "1m", value_parser = parse_duration)]
-        duration: Duration,
-        /// Mean time between faults.
-        #[arg(long, default_value = "5s", value_parser = parse_duration)]
-        interval: Duration,
-        /// The protected register's mode.
-        #[arg(long, value_enum, default_value = "fenced")]
-        register: RegisterMode,
-        /// Clients check the guard before writing and skip the write when
-        /// the lock is gone (by default they write regardless, as a process
-        /// paused between its check and its write would).
-        #[arg(long)]
-        careful: bool,
-        /// What the clients take: `mutex`, `semaphore:N` (permits of one
-        /// N-permit semaphore per lock name; more than N holders is a
-        /// violation) or `rw` (a read-write lock per name, one acquisition
-        /// in four a writer; a reader beside a writer is a violation) or
-        /// `multi` (two of the --locks at once through lock_all, named in a
-        /// random order; needs --locks 2 or more).
-        #[arg(long, default_value = "mutex")]
-        primitive: Primitive,
-        /// Where the history, client logs and report.json go.
-        #[arg(long, default_value = "target/chaos")]
-        out: PathBuf,
-        /// Exit 0 even with safety violations (for stores expected to have
-        /// them: Redlock under restarts, unfenced registers).
-        #[arg(long)]
-        allow_violations: bool,
-    },
+    Run(RunArgs),
     /// Checks a history file written by `run`.
     Check {
         /// The history.jsonl file.
@@ -99,22 +51,78 @@ enum Command {
     /// One client process (started by `run`; the store URL comes in
     /// OMNILOCK_CHAOS_STORE).
     #[command(hide = true)]
-    Client {
-        #[arg(long)]
-        id: u32,
-        #[arg(long)]
-        register: String,
-        #[arg(long)]
-        locks: u32,
-        #[arg(long, value_parser = parse_duration)]
-        ttl: Duration,
-        #[arg(long, value_parser = parse_duration)]
-        work: Duration,
-        #[arg(long)]
-        careful: bool,
-        #[arg(long, default_value = "mutex")]
-        primitive: Primitive,
-    },
+    Client(ClientArgs),
+}
+
+/// The options of `run`.
+#[derive(Args)]
+struct RunArgs {
+    /// The store URL (as for `omnilock --store`).
+    #[arg(long)]
+    store: String,
+    /// A fault to inject; repeat for several (taken in turn).
+    #[arg(long = "fault", value_enum)]
+    faults: Vec<Fault>,
+    /// Client processes.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
+    clients: u32,
+    /// Locks the clients spread over.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    locks: u32,
+    /// TTL of every acquisition.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    ttl: Duration,
+    /// Longest random work under the lock.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    work: Duration,
+    /// How long the clients run.
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    duration: Duration,
+    /// Mean time between faults.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    interval: Duration,
+    /// The protected register's mode.
+    #[arg(long, value_enum, default_value = "fenced")]
+    register: RegisterMode,
+    /// Clients check the guard before writing and skip the write when
+    /// the lock is gone (by default they write regardless, as a process
+    /// paused between its check and its write would).
+    #[arg(long)]
+    careful: bool,
+    /// What the clients take: `mutex`, `semaphore:N` (permits of one
+    /// N-permit semaphore per lock name; more than N holders is a
+    /// violation) or `rw` (a read-write lock per name, one acquisition
+    /// in four a writer; a reader beside a writer is a violation) or
+    /// `multi` (two of the --locks at once through lock_all, named in a
+    /// random order; needs --locks 2 or more).
+    #[arg(long, default_value = "mutex")]
+    primitive: Primitive,
+    /// Where the history, client logs and report.json go.
+    #[arg(long, default_value = "target/chaos")]
+    out: PathBuf,
+    /// Exit 0 even with safety violations (for stores expected to have
+    /// them: Redlock under restarts, unfenced registers).
+    #[arg(long)]
+    allow_violations: bool,
+}
+
+/// The options of one client process.
+#[derive(Args)]
+struct ClientArgs {
+    #[arg(long)]
+    id: u32,
+    #[arg(long)]
+    register: String,
+    #[arg(long)]
+    locks: u32,
+    #[arg(long, value_parser = parse_duration)]
+    ttl: Duration,
+    #[arg(long, value_parser = parse_duration)]
+    work: Duration,
+    #[arg(long)]
+    careful: bool,
+    #[arg(long, default_value = "mutex")]
+    primitive: Primitive,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -124,34 +132,21 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 #[tokio::main]
 async fn main() -> ExitCode {
     match Cli::parse().command {
-        Command::Run {
-            store,
-            faults,
-            clients,
-            locks,
-            ttl,
-            work,
-            duration,
-            interval,
-            register,
-            careful,
-            primitive,
-            out,
-            allow_violations,
-        } => {
+        Command::Run(args) => {
+            let (out, allow_violations) = (args.out.clone(), args.allow_violations);
             let config = RunConfig {
-                store,
-                faults,
-                clients,
-                locks,
-                ttl,
-                work,
-                duration,
-                interval,
-                fenced: matches!(register, RegisterMode::Fenced),
-                careful,
-                primitive,
-                out: out.clone(),
+                store: args.store,
+                faults: args.faults,
+                clients: args.clients,
+                locks: args.locks,
+                ttl: args.ttl,
+                work: args.work,
+                duration: args.duration,
+                interval: args.interval,
+                fenced: matches!(args.register, RegisterMode::Fenced),
+                careful: args.careful,
+                primitive: args.primitive,
+                out: args.out,
             };
             match run::run(config).await {
                 Ok(report) => {
@@ -184,28 +179,20 @@ async fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Command::Client {
-            id,
-            register,
-            locks,
-            ttl,
-            work,
-            careful,
-            primitive,
-        } => {
+        Command::Client(args) => {
             let Ok(store) = std::env::var("OMNILOCK_CHAOS_STORE") else {
                 eprintln!("omnilock-chaos client: OMNILOCK_CHAOS_STORE is not set");
                 return ExitCode::from(2);
             };
             let config = ClientConfig {
-                id,
+                id: args.id,
                 store,
-                register,
-                locks,
-                ttl,
-                work,
-                careful,
-                primitive,
+                register: args.register,
+                locks: args.locks,
+                ttl: args.ttl,
+                work: args.work,
+                careful: args.careful,
+                primitive: args.primitive,
             };
             match client::run(config).await {
                 Ok(()) => ExitCode::SUCCESS,

@@ -69,7 +69,7 @@ pub use retry::{retry, retry_in_background, retry_when, Backoff};
 pub use sessions::SessionsPerTtl;
 pub use signal::{LostNotifier, SessionGuards, WaitNotice};
 pub use sync::lock_unpoisoned;
-pub use url::{parse_duration, HostPort, Secret, StoreUrl};
+pub use url::{check_timeouts, parse_duration, HostPort, Secret, StoreUrl};
 
 /// Re-exported so backend crates implement [`Backend`] with the same macro.
 pub use async_trait::async_trait;

@@ -231,6 +231,29 @@ impl StoreUrl {
             .transpose()
     }
 
+    /// Reads the two deadlines every networked store takes from its URL,
+    /// `?connect_timeout=` into `connect` and `?timeout=` (one request)
+    /// into `request`, leaving each as it is when the URL has no value.
+    /// [`check_timeouts`] then applies the rule to URL and builder alike.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use omnilock_core::StoreUrl;
+    /// let mut url = StoreUrl::parse("etcd://h:2379?timeout=750ms").unwrap();
+    /// let (mut connect, mut request) = (Duration::from_secs(3), Duration::from_secs(5));
+    /// url.take_timeouts(&mut connect, &mut request).unwrap();
+    /// assert_eq!((connect, request), (Duration::from_secs(3), Duration::from_millis(750)));
+    /// ```
+    pub fn take_timeouts(&mut self, connect: &mut Duration, request: &mut Duration) -> Result<()> {
+        if let Some(timeout) = self.take_duration("connect_timeout")? {
+            *connect = timeout;
+        }
+        if let Some(timeout) = self.take_duration("timeout")? {
+            *request = timeout;
+        }
+        Ok(())
+    }
+
     /// Reads option `key` as a boolean (`true`/`false`/`1`/`0`/`yes`/`no`).
     pub fn take_bool(&mut self, key: &str) -> Result<Option<bool>> {
         self.take(key)
@@ -331,6 +354,29 @@ impl fmt::Debug for StoreUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "StoreUrl({self})")
     }
+}
+
+/// The rule for the deadlines of [`StoreUrl::take_timeouts`]: both above
+/// zero, since zero would make connecting or every request time out at
+/// once. The error names the URL option.
+///
+/// ```
+/// use std::time::Duration;
+/// use omnilock_core::check_timeouts;
+/// assert!(check_timeouts(Duration::from_secs(3), Duration::from_secs(5)).is_ok());
+/// let err = check_timeouts(Duration::ZERO, Duration::from_secs(5)).unwrap_err();
+/// assert!(err.to_string().contains("connect_timeout"));
+/// ```
+pub fn check_timeouts(connect: Duration, request: Duration) -> Result<()> {
+    if connect.is_zero() {
+        return Err(Error::config(
+            "option \"connect_timeout\" must be above zero",
+        ));
+    }
+    if request.is_zero() {
+        return Err(Error::config("option \"timeout\" must be above zero"));
+    }
+    Ok(())
 }
 
 /// Parses a human duration (`500ms`, `15s`, `2m`, `1h 30m`).

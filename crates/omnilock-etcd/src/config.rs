@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use omnilock_core::{Error, Result, Secret, StoreUrl};
+use omnilock_core::{check_timeouts, Error, Result, Secret, StoreUrl};
 
 /// How locks are taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,16 +99,7 @@ impl EtcdOptions {
                 "invalid key prefix {prefix:?}: no control characters or empty segments"
             )));
         }
-        // Zero would make connecting or every request time out at once.
-        if self.connect_timeout.is_zero() {
-            return Err(Error::config(
-                "option \"connect_timeout\" must be above zero",
-            ));
-        }
-        if self.request_timeout.is_zero() {
-            return Err(Error::config("option \"timeout\" must be above zero"));
-        }
-        Ok(())
+        check_timeouts(self.connect_timeout, self.request_timeout)
     }
 }
 
@@ -172,12 +163,7 @@ impl EtcdConfig {
                 ))
             }
         };
-        if let Some(timeout) = url.take_duration("connect_timeout")? {
-            options.connect_timeout = timeout;
-        }
-        if let Some(timeout) = url.take_duration("timeout")? {
-            options.request_timeout = timeout;
-        }
+        url.take_timeouts(&mut options.connect_timeout, &mut options.request_timeout)?;
         options.check()?;
         url.finish()?;
         if url.password().is_some() && url.username().unwrap_or("").is_empty() {

@@ -12,7 +12,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use omnilock_core::{Error, HostPort, Result, Secret, StoreUrl};
+use omnilock_core::{check_timeouts, Error, HostPort, Result, Secret, StoreUrl};
 
 /// Settings for one Redis store: where it is and how to log in (from the
 /// URL), plus the [`RedisOptions`] that a bring-your-own-client builder
@@ -195,12 +195,7 @@ impl RedisOptions {
         if let Some(lease) = url.take_duration("waiter_lease")? {
             options.waiter_lease = lease;
         }
-        if let Some(timeout) = url.take_duration("connect_timeout")? {
-            options.connect_timeout = timeout;
-        }
-        if let Some(timeout) = url.take_duration("timeout")? {
-            options.response_timeout = timeout;
-        }
+        url.take_timeouts(&mut options.connect_timeout, &mut options.response_timeout)?;
         let replicas = url.take_u64("wait_replicas")?;
         let timeout = url.take_duration("wait_timeout")?;
         options.wait_replicas = match (replicas, timeout) {
@@ -237,15 +232,7 @@ impl RedisOptions {
                 "option \"waiter_lease\" must be between 100ms and 1h",
             ));
         }
-        // Zero would make every connect or reply time out at once.
-        if self.connect_timeout.is_zero() {
-            return Err(Error::config(
-                "option \"connect_timeout\" must be above zero",
-            ));
-        }
-        if self.response_timeout.is_zero() {
-            return Err(Error::config("option \"timeout\" must be above zero"));
-        }
+        check_timeouts(self.connect_timeout, self.response_timeout)?;
         if let Some(wait) = self.wait_replicas {
             if redlock {
                 return Err(Error::config(

@@ -39,21 +39,23 @@ impl Suite {
     pub fn subject(&mut self, label: &str, subject: fn() -> Option<Subject>) {
         for scenario in self.scenarios.iter().flat_map(|list| list.iter()) {
             let name = format!("{label}::{}", scenario.name);
-            self.trials.push(Trial::ignorable_test(name, move || {
-                let Some(subject) = subject() else {
-                    return Ok(Completion::ignored_with("store not configured"));
-                };
-                crate::run(async move {
-                    if !scenario.needs.is_empty() {
-                        let probe = subject.client().await;
-                        if let Some(why) = scenario.unclaimed(&subject, &probe).await {
-                            return Ok(Completion::ignored_with(why));
+            self.trials
+                .push(Trial::ignorable_test(name.clone(), move || {
+                    let _timer = TrialTimer::start(&name);
+                    let Some(subject) = subject() else {
+                        return Ok(Completion::ignored_with("store not configured"));
+                    };
+                    crate::run(async move {
+                        if !scenario.needs.is_empty() {
+                            let probe = subject.client().await;
+                            if let Some(why) = scenario.unclaimed(&subject, &probe).await {
+                                return Ok(Completion::ignored_with(why));
+                            }
                         }
-                    }
-                    scenario.run(&subject).await;
-                    Ok(Completion::Completed)
-                })
-            }));
+                        scenario.run(&subject).await;
+                        Ok(Completion::Completed)
+                    })
+                }));
         }
     }
 
@@ -74,6 +76,36 @@ impl Suite {
             arguments.test_threads = Some(1);
         }
         libtest_mimic::run(&arguments, self.trials).exit_code()
+    }
+}
+
+/// With `OMNILOCK_TEST_TIMES=1`, each trial prints its wall time to stderr
+/// when it ends (`trial-time <seconds> <name>`), to find what makes a suite
+/// slow.
+struct TrialTimer<'a> {
+    name: &'a str,
+    start: Option<std::time::Instant>,
+}
+
+impl<'a> TrialTimer<'a> {
+    fn start(name: &'a str) -> Self {
+        let on = std::env::var_os("OMNILOCK_TEST_TIMES").is_some_and(|v| v == "1");
+        TrialTimer {
+            name,
+            start: on.then(std::time::Instant::now),
+        }
+    }
+}
+
+impl Drop for TrialTimer<'_> {
+    fn drop(&mut self) {
+        if let Some(start) = self.start {
+            eprintln!(
+                "trial-time {:.2} {}",
+                start.elapsed().as_secs_f64(),
+                self.name
+            );
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use omnilock_core::{Error, Result, Secret, StoreUrl};
+use omnilock_core::{check_timeouts, Error, Result, Secret, StoreUrl};
 
 /// Settings for one ZooKeeper ensemble: where it is and how to log in (from
 /// the URL), plus the [`ZkOptions`] that [`ZkBuilder`](crate::ZkBuilder)
@@ -90,16 +90,7 @@ impl ZkOptions {
                 "invalid node path prefix {prefix:?}: no empty, \".\" or \"..\" segments, no control characters"
             )));
         }
-        // Zero would make connecting or every request time out at once.
-        if self.connect_timeout.is_zero() {
-            return Err(Error::config(
-                "option \"connect_timeout\" must be above zero",
-            ));
-        }
-        if self.request_timeout.is_zero() {
-            return Err(Error::config("option \"timeout\" must be above zero"));
-        }
-        Ok(())
+        check_timeouts(self.connect_timeout, self.request_timeout)
     }
 }
 
@@ -129,12 +120,7 @@ impl ZkConfig {
             prefix: ZkOptions::prefix_from_path(url.path()),
             ..ZkOptions::default()
         };
-        if let Some(timeout) = url.take_duration("connect_timeout")? {
-            options.connect_timeout = timeout;
-        }
-        if let Some(timeout) = url.take_duration("timeout")? {
-            options.request_timeout = timeout;
-        }
+        url.take_timeouts(&mut options.connect_timeout, &mut options.request_timeout)?;
         options.check()?;
         let session_timeout = url.take_duration("session_timeout")?;
         url.finish()?;

@@ -28,6 +28,11 @@ pub(crate) static SCENARIOS: &[Scenario] = &[
         Claim::Fair,
         Claim::Elections
     ),
+    scenario!(
+        election_candidate_gives_up_after_its_timeout,
+        Claim::Fair,
+        Claim::Elections
+    ),
 ];
 
 /// Queues a campaign for `value` and returns once it waits in line.
@@ -98,6 +103,59 @@ pub(crate) async fn election_one_leader_at_a_time(subject: &Subject) {
     );
     third.resign().await.expect("resign");
     assert_eq!(watch.leader().await.expect("leader"), None);
+}
+
+/// A candidate with a timeout gives up behind a leader that stays: the
+/// error is a timeout naming the election's lock and the backend, and the
+/// candidacy is withdrawn, so when the leader resigns nobody leads until a
+/// new candidate campaigns, and that one leads at once.
+pub(crate) async fn election_candidate_gives_up_after_its_timeout(subject: &Subject) {
+    let name = unique("election-timeout");
+    let [a, b, c] = <[Locks; 3]>::try_from(clients(subject, 3).await).unwrap();
+    let leader = a
+        .election(&name)
+        .unwrap()
+        .campaign("leader")
+        .await
+        .expect("first leader");
+    let patience = Duration::from_millis(300);
+    let started = Instant::now();
+    let err = b
+        .election(&name)
+        .unwrap()
+        .candidate("impatient")
+        .timeout(patience)
+        .campaign()
+        .await
+        .expect_err("a candidate behind a leader that stays times out");
+    assert!(started.elapsed() >= patience, "gave up before its timeout");
+    assert_eq!(err.kind(), omnilock_core::ErrorKind::Timeout, "{err}");
+    assert_eq!(
+        err.lock(),
+        Some(format!("election/{name}").as_str()),
+        "{err}"
+    );
+    assert_eq!(err.backend(), Some(b.backend_kind()), "{err}");
+    let watch = c.election(&name).expect("election");
+    assert_eq!(
+        watch.leader().await.expect("leader").map(|l| l.value),
+        Some("leader".to_string()),
+        "the leader stays"
+    );
+    leader.resign().await.expect("resign");
+    assert_eq!(
+        watch.leader().await.expect("leader"),
+        None,
+        "the candidate that gave up was left in line"
+    );
+    let next = within(
+        "a new candidate leads at once",
+        watch.candidate("next").timeout(PATIENCE).campaign(),
+    )
+    .await
+    .expect("the new candidate leads");
+    assert_eq!(next.value(), "next");
+    next.resign().await.expect("resign");
 }
 
 /// The longest value a candidate may announce (`MAX_ELECTION_VALUE_BYTES`,
