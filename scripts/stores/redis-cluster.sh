@@ -95,11 +95,10 @@ restart_redis_cluster() {
 
 start_redis_cluster() {
   rm -rf "$DIR/redis-cluster"
-  local i nodes=() ports=()
+  local i nodes=()
   for i in 0 1 2 3 4 5; do
     launch_redis_cluster "$i"
     nodes+=("127.0.0.1:$((REDIS_CLUSTER_PORT + i))")
-    ports+=("$((REDIS_CLUSTER_PORT + i))")
   done
   for i in 0 1 2 3 4 5; do
     wait_for 30 "redis cluster node $i" redis_ready $((REDIS_CLUSTER_PORT + i))
@@ -112,8 +111,6 @@ start_redis_cluster() {
   fi
   wait_for 60 "redis cluster" redis_cluster_settled 6
   export_url REDIS_CLUSTER "redis+cluster://:$TEST_PASSWORD@$(IFS=,; echo "${nodes[*]:0:3}")"
-  # Every node's port (also in topology.json, which the tests read).
-  echo "export OMNILOCK_TEST_REDIS_CLUSTER_PORTS='${ports[*]}'" >>"$ENV_FILE"
   start_redis_cluster_tls
 }
 

@@ -110,10 +110,9 @@ restart_redis_sentinel() {
 
 start_redis_sentinel() {
   rm -rf "$DIR/redis-sentinel"
-  local i sentinels=() ports=()
+  local i sentinels=()
   for i in 0 1; do
     launch_sentinel_node "$i"
-    ports+=("$((REDIS_SENTINEL_PORT + i))")
   done
   for i in 0 1; do
     wait_for 30 "redis sentinel data node $i" redis_ready $((REDIS_SENTINEL_PORT + i))
@@ -121,11 +120,7 @@ start_redis_sentinel() {
   for i in 0 1 2; do
     launch_sentinel "$i"
     sentinels+=("127.0.0.1:$((REDIS_SENTINEL_PORT + 2 + i))")
-    ports+=("$((REDIS_SENTINEL_PORT + 2 + i))")
   done
   wait_for 60 "redis sentinel" redis_sentinel_settled
   export_url REDIS_SENTINEL "redis+sentinel://:$TEST_PASSWORD@$(IFS=,; echo "${sentinels[*]}")/$SENTINEL_MASTER?sentinel_password=$SENTINEL_PASSWORD"
-  # Master, replica, then the three sentinels (also in topology.json, which
-  # the tests read).
-  echo "export OMNILOCK_TEST_REDIS_SENTINEL_PORTS='${ports[*]}'" >>"$ENV_FILE"
 }
