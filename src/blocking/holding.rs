@@ -189,3 +189,104 @@ impl<T: Held> Drop for Holding<T> {
         }
     }
 }
+
+/// Writes the methods the blocking guards share over their `holding`
+/// field (the lock guard, the guard of several locks, the leadership), each
+/// with one text and an example, inside the guard's `impl` block:
+///
+/// ```text
+/// holding_methods! {
+///     is_held, safe_until, lost_receiver, on_lost, release;
+///     "lines that make `locks`, and `held` holding the lock `name`"
+/// }
+/// ```
+///
+/// The first line lists exactly the methods written, so that a reader of
+/// the source (`tests/blocking_parity.rs`) sees them.
+macro_rules! holding_methods {
+    ($($method:ident),+; $setup:literal) => {
+        $($crate::blocking::holding::holding_methods!(@method $method $setup);)+
+    };
+    (@method is_held $setup:literal) => {
+        /// Whether the lock (for several locks: every part) is still known
+        /// to be held: not lost, not released, and the lease still valid by
+        /// the local clock.
+        ///
+        #[doc = concat!(
+            "```\n", $setup, "\nassert!(held.is_held());\nlocks.break_lock(name)?;\n",
+            "let _ = held.lost_receiver().recv(); // the loss arrives\n",
+            "assert!(!held.is_held());\n# Ok::<(), omnilock::Error>(())\n```"
+        )]
+        pub fn is_held(&self) -> bool {
+            self.holding.inner().is_held()
+        }
+    };
+    (@method safe_until $setup:literal) => {
+        /// Until when, by this process's clock, the lock (for several
+        /// locks: every part) is known to be held. Work that must finish
+        /// under the lock should finish before it.
+        ///
+        #[doc = concat!(
+            "```\n", $setup, "\nassert!(held.safe_until() > std::time::Instant::now());\n",
+            "# Ok::<(), omnilock::Error>(())\n```"
+        )]
+        pub fn safe_until(&self) -> std::time::Instant {
+            self.holding.inner().safe_until()
+        }
+    };
+    (@method lost_receiver $setup:literal) => {
+        /// A channel that receives the loss (an
+        /// [`ErrorKind::LockLost`](crate::ErrorKind::LockLost) error naming
+        /// the lock; for several locks, the first part lost) if the lock is
+        /// lost while this lives. After a clean release (or resignation) or
+        /// drop it disconnects instead (`recv` returns `Err`). Each call
+        /// makes a new channel; a loss that already happened arrives at once.
+        ///
+        #[doc = concat!(
+            "```\nuse std::time::Duration;\n", $setup, "\nlet lost = held.lost_receiver();\n",
+            "locks.break_lock(name)?;\n",
+            "let loss = lost.recv_timeout(Duration::from_secs(10)).expect(\"lost\");\n",
+            "assert_eq!(loss.kind(), omnilock::ErrorKind::LockLost);\n",
+            "assert_eq!(loss.lock(), Some(name));\n# Ok::<(), omnilock::Error>(())\n```"
+        )]
+        pub fn lost_receiver(&self) -> std::sync::mpsc::Receiver<crate::Error> {
+            self.holding.lost_receiver()
+        }
+    };
+    (@method on_lost $setup:literal) => {
+        /// Calls `callback` with the loss (as
+        /// [`lost_receiver`](Self::lost_receiver) receives it) if the lock
+        /// is lost while this lives; never after a clean release (or
+        /// resignation) or drop. It runs on a thread of its own, so it may
+        /// block and may use this API.
+        ///
+        #[doc = concat!(
+            "```\nuse std::time::Duration;\n", $setup, "\nlet (tx, rx) = std::sync::mpsc::channel();\n",
+            "held.on_lost(move |loss| {\n    eprintln!(\"stop writing: {loss}\");\n",
+            "    let _ = tx.send(loss.kind());\n});\nlocks.break_lock(name)?;\n",
+            "let kind = rx.recv_timeout(Duration::from_secs(10));\n",
+            "assert_eq!(kind, Ok(omnilock::ErrorKind::LockLost));\n",
+            "# Ok::<(), omnilock::Error>(())\n```"
+        )]
+        pub fn on_lost(&self, callback: impl FnOnce(crate::Error) + Send + 'static) {
+            self.holding.on_lost(callback)
+        }
+    };
+    (@method release $setup:literal) => {
+        /// Releases (for several locks: every part) and waits for the store
+        /// to confirm; the first error, if any, after trying every part. A
+        /// stale guard (lost, or its lease ran out and someone else took
+        /// the lock) gets [`ErrorKind::NotOwner`](crate::ErrorKind::NotOwner)
+        /// and changes nothing.
+        ///
+        #[doc = concat!(
+            "```\n", $setup, "\nheld.release()?;\nassert!(locks.try_acquire(name)?.is_some());\n",
+            "# Ok::<(), omnilock::Error>(())\n```"
+        )]
+        pub fn release(self) -> crate::Result<()> {
+            self.holding.give_back()
+        }
+    };
+}
+
+pub(super) use holding_methods;

@@ -371,12 +371,9 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// a [`crate::Locks`] family that is due, up to a few hundred at a time:
     /// a store that can extend many leases in one request overrides it. The
     /// default runs [`Backend::renew`] for each, side by side.
-    async fn renew_all(
-        &self,
-        holds: &[(&LockSpec, &Grant<Self::Hold>)],
-    ) -> Vec<Result<Instant>> {
+    async fn renew_all(&self, holds: &[(&LockSpec, &Grant<Self::Hold>)]) -> Vec<Result<Instant>> {
         futures_util::future::join_all(holds.iter().map(|(spec, grant)| self.renew(spec, grant)))
-        .await
+            .await
     }
 
     /// Takes every mutex of `requests` (distinct names in sorted order, one

@@ -14,8 +14,8 @@ use crate::error::{Error, ErrorKind, Operation, Result};
 use crate::metrics::HoldMetrics;
 use crate::renewal::Renewal;
 use crate::retry::{retry, Backoff};
-use crate::signal::LostNotifier;
 use crate::shared::Shared;
+use crate::signal::LostNotifier;
 use crate::sync::lock_unpoisoned as lock;
 
 pub(crate) struct Hold {
@@ -85,9 +85,7 @@ impl Hold {
 
     /// Whether the lock is still known to be ours.
     pub(crate) fn is_held(&self) -> bool {
-        !lock(&self.state).released
-            && !self.lost.is_fired()
-            && Instant::now() < self.valid_until()
+        !lock(&self.state).released && !self.lost.is_fired() && Instant::now() < self.valid_until()
     }
 
     /// Adds a reentrant hold. `Ok(false)` when this acquisition can no longer

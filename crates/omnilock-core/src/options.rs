@@ -312,7 +312,10 @@ impl AcquireOptions {
     /// # drop(patient);
     /// ```
     pub fn options(self, options: AcquireOptions) -> Self {
-        self.taking(options, &["ttl", "owner", "reentrant", "timeout", "on_wait"])
+        self.taking(
+            options,
+            &["ttl", "owner", "reentrant", "timeout", "on_wait"],
+        )
     }
 
     /// Checks the options before any I/O, as every acquisition does: a TTL

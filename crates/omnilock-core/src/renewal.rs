@@ -451,7 +451,10 @@ mod tests {
         async fn renew(&self, spec: &LockSpec, grant: &Grant<Self::Hold>) -> Result<Instant> {
             self.store.renew(spec, grant).await
         }
-        async fn renew_all(&self, holds: &[(&LockSpec, &Grant<Self::Hold>)]) -> Vec<Result<Instant>> {
+        async fn renew_all(
+            &self,
+            holds: &[(&LockSpec, &Grant<Self::Hold>)],
+        ) -> Vec<Result<Instant>> {
             let stalls = holds
                 .iter()
                 .any(|(spec, _)| spec.name.as_str().starts_with("stall/"));

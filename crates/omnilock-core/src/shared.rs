@@ -66,11 +66,7 @@ impl Shared {
     pub(crate) fn remember_rw(&self, hold: &Arc<Hold>) {
         let spec = &hold.spec;
         if matches!(spec.primitive, Primitive::Read | Primitive::Write) {
-            let key = (
-                spec.name.clone(),
-                spec.owner.clone(),
-                spec.primitive,
-            );
+            let key = (spec.name.clone(), spec.owner.clone(), spec.primitive);
             lock_unpoisoned(&self.rw_holds).insert(key, Arc::downgrade(hold));
         }
     }

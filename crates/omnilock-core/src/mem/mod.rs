@@ -222,7 +222,10 @@ impl State {
         self.last_grant += 1;
         let id = self.last_grant;
         let (counted, last_token) = self.counted();
-        Ok((id, counted.join(request, id, wait, Instant::now(), last_token)?))
+        Ok((
+            id,
+            counted.join(request, id, wait, Instant::now(), last_token)?,
+        ))
     }
 
     fn slot(&mut self, name: &LockName, now: Instant) -> &mut Slot {
