@@ -212,11 +212,14 @@ macro_rules! holding_methods {
         /// to be held: not lost, not released, and the lease still valid by
         /// the local clock.
         ///
-        #[doc = concat!(
-            "```\n", $setup, "\nassert!(held.is_held());\nlocks.break_lock(name)?;\n",
-            "let _ = held.lost_receiver().recv(); // the loss arrives\n",
-            "assert!(!held.is_held());\n# Ok::<(), omnilock::Error>(())\n```"
-        )]
+        /// ```
+        #[doc = $setup]
+        /// assert!(held.is_held());
+        /// locks.break_lock(name)?;
+        /// let _ = held.lost_receiver().recv(); // the loss arrives
+        /// assert!(!held.is_held());
+        /// # Ok::<(), omnilock::Error>(())
+        /// ```
         pub fn is_held(&self) -> bool {
             self.holding.inner().is_held()
         }
@@ -226,10 +229,11 @@ macro_rules! holding_methods {
         /// locks: every part) is known to be held. Work that must finish
         /// under the lock should finish before it.
         ///
-        #[doc = concat!(
-            "```\n", $setup, "\nassert!(held.safe_until() > std::time::Instant::now());\n",
-            "# Ok::<(), omnilock::Error>(())\n```"
-        )]
+        /// ```
+        #[doc = $setup]
+        /// assert!(held.safe_until() > std::time::Instant::now());
+        /// # Ok::<(), omnilock::Error>(())
+        /// ```
         pub fn safe_until(&self) -> std::time::Instant {
             self.holding.inner().safe_until()
         }
@@ -242,13 +246,16 @@ macro_rules! holding_methods {
         /// drop it disconnects instead (`recv` returns `Err`). Each call
         /// makes a new channel; a loss that already happened arrives at once.
         ///
-        #[doc = concat!(
-            "```\nuse std::time::Duration;\n", $setup, "\nlet lost = held.lost_receiver();\n",
-            "locks.break_lock(name)?;\n",
-            "let loss = lost.recv_timeout(Duration::from_secs(10)).expect(\"lost\");\n",
-            "assert_eq!(loss.kind(), omnilock::ErrorKind::LockLost);\n",
-            "assert_eq!(loss.lock(), Some(name));\n# Ok::<(), omnilock::Error>(())\n```"
-        )]
+        /// ```
+        /// use std::time::Duration;
+        #[doc = $setup]
+        /// let lost = held.lost_receiver();
+        /// locks.break_lock(name)?;
+        /// let loss = lost.recv_timeout(Duration::from_secs(10)).expect("lost");
+        /// assert_eq!(loss.kind(), omnilock::ErrorKind::LockLost);
+        /// assert_eq!(loss.lock(), Some(name));
+        /// # Ok::<(), omnilock::Error>(())
+        /// ```
         pub fn lost_receiver(&self) -> std::sync::mpsc::Receiver<crate::Error> {
             self.holding.lost_receiver()
         }
@@ -260,14 +267,19 @@ macro_rules! holding_methods {
         /// resignation) or drop. It runs on a thread of its own, so it may
         /// block and may use this API.
         ///
-        #[doc = concat!(
-            "```\nuse std::time::Duration;\n", $setup, "\nlet (tx, rx) = std::sync::mpsc::channel();\n",
-            "held.on_lost(move |loss| {\n    eprintln!(\"stop writing: {loss}\");\n",
-            "    let _ = tx.send(loss.kind());\n});\nlocks.break_lock(name)?;\n",
-            "let kind = rx.recv_timeout(Duration::from_secs(10));\n",
-            "assert_eq!(kind, Ok(omnilock::ErrorKind::LockLost));\n",
-            "# Ok::<(), omnilock::Error>(())\n```"
-        )]
+        /// ```
+        /// use std::time::Duration;
+        #[doc = $setup]
+        /// let (tx, rx) = std::sync::mpsc::channel();
+        /// held.on_lost(move |loss| {
+        ///     eprintln!("stop writing: {loss}");
+        ///     let _ = tx.send(loss.kind());
+        /// });
+        /// locks.break_lock(name)?;
+        /// let kind = rx.recv_timeout(Duration::from_secs(10));
+        /// assert_eq!(kind, Ok(omnilock::ErrorKind::LockLost));
+        /// # Ok::<(), omnilock::Error>(())
+        /// ```
         pub fn on_lost(&self, callback: impl FnOnce(crate::Error) + Send + 'static) {
             self.holding.on_lost(callback)
         }
@@ -279,10 +291,12 @@ macro_rules! holding_methods {
         /// the lock) gets [`ErrorKind::NotOwner`](crate::ErrorKind::NotOwner)
         /// and changes nothing.
         ///
-        #[doc = concat!(
-            "```\n", $setup, "\nheld.release()?;\nassert!(locks.try_acquire(name)?.is_some());\n",
-            "# Ok::<(), omnilock::Error>(())\n```"
-        )]
+        /// ```
+        #[doc = $setup]
+        /// held.release()?;
+        /// assert!(locks.try_acquire(name)?.is_some());
+        /// # Ok::<(), omnilock::Error>(())
+        /// ```
         pub fn release(self) -> crate::Result<()> {
             self.holding.give_back()
         }

@@ -102,11 +102,12 @@ macro_rules! option_setters {
     (@method ttl [$($all:ident),+] $kind:ident $field:ident $krate:literal $setup:literal $request:literal) => {
         #[doc = $crate::option_doc!(ttl)]
         ///
-        #[doc = concat!(
-            "```\n# ", $setup, "\nuse std::time::Duration;\n",
-            "let request = ", $request, ".ttl(Duration::from_secs(30));\n",
-            "# drop(request);\n```"
-        )]
+        /// ```
+        #[doc = concat!("# ", $setup)]
+        /// use std::time::Duration;
+        #[doc = concat!("let request = ", $request, ".ttl(Duration::from_secs(30));")]
+        /// # drop(request);
+        /// ```
         pub fn ttl(mut self, ttl: ::std::time::Duration) -> Self {
             self.$field = self.$field.ttl(ttl);
             self
@@ -115,11 +116,12 @@ macro_rules! option_setters {
     (@method owner [$($all:ident),+] $kind:ident $field:ident $krate:literal $setup:literal $request:literal) => {
         #[doc = $crate::option_doc!(owner)]
         ///
-        #[doc = concat!(
-            "```\n# ", $setup, "\nlet me = ", $krate, "::Owner::new(\"billing-worker-1\").unwrap();\n",
-            "let request = ", $request, ".owner(&me);\n",
-            "# drop(request);\n```"
-        )]
+        /// ```
+        #[doc = concat!("# ", $setup)]
+        #[doc = concat!("let me = ", $krate, "::Owner::new(\"billing-worker-1\").unwrap();")]
+        #[doc = concat!("let request = ", $request, ".owner(&me);")]
+        /// # drop(request);
+        /// ```
         pub fn owner(mut self, owner: &$crate::Owner) -> Self {
             self.$field = self.$field.owner(owner);
             self
@@ -128,11 +130,11 @@ macro_rules! option_setters {
     (@method reentrant [$($all:ident),+] $kind:ident $field:ident $krate:literal $setup:literal $request:literal) => {
         #[doc = $crate::option_doc!(reentrant)]
         ///
-        #[doc = concat!(
-            "```\n# ", $setup, "\n",
-            "let request = ", $request, ".reentrant(false);\n",
-            "# drop(request);\n```"
-        )]
+        /// ```
+        #[doc = concat!("# ", $setup)]
+        #[doc = concat!("let request = ", $request, ".reentrant(false);")]
+        /// # drop(request);
+        /// ```
         pub fn reentrant(mut self, reentrant: bool) -> Self {
             self.$field = self.$field.reentrant(reentrant);
             self
@@ -141,11 +143,12 @@ macro_rules! option_setters {
     (@method timeout [$($all:ident),+] $kind:ident $field:ident $krate:literal $setup:literal $request:literal) => {
         #[doc = $crate::option_doc!(timeout)]
         ///
-        #[doc = concat!(
-            "```\n# ", $setup, "\nuse std::time::Duration;\n",
-            "let request = ", $request, ".timeout(Duration::from_secs(5));\n",
-            "# drop(request);\n```"
-        )]
+        /// ```
+        #[doc = concat!("# ", $setup)]
+        /// use std::time::Duration;
+        #[doc = concat!("let request = ", $request, ".timeout(Duration::from_secs(5));")]
+        /// # drop(request);
+        /// ```
         pub fn timeout(mut self, timeout: ::std::time::Duration) -> Self {
             self.$field = self.$field.timeout(timeout);
             self
@@ -154,12 +157,12 @@ macro_rules! option_setters {
     (@method on_wait [$($all:ident),+] $kind:ident $field:ident $krate:literal $setup:literal $request:literal) => {
         #[doc = $crate::option_doc!(on_wait)]
         ///
-        #[doc = concat!(
-            "```\n# ", $setup, "\n",
-            "let (tx, rx) = std::sync::mpsc::channel();\n",
-            "let request = ", $request, ".on_wait(move || tx.send(\"waiting\").unwrap());\n",
-            "# drop((request, rx));\n```"
-        )]
+        /// ```
+        #[doc = concat!("# ", $setup)]
+        /// let (tx, rx) = std::sync::mpsc::channel();
+        #[doc = concat!("let request = ", $request, ".on_wait(move || tx.send(\"waiting\").unwrap());")]
+        /// # drop((request, rx));
+        /// ```
         pub fn on_wait(mut self, callback: impl FnOnce() + Send + 'static) -> Self {
             self.$field = self.$field.on_wait(callback);
             self
@@ -168,12 +171,13 @@ macro_rules! option_setters {
     (@method options [$($all:ident),+] $kind:ident $field:ident $krate:literal $setup:literal $request:literal) => {
         #[doc = $crate::option_doc!(options)]
         ///
-        #[doc = concat!(
-            "```\n# ", $setup, "\nuse std::time::Duration;\n",
-            "let patient = ", $krate, "::AcquireOptions::new().timeout(Duration::from_secs(30));\n",
-            "let request = ", $request, ".options(patient.clone());\n",
-            "# drop(request);\n```"
-        )]
+        /// ```
+        #[doc = concat!("# ", $setup)]
+        /// use std::time::Duration;
+        #[doc = concat!("let patient = ", $krate, "::AcquireOptions::new().timeout(Duration::from_secs(30));")]
+        #[doc = concat!("let request = ", $request, ".options(patient.clone());")]
+        /// # drop(request);
+        /// ```
         pub fn options(mut self, options: $crate::AcquireOptions) -> Self {
             self.$field = $crate::option_setters!(
                 @apply $kind self.$field, options, [$($all),+]
