@@ -3,7 +3,6 @@
 //! to any request; and the macro that writes the same setters on every
 //! request builder, async and blocking.
 
-use std::fmt;
 use std::time::Duration;
 
 use crate::client::check_ttl;
@@ -99,72 +98,49 @@ macro_rules! option_setters {
             @each [$($all),+] [$($more),*] $kind $field $krate $setup $request
         );
     };
-    (@method ttl [$($all:ident),+] $kind:ident $field:ident $krate:literal $setup:literal $request:literal) => {
-        #[doc = $crate::option_doc!(ttl)]
-        ///
-        /// ```
-        #[doc = concat!("# ", $setup)]
-        /// use std::time::Duration;
-        #[doc = concat!("let request = ", $request, ".ttl(Duration::from_secs(30));")]
-        /// # drop(request);
-        /// ```
-        pub fn ttl(mut self, ttl: ::std::time::Duration) -> Self {
-            self.$field = self.$field.ttl(ttl);
-            self
-        }
+    (@method ttl $($rest:tt)+) => {
+        $crate::option_setters!(@duration ttl 30 $($rest)+);
+    };
+    (@method timeout $($rest:tt)+) => {
+        $crate::option_setters!(@duration timeout 5 $($rest)+);
     };
     (@method owner [$($all:ident),+] $kind:ident $field:ident $krate:literal $setup:literal $request:literal) => {
-        #[doc = $crate::option_doc!(owner)]
-        ///
-        /// ```
-        #[doc = concat!("# ", $setup)]
-        #[doc = concat!("let me = ", $krate, "::Owner::new(\"billing-worker-1\").unwrap();")]
-        #[doc = concat!("let request = ", $request, ".owner(&me);")]
-        /// # drop(request);
-        /// ```
-        pub fn owner(mut self, owner: &$crate::Owner) -> Self {
-            self.$field = self.$field.owner(owner);
-            self
-        }
+        $crate::option_setters!(@setter owner(owner: &$crate::Owner) $field $setup [
+            concat!("let me = ", $krate, "::Owner::new(\"billing-worker-1\").unwrap();"),
+            concat!("let request = ", $request, ".owner(&me);")
+        ]);
     };
     (@method reentrant [$($all:ident),+] $kind:ident $field:ident $krate:literal $setup:literal $request:literal) => {
-        #[doc = $crate::option_doc!(reentrant)]
-        ///
-        /// ```
-        #[doc = concat!("# ", $setup)]
-        #[doc = concat!("let request = ", $request, ".reentrant(false);")]
-        /// # drop(request);
-        /// ```
-        pub fn reentrant(mut self, reentrant: bool) -> Self {
-            self.$field = self.$field.reentrant(reentrant);
-            self
-        }
-    };
-    (@method timeout [$($all:ident),+] $kind:ident $field:ident $krate:literal $setup:literal $request:literal) => {
-        #[doc = $crate::option_doc!(timeout)]
-        ///
-        /// ```
-        #[doc = concat!("# ", $setup)]
-        /// use std::time::Duration;
-        #[doc = concat!("let request = ", $request, ".timeout(Duration::from_secs(5));")]
-        /// # drop(request);
-        /// ```
-        pub fn timeout(mut self, timeout: ::std::time::Duration) -> Self {
-            self.$field = self.$field.timeout(timeout);
-            self
-        }
+        $crate::option_setters!(@setter reentrant(reentrant: bool) $field $setup [
+            concat!("let request = ", $request, ".reentrant(false);")
+        ]);
     };
     (@method on_wait [$($all:ident),+] $kind:ident $field:ident $krate:literal $setup:literal $request:literal) => {
-        #[doc = $crate::option_doc!(on_wait)]
+        $crate::option_setters!(@setter on_wait(callback: impl FnOnce() + Send + 'static) $field $setup [
+            "let (tx, rx) = std::sync::mpsc::channel();",
+            concat!("let request = ", $request, ".on_wait(move || tx.send(\"waiting\").unwrap());"),
+            "# drop(rx);"
+        ]);
+    };
+    // `ttl` and `timeout`: a duration each.
+    (@duration $name:ident $secs:literal [$($all:ident),+] $kind:ident $field:ident $krate:literal $setup:literal $request:literal) => {
+        $crate::option_setters!(@setter $name($name: ::std::time::Duration) $field $setup [
+            "use std::time::Duration;",
+            concat!("let request = ", $request, ".", stringify!($name), "(Duration::from_secs(", $secs, "));")
+        ]);
+    };
+    // One setter: the option's text, an example (a hidden setup line, then
+    // `line`s making `request`), and the call handed on to the field.
+    (@setter $name:ident($arg:ident: $type:ty) $field:ident $setup:literal [$($line:expr),+]) => {
+        #[doc = $crate::option_doc!($name)]
         ///
         /// ```
         #[doc = concat!("# ", $setup)]
-        /// let (tx, rx) = std::sync::mpsc::channel();
-        #[doc = concat!("let request = ", $request, ".on_wait(move || tx.send(\"waiting\").unwrap());")]
-        /// # drop((request, rx));
+        $(#[doc = $line])+
+        /// # drop(request);
         /// ```
-        pub fn on_wait(mut self, callback: impl FnOnce() + Send + 'static) -> Self {
-            self.$field = self.$field.on_wait(callback);
+        pub fn $name(mut self, $arg: $type) -> Self {
+            self.$field = self.$field.$name($arg);
             self
         }
     };
@@ -220,7 +196,7 @@ macro_rules! option_setters {
 /// # drop((one, both));
 /// # Ok(()) }
 /// ```
-#[derive(Clone, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct AcquireOptions {
     pub(crate) ttl: Option<Duration>,
     pub(crate) owner: Option<Owner>,
@@ -378,22 +354,10 @@ impl AcquireOptions {
     }
 }
 
-impl fmt::Debug for AcquireOptions {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AcquireOptions")
-            .field("ttl", &self.ttl)
-            .field("owner", &self.owner)
-            .field("reentrant", &self.reentrant)
-            .field("timeout", &self.timeout)
-            .field("on_wait", &self.waiting.is_some())
-            .finish()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ErrorKind;
+    use crate::{ErrorKind, Locks, MemStore};
 
     /// Options a request takes apply over the ones set before; one it does
     /// not take is refused by `check`, and the rest still apply.
@@ -417,5 +381,45 @@ mod tests {
         let err = refused.check().unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidConfig);
         assert!(err.to_string().contains("`owner`"), "{err}");
+    }
+
+    /// One option set applies to a lock, a set of locks and a candidate
+    /// alike; an option a request has no setter for is refused before any
+    /// I/O, naming the option.
+    #[tokio::test]
+    async fn one_option_set_for_every_request() {
+        let locks = Locks::new(MemStore::new());
+        let long = AcquireOptions::new().ttl(Duration::from_secs(40));
+        let one = locks
+            .lock("a")
+            .options(long.clone())
+            .acquire()
+            .await
+            .unwrap();
+        assert_eq!(one.ttl(), Duration::from_secs(40));
+        let all = locks.lock_all(&["b", "c"]).options(long.clone());
+        let all = all.acquire().await.unwrap();
+        assert!(all
+            .guards()
+            .iter()
+            .all(|part| part.ttl() == Duration::from_secs(40)));
+        let leader = locks.election("e").unwrap();
+        let leader = leader
+            .candidate("me")
+            .options(long)
+            .campaign()
+            .await
+            .unwrap();
+        drop((one, all, leader));
+
+        let strict = AcquireOptions::new().reentrant(false);
+        let err = locks.lock_all(&["d"]).options(strict).try_acquire().await;
+        let err = err.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+        assert!(err.to_string().contains("`reentrant`"), "{err}");
+        let mine = AcquireOptions::new().owner(&Owner::random());
+        let election = locks.election("f").unwrap();
+        let err = election.candidate("me").options(mine).campaign().await;
+        assert_eq!(err.unwrap_err().kind(), ErrorKind::InvalidConfig);
     }
 }

@@ -195,7 +195,11 @@ impl LockRequest<'_> {
     }
 
     async fn attempt(self, name: LockName, wait: bool) -> Result<Option<LockGuard>> {
-        let asked = (self.options.owner.as_ref()).or(self.locks.defaults.owner.as_ref());
+        let asked = self
+            .options
+            .owner
+            .as_ref()
+            .or(self.locks.defaults.owner.as_ref());
         let owner = match (asked, self.primitive) {
             (Some(owner), Primitive::Mutex | Primitive::Read | Primitive::Write) => owner.clone(),
             // A semaphore permit is never re-entered.

@@ -142,11 +142,8 @@ impl Backend for MemStore {
             let (counted, last_token) = state.counted();
             return counted.leave(spec, Leaving::Holder(grant.token), now, last_token);
         }
-        let State {
-            locks, last_token, ..
-        } = &mut *state;
-        let result = match locks.get_mut(&spec.name) {
-            Some(slot) => {
+        let result = match state.existing_slot(&spec.name) {
+            Some((slot, last_token)) => {
                 slot.expire(now, last_token);
                 match &mut slot.holder {
                     Some(holder) if holder.owner == spec.owner && holder.token == grant.token => {
@@ -188,10 +185,7 @@ impl Backend for MemStore {
     async fn break_lock(&self, name: &LockName) -> Result<bool> {
         let mut state = self.state();
         let now = Instant::now();
-        let State {
-            locks, last_token, ..
-        } = &mut *state;
-        let Some(slot) = locks.get_mut(name) else {
+        let Some((slot, last_token)) = state.existing_slot(name) else {
             return Ok(false);
         };
         let broken = slot.holder.take();
@@ -208,10 +202,7 @@ impl Backend for MemStore {
     async fn holder(&self, name: &LockName) -> Result<Option<crate::Holder>> {
         let mut state = self.state();
         let now = Instant::now();
-        let State {
-            locks, last_token, ..
-        } = &mut *state;
-        let Some(slot) = locks.get_mut(name) else {
+        let Some((slot, last_token)) = state.existing_slot(name) else {
             return Ok(None);
         };
         slot.expire(now, last_token);

@@ -212,6 +212,15 @@ impl State {
         (&mut self.counted, &mut self.last_token)
     }
 
+    /// The mutex `name`'s entry, if it has a holder or waiters, with the
+    /// token counter.
+    fn existing_slot(&mut self, name: &LockName) -> Option<(&mut Slot, &mut u64)> {
+        let State {
+            locks, last_token, ..
+        } = self;
+        Some((locks.get_mut(name)?, last_token))
+    }
+
     /// Joins `request`'s queue as a new entry: its id, and what joining gave
     /// (see [`CountedLocks::join`]).
     fn join_counted(
@@ -358,10 +367,7 @@ impl Drop for QueueEntry {
             return;
         }
         let mut state = self.store.state();
-        let State {
-            locks, last_token, ..
-        } = &mut *state;
-        if let Some(slot) = locks.get_mut(&self.name) {
+        if let Some((slot, last_token)) = state.existing_slot(&self.name) {
             if let Some(pos) = slot.queue.iter().position(|w| w.grant_id == self.grant_id) {
                 slot.queue.remove(pos);
             } else if slot.holder.as_ref().map(|h| h.grant_id) == Some(self.grant_id) {
