@@ -35,10 +35,10 @@ macro_rules! option_doc {
     };
     (timeout) => {
         "Gives up waiting after `timeout` with \
-         [`ErrorKind::Timeout`](crate::ErrorKind::Timeout); nothing taken \
-         stays held and nothing stays queued (a lock already taken of several \
-         is given back, a candidacy is withdrawn). By default it waits as long \
-         as it takes."
+         [`ErrorKind::Timeout`](crate::ErrorKind::Timeout), leaving nothing \
+         held or queued (of several locks, those already taken are given \
+         back; a candidacy is withdrawn). By default it waits as long as it \
+         takes."
     };
     (on_wait) => {
         "Calls `callback` once, when the acquire starts to wait because the \
@@ -72,9 +72,9 @@ macro_rules! option_doc {
 ///
 /// where `options(field)` names the builder's [`AcquireOptions`] field (an
 /// async builder), or `inner(field)` its async twin (a blocking builder,
-/// which hands every option on); the three strings make the examples. The first line lists exactly the methods
-/// written, so that a reader of the source (`tests/blocking_parity.rs`)
-/// sees them.
+/// which hands every option on); the three strings make the examples.
+/// The first line lists exactly the methods written, so that a reader of
+/// the source (`tests/blocking_parity.rs`) sees them.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! option_setters {
@@ -104,29 +104,71 @@ macro_rules! option_setters {
     (@method timeout $($rest:tt)+) => {
         $crate::option_setters!(@duration timeout 5 $($rest)+);
     };
-    (@method owner [$($all:ident),+] $kind:ident $field:ident $krate:literal $setup:literal $request:literal) => {
+    (
+        @method owner [$($all:ident),+]
+        $kind:ident $field:ident $krate:literal $setup:literal $request:literal
+    ) => {
         $crate::option_setters!(@setter owner(owner: &$crate::Owner) $field $setup [
             concat!("let me = ", $krate, "::Owner::new(\"billing-worker-1\").unwrap();"),
             concat!("let request = ", $request, ".owner(&me);")
         ]);
     };
-    (@method reentrant [$($all:ident),+] $kind:ident $field:ident $krate:literal $setup:literal $request:literal) => {
+    (
+        @method reentrant [$($all:ident),+]
+        $kind:ident $field:ident $krate:literal $setup:literal $request:literal
+    ) => {
         $crate::option_setters!(@setter reentrant(reentrant: bool) $field $setup [
             concat!("let request = ", $request, ".reentrant(false);")
         ]);
     };
-    (@method on_wait [$($all:ident),+] $kind:ident $field:ident $krate:literal $setup:literal $request:literal) => {
-        $crate::option_setters!(@setter on_wait(callback: impl FnOnce() + Send + 'static) $field $setup [
-            "let (tx, rx) = std::sync::mpsc::channel();",
-            concat!("let request = ", $request, ".on_wait(move || tx.send(\"waiting\").unwrap());"),
-            "# drop(rx);"
-        ]);
+    (
+        @method on_wait [$($all:ident),+]
+        $kind:ident $field:ident $krate:literal $setup:literal $request:literal
+    ) => {
+        $crate::option_setters!(
+            @setter on_wait(callback: impl FnOnce() + Send + 'static) $field $setup [
+                "let (tx, rx) = std::sync::mpsc::channel();",
+                concat!(
+                    "let request = ", $request,
+                    ".on_wait(move || tx.send(\"waiting\").unwrap());"
+                ),
+                "# drop(rx);"
+            ]
+        );
+    };
+    (
+        @method options [$($all:ident),+]
+        $kind:ident $field:ident $krate:literal $setup:literal $request:literal
+    ) => {
+        #[doc = $crate::option_doc!(options)]
+        ///
+        /// ```
+        #[doc = concat!("# ", $setup)]
+        /// use std::time::Duration;
+        #[doc = concat!(
+            "let patient = ", $krate, "::AcquireOptions::new().timeout(Duration::from_secs(30));"
+        )]
+        #[doc = concat!("let request = ", $request, ".options(patient.clone());")]
+        /// # drop(request);
+        /// ```
+        pub fn options(mut self, options: $crate::AcquireOptions) -> Self {
+            self.$field = $crate::option_setters!(
+                @apply $kind self.$field, options, [$($all),+]
+            );
+            self
+        }
     };
     // `ttl` and `timeout`: a duration each.
-    (@duration $name:ident $secs:literal [$($all:ident),+] $kind:ident $field:ident $krate:literal $setup:literal $request:literal) => {
+    (
+        @duration $name:ident $secs:literal [$($all:ident),+]
+        $kind:ident $field:ident $krate:literal $setup:literal $request:literal
+    ) => {
         $crate::option_setters!(@setter $name($name: ::std::time::Duration) $field $setup [
             "use std::time::Duration;",
-            concat!("let request = ", $request, ".", stringify!($name), "(Duration::from_secs(", $secs, "));")
+            concat!(
+                "let request = ", $request, ".", stringify!($name),
+                "(Duration::from_secs(", $secs, "));"
+            )
         ]);
     };
     // One setter: the option's text, an example (a hidden setup line, then
@@ -141,23 +183,6 @@ macro_rules! option_setters {
         /// ```
         pub fn $name(mut self, $arg: $type) -> Self {
             self.$field = self.$field.$name($arg);
-            self
-        }
-    };
-    (@method options [$($all:ident),+] $kind:ident $field:ident $krate:literal $setup:literal $request:literal) => {
-        #[doc = $crate::option_doc!(options)]
-        ///
-        /// ```
-        #[doc = concat!("# ", $setup)]
-        /// use std::time::Duration;
-        #[doc = concat!("let patient = ", $krate, "::AcquireOptions::new().timeout(Duration::from_secs(30));")]
-        #[doc = concat!("let request = ", $request, ".options(patient.clone());")]
-        /// # drop(request);
-        /// ```
-        pub fn options(mut self, options: $crate::AcquireOptions) -> Self {
-            self.$field = $crate::option_setters!(
-                @apply $kind self.$field, options, [$($all),+]
-            );
             self
         }
     };
