@@ -68,10 +68,10 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use omnilock_core::{
-    parse_duration, Candidate, Capabilities, Election, Error, ErrorKind, Holder, Leader,
-    Leadership, LockGuard, LockName, LockRequest, Locks, MemStore, MultiGuard, MultiLockRequest,
-    Observer, Operation, Owner, ReadWriteLock, Result, DEFAULT_TTL, MAX_ELECTION_VALUE_BYTES,
-    MAX_TTL, MIN_TTL,
+    parse_duration, AcquireOptions, Candidate, Capabilities, Election, Error, ErrorKind, Holder,
+    Leader, Leadership, LockGuard, LockName, LockRequest, Locks, MemStore, MultiGuard,
+    MultiLockRequest, Observer, Operation, Owner, ReadWriteLock, Result, DEFAULT_TTL,
+    MAX_ELECTION_VALUE_BYTES, MAX_TTL, MIN_TTL,
 };
 
 pub mod blocking;
@@ -88,8 +88,9 @@ pub mod raw {
     pub use omnilock_core::{
         async_trait, check_ttl, complete_or_undo, lock_unpoisoned, retry, retry_in_background,
         retry_when, AcquireRequest, Backend, Backoff, CompleteOrUndo, Connecting, Driver,
-        DynBackend, ErasedGrant, Grant, HostPort, LocalWaiters, LostNotifier, Primitive, Secret,
-        SessionGuards, SessionsPerTtl, Share, StoreUrl, WaitNotice, MAX_NAME_BYTES, RW_CAPACITY,
+        DynBackend, ErasedGrant, Grant, HostPort, LocalWaiters, LockSpec, LostNotifier, Primitive,
+        Secret, SessionGuards, SessionsPerTtl, Share, StoreUrl, WaitNotice, MAX_NAME_BYTES,
+        RW_CAPACITY,
     };
 }
 

@@ -2,14 +2,14 @@
 //! [`Leadership`] and [`Observer`], each wrapping its async twin.
 
 use std::fmt;
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::holding::Holding;
 use super::{Locks, Runtime};
 #[cfg(doc)]
 use crate::{Capabilities, ErrorKind};
-use crate::{Error, Leader, Operation, Result};
+use crate::{Leader, Operation, Result};
 
 impl Locks {
     /// A leader election named `name` on this store: the blocking
@@ -148,7 +148,8 @@ impl fmt::Debug for Election {
 }
 
 /// How one candidate campaigns, for synchronous code: the blocking
-/// counterpart of [`crate::Candidate`], with the same options. Made by
+/// counterpart of [`crate::Candidate`], with the same options (`ttl`, the
+/// leadership lease; `timeout`; `on_wait`). Made by
 /// [`Election::candidate`]; finish with [`campaign`](Self::campaign).
 ///
 /// ```
@@ -165,54 +166,13 @@ pub struct Candidate<'a> {
     inner: crate::Candidate<'a>,
 }
 
-impl<'a> Candidate<'a> {
-    /// Hands one option on to the async candidate.
-    fn with(self, option: impl FnOnce(crate::Candidate<'a>) -> crate::Candidate<'a>) -> Self {
-        Candidate {
-            inner: option(self.inner),
-            ..self
-        }
-    }
-
-    /// The leadership lease: a dead leader is replaced this long after it
-    /// stopped renewing (default: the handle's TTL).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// let locks = omnilock::blocking::connect("mem://")?;
-    /// let leadership = locks.election("e")?.candidate("v").ttl(Duration::from_secs(5)).campaign()?;
-    /// # drop(leadership);
-    /// # Ok::<(), omnilock::Error>(())
-    /// ```
-    pub fn ttl(self, ttl: Duration) -> Self {
-        self.with(|inner| inner.ttl(ttl))
-    }
-
-    /// Gives up waiting to lead after `timeout` with [`ErrorKind::Timeout`],
-    /// withdrawing the candidacy.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// let locks = omnilock::blocking::connect("mem://")?;
-    /// let leadership = locks.election("e")?.candidate("v").timeout(Duration::from_secs(5)).campaign()?;
-    /// # drop(leadership);
-    /// # Ok::<(), omnilock::Error>(())
-    /// ```
-    pub fn timeout(self, timeout: Duration) -> Self {
-        self.with(|inner| inner.timeout(timeout))
-    }
-
-    /// Runs `callback` once the candidate is queued behind a leader. It may
-    /// run on the runtime's thread: keep it short and do not block in it.
-    ///
-    /// ```
-    /// let locks = omnilock::blocking::connect("mem://")?;
-    /// let leadership = locks.election("e")?.candidate("v").on_wait(|| println!("queued")).campaign()?;
-    /// # drop(leadership);
-    /// # Ok::<(), omnilock::Error>(())
-    /// ```
-    pub fn on_wait(self, callback: impl FnOnce() + Send + 'static) -> Self {
-        self.with(|inner| inner.on_wait(callback))
+impl Candidate<'_> {
+    omnilock_core::option_setters! {
+        ttl, timeout, on_wait, options;
+        inner(inner): "omnilock",
+        "let locks = omnilock::blocking::connect(\"mem://\").unwrap(); \
+         let election = locks.election(\"jobs\").unwrap();",
+        "election.candidate(\"worker-2\")"
     }
 
     /// Waits until this candidate leads (up to the timeout, if one is set).
@@ -297,34 +257,11 @@ impl Leadership {
         self.holding.inner().is_leader()
     }
 
-    /// A channel that receives the loss if leadership is lost without
-    /// resigning; disconnects after a resignation (see
-    /// [`LockGuard::lost_receiver`](super::LockGuard::lost_receiver)).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// let locks = omnilock::blocking::connect("mem://")?;
-    /// let leadership = locks.election("e")?.campaign("me")?;
-    /// let lost = leadership.lost_receiver();
-    /// locks.break_lock("election/e")?;
-    /// assert!(lost.recv_timeout(Duration::from_secs(10)).is_ok());
-    /// # Ok::<(), omnilock::Error>(())
-    /// ```
-    pub fn lost_receiver(&self) -> mpsc::Receiver<Error> {
-        self.holding.lost_receiver()
-    }
-
-    /// Calls `callback` with the loss if leadership is lost without
-    /// resigning, on a thread of its own (see [`LockGuard::on_lost`](super::LockGuard::on_lost)).
-    ///
-    /// ```
-    /// let locks = omnilock::blocking::connect("mem://")?;
-    /// let leadership = locks.election("e")?.campaign("me")?;
-    /// leadership.on_lost(|loss| eprintln!("no longer leader: {loss}"));
-    /// # Ok::<(), omnilock::Error>(())
-    /// ```
-    pub fn on_lost(&self, callback: impl FnOnce(Error) + Send + 'static) {
-        self.holding.on_lost(callback)
+    super::holding::holding_methods! {
+        lost_receiver, on_lost;
+        "let locks = omnilock::blocking::connect(\"mem://\")?;\n\
+         let name = \"election/e\";\n\
+         let held = locks.election(\"e\")?.campaign(\"me\")?;"
     }
 
     /// Steps down and waits for the store to confirm; the next candidate in

@@ -1,14 +1,14 @@
 //! [`LockGuard`]: one held lock, for synchronous code.
 
 use std::fmt;
-use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use super::holding::Holding;
 use super::Runtime;
 #[cfg(doc)]
 use crate::{Capabilities, ErrorKind};
-use crate::{Error, LockName, Owner, Result};
+use crate::{Error, LockName, Owner};
 
 /// A held lock, for synchronous code: the blocking counterpart of
 /// [`crate::LockGuard`]. The lease is renewed in the background while it
@@ -114,92 +114,16 @@ impl LockGuard {
         self.inner().hold_count()
     }
 
-    /// Whether the lock is still known to be held: not lost, and the lease
-    /// still valid by the local clock.
-    ///
-    /// ```
-    /// let locks = omnilock::blocking::connect("mem://")?;
-    /// let guard = locks.acquire("a")?;
-    /// assert!(guard.is_held());
-    /// locks.break_lock("a")?;
-    /// let _ = guard.lost_receiver().recv(); // the loss arrives
-    /// assert!(!guard.is_held());
-    /// # Ok::<(), omnilock::Error>(())
-    /// ```
-    pub fn is_held(&self) -> bool {
-        self.inner().is_held()
-    }
-
-    /// Until when, by this process's clock, the lock is known to be held.
-    /// Work that must finish under the lock should finish before it.
-    ///
-    /// ```
-    /// let locks = omnilock::blocking::connect("mem://")?;
-    /// let guard = locks.acquire("a")?;
-    /// assert!(guard.safe_until() > std::time::Instant::now());
-    /// # Ok::<(), omnilock::Error>(())
-    /// ```
-    pub fn safe_until(&self) -> Instant {
-        self.inner().safe_until()
-    }
-
-    /// A channel that receives the loss ([`ErrorKind::LockLost`]) if the
-    /// lock is lost while this guard lives. After a clean release or drop
-    /// it disconnects instead (`recv` returns `Err`). Each call makes a new
-    /// channel; a loss that already happened arrives at once.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// let locks = omnilock::blocking::connect("mem://")?;
-    /// let guard = locks.acquire("a")?;
-    /// let lost = guard.lost_receiver();
-    /// locks.break_lock("a")?;
-    /// let loss = lost.recv_timeout(Duration::from_secs(10)).expect("lost");
-    /// assert_eq!(loss.kind(), omnilock::ErrorKind::LockLost);
-    /// # Ok::<(), omnilock::Error>(())
-    /// ```
-    pub fn lost_receiver(&self) -> mpsc::Receiver<Error> {
-        self.holding.lost_receiver()
-    }
-
-    /// Calls `callback` with the loss ([`ErrorKind::LockLost`]) if the lock
-    /// is lost while this guard lives; never after a clean release or drop.
-    /// It runs on a thread of its own, so it may block and may use this API.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// let locks = omnilock::blocking::connect("mem://")?;
-    /// let guard = locks.acquire("a")?;
-    /// let (tx, rx) = std::sync::mpsc::channel();
-    /// guard.on_lost(move |loss| {
-    ///     eprintln!("stop writing: {loss}");
-    ///     let _ = tx.send(loss.kind());
-    /// });
-    /// locks.break_lock("a")?;
-    /// assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(omnilock::ErrorKind::LockLost));
-    /// # Ok::<(), omnilock::Error>(())
-    /// ```
-    pub fn on_lost(&self, callback: impl FnOnce(Error) + Send + 'static) {
-        self.holding.on_lost(callback)
+    super::holding::holding_methods! {
+        is_held, safe_until, lost_receiver, on_lost, release;
+        "let locks = omnilock::blocking::connect(\"mem://\")?;\n\
+         let name = \"inventory\";\n\
+         let held = locks.acquire(name)?;"
     }
 
     /// The loss, if it has happened (without waiting).
     pub(super) fn loss(&self) -> Option<Error> {
         self.holding.loss()
-    }
-
-    /// Releases this hold and waits for the store to confirm. A stale guard
-    /// (lost, or its lease ran out and someone else took the lock) gets
-    /// [`ErrorKind::NotOwner`] and changes nothing.
-    ///
-    /// ```
-    /// let locks = omnilock::blocking::connect("mem://")?;
-    /// locks.acquire("a")?.release()?;
-    /// assert!(locks.try_acquire("a")?.is_some());
-    /// # Ok::<(), omnilock::Error>(())
-    /// ```
-    pub fn release(self) -> Result<()> {
-        self.holding.give_back()
     }
 }
 

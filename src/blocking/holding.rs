@@ -189,3 +189,118 @@ impl<T: Held> Drop for Holding<T> {
         }
     }
 }
+
+/// Writes the methods the blocking guards share over their `holding`
+/// field (the lock guard, the guard of several locks, the leadership), each
+/// with one text and an example, inside the guard's `impl` block:
+///
+/// ```text
+/// holding_methods! {
+///     is_held, safe_until, lost_receiver, on_lost, release;
+///     "lines that make `locks`, and `held` holding the lock `name`"
+/// }
+/// ```
+///
+/// The first line lists exactly the methods written, so that a reader of
+/// the source (`tests/blocking_parity.rs`) sees them.
+macro_rules! holding_methods {
+    ($($method:ident),+; $setup:literal) => {
+        $($crate::blocking::holding::holding_methods!(@method $method $setup);)+
+    };
+    (@method is_held $setup:literal) => {
+        /// Whether the lock (for several locks: every part) is still known
+        /// to be held: not lost, not released, and the lease still valid by
+        /// the local clock.
+        ///
+        /// ```
+        #[doc = $setup]
+        /// assert!(held.is_held());
+        /// locks.break_lock(name)?;
+        /// let _ = held.lost_receiver().recv(); // the loss arrives
+        /// assert!(!held.is_held());
+        /// # Ok::<(), omnilock::Error>(())
+        /// ```
+        pub fn is_held(&self) -> bool {
+            self.holding.inner().is_held()
+        }
+    };
+    (@method safe_until $setup:literal) => {
+        /// Until when, by this process's clock, the lock (for several
+        /// locks: every part) is known to be held. Work that must finish
+        /// under the lock should finish before it.
+        ///
+        /// ```
+        #[doc = $setup]
+        /// assert!(held.safe_until() > std::time::Instant::now());
+        /// # Ok::<(), omnilock::Error>(())
+        /// ```
+        pub fn safe_until(&self) -> std::time::Instant {
+            self.holding.inner().safe_until()
+        }
+    };
+    (@method lost_receiver $setup:literal) => {
+        /// A channel that receives the loss (an
+        /// [`ErrorKind::LockLost`](crate::ErrorKind::LockLost) error naming
+        /// the lock; for several locks, the first part lost) if the lock is
+        /// lost while this lives. After a clean release (or resignation) or
+        /// drop it disconnects instead (`recv` returns `Err`). Each call
+        /// makes a new channel; a loss that already happened arrives at once.
+        ///
+        /// ```
+        /// use std::time::Duration;
+        #[doc = $setup]
+        /// let lost = held.lost_receiver();
+        /// locks.break_lock(name)?;
+        /// let loss = lost.recv_timeout(Duration::from_secs(10)).expect("lost");
+        /// assert_eq!(loss.kind(), omnilock::ErrorKind::LockLost);
+        /// assert_eq!(loss.lock(), Some(name));
+        /// # Ok::<(), omnilock::Error>(())
+        /// ```
+        pub fn lost_receiver(&self) -> std::sync::mpsc::Receiver<crate::Error> {
+            self.holding.lost_receiver()
+        }
+    };
+    (@method on_lost $setup:literal) => {
+        /// Calls `callback` with the loss (as
+        /// [`lost_receiver`](Self::lost_receiver) receives it) if the lock
+        /// is lost while this lives; never after a clean release (or
+        /// resignation) or drop. It runs on a thread of its own, so it may
+        /// block and may use this API.
+        ///
+        /// ```
+        /// use std::time::Duration;
+        #[doc = $setup]
+        /// let (tx, rx) = std::sync::mpsc::channel();
+        /// held.on_lost(move |loss| {
+        ///     eprintln!("stop writing: {loss}");
+        ///     let _ = tx.send(loss.kind());
+        /// });
+        /// locks.break_lock(name)?;
+        /// let kind = rx.recv_timeout(Duration::from_secs(10));
+        /// assert_eq!(kind, Ok(omnilock::ErrorKind::LockLost));
+        /// # Ok::<(), omnilock::Error>(())
+        /// ```
+        pub fn on_lost(&self, callback: impl FnOnce(crate::Error) + Send + 'static) {
+            self.holding.on_lost(callback)
+        }
+    };
+    (@method release $setup:literal) => {
+        /// Releases (for several locks: every part) and waits for the store
+        /// to confirm; the first error, if any, after trying every part. A
+        /// stale guard (lost, or its lease ran out and someone else took
+        /// the lock) gets [`ErrorKind::NotOwner`](crate::ErrorKind::NotOwner)
+        /// and changes nothing.
+        ///
+        /// ```
+        #[doc = $setup]
+        /// held.release()?;
+        /// assert!(locks.try_acquire(name)?.is_some());
+        /// # Ok::<(), omnilock::Error>(())
+        /// ```
+        pub fn release(self) -> crate::Result<()> {
+            self.holding.give_back()
+        }
+    };
+}
+
+pub(super) use holding_methods;

@@ -62,6 +62,9 @@ mod locks;
 mod multi;
 mod request;
 
+/// The options of an acquisition, for any blocking request's `options`
+/// (the same type as the async API's).
+pub use crate::AcquireOptions;
 pub use election::{Candidate, Election, Leadership, Observer};
 pub use guard::LockGuard;
 pub use locks::Locks;

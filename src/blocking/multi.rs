@@ -2,14 +2,12 @@
 //! or nothing, without deadlock (see [`crate::Locks::lock_all`] for how).
 
 use std::fmt;
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
 
 use super::holding::Holding;
 use super::{LockGuard, Locks};
 #[cfg(doc)]
 use crate::ErrorKind;
-use crate::{Error, Operation, Owner, Result};
+use crate::{Operation, Result};
 
 impl Locks {
     /// Starts taking every lock in `names` as one: all or nothing, in one
@@ -35,15 +33,22 @@ impl Locks {
 }
 
 /// Several locks being configured: the blocking counterpart of
-/// [`crate::MultiLockRequest`], with the same options. Made by
+/// [`crate::MultiLockRequest`], with the same options (those of
+/// [`AcquireOptions`](crate::AcquireOptions) but `reentrant`). Made by
 /// [`Locks::lock_all`]; finish with [`acquire`](Self::acquire) or
 /// [`try_acquire`](Self::try_acquire).
+///
+/// A timeout is for the whole set; the parts taken by then are given back
+/// (in the background, as the async request does).
 ///
 /// ```
 /// use std::time::Duration;
 /// let locks = omnilock::blocking::connect("mem://")?;
-/// let all = locks.lock_all(&["a", "b"]).timeout(Duration::from_secs(5)).acquire()?;
-/// # drop(all);
+/// let held = locks.acquire("b")?;
+/// let err = locks.lock_all(&["a", "b"]).timeout(Duration::from_millis(50)).acquire().unwrap_err();
+/// assert_eq!(err.kind(), omnilock::ErrorKind::Timeout);
+/// assert!(locks.lock("a").timeout(Duration::from_secs(5)).acquire().is_ok()); // not kept
+/// # drop(held);
 /// # Ok::<(), omnilock::Error>(())
 /// ```
 #[must_use = "a lock request does nothing until acquired"]
@@ -52,85 +57,12 @@ pub struct MultiLockRequest<'a> {
     inner: crate::MultiLockRequest<'a>,
 }
 
-impl<'a> MultiLockRequest<'a> {
-    /// Hands one option on to the async request.
-    fn with(
-        self,
-        option: impl FnOnce(crate::MultiLockRequest<'a>) -> crate::MultiLockRequest<'a>,
-    ) -> Self {
-        MultiLockRequest {
-            inner: option(self.inner),
-            ..self
-        }
-    }
-
-    /// The lease TTL of every part.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// let locks = omnilock::blocking::connect("mem://")?;
-    /// let all = locks.lock_all(&["a", "b"]).ttl(Duration::from_secs(5)).acquire()?;
-    /// assert!(all.guards().iter().all(|part| part.ttl() == Duration::from_secs(5)));
-    /// # Ok::<(), omnilock::Error>(())
-    /// ```
-    pub fn ttl(self, ttl: Duration) -> Self {
-        self.with(|inner| inner.ttl(ttl))
-    }
-
-    /// Takes every part as `owner`; by default one fresh random owner for
-    /// all of them.
-    ///
-    /// ```
-    /// let locks = omnilock::blocking::connect("mem://")?;
-    /// let me = omnilock::Owner::random();
-    /// let all = locks.lock_all(&["a", "b"]).owner(&me).acquire()?;
-    /// assert!(all.guards().iter().all(|part| part.owner() == &me));
-    /// # Ok::<(), omnilock::Error>(())
-    /// ```
-    pub fn owner(self, owner: &Owner) -> Self {
-        self.with(|inner| inner.owner(owner))
-    }
-
-    /// Gives up after `timeout` for the whole set, with
-    /// [`ErrorKind::Timeout`]; the parts taken so far are given back in the
-    /// background, as the async request does.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// let locks = omnilock::blocking::connect("mem://")?;
-    /// let held = locks.acquire("b")?;
-    /// let err = locks.lock_all(&["a", "b"]).timeout(Duration::from_millis(50)).acquire().unwrap_err();
-    /// assert_eq!(err.kind(), omnilock::ErrorKind::Timeout);
-    /// assert!(locks.lock("a").timeout(Duration::from_secs(5)).acquire().is_ok()); // not kept
-    /// # drop(held);
-    /// # Ok::<(), omnilock::Error>(())
-    /// ```
-    pub fn timeout(self, timeout: Duration) -> Self {
-        self.with(|inner| inner.timeout(timeout))
-    }
-
-    /// Calls `callback` once, when some part is busy and the acquire waits.
-    /// It may run on the runtime's thread: keep it short and do not block in
-    /// it.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// let locks = omnilock::blocking::connect("mem://")?;
-    /// let held = locks.acquire("b")?;
-    /// let (tx, rx) = std::sync::mpsc::channel();
-    /// let waiter = {
-    ///     let locks = locks.clone();
-    ///     std::thread::spawn(move || {
-    ///         locks.lock_all(&["a", "b"]).on_wait(move || tx.send(()).unwrap()).acquire()
-    ///     })
-    /// };
-    /// rx.recv_timeout(Duration::from_secs(10)).expect("the waiter waits");
-    /// drop(held);
-    /// assert!(waiter.join().unwrap().is_ok());
-    /// # Ok::<(), omnilock::Error>(())
-    /// ```
-    pub fn on_wait(self, callback: impl FnOnce() + Send + 'static) -> Self {
-        self.with(|inner| inner.on_wait(callback))
+impl MultiLockRequest<'_> {
+    omnilock_core::option_setters! {
+        ttl, owner, timeout, on_wait, options;
+        inner(inner): "omnilock",
+        "let locks = omnilock::blocking::connect(\"mem://\").unwrap();",
+        "locks.lock_all(&[\"a\", \"b\"])"
     }
 
     /// Waits for every part (up to the timeout, if one is set).
@@ -254,73 +186,11 @@ impl MultiGuard {
             .collect()
     }
 
-    /// Whether every part is still known to be held.
-    ///
-    /// ```
-    /// let locks = omnilock::blocking::connect("mem://")?;
-    /// assert!(locks.lock_all(&["a", "b"]).acquire()?.is_held());
-    /// # Ok::<(), omnilock::Error>(())
-    /// ```
-    pub fn is_held(&self) -> bool {
-        self.inner().is_held()
-    }
-
-    /// Until when, by this process's clock, every part is known to be held.
-    ///
-    /// ```
-    /// let locks = omnilock::blocking::connect("mem://")?;
-    /// let all = locks.lock_all(&["a", "b"]).acquire()?;
-    /// assert!(all.safe_until() > std::time::Instant::now());
-    /// # Ok::<(), omnilock::Error>(())
-    /// ```
-    pub fn safe_until(&self) -> Instant {
-        self.inner().safe_until()
-    }
-
-    /// A channel that receives the loss of the first part lost (an
-    /// [`ErrorKind::LockLost`] error naming that lock). After a clean
-    /// release or drop it disconnects instead (see
-    /// [`LockGuard::lost_receiver`]).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// let locks = omnilock::blocking::connect("mem://")?;
-    /// let all = locks.lock_all(&["a", "b"]).acquire()?;
-    /// let lost = all.lost_receiver();
-    /// locks.break_lock("b")?;
-    /// let loss = lost.recv_timeout(Duration::from_secs(10)).expect("lost");
-    /// assert_eq!(loss.lock(), Some("b"));
-    /// # Ok::<(), omnilock::Error>(())
-    /// ```
-    pub fn lost_receiver(&self) -> mpsc::Receiver<Error> {
-        self.holding.lost_receiver()
-    }
-
-    /// Calls `callback` with the loss of the first part lost, on a thread of
-    /// its own; never after a clean release or drop (see
-    /// [`LockGuard::on_lost`]).
-    ///
-    /// ```
-    /// let locks = omnilock::blocking::connect("mem://")?;
-    /// let all = locks.lock_all(&["a", "b"]).acquire()?;
-    /// all.on_lost(|loss| eprintln!("stop: {loss}"));
-    /// # Ok::<(), omnilock::Error>(())
-    /// ```
-    pub fn on_lost(&self, callback: impl FnOnce(Error) + Send + 'static) {
-        self.holding.on_lost(callback)
-    }
-
-    /// Releases every part and waits for the store to confirm; the first
-    /// error, if any, after trying them all.
-    ///
-    /// ```
-    /// let locks = omnilock::blocking::connect("mem://")?;
-    /// locks.lock_all(&["a", "b"]).acquire()?.release()?;
-    /// assert!(locks.try_acquire("a")?.is_some());
-    /// # Ok::<(), omnilock::Error>(())
-    /// ```
-    pub fn release(self) -> Result<()> {
-        self.holding.give_back()
+    super::holding::holding_methods! {
+        is_held, safe_until, lost_receiver, on_lost, release;
+        "let locks = omnilock::blocking::connect(\"mem://\")?;\n\
+         let name = \"b\";\n\
+         let held = locks.lock_all(&[\"a\", name]).acquire()?;"
     }
 }
 

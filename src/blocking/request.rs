@@ -3,22 +3,28 @@
 //! come and whose acquisition they run to completion.
 
 use std::fmt;
-use std::time::Duration;
 
 use super::{LockGuard, Locks};
 #[cfg(doc)]
 use crate::ErrorKind;
-use crate::{Operation, Owner, Result};
+use crate::{Operation, Result};
 
 /// One acquisition being configured: the blocking counterpart of
-/// [`crate::LockRequest`], with the same options. Finish with
-/// [`acquire`](Self::acquire) or [`try_acquire`](Self::try_acquire).
+/// [`crate::LockRequest`], with the same options (every one of
+/// [`AcquireOptions`](crate::AcquireOptions), the handle's where unset).
+/// Finish with [`acquire`](Self::acquire) or
+/// [`try_acquire`](Self::try_acquire).
 ///
 /// ```
 /// use std::time::Duration;
 /// let locks = omnilock::blocking::connect("mem://")?;
-/// let guard = locks.lock("a").ttl(Duration::from_secs(10)).try_acquire()?;
-/// assert!(guard.is_some());
+/// let me = omnilock::Owner::random();
+/// let guard = locks.lock("a").owner(&me).ttl(Duration::from_secs(10)).acquire()?;
+/// assert_eq!(guard.ttl(), Duration::from_secs(10));
+/// // The holder asks again, not reentrant: refused at once.
+/// let err = locks.lock("a").owner(&me).reentrant(false).acquire().unwrap_err();
+/// assert_eq!(err.kind(), omnilock::ErrorKind::WouldDeadlock);
+/// # drop(guard);
 /// # Ok::<(), omnilock::Error>(())
 /// ```
 #[must_use = "a lock request does nothing until acquired"]
@@ -37,93 +43,14 @@ impl<'a> LockRequest<'a> {
             inner,
         }
     }
+}
 
-    /// Hands one option on to the async request.
-    fn with(self, option: impl FnOnce(crate::LockRequest<'a>) -> crate::LockRequest<'a>) -> Self {
-        LockRequest {
-            inner: option(self.inner),
-            ..self
-        }
-    }
-
-    /// The lease TTL for this acquisition.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// let locks = omnilock::blocking::connect("mem://")?;
-    /// let guard = locks.lock("a").ttl(Duration::from_secs(5)).acquire()?;
-    /// assert_eq!(guard.ttl(), Duration::from_secs(5));
-    /// # Ok::<(), omnilock::Error>(())
-    /// ```
-    pub fn ttl(self, ttl: Duration) -> Self {
-        self.with(|inner| inner.ttl(ttl))
-    }
-
-    /// Acquire as `owner` (see [`Owner`]); by default a fresh random owner.
-    ///
-    /// ```
-    /// let locks = omnilock::blocking::connect("mem://")?;
-    /// let me = omnilock::Owner::random();
-    /// let guard = locks.lock("a").owner(&me).acquire()?;
-    /// assert_eq!(guard.owner(), &me);
-    /// # Ok::<(), omnilock::Error>(())
-    /// ```
-    pub fn owner(self, owner: &Owner) -> Self {
-        self.with(|inner| inner.owner(owner))
-    }
-
-    /// Whether the owner may re-enter a lock it holds (default: the
-    /// handle's, normally yes). When not, a re-acquire by the holder fails
-    /// at once with [`ErrorKind::WouldDeadlock`].
-    ///
-    /// ```
-    /// let locks = omnilock::blocking::connect("mem://")?;
-    /// let me = omnilock::Owner::random();
-    /// let held = locks.lock("a").owner(&me).acquire()?;
-    /// let err = locks.lock("a").owner(&me).reentrant(false).acquire().unwrap_err();
-    /// assert_eq!(err.kind(), omnilock::ErrorKind::WouldDeadlock);
-    /// # drop(held);
-    /// # Ok::<(), omnilock::Error>(())
-    /// ```
-    pub fn reentrant(self, reentrant: bool) -> Self {
-        self.with(|inner| inner.reentrant(reentrant))
-    }
-
-    /// Gives up waiting after `timeout` with [`ErrorKind::Timeout`].
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// let locks = omnilock::blocking::connect("mem://")?;
-    /// let held = locks.acquire("busy")?;
-    /// let err = locks.lock("busy").timeout(Duration::from_millis(50)).acquire().unwrap_err();
-    /// assert_eq!(err.kind(), omnilock::ErrorKind::Timeout);
-    /// # drop(held);
-    /// # Ok::<(), omnilock::Error>(())
-    /// ```
-    pub fn timeout(self, timeout: Duration) -> Self {
-        self.with(|inner| inner.timeout(timeout))
-    }
-
-    /// Calls `callback` once, when the acquire starts to wait because the
-    /// lock is busy. It may run on the runtime's thread: keep it short and do
-    /// not block in it (sending on a channel is the usual thing to do).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// let locks = omnilock::blocking::connect("mem://")?;
-    /// let held = locks.acquire("queue")?;
-    /// let (tx, rx) = std::sync::mpsc::channel();
-    /// let waiter = {
-    ///     let locks = locks.clone();
-    ///     std::thread::spawn(move || locks.lock("queue").on_wait(move || tx.send(()).unwrap()).acquire())
-    /// };
-    /// rx.recv_timeout(Duration::from_secs(10)).expect("the waiter waits");
-    /// drop(held);
-    /// assert!(waiter.join().unwrap().is_ok());
-    /// # Ok::<(), omnilock::Error>(())
-    /// ```
-    pub fn on_wait(self, callback: impl FnOnce() + Send + 'static) -> Self {
-        self.with(|inner| inner.on_wait(callback))
+impl LockRequest<'_> {
+    omnilock_core::option_setters! {
+        ttl, owner, reentrant, timeout, on_wait, options;
+        inner(inner): "omnilock",
+        "let locks = omnilock::blocking::connect(\"mem://\").unwrap();",
+        "locks.lock(\"a\")"
     }
 
     /// Waits for the lock (up to the timeout, if one is set).

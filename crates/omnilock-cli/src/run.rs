@@ -3,7 +3,7 @@
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use omnilock::{ErrorKind, LockName, Owner};
+use omnilock::{AcquireOptions, ErrorKind, LockName, Owner};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use crate::args::RunArgs;
@@ -72,16 +72,21 @@ fn forward(command: &child::Supervised, signal: i32) -> bool {
 
 /// What the user typed, checked before any I/O.
 pub(crate) struct Checked {
-    owner: Option<Owner>,
+    /// The TTL and owner asked for, as any request takes them.
+    options: AcquireOptions,
 }
 
 pub(crate) fn check(args: &RunArgs) -> omnilock::Result<Checked> {
     LockName::new(&args.name)?;
+    let mut options = AcquireOptions::new();
     if let Some(ttl) = args.ttl {
-        omnilock::raw::check_ttl(ttl)?;
+        options = options.ttl(ttl);
     }
-    let owner = args.owner.as_deref().map(Owner::new).transpose()?;
-    Ok(Checked { owner })
+    options.check()?;
+    if let Some(owner) = &args.owner {
+        options = options.owner(&Owner::new(owner)?);
+    }
+    Ok(Checked { options })
 }
 
 pub(crate) async fn run(store: &str, args: RunArgs) -> u8 {
@@ -122,13 +127,8 @@ pub(crate) async fn run(store: &str, args: RunArgs) -> u8 {
         (None, true, _) => locks.rw_lock(&args.name).read(),
         (None, false, true) => locks.rw_lock(&args.name).write(),
         (None, false, false) => locks.lock(&args.name),
-    };
-    if let Some(ttl) = args.ttl {
-        request = request.ttl(ttl);
     }
-    if let Some(owner) = &checked.owner {
-        request = request.owner(owner);
-    }
+    .options(checked.options);
     if args.verbose {
         let (name, shown) = (args.name.clone(), exit::shown(store));
         request =

@@ -3,6 +3,7 @@
 //! top of it once, in this crate.
 
 use std::fmt;
+use std::ops::Deref;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -154,9 +155,26 @@ impl Primitive {
     }
 }
 
-/// One acquisition, as the backend sees it.
+/// The identity of one hold: which lock, taken how and by whom. It is all
+/// that [`Backend::release`] and [`Backend::renew`] are given besides the
+/// grant; an acquisition's callbacks stay with the [`AcquireRequest`] that
+/// carries it.
+///
+/// ```
+/// use std::time::Duration;
+/// use omnilock_core::{LockName, LockSpec, Owner, Primitive};
+/// let spec = LockSpec {
+///     name: LockName::new("reports/daily")?,
+///     primitive: Primitive::Mutex,
+///     owner: Owner::random(),
+///     ttl: Duration::from_secs(15),
+///     reentrant: true,
+/// };
+/// assert_eq!(spec.name.as_str(), "reports/daily");
+/// # Ok::<(), omnilock_core::Error>(())
+/// ```
 #[derive(Debug, Clone)]
-pub struct AcquireRequest {
+pub struct LockSpec {
     /// The lock.
     pub name: LockName,
     /// What is taken: the mutex (all a backend without semaphores or
@@ -171,10 +189,72 @@ pub struct AcquireRequest {
     /// Whether a re-acquire by an owner that already holds the lock in the
     /// store succeeds (hold count + 1) or fails with [`ErrorKind::WouldDeadlock`].
     pub reentrant: bool,
+}
+
+/// One acquisition, as the backend sees it: the hold asked for
+/// ([`LockSpec`], which the request reads as through `Deref`:
+/// `request.name` is `request.spec.name`) and the acquisition's two
+/// callbacks. A backend that must fire `lost` after the grant (a session
+/// that ends) keeps it in its own [`Backend::Hold`] at acquire time: release
+/// and renewal see only the spec.
+///
+/// ```
+/// use std::time::Duration;
+/// use omnilock_core::{AcquireRequest, LockName, LockSpec, Owner, Primitive};
+/// let request = AcquireRequest::new(LockSpec {
+///     name: LockName::new("a")?,
+///     primitive: Primitive::Mutex,
+///     owner: Owner::random(),
+///     ttl: Duration::from_secs(15),
+///     reentrant: true,
+/// });
+/// assert_eq!(request.name.as_str(), "a");
+/// assert!(!request.lost.is_fired());
+/// # Ok::<(), omnilock_core::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct AcquireRequest {
+    /// The hold asked for.
+    pub spec: LockSpec,
     /// Fire this when the store reports the lock gone before it is released.
     pub lost: LostNotifier,
     /// Raise this once the acquire starts to wait.
     pub waiting: WaitNotice,
+}
+
+impl AcquireRequest {
+    /// A request for `spec` with a fresh lost signal and no one listening
+    /// for the wait.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use omnilock_core::{AcquireRequest, LockName, LockSpec, Owner, Primitive};
+    /// let spec = LockSpec {
+    ///     name: LockName::new("a")?,
+    ///     primitive: Primitive::Mutex,
+    ///     owner: Owner::random(),
+    ///     ttl: Duration::from_secs(15),
+    ///     reentrant: false,
+    /// };
+    /// let request = AcquireRequest::new(spec);
+    /// request.waiting.raise(); // nobody listens: nothing happens
+    /// # Ok::<(), omnilock_core::Error>(())
+    /// ```
+    pub fn new(spec: LockSpec) -> Self {
+        AcquireRequest {
+            spec,
+            lost: LostNotifier::new(),
+            waiting: WaitNotice::none(),
+        }
+    }
+}
+
+impl Deref for AcquireRequest {
+    type Target = LockSpec;
+
+    fn deref(&self) -> &LockSpec {
+        &self.spec
+    }
 }
 
 /// What a backend returns for a granted lock: the token, how long it
@@ -280,27 +360,20 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     async fn acquire(&self, request: &AcquireRequest) -> Result<Grant<Self::Hold>>;
 
     /// Releases one hold of the lock.
-    async fn release(&self, request: &AcquireRequest, grant: &Grant<Self::Hold>) -> Result<()>;
+    async fn release(&self, spec: &LockSpec, grant: &Grant<Self::Hold>) -> Result<()>;
 
-    /// Extends the lease to `request.ttl` from now; returns the new
+    /// Extends the lease to `spec.ttl` from now; returns the new
     /// [`Grant::valid_until`].
-    async fn renew(&self, request: &AcquireRequest, grant: &Grant<Self::Hold>) -> Result<Instant>;
+    async fn renew(&self, spec: &LockSpec, grant: &Grant<Self::Hold>) -> Result<Instant>;
 
     /// Renews several holds (each as [`Backend::renew`] would), answering
     /// in the same order. Core's renewal task calls this with every hold of
     /// a [`crate::Locks`] family that is due, up to a few hundred at a time:
     /// a store that can extend many leases in one request overrides it. The
     /// default runs [`Backend::renew`] for each, side by side.
-    async fn renew_all(
-        &self,
-        holds: &[(&AcquireRequest, &Grant<Self::Hold>)],
-    ) -> Vec<Result<Instant>> {
-        futures_util::future::join_all(
-            holds
-                .iter()
-                .map(|(request, grant)| self.renew(request, grant)),
-        )
-        .await
+    async fn renew_all(&self, holds: &[(&LockSpec, &Grant<Self::Hold>)]) -> Vec<Result<Instant>> {
+        futures_util::future::join_all(holds.iter().map(|(spec, grant)| self.renew(spec, grant)))
+            .await
     }
 
     /// Takes every mutex of `requests` (distinct names in sorted order, one

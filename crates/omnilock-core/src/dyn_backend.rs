@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 
-use crate::backend::{AcquireRequest, Backend, Capabilities, Grant, Holder};
+use crate::backend::{AcquireRequest, Backend, Capabilities, Grant, Holder, LockSpec};
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::LockName;
 
@@ -65,11 +65,11 @@ pub trait DynBackend: Send + Sync + fmt::Debug + 'static {
     /// [`Backend::acquire`].
     async fn acquire(&self, request: &AcquireRequest) -> Result<ErasedGrant>;
     /// [`Backend::release`].
-    async fn release(&self, request: &AcquireRequest, grant: &ErasedGrant) -> Result<()>;
+    async fn release(&self, spec: &LockSpec, grant: &ErasedGrant) -> Result<()>;
     /// [`Backend::renew`].
-    async fn renew(&self, request: &AcquireRequest, grant: &ErasedGrant) -> Result<Instant>;
+    async fn renew(&self, spec: &LockSpec, grant: &ErasedGrant) -> Result<Instant>;
     /// [`Backend::renew_all`].
-    async fn renew_all(&self, holds: &[(&AcquireRequest, &ErasedGrant)]) -> Vec<Result<Instant>>;
+    async fn renew_all(&self, holds: &[(&LockSpec, &ErasedGrant)]) -> Vec<Result<Instant>>;
     /// [`Backend::try_acquire_all`].
     async fn try_acquire_all(
         &self,
@@ -103,19 +103,19 @@ impl<B: Backend> DynBackend for B {
         Backend::acquire(self, request).await.map(ErasedGrant::new)
     }
 
-    async fn release(&self, request: &AcquireRequest, grant: &ErasedGrant) -> Result<()> {
-        Backend::release(self, request, grant.typed()?).await
+    async fn release(&self, spec: &LockSpec, grant: &ErasedGrant) -> Result<()> {
+        Backend::release(self, spec, grant.typed()?).await
     }
 
-    async fn renew(&self, request: &AcquireRequest, grant: &ErasedGrant) -> Result<Instant> {
-        Backend::renew(self, request, grant.typed()?).await
+    async fn renew(&self, spec: &LockSpec, grant: &ErasedGrant) -> Result<Instant> {
+        Backend::renew(self, spec, grant.typed()?).await
     }
 
-    async fn renew_all(&self, holds: &[(&AcquireRequest, &ErasedGrant)]) -> Vec<Result<Instant>> {
+    async fn renew_all(&self, holds: &[(&LockSpec, &ErasedGrant)]) -> Vec<Result<Instant>> {
         let mut typed = Vec::with_capacity(holds.len());
-        for (request, grant) in holds {
+        for (spec, grant) in holds {
             match grant.typed() {
-                Ok(grant) => typed.push((*request, grant)),
+                Ok(grant) => typed.push((*spec, grant)),
                 // Never happens through a `Locks` handle: every grant it
                 // renews came from this backend.
                 Err(err) => return holds.iter().map(|_| Err(err.clone())).collect(),

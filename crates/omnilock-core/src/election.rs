@@ -17,6 +17,7 @@ use crate::client::Locks;
 use crate::error::{Error, ErrorKind, Result};
 use crate::guard::LockGuard;
 use crate::name::{LockName, Owner, MAX_NAME_BYTES};
+use crate::options::AcquireOptions;
 
 const OWNER_TAG: &str = "leader:";
 
@@ -94,80 +95,65 @@ impl Leadership {
 }
 
 /// How one candidate campaigns; see [`Election::candidate`].
+///
+/// Its options are `ttl` (the leadership lease: a dead leader is replaced
+/// this long after it stopped renewing), `timeout` (withdrawing the
+/// candidacy) and `on_wait` (once queued behind a leader), as
+/// [`AcquireOptions`] has them; the owner is the candidate's own, never
+/// re-entered.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> omnilock_core::Result<()> {
+/// use std::time::Duration;
+/// use omnilock_core::{ErrorKind, Locks, MemStore};
+/// let locks = Locks::new(MemStore::new());
+/// let election = locks.election("jobs")?;
+/// let leader = election.campaign("worker-1").await?;
+/// let late = election.candidate("worker-2").timeout(Duration::from_millis(50));
+/// assert_eq!(late.campaign().await.unwrap_err().kind(), ErrorKind::Timeout);
+/// leader.resign().await?;
+/// # Ok(()) }
+/// ```
 pub struct Candidate<'a> {
     election: &'a Election,
     value: String,
-    ttl: Option<Duration>,
-    timeout: Option<Duration>,
-    on_wait: Option<Box<dyn FnOnce() + Send + 'static>>,
+    options: AcquireOptions,
 }
 
 impl std::fmt::Debug for Candidate<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Candidate")
             .field("value", &self.value)
-            .field("ttl", &self.ttl)
-            .field("timeout", &self.timeout)
-            .finish_non_exhaustive()
+            .field("options", &self.options)
+            .finish()
     }
 }
 
 impl Candidate<'_> {
-    /// The leadership lease: a dead leader is replaced this long after it
-    /// stopped renewing (default: the handle's TTL).
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = Some(ttl);
-        self
-    }
-
-    /// Gives up waiting to lead after `timeout` with [`ErrorKind::Timeout`],
-    /// withdrawing the candidacy (the timeout of [`LockRequest::timeout`](crate::LockRequest::timeout)
-    /// on the election's lock).
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> omnilock_core::Result<()> {
-    /// use std::time::Duration;
-    /// use omnilock_core::{ErrorKind, Locks, MemStore};
-    /// let locks = Locks::new(MemStore::new());
-    /// let election = locks.election("jobs")?;
-    /// let leader = election.campaign("worker-1").await?;
-    /// let late = election.candidate("worker-2").timeout(Duration::from_millis(50));
-    /// assert_eq!(late.campaign().await.unwrap_err().kind(), ErrorKind::Timeout);
-    /// leader.resign().await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
-        self
-    }
-
-    /// Runs `callback` once the candidate is queued behind a leader.
-    pub fn on_wait(mut self, callback: impl FnOnce() + Send + 'static) -> Self {
-        self.on_wait = Some(Box::new(callback));
-        self
+    crate::option_setters! {
+        ttl, timeout, on_wait, options;
+        options(options): "omnilock_core",
+        "let locks = omnilock_core::Locks::new(omnilock_core::MemStore::new()); \
+         let election = locks.election(\"jobs\").unwrap();",
+        "election.candidate(\"worker-2\")"
     }
 
     /// Waits until this candidate leads (up to the timeout, if one is set).
     /// Dropping the future withdraws the candidacy (nothing stays queued).
     pub async fn campaign(self) -> Result<Leadership> {
         let owner = owner_for(&self.value)?;
-        let mut request = self
+        let timeout = self.options.timeout;
+        // The candidate's options hold no owner nor reentrancy (it has no
+        // setter for them, and `options` refuses them).
+        let request = self
             .election
             .locks
             .lock(&self.election.lock)
+            .options(self.options)
             .owner(&owner)
             .reentrant(false);
-        if let Some(ttl) = self.ttl {
-            request = request.ttl(ttl);
-        }
-        if let Some(timeout) = self.timeout {
-            request = request.timeout(timeout);
-        }
-        if let Some(callback) = self.on_wait {
-            request = request.on_wait(callback);
-        }
-        let guard = match (request.acquire().await, self.timeout) {
+        let guard = match (request.acquire().await, timeout) {
             (Err(err), Some(limit)) if err.kind() == crate::ErrorKind::Timeout => {
                 let mut timed_out = crate::Error::new(
                     crate::ErrorKind::Timeout,
@@ -218,9 +204,7 @@ impl Election {
         Candidate {
             election: self,
             value: value.to_string(),
-            ttl: None,
-            timeout: None,
-            on_wait: None,
+            options: AcquireOptions::new(),
         }
     }
 

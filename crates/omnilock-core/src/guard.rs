@@ -53,12 +53,12 @@ impl LockGuard {
 
     /// The lock's name.
     pub fn name(&self) -> &LockName {
-        &self.hold.request.name
+        &self.hold.spec.name
     }
 
     /// The owner holding it.
     pub fn owner(&self) -> &Owner {
-        &self.hold.request.owner
+        &self.hold.spec.owner
     }
 
     /// The fencing token: strictly increasing per lock name across owners
@@ -70,7 +70,7 @@ impl LockGuard {
 
     /// The lease TTL.
     pub fn ttl(&self) -> Duration {
-        self.hold.request.ttl
+        self.hold.spec.ttl
     }
 
     /// How many guards of this owner hold this acquisition in this process.
@@ -98,11 +98,11 @@ impl LockGuard {
     /// the lock; when another failure lost the lock (a renewal the store
     /// refused), that failure is its [`underlying`](Error::underlying) error.
     pub fn lost(&self) -> impl Future<Output = Error> + Send + 'static {
-        let fired = self.hold.request.lost.fired();
+        let fired = self.hold.lost.fired();
         // Stores report losses without knowing the lock's name (a session
         // ends for all its locks at once): add what this guard knows.
         let backend = self.hold.backend().kind();
-        let lock = self.hold.request.name.as_str().to_string();
+        let lock = self.hold.spec.name.as_str().to_string();
         async move { fired.await.with_backend(backend).with_lock(lock) }
     }
 

@@ -8,18 +8,21 @@ use std::time::{Duration, Instant};
 
 use tokio::runtime::Handle;
 
-use crate::backend::AcquireRequest;
+use crate::backend::{AcquireRequest, LockSpec};
 use crate::dyn_backend::{DynBackend, ErasedGrant};
 use crate::error::{Error, ErrorKind, Operation, Result};
 use crate::metrics::HoldMetrics;
 use crate::renewal::Renewal;
 use crate::retry::{retry, Backoff};
 use crate::shared::Shared;
+use crate::signal::LostNotifier;
 use crate::sync::lock_unpoisoned as lock;
 
 pub(crate) struct Hold {
     pub(crate) shared: Arc<Shared>,
-    pub(crate) request: AcquireRequest,
+    pub(crate) spec: LockSpec,
+    /// Fired when the store reports the lock gone before it is released.
+    pub(crate) lost: LostNotifier,
     pub(crate) grant: ErasedGrant,
     pub(crate) valid_until: Mutex<Instant>,
     state: Mutex<HoldState>,
@@ -48,10 +51,13 @@ impl Hold {
     ) -> Arc<Self> {
         let runtime = Handle::current();
         let renewal = Renewal::new(request.ttl / 3);
+        // The wait is over: only the lost signal outlives the acquire.
+        let AcquireRequest { spec, lost, .. } = request;
         let hold = Arc::new(Hold {
             valid_until: Mutex::new(grant.valid_until),
             shared,
-            request,
+            spec,
+            lost,
             grant,
             state: Mutex::new(HoldState {
                 holds: 1,
@@ -79,9 +85,7 @@ impl Hold {
 
     /// Whether the lock is still known to be ours.
     pub(crate) fn is_held(&self) -> bool {
-        !lock(&self.state).released
-            && !self.request.lost.is_fired()
-            && Instant::now() < self.valid_until()
+        !lock(&self.state).released && !self.lost.is_fired() && Instant::now() < self.valid_until()
     }
 
     /// Adds a reentrant hold. `Ok(false)` when this acquisition can no longer
@@ -96,7 +100,7 @@ impl Hold {
                 ErrorKind::WouldDeadlock,
                 format!(
                     "owner {} already holds this lock and the acquisition is not reentrant",
-                    self.request.owner
+                    self.spec.owner
                 ),
             ));
         }
@@ -105,7 +109,7 @@ impl Hold {
     }
 
     fn is_held_unlocked(&self) -> bool {
-        !self.request.lost.is_fired() && Instant::now() < self.valid_until()
+        !self.lost.is_fired() && Instant::now() < self.valid_until()
     }
 
     /// Drops one hold; true when it was the last and the store must be told.
@@ -128,22 +132,22 @@ impl Hold {
         let deadline = tokio::time::Instant::from_std(self.valid_until());
         let backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
         let result = retry(backoff, deadline, || {
-            self.backend().release(&self.request, &self.grant)
+            self.backend().release(&self.spec, &self.grant)
         })
         .await;
         self.shared.forget(self);
         match &result {
             Ok(()) => {
-                tracing::debug!(lock = %self.request.name, token = self.grant.token, "omnilock released")
+                tracing::debug!(lock = %self.spec.name, token = self.grant.token, "omnilock released")
             }
             Err(e) => {
-                tracing::warn!(lock = %self.request.name, error = %e, "omnilock release failed")
+                tracing::warn!(lock = %self.spec.name, error = %e, "omnilock release failed")
             }
         }
         result.map_err(|e| {
             e.with_backend(self.backend().kind())
                 .with_operation(Operation::Release)
-                .with_lock(self.request.name.as_str())
+                .with_lock(self.spec.name.as_str())
         })
     }
 

@@ -41,6 +41,7 @@ pub mod mem;
 pub mod metrics;
 mod multi;
 mod name;
+mod options;
 mod renewal;
 mod request;
 mod retry;
@@ -51,7 +52,7 @@ mod sync;
 mod url;
 
 pub use backend::{
-    AcquireRequest, Backend, Capabilities, Grant, Holder, Primitive, Share, RW_CAPACITY,
+    AcquireRequest, Backend, Capabilities, Grant, Holder, LockSpec, Primitive, Share, RW_CAPACITY,
 };
 pub use client::{check_ttl, Locks, DEFAULT_TTL, MAX_TTL, MIN_TTL};
 pub use detach::{complete_or_undo, CompleteOrUndo};
@@ -64,6 +65,7 @@ pub use local::LocalWaiters;
 pub use mem::MemStore;
 pub use multi::{MultiGuard, MultiLockRequest};
 pub use name::{LockName, Owner, MAX_NAME_BYTES};
+pub use options::AcquireOptions;
 pub use request::{LockRequest, ReadWriteLock};
 pub use retry::{retry, retry_in_background, retry_when, Backoff};
 pub use sessions::SessionsPerTtl;

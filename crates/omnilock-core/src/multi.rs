@@ -20,12 +20,12 @@ use std::pin::Pin;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use crate::backend::{AcquireRequest, Primitive};
+use crate::backend::{AcquireRequest, LockSpec, Primitive};
 use crate::client::Locks;
 use crate::error::{Error, ErrorKind, Operation, Result};
 use crate::guard::LockGuard;
 use crate::name::{LockName, Owner};
-use crate::signal::{LostNotifier, WaitNotice};
+use crate::options::AcquireOptions;
 
 impl Locks {
     /// Starts taking every lock in `names` as one: all or nothing. The
@@ -47,10 +47,7 @@ impl Locks {
         MultiLockRequest {
             locks: self,
             names: sorted_names(names),
-            ttl: self.default_ttl(),
-            owner: None,
-            timeout: None,
-            waiting: WaitNotice::none(),
+            options: AcquireOptions::new(),
         }
     }
 }
@@ -76,41 +73,23 @@ fn sorted_names(names: &[&str]) -> Result<Vec<LockName>> {
 
 /// Several locks being configured. Finish with
 /// [`acquire`](Self::acquire) or [`try_acquire`](Self::try_acquire).
+///
+/// Its options are those of [`AcquireOptions`] but `reentrant`, each for
+/// every part (the timeout: for the whole set). Those left unset: the
+/// handle's TTL, one fresh random owner for all the parts, no timeout.
 #[must_use = "a lock request does nothing until acquired"]
 pub struct MultiLockRequest<'a> {
     locks: &'a Locks,
     names: Result<Vec<LockName>>,
-    ttl: Duration,
-    owner: Option<Owner>,
-    timeout: Option<Duration>,
-    waiting: WaitNotice,
+    options: AcquireOptions,
 }
 
 impl MultiLockRequest<'_> {
-    /// The lease TTL of every part.
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
-        self
-    }
-
-    /// Takes every part as `owner`; by default one fresh random owner for
-    /// all of them.
-    pub fn owner(mut self, owner: &Owner) -> Self {
-        self.owner = Some(owner.clone());
-        self
-    }
-
-    /// Gives up after `timeout` for the whole set, with
-    /// [`ErrorKind::Timeout`], holding none of them.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
-        self
-    }
-
-    /// Calls `callback` once, when some part is busy and the acquire waits.
-    pub fn on_wait(mut self, callback: impl FnOnce() + Send + 'static) -> Self {
-        self.waiting = WaitNotice::new(callback);
-        self
+    crate::option_setters! {
+        ttl, owner, timeout, on_wait, options;
+        options(options): "omnilock_core",
+        "let locks = omnilock_core::Locks::new(omnilock_core::MemStore::new());",
+        "locks.lock_all(&[\"a\", \"b\"])"
     }
 
     /// Waits for every part (up to the timeout, if one is set).
@@ -118,7 +97,7 @@ impl MultiLockRequest<'_> {
     /// Cancellation-safe: dropping the future gives back the parts taken so
     /// far (in the background, as dropped guards do).
     pub async fn acquire(self) -> Result<MultiGuard> {
-        let timeout = self.timeout;
+        let timeout = self.options.timeout;
         let backend = self.locks.backend_kind();
         let taking = self.take(true);
         let taken = match timeout {
@@ -149,12 +128,14 @@ impl MultiLockRequest<'_> {
 
     async fn take(mut self, wait: bool) -> Result<Option<MultiGuard>> {
         let names = std::mem::replace(&mut self.names, Ok(Vec::new()))?;
+        self.options.check()?;
+        let ttl = self.options.ttl.unwrap_or(self.locks.default_ttl());
         // A named owner may hold some parts already in this process: its
         // reentrancy goes through the per-part path below.
-        let fresh = self.owner.is_none();
-        let owner = self.owner.clone().unwrap_or_else(Owner::random);
+        let fresh = self.options.owner.is_none();
+        let owner = self.options.owner.clone().unwrap_or_else(Owner::random);
         if fresh && self.locks.capabilities().atomic_lock_all {
-            match self.at_once(&names, &owner).await {
+            match self.at_once(&names, &owner, ttl).await {
                 Ok(Some(guards)) => return Ok(Some(MultiGuard { guards })),
                 Ok(None) if !wait => return Ok(None),
                 // Busy: wait part by part. A retryable failure (a rolled
@@ -167,11 +148,11 @@ impl MultiLockRequest<'_> {
         }
         let mut guards: Vec<LockGuard> = Vec::with_capacity(names.len());
         for name in &names {
-            let waiting = self.waiting.clone();
+            let waiting = self.options.waiting();
             let part = self
                 .locks
                 .lock(name.as_str())
-                .ttl(self.ttl)
+                .ttl(ttl)
                 .owner(&owner)
                 .on_wait(move || waiting.raise());
             let taken = if wait {
@@ -193,17 +174,22 @@ impl MultiLockRequest<'_> {
 
 impl MultiLockRequest<'_> {
     /// Every part in the store's one atomic step, if all are free.
-    async fn at_once(&self, names: &[LockName], owner: &Owner) -> Result<Option<Vec<LockGuard>>> {
+    async fn at_once(
+        &self,
+        names: &[LockName],
+        owner: &Owner,
+        ttl: Duration,
+    ) -> Result<Option<Vec<LockGuard>>> {
         let requests: Vec<AcquireRequest> = names
             .iter()
-            .map(|name| AcquireRequest {
-                name: name.clone(),
-                primitive: Primitive::Mutex,
-                owner: owner.clone(),
-                ttl: self.ttl,
-                reentrant: false,
-                lost: LostNotifier::new(),
-                waiting: WaitNotice::none(),
+            .map(|name| {
+                AcquireRequest::new(LockSpec {
+                    name: name.clone(),
+                    primitive: Primitive::Mutex,
+                    owner: owner.clone(),
+                    ttl,
+                    reentrant: false,
+                })
             })
             .collect();
         let Some(grants) = self.locks.backend().try_acquire_all(&requests).await? else {

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use tokio::sync::Notify;
 
-use crate::backend::AcquireRequest;
+use crate::backend::LockSpec;
 use crate::dyn_backend::ErasedGrant;
 use crate::error::{Error, ErrorKind};
 use crate::hold::Hold;
@@ -71,7 +71,7 @@ impl Renewal {
 
 /// How often a hold is renewed: every third of its TTL.
 fn interval(hold: &Hold) -> Duration {
-    hold.request.ttl / 3
+    hold.spec.ttl / 3
 }
 
 impl Renewals {
@@ -161,18 +161,18 @@ impl Renewals {
             // Detach from the schedule: the key is gone from the map.
             let mut renewal = lock(&hold.renewal);
             renewal.key = None;
-            if renewal.stopped || hold.request.lost.is_fired() {
+            if renewal.stopped || hold.lost.is_fired() {
                 continue;
             }
             if now >= hold.valid_until() {
                 renewal.stopped = true;
                 drop(renewal);
-                hold.request.lost.fire(
+                hold.lost.fire(
                     Error::new(
                         ErrorKind::LockLost,
                         "the lease expired before it could be renewed",
                     )
-                    .with_lock(hold.request.name.as_str()),
+                    .with_lock(hold.spec.name.as_str()),
                 );
                 continue;
             }
@@ -198,8 +198,8 @@ impl Renewals {
     async fn renew_batch_inner(self: &Arc<Self>, batch: &[Arc<Hold>]) {
         let Some(first) = batch.first() else { return };
         let backend = first.backend().clone();
-        let pairs: Vec<(&AcquireRequest, &ErasedGrant)> =
-            batch.iter().map(|h| (&h.request, &h.grant)).collect();
+        let pairs: Vec<(&LockSpec, &ErasedGrant)> =
+            batch.iter().map(|h| (&h.spec, &h.grant)).collect();
         // A lone hold waits for an answer until its lease runs out (then it
         // is tried again at once, and reported lost). Several holds wait
         // only until the earliest of them has a third of its TTL left: a
@@ -250,19 +250,17 @@ impl Renewals {
                 Ok(Ok(until)) => {
                     *lock(&hold.valid_until) = until;
                     renewal.backoff.reset();
-                    tracing::trace!(lock = %hold.request.name, "omnilock renewed");
+                    tracing::trace!(lock = %hold.spec.name, "omnilock renewed");
                     now + interval(hold)
                 }
                 Ok(Err(err)) if err.is_retryable() => {
-                    tracing::warn!(lock = %hold.request.name, error = %err, "omnilock renewal failed; retrying");
+                    tracing::warn!(lock = %hold.spec.name, error = %err, "omnilock renewal failed; retrying");
                     now + renewal.backoff.next_delay()
                 }
                 Ok(Err(err)) => {
                     renewal.stopped = true;
                     drop(renewal);
-                    hold.request
-                        .lost
-                        .fire(err.with_lock(hold.request.name.as_str()));
+                    hold.lost.fire(err.with_lock(hold.spec.name.as_str()));
                     continue;
                 }
                 // The lease ran out while the store did not answer.
@@ -418,7 +416,7 @@ mod tests {
     use async_trait::async_trait;
 
     use super::*;
-    use crate::backend::{Backend, Capabilities, Grant};
+    use crate::backend::{AcquireRequest, Backend, Capabilities, Grant};
     use crate::error::Result;
     use crate::{Locks, MemStore};
 
@@ -434,29 +432,32 @@ mod tests {
 
     #[async_trait]
     impl Backend for StallingRenewals {
-        type Hold = ();
+        type Hold = <MemStore as Backend>::Hold;
         fn kind(&self) -> &'static str {
             "mem"
         }
         fn capabilities(&self) -> Capabilities {
             self.store.capabilities()
         }
-        async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
+        async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant<Self::Hold>>> {
             self.store.try_acquire(request).await
         }
-        async fn acquire(&self, request: &AcquireRequest) -> Result<Grant> {
+        async fn acquire(&self, request: &AcquireRequest) -> Result<Grant<Self::Hold>> {
             self.store.acquire(request).await
         }
-        async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
-            self.store.release(request, grant).await
+        async fn release(&self, spec: &LockSpec, grant: &Grant<Self::Hold>) -> Result<()> {
+            self.store.release(spec, grant).await
         }
-        async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
-            self.store.renew(request, grant).await
+        async fn renew(&self, spec: &LockSpec, grant: &Grant<Self::Hold>) -> Result<Instant> {
+            self.store.renew(spec, grant).await
         }
-        async fn renew_all(&self, holds: &[(&AcquireRequest, &Grant)]) -> Vec<Result<Instant>> {
+        async fn renew_all(
+            &self,
+            holds: &[(&LockSpec, &Grant<Self::Hold>)],
+        ) -> Vec<Result<Instant>> {
             let stalls = holds
                 .iter()
-                .any(|(request, _)| request.name.as_str().starts_with("stall/"));
+                .any(|(spec, _)| spec.name.as_str().starts_with("stall/"));
             if stalls && self.stall.load(Ordering::SeqCst) {
                 self.stalled.notify_one();
                 std::future::pending::<()>().await;

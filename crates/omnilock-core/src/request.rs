@@ -6,14 +6,14 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
-use crate::backend::{AcquireRequest, Primitive};
+use crate::backend::{AcquireRequest, LockSpec, Primitive};
+use crate::client::Locks;
 use crate::error::{Error, ErrorKind, Operation, Result};
 use crate::guard::LockGuard;
 use crate::metrics;
 use crate::name::{LockName, Owner};
-use crate::signal::{LostNotifier, WaitNotice};
-
-use crate::client::{check_ttl, Locks};
+use crate::options::AcquireOptions;
+use crate::signal::LostNotifier;
 
 /// Within one process, an owner re-enters its own read or write lock (as
 /// with the mutex), and the owner holding the write lock may also take the
@@ -48,69 +48,39 @@ impl<'a> ReadWriteLock<'a> {
     }
 }
 
-/// One acquisition being configured. Finish with [`acquire`](Self::acquire)
-/// or [`try_acquire`](Self::try_acquire).
+/// One acquisition being configured (a mutex, a semaphore permit, or one
+/// side of a read-write lock). Finish with [`acquire`](Self::acquire) or
+/// [`try_acquire`](Self::try_acquire).
+///
+/// It takes every [`AcquireOptions`] option; those left unset are the
+/// handle's: its TTL, its owner (else a fresh random one) and its
+/// reentrancy, with no timeout.
 #[must_use = "a lock request does nothing until acquired"]
 pub struct LockRequest<'a> {
     locks: &'a Locks,
     name: Result<LockName>,
     primitive: Primitive,
-    ttl: Duration,
-    owner: Option<Owner>,
-    reentrant: bool,
-    timeout: Option<Duration>,
-    waiting: WaitNotice,
+    options: AcquireOptions,
 }
 
 impl<'a> LockRequest<'a> {
     /// A request for `name`'s `primitive` with `locks`'s defaults.
     pub(crate) fn new(locks: &'a Locks, name: &str, primitive: Primitive) -> Self {
-        let defaults = &locks.defaults;
         LockRequest {
             locks,
             name: LockName::new(name),
             primitive,
-            ttl: defaults.ttl,
-            owner: defaults.owner.clone(),
-            reentrant: defaults.reentrant,
-            timeout: None,
-            waiting: WaitNotice::none(),
+            options: AcquireOptions::new(),
         }
     }
 }
 
 impl LockRequest<'_> {
-    /// The lease TTL for this acquisition.
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
-        self
-    }
-
-    /// Acquire as `owner` (see [`Owner`]); by default a fresh random owner.
-    pub fn owner(mut self, owner: &Owner) -> Self {
-        self.owner = Some(owner.clone());
-        self
-    }
-
-    /// Whether the owner may re-enter a lock it holds (default: yes). When
-    /// not, a re-acquire by the holder fails at once with
-    /// [`ErrorKind::WouldDeadlock`].
-    pub fn reentrant(mut self, reentrant: bool) -> Self {
-        self.reentrant = reentrant;
-        self
-    }
-
-    /// Gives up waiting after `timeout` with [`ErrorKind::Timeout`].
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
-        self
-    }
-
-    /// Calls `callback` once, when the acquire starts to wait because the
-    /// lock is busy (for fair stores: once its place in the queue is fixed).
-    pub fn on_wait(mut self, callback: impl FnOnce() + Send + 'static) -> Self {
-        self.waiting = WaitNotice::new(callback);
-        self
+    crate::option_setters! {
+        ttl, owner, reentrant, timeout, on_wait, options;
+        options(options): "omnilock_core",
+        "let locks = omnilock_core::Locks::new(omnilock_core::MemStore::new());",
+        "locks.lock(\"a\")"
     }
 
     /// Waits for the lock (up to the timeout, if one is set).
@@ -144,7 +114,7 @@ impl LockRequest<'_> {
             }
         };
         let name = self.name.clone().map_err(&context)?;
-        check_ttl(self.ttl).map_err(&context)?;
+        self.options.check().map_err(&context)?;
         self.check_primitive().map_err(&context)?;
         let span = tracing::debug_span!(
             "omnilock.acquire",
@@ -155,9 +125,9 @@ impl LockRequest<'_> {
         );
         let started = Instant::now();
         let labels = self.labels(&name);
-        let (wait_clock, waiting) = metrics::WaitClock::watch(std::mem::take(&mut self.waiting));
-        self.waiting = waiting;
-        let timeout = self.timeout.filter(|_| wait);
+        let (wait_clock, waiting) = metrics::WaitClock::watch(self.options.waiting());
+        self.options.waiting = Some(waiting);
+        let timeout = self.options.timeout.filter(|_| wait);
         let attempt = self.attempt(name, wait).instrument(span);
         let result = match timeout {
             None => attempt.await,
@@ -207,13 +177,30 @@ impl LockRequest<'_> {
         Ok(())
     }
 
+    /// The lease TTL asked for, else the handle's.
+    fn lease(&self) -> Duration {
+        self.options.ttl.unwrap_or(self.locks.defaults.ttl)
+    }
+
+    /// Whether the owner may re-enter, as asked, else as the handle says.
+    fn reenters(&self) -> bool {
+        self.options
+            .reentrant
+            .unwrap_or(self.locks.defaults.reentrant)
+    }
+
     fn labels(&self, name: &LockName) -> metrics::Labels {
         let with_name = self.locks.defaults.metrics_names;
         metrics::Labels::new(self.locks.backend_kind(), name.as_str(), with_name)
     }
 
     async fn attempt(self, name: LockName, wait: bool) -> Result<Option<LockGuard>> {
-        let owner = match (&self.owner, self.primitive) {
+        let asked = self
+            .options
+            .owner
+            .as_ref()
+            .or(self.locks.defaults.owner.as_ref());
+        let owner = match (asked, self.primitive) {
             (Some(owner), Primitive::Mutex | Primitive::Read | Primitive::Write) => owner.clone(),
             // A semaphore permit is never re-entered.
             (Some(owner), Primitive::Semaphore { .. }) => {
@@ -259,7 +246,7 @@ impl LockRequest<'_> {
             }
         };
         if let Some(hold) = current.upgrade() {
-            if hold.enter(self.reentrant)? {
+            if hold.enter(self.reenters())? {
                 return Ok(Some(LockGuard::new(hold)));
             }
         }
@@ -279,13 +266,15 @@ impl LockRequest<'_> {
     ) -> Result<Option<LockGuard>> {
         let shared = &self.locks.shared;
         let request = AcquireRequest {
-            name,
-            primitive: self.primitive,
-            owner,
-            ttl: self.ttl,
-            reentrant: self.reentrant && self.primitive == Primitive::Mutex,
+            spec: LockSpec {
+                name,
+                primitive: self.primitive,
+                owner,
+                ttl: self.lease(),
+                reentrant: self.reenters() && self.primitive == Primitive::Mutex,
+            },
             lost: LostNotifier::new(),
-            waiting: self.waiting.clone(),
+            waiting: self.options.waiting(),
         };
         let grant = if wait {
             Some(shared.backend.acquire(&request).await?)

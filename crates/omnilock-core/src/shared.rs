@@ -64,13 +64,9 @@ impl Shared {
 
     /// Records a new hold of a read-write lock (see [`Shared::held`]).
     pub(crate) fn remember_rw(&self, hold: &Arc<Hold>) {
-        let request = &hold.request;
-        if matches!(request.primitive, Primitive::Read | Primitive::Write) {
-            let key = (
-                request.name.clone(),
-                request.owner.clone(),
-                request.primitive,
-            );
+        let spec = &hold.spec;
+        if matches!(spec.primitive, Primitive::Read | Primitive::Write) {
+            let key = (spec.name.clone(), spec.owner.clone(), spec.primitive);
             lock_unpoisoned(&self.rw_holds).insert(key, Arc::downgrade(hold));
         }
     }
@@ -79,9 +75,9 @@ impl Shared {
     pub(crate) fn forget(&self, hold: &Hold) {
         let mut holds = lock_unpoisoned(&self.holds);
         let key = (
-            hold.request.name.clone(),
-            hold.request.owner.clone(),
-            hold.request.primitive,
+            hold.spec.name.clone(),
+            hold.spec.owner.clone(),
+            hold.spec.primitive,
         );
         if let Some(slot) = holds.get(&key) {
             if Arc::strong_count(slot) == 1 {

@@ -14,7 +14,7 @@ mod recipe;
 use std::{fmt, sync::Arc, time::Instant};
 
 use omnilock_core::{
-    async_trait, AcquireRequest, Backend, Capabilities, Holder, LockName, Locks, Result,
+    async_trait, AcquireRequest, Backend, Capabilities, Holder, LockName, LockSpec, Locks, Result,
 };
 
 use crate::builder::EtcdBuilder;
@@ -115,15 +115,15 @@ impl Backend for EtcdStore {
         self.backend.acquire(request).await
     }
 
-    async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
-        self.backend.release(request, grant).await
+    async fn release(&self, spec: &LockSpec, grant: &Grant) -> Result<()> {
+        self.backend.release(spec, grant).await
     }
 
-    async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
-        self.backend.renew(request, grant).await
+    async fn renew(&self, spec: &LockSpec, grant: &Grant) -> Result<Instant> {
+        self.backend.renew(spec, grant).await
     }
 
-    async fn renew_all(&self, holds: &[(&AcquireRequest, &Grant)]) -> Vec<Result<Instant>> {
+    async fn renew_all(&self, holds: &[(&LockSpec, &Grant)]) -> Vec<Result<Instant>> {
         self.backend.renew_all(holds).await
     }
 

@@ -301,24 +301,20 @@ fn bad_urls_are_clear() {
 /// the second run freed a lock another process of that owner still held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_release_run_twice_drops_one_hold() {
-    use omnilock_core::{
-        AcquireRequest, Backend, LockName, LostNotifier, Owner, Primitive, WaitNotice,
-    };
+    use omnilock_core::{AcquireRequest, Backend, LockName, LockSpec, Owner, Primitive};
     for store in ["REDIS", "REDIS_CLUSTER", "REDIS_SENTINEL"] {
         let url = store_url(store).expect("URL");
         let config = RedisConfig::from_url(&StoreUrl::parse(&url).unwrap()).unwrap();
         let backend = omnilock_redis::RedisStore::connect(config)
             .await
             .expect("connect");
-        let request = AcquireRequest {
+        let request = AcquireRequest::new(LockSpec {
             name: LockName::new(&format!("twice-{store}-{}", rand_suffix())).unwrap(),
             primitive: Primitive::Mutex,
             owner: Owner::new("shared-owner").unwrap(),
             ttl: Duration::from_secs(15),
             reentrant: true,
-            lost: LostNotifier::new(),
-            waiting: WaitNotice::none(),
-        };
+        });
         // Two holds of one owner (two processes of one service, say).
         let first = backend.acquire(&request).await.expect("first hold");
         let second = backend.acquire(&request).await.expect("second hold");

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use omnilock_core::{
-    async_trait, AcquireRequest, Backend, Capabilities, Error, Holder, LockName, Result,
+    async_trait, AcquireRequest, Backend, Capabilities, Error, Holder, LockName, LockSpec, Result,
 };
 
 use crate::advisory::AdvisoryStore;
@@ -151,15 +151,15 @@ impl Backend for SqlStore {
         self.mode.acquire(request).await
     }
 
-    async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
-        self.mode.release(request, grant).await
+    async fn release(&self, spec: &LockSpec, grant: &Grant) -> Result<()> {
+        self.mode.release(spec, grant).await
     }
 
-    async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
-        self.mode.renew(request, grant).await
+    async fn renew(&self, spec: &LockSpec, grant: &Grant) -> Result<Instant> {
+        self.mode.renew(spec, grant).await
     }
 
-    async fn renew_all(&self, holds: &[(&AcquireRequest, &Grant)]) -> Vec<Result<Instant>> {
+    async fn renew_all(&self, holds: &[(&LockSpec, &Grant)]) -> Vec<Result<Instant>> {
         self.mode.renew_all(holds).await
     }
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use omnilock_core::{
     async_trait, complete_or_undo, AcquireRequest, Backend, Backoff, Capabilities, Error,
-    ErrorKind, Holder, LockName, Owner, Primitive, Result, SessionsPerTtl,
+    ErrorKind, Holder, LockName, LockSpec, Owner, Primitive, Result, SessionsPerTtl,
 };
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use zookeeper_client::{Client, MultiReadResult, SessionState};
@@ -321,7 +321,7 @@ impl Backend for ZkStore {
         taken?.ok_or_else(|| Error::new(ErrorKind::Backend, "a waiting acquire returned nothing"))
     }
 
-    async fn release(&self, _request: &AcquireRequest, grant: &Grant) -> Result<()> {
+    async fn release(&self, _spec: &LockSpec, grant: &Grant) -> Result<()> {
         let held = &grant.hold;
         held.session.unregister(held.ticket);
         let client = &held.session.client;
@@ -350,7 +350,7 @@ impl Backend for ZkStore {
         }
     }
 
-    async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
+    async fn renew(&self, spec: &LockSpec, grant: &Grant) -> Result<Instant> {
         let held = &grant.hold;
         if let Some(cause) = held.session.death() {
             return Err(cause.with_retryable(false));
@@ -358,9 +358,7 @@ impl Backend for ZkStore {
         let sent = Instant::now();
         let stat = call(&self.ctx, held.session.client.check_stat(&held.path)).await?;
         match stat {
-            Some(stat) if stat.czxid == held.czxid => {
-                Ok(sent + request.ttl.min(held.session.timeout))
-            }
+            Some(stat) if stat.czxid == held.czxid => Ok(sent + spec.ttl.min(held.session.timeout)),
             _ => Err(node_gone()),
         }
     }
@@ -368,7 +366,7 @@ impl Backend for ZkStore {
     /// Holds are checked up to 64 per `multiRead` of their session
     /// (ZooKeeper 3.6+); on an older server, or when the batch fails as a
     /// whole, each is renewed on its own.
-    async fn renew_all(&self, holds: &[(&AcquireRequest, &Grant)]) -> Vec<Result<Instant>> {
+    async fn renew_all(&self, holds: &[(&LockSpec, &Grant)]) -> Vec<Result<Instant>> {
         let mut results: Vec<Option<Result<Instant>>> = holds.iter().map(|_| None).collect();
         let mut by_session: Vec<(&Arc<Session>, Vec<(usize, &Held)>)> = Vec::new();
         for (i, (_, grant)) in holds.iter().enumerate() {
@@ -410,9 +408,9 @@ impl Backend for ZkStore {
                 }
             }
         }
-        for (i, (request, grant)) in holds.iter().enumerate() {
+        for (i, (spec, grant)) in holds.iter().enumerate() {
             if results[i].is_none() {
-                results[i] = Some(self.renew(request, grant).await);
+                results[i] = Some(self.renew(spec, grant).await);
             }
         }
         results.into_iter().flatten().collect()

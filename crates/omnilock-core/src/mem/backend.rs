@@ -5,8 +5,10 @@ use super::*;
 
 #[async_trait]
 impl Backend for MemStore {
-    /// The owner and token are all a release or renewal needs.
-    type Hold = ();
+    /// The acquisition's lost signal, besides the owner and token: a
+    /// release takes it off the holder (one holder may stand for several
+    /// acquisitions of its owner).
+    type Hold = LostNotifier;
 
     fn kind(&self) -> &'static str {
         SCHEME
@@ -31,34 +33,23 @@ impl Backend for MemStore {
         }
     }
 
-    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
+    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<MemGrant>> {
         let mut state = self.state();
         if Family::of(request.primitive).is_some() {
-            state.last_grant += 1;
-            let id = state.last_grant;
-            let State {
-                counted,
-                last_token,
-                ..
-            } = &mut *state;
-            return Ok(
-                match counted.join(request, id, false, Instant::now(), last_token)? {
-                    Some(Joined::Admitted(admitted)) => {
-                        Some(Grant::new(admitted.token, admitted.expires))
-                    }
-                    _ => None,
-                },
-            );
+            return Ok(match state.join_counted(request, false)?.1 {
+                Some(Joined::Admitted(admitted)) => Some(admitted_grant(admitted, request)),
+                _ => None,
+            });
         }
         let attempt = state.try_take(request, Instant::now());
         state.tidy(&request.name);
         match attempt? {
-            Attempt::Taken(granted) => Ok(Some(grant(granted))),
+            Attempt::Taken(granted) => Ok(Some(grant(granted, request))),
             Attempt::Busy => Ok(None),
         }
     }
 
-    async fn try_acquire_all(&self, requests: &[AcquireRequest]) -> Result<Option<Vec<Grant>>> {
+    async fn try_acquire_all(&self, requests: &[AcquireRequest]) -> Result<Option<Vec<MemGrant>>> {
         // One lock over the whole state: look at every part, then take them.
         let mut state = self.state();
         let now = Instant::now();
@@ -73,7 +64,7 @@ impl Backend for MemStore {
         let mut grants = Vec::with_capacity(requests.len());
         for request in requests {
             match state.try_take(request, now)? {
-                Attempt::Taken(granted) => grants.push(grant(granted)),
+                Attempt::Taken(granted) => grants.push(grant(granted, request)),
                 Attempt::Busy => {
                     return Err(Error::new(
                         ErrorKind::Backend,
@@ -85,7 +76,7 @@ impl Backend for MemStore {
         Ok(Some(grants))
     }
 
-    async fn acquire(&self, request: &AcquireRequest) -> Result<Grant> {
+    async fn acquire(&self, request: &AcquireRequest) -> Result<MemGrant> {
         if Family::of(request.primitive).is_some() {
             return self.acquire_counted(request).await;
         }
@@ -94,7 +85,7 @@ impl Backend for MemStore {
             let attempt = state.try_take(request, Instant::now());
             state.tidy(&request.name);
             if let Attempt::Taken(granted) = attempt? {
-                return Ok(grant(granted));
+                return Ok(grant(granted, request));
             }
             state.last_grant += 1;
             let grant_id = state.last_grant;
@@ -132,7 +123,7 @@ impl Backend for MemStore {
                 granted = &mut rx => {
                     entry.armed = false;
                     return match granted {
-                        Ok(granted) => Ok(grant(granted)),
+                        Ok(granted) => Ok(grant(granted, request)),
                         Err(_) => Err(Error::new(ErrorKind::Backend, "the in-memory queue dropped this waiter")),
                     };
                 }
@@ -144,28 +135,19 @@ impl Backend for MemStore {
         }
     }
 
-    async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
+    async fn release(&self, spec: &LockSpec, grant: &MemGrant) -> Result<()> {
         let mut state = self.state();
         let now = Instant::now();
-        if Family::of(request.primitive).is_some() {
-            let State {
-                counted,
-                last_token,
-                ..
-            } = &mut *state;
-            return counted.leave(request, Leaving::Holder(grant.token), now, last_token);
+        if Family::of(spec.primitive).is_some() {
+            let (counted, last_token) = state.counted();
+            return counted.leave(spec, Leaving::Holder(grant.token), now, last_token);
         }
-        let State {
-            locks, last_token, ..
-        } = &mut *state;
-        let result = match locks.get_mut(&request.name) {
-            Some(slot) => {
+        let result = match state.existing_slot(&spec.name) {
+            Some((slot, last_token)) => {
                 slot.expire(now, last_token);
                 match &mut slot.holder {
-                    Some(holder)
-                        if holder.owner == request.owner && holder.token == grant.token =>
-                    {
-                        holder.lost.retain(|l| !l.same_as(&request.lost));
+                    Some(holder) if holder.owner == spec.owner && holder.token == grant.token => {
+                        holder.lost.retain(|l| !l.same_as(&grant.hold));
                         slot.release_one(now, last_token);
                         Ok(())
                     }
@@ -174,43 +156,36 @@ impl Backend for MemStore {
             }
             None => Err(Error::not_owner()),
         };
-        state.tidy(&request.name);
+        state.tidy(&spec.name);
         result
     }
 
-    async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
+    async fn renew(&self, spec: &LockSpec, grant: &MemGrant) -> Result<Instant> {
         let mut state = self.state();
         let now = Instant::now();
-        if Family::of(request.primitive).is_some() {
-            let State {
-                counted,
-                last_token,
-                ..
-            } = &mut *state;
-            return counted.renew(request, grant.token, now, last_token);
+        if Family::of(spec.primitive).is_some() {
+            let (counted, last_token) = state.counted();
+            return counted.renew(spec, grant.token, now, last_token);
         }
-        let slot = state.slot(&request.name, now);
+        let slot = state.slot(&spec.name, now);
         let result = match &mut slot.holder {
-            Some(holder) if holder.owner == request.owner && holder.token == grant.token => {
-                holder.expires = holder.expires.max(now + request.ttl);
-                Ok(now + request.ttl)
+            Some(holder) if holder.owner == spec.owner && holder.token == grant.token => {
+                holder.expires = holder.expires.max(now + spec.ttl);
+                Ok(now + spec.ttl)
             }
             _ => Err(Error::new(
                 ErrorKind::LockLost,
                 "the lock is no longer held by this owner",
             )),
         };
-        state.tidy(&request.name);
+        state.tidy(&spec.name);
         result
     }
 
     async fn break_lock(&self, name: &LockName) -> Result<bool> {
         let mut state = self.state();
         let now = Instant::now();
-        let State {
-            locks, last_token, ..
-        } = &mut *state;
-        let Some(slot) = locks.get_mut(name) else {
+        let Some((slot, last_token)) = state.existing_slot(name) else {
             return Ok(false);
         };
         let broken = slot.holder.take();
@@ -227,10 +202,7 @@ impl Backend for MemStore {
     async fn holder(&self, name: &LockName) -> Result<Option<crate::Holder>> {
         let mut state = self.state();
         let now = Instant::now();
-        let State {
-            locks, last_token, ..
-        } = &mut *state;
-        let Some(slot) = locks.get_mut(name) else {
+        let Some((slot, last_token)) = state.existing_slot(name) else {
             return Ok(None);
         };
         slot.expire(now, last_token);

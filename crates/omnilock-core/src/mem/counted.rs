@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
-use crate::backend::{AcquireRequest, Primitive};
+use crate::backend::{AcquireRequest, LockSpec, Primitive};
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::{LockName, Owner};
 use crate::signal::LostNotifier;
@@ -79,16 +79,15 @@ pub(super) enum Joined {
     Waiting(oneshot::Receiver<Admitted>),
 }
 
-fn share(request: &AcquireRequest) -> crate::backend::Share {
-    request
-        .primitive
+fn share(spec: &LockSpec) -> crate::backend::Share {
+    spec.primitive
         .share()
         .expect("a semaphore or read-write lock")
 }
 
-fn key(request: &AcquireRequest) -> (Family, LockName) {
-    let family = Family::of(request.primitive).expect("a semaphore or read-write lock");
-    (family, request.name.clone())
+fn key(spec: &LockSpec) -> (Family, LockName) {
+    let family = Family::of(spec.primitive).expect("a semaphore or read-write lock");
+    (family, spec.name.clone())
 }
 
 impl CountedLocks {
@@ -147,12 +146,12 @@ impl CountedLocks {
     /// and owner is removed: `Err(NotOwner)` otherwise.
     pub(super) fn leave(
         &mut self,
-        request: &AcquireRequest,
+        spec: &LockSpec,
         entry: Leaving,
         now: Instant,
         last_token: &mut u64,
     ) -> Result<()> {
-        let key = key(request);
+        let key = key(spec);
         let Some(queue) = self.queues.get_mut(&key) else {
             return match entry {
                 Leaving::Waiter(_) => Ok(()),
@@ -163,7 +162,7 @@ impl CountedLocks {
         let position = queue.entries.iter().position(|e| match entry {
             Leaving::Waiter(id) => e.id == id,
             Leaving::Holder(token) => {
-                e.owner == request.owner
+                e.owner == spec.owner
                     && matches!(e.state, EntryState::Admitted { token: t, .. } if t == token)
             }
         });
@@ -183,20 +182,20 @@ impl CountedLocks {
     /// Extends the lease of the admitted entry with `token`.
     pub(super) fn renew(
         &mut self,
-        request: &AcquireRequest,
+        spec: &LockSpec,
         token: u64,
         now: Instant,
         last_token: &mut u64,
     ) -> Result<Instant> {
-        let key = key(request);
+        let key = key(spec);
         let renewed = self.queues.get_mut(&key).and_then(|queue| {
             queue.expire(now, last_token);
             queue.entries.iter_mut().find_map(|e| match &mut e.state {
                 EntryState::Admitted { token: t, expires }
-                    if *t == token && e.owner == request.owner =>
+                    if *t == token && e.owner == spec.owner =>
                 {
-                    *expires = (*expires).max(now + request.ttl);
-                    Some(now + request.ttl)
+                    *expires = (*expires).max(now + spec.ttl);
+                    Some(now + spec.ttl)
                 }
                 _ => None,
             })
@@ -205,11 +204,11 @@ impl CountedLocks {
         renewed.ok_or_else(|| Error::new(ErrorKind::LockLost, "the permit is no longer held"))
     }
 
-    /// The earliest lease end among the admitted entries of `request`'s
+    /// The earliest lease end among the admitted entries of `spec`'s
     /// queue: when a waiter must look again, as a crashed holder never
     /// releases.
-    pub(super) fn next_expiry(&self, request: &AcquireRequest) -> Option<Instant> {
-        let queue = self.queues.get(&key(request))?;
+    pub(super) fn next_expiry(&self, spec: &LockSpec) -> Option<Instant> {
+        let queue = self.queues.get(&key(spec))?;
         queue
             .entries
             .iter()
@@ -220,9 +219,9 @@ impl CountedLocks {
             .min()
     }
 
-    /// Expires lapsed leases of `request`'s queue (admitting waiters).
-    pub(super) fn refresh(&mut self, request: &AcquireRequest, now: Instant, last_token: &mut u64) {
-        let key = key(request);
+    /// Expires lapsed leases of `spec`'s queue (admitting waiters).
+    pub(super) fn refresh(&mut self, spec: &LockSpec, now: Instant, last_token: &mut u64) {
+        let key = key(spec);
         if let Some(queue) = self.queues.get_mut(&key) {
             queue.expire(now, last_token);
         }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use tokio::sync::oneshot;
 
-use crate::backend::{AcquireRequest, Backend, Capabilities, Grant};
+use crate::backend::{AcquireRequest, Backend, Capabilities, Grant, LockSpec};
 use counted::{CountedLocks, Family, Joined, Leaving};
 
 mod backend;
@@ -94,6 +94,10 @@ struct Granted {
     expires: Instant,
 }
 
+/// A grant of the in-memory store: it carries the acquisition's lost
+/// signal (see [`Backend::Hold`] for [`MemStore`]).
+type MemGrant = Grant<LostNotifier>;
+
 enum Attempt {
     Taken(Granted),
     Busy,
@@ -153,30 +157,23 @@ impl MemStore {
 
     /// A semaphore permit or a side of a read-write lock, waiting as long
     /// as it takes.
-    async fn acquire_counted(&self, request: &AcquireRequest) -> Result<Grant> {
+    async fn acquire_counted(&self, request: &AcquireRequest) -> Result<MemGrant> {
         let (mut rx, entry) = {
             let mut state = self.state();
-            state.last_grant += 1;
-            let id = state.last_grant;
-            let State {
-                counted,
-                last_token,
-                ..
-            } = &mut *state;
-            match counted.join(request, id, true, Instant::now(), last_token)? {
-                Some(Joined::Admitted(admitted)) => {
-                    return Ok(Grant::new(admitted.token, admitted.expires))
+            match state.join_counted(request, true)? {
+                (_, Some(Joined::Admitted(admitted))) => {
+                    return Ok(admitted_grant(admitted, request))
                 }
-                Some(Joined::Waiting(rx)) => (
+                (id, Some(Joined::Waiting(rx))) => (
                     rx,
                     CountedEntry {
                         store: self.clone(),
-                        request: request.clone(),
+                        spec: request.spec.clone(),
                         id,
                         armed: true,
                     },
                 ),
-                None => unreachable!("a waiting join stays in the queue"),
+                (_, None) => unreachable!("a waiting join stays in the queue"),
             }
         };
         request.waiting.raise();
@@ -188,13 +185,13 @@ impl MemStore {
                 admitted = &mut rx => {
                     entry.armed = false;
                     return match admitted {
-                        Ok(admitted) => Ok(Grant::new(admitted.token, admitted.expires)),
+                        Ok(admitted) => Ok(admitted_grant(admitted, request)),
                         Err(_) => Err(Error::new(ErrorKind::Backend, "the in-memory queue dropped this waiter")),
                     };
                 }
                 _ = sleep_until_opt(expiry) => {
                     let mut state = self.state();
-                    let State { counted, last_token, .. } = &mut *state;
+                    let (counted, last_token) = state.counted();
                     counted.refresh(request, Instant::now(), last_token);
                 }
             }
@@ -209,6 +206,37 @@ impl Default for MemStore {
 }
 
 impl State {
+    /// The semaphores and read-write locks, with the token counter they
+    /// share with the mutexes.
+    fn counted(&mut self) -> (&mut CountedLocks, &mut u64) {
+        (&mut self.counted, &mut self.last_token)
+    }
+
+    /// The mutex `name`'s entry, if it has a holder or waiters, with the
+    /// token counter.
+    fn existing_slot(&mut self, name: &LockName) -> Option<(&mut Slot, &mut u64)> {
+        let State {
+            locks, last_token, ..
+        } = self;
+        Some((locks.get_mut(name)?, last_token))
+    }
+
+    /// Joins `request`'s queue as a new entry: its id, and what joining gave
+    /// (see [`CountedLocks::join`]).
+    fn join_counted(
+        &mut self,
+        request: &AcquireRequest,
+        wait: bool,
+    ) -> Result<(u64, Option<Joined>)> {
+        self.last_grant += 1;
+        let id = self.last_grant;
+        let (counted, last_token) = self.counted();
+        Ok((
+            id,
+            counted.join(request, id, wait, Instant::now(), last_token)?,
+        ))
+    }
+
     fn slot(&mut self, name: &LockName, now: Instant) -> &mut Slot {
         let State {
             locks, last_token, ..
@@ -339,10 +367,7 @@ impl Drop for QueueEntry {
             return;
         }
         let mut state = self.store.state();
-        let State {
-            locks, last_token, ..
-        } = &mut *state;
-        if let Some(slot) = locks.get_mut(&self.name) {
+        if let Some((slot, last_token)) = state.existing_slot(&self.name) {
             if let Some(pos) = slot.queue.iter().position(|w| w.grant_id == self.grant_id) {
                 slot.queue.remove(pos);
             } else if slot.holder.as_ref().map(|h| h.grant_id) == Some(self.grant_id) {
@@ -357,7 +382,7 @@ impl Drop for QueueEntry {
 /// is dropped (releasing an admission that raced with the drop).
 struct CountedEntry {
     store: MemStore,
-    request: AcquireRequest,
+    spec: LockSpec,
     id: u64,
     armed: bool,
 }
@@ -368,13 +393,9 @@ impl Drop for CountedEntry {
             return;
         }
         let mut state = self.store.state();
-        let State {
-            counted,
-            last_token,
-            ..
-        } = &mut *state;
+        let (counted, last_token) = state.counted();
         let _ = counted.leave(
-            &self.request,
+            &self.spec,
             Leaving::Waiter(self.id),
             Instant::now(),
             last_token,
@@ -382,8 +403,12 @@ impl Drop for CountedEntry {
     }
 }
 
-fn grant(granted: Granted) -> Grant {
-    Grant::new(granted.token, granted.expires)
+fn grant(granted: Granted, request: &AcquireRequest) -> MemGrant {
+    Grant::new(granted.token, granted.expires).with_hold(request.lost.clone())
+}
+
+fn admitted_grant(admitted: counted::Admitted, request: &AcquireRequest) -> MemGrant {
+    Grant::new(admitted.token, admitted.expires).with_hold(request.lost.clone())
 }
 
 /// Sleeps until `at`, or for ever without one.

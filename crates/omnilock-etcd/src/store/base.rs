@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use omnilock_core::{
-    AcquireRequest, Capabilities, Error, ErrorKind, LockName, Result, SessionsPerTtl,
+    AcquireRequest, Capabilities, Error, ErrorKind, LockName, LockSpec, Result, SessionsPerTtl,
 };
 
 use super::counted::{self, Counted};
@@ -66,14 +66,10 @@ impl Base {
     /// Gives one hold back: deletes a counted lock's key, or counts a
     /// mutex's hold down (deleting its key on the last). Returns what the
     /// grant carried.
-    pub(super) async fn release<'g>(
-        &self,
-        request: &AcquireRequest,
-        grant: &'g Grant,
-    ) -> Result<&'g Held> {
+    pub(super) async fn release<'g>(&self, spec: &LockSpec, grant: &'g Grant) -> Result<&'g Held> {
         let held = &grant.hold;
         held.session.unregister(held.ticket);
-        if Counted::of(request.primitive).is_some() {
+        if Counted::of(spec.primitive).is_some() {
             counted::release(&self.etcd, &held.key, held.rev).await?;
         } else {
             release_mutex(&self.etcd, held).await?;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
-use omnilock_core::{AcquireRequest, Error, ErrorKind, Result};
+use omnilock_core::{AcquireRequest, Error, ErrorKind, LockSpec, Result};
 
 use super::detached::backoff;
 use super::Grant;
@@ -122,7 +122,7 @@ pub(super) async fn release_mutex(etcd: &Etcd, held: &Held) -> Result<()> {
 
 /// Checks that the hold's key is still there and answers until when it is
 /// known to stay.
-pub(super) async fn renew(etcd: &Etcd, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
+pub(super) async fn renew(etcd: &Etcd, spec: &LockSpec, grant: &Grant) -> Result<Instant> {
     let held = &grant.hold;
     if let Some(cause) = held.session.death() {
         return Err(cause.with_retryable(false));
@@ -139,7 +139,7 @@ pub(super) async fn renew(etcd: &Etcd, request: &AcquireRequest, grant: &Grant) 
         return Err(key_gone());
     }
     match held.foreign_lease {
-        Some(lease) => Ok(foreign_valid_until(etcd, lease, request.ttl)
+        Some(lease) => Ok(foreign_valid_until(etcd, lease, spec.ttl)
             .await?
             .min(held.session.safe_until())),
         None => Ok(held.session.safe_until()),
@@ -149,10 +149,7 @@ pub(super) async fn renew(etcd: &Etcd, request: &AcquireRequest, grant: &Grant) 
 /// Holds on this client's own lease (the usual case) are checked up to
 /// 64 per `Txn` (etcd allows 128 operations in one); the lease itself
 /// is kept alive by the session. Others are renewed each on its own.
-pub(super) async fn renew_all(
-    etcd: &Etcd,
-    holds: &[(&AcquireRequest, &Grant)],
-) -> Vec<Result<Instant>> {
+pub(super) async fn renew_all(etcd: &Etcd, holds: &[(&LockSpec, &Grant)]) -> Vec<Result<Instant>> {
     let mut results: Vec<Option<Result<Instant>>> = holds.iter().map(|_| None).collect();
     let own: Vec<(usize, &Held)> = holds
         .iter()
@@ -189,9 +186,9 @@ pub(super) async fn renew_all(
             });
         }
     }
-    for (i, (request, grant)) in holds.iter().enumerate() {
+    for (i, (spec, grant)) in holds.iter().enumerate() {
         if results[i].is_none() {
-            results[i] = Some(renew(etcd, request, grant).await);
+            results[i] = Some(renew(etcd, spec, grant).await);
         }
     }
     results.into_iter().flatten().collect()

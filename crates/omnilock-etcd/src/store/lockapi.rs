@@ -9,7 +9,8 @@ use std::fmt;
 use std::time::Instant;
 
 use omnilock_core::{
-    async_trait, AcquireRequest, Backend, Capabilities, Error, ErrorKind, Holder, LockName, Result,
+    async_trait, AcquireRequest, Backend, Capabilities, Error, ErrorKind, Holder, LockName,
+    LockSpec, Result,
 };
 
 use super::base::{capabilities, granted, Base};
@@ -144,22 +145,22 @@ impl Backend for LockApiStore {
         granted(self.base.acquire(request, true, mutex).await?)
     }
 
-    async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
-        let held = self.base.release(request, grant).await?;
-        if Counted::of(request.primitive).is_none() {
+    async fn release(&self, spec: &LockSpec, grant: &Grant) -> Result<()> {
+        let held = self.base.release(spec, grant).await?;
+        if Counted::of(spec.primitive).is_none() {
             // Our key is gone, so the lease holds nothing: keep it for the
             // next acquisition, up to a few per TTL.
             self.leases
-                .give_back(&self.base.etcd, request.ttl, &held.session);
+                .give_back(&self.base.etcd, spec.ttl, &held.session);
         }
         Ok(())
     }
 
-    async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
-        hold::renew(&self.base.etcd, request, grant).await
+    async fn renew(&self, spec: &LockSpec, grant: &Grant) -> Result<Instant> {
+        hold::renew(&self.base.etcd, spec, grant).await
     }
 
-    async fn renew_all(&self, holds: &[(&AcquireRequest, &Grant)]) -> Vec<Result<Instant>> {
+    async fn renew_all(&self, holds: &[(&LockSpec, &Grant)]) -> Vec<Result<Instant>> {
         hold::renew_all(&self.base.etcd, holds).await
     }
 

@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp};
 use omnilock_core::{
-    async_trait, AcquireRequest, Backend, Capabilities, Error, ErrorKind, Holder, LockName, Owner,
-    Result,
+    async_trait, AcquireRequest, Backend, Capabilities, Error, ErrorKind, Holder, LockName,
+    LockSpec, Owner, Result,
 };
 
 use super::base::{capabilities, granted, Base};
@@ -181,15 +181,15 @@ impl Backend for RecipeStore {
         granted(self.base.acquire(request, true, mutex).await?)
     }
 
-    async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
-        self.base.release(request, grant).await.map(drop)
+    async fn release(&self, spec: &LockSpec, grant: &Grant) -> Result<()> {
+        self.base.release(spec, grant).await.map(drop)
     }
 
-    async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
-        hold::renew(&self.base.etcd, request, grant).await
+    async fn renew(&self, spec: &LockSpec, grant: &Grant) -> Result<Instant> {
+        hold::renew(&self.base.etcd, spec, grant).await
     }
 
-    async fn renew_all(&self, holds: &[(&AcquireRequest, &Grant)]) -> Vec<Result<Instant>> {
+    async fn renew_all(&self, holds: &[(&LockSpec, &Grant)]) -> Vec<Result<Instant>> {
         hold::renew_all(&self.base.etcd, holds).await
     }
 

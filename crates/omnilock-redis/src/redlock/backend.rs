@@ -142,7 +142,7 @@ impl Backend for RedlockStore {
     /// its queued commands when it resumes). Found by pausing 3 of 5 nodes
     /// during a release: every retry was refused and a lock nobody else
     /// could have taken was reported lost.
-    async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
+    async fn release(&self, spec: &LockSpec, grant: &Grant) -> Result<()> {
         let hold = &grant.hold;
         let before = lock_unpoisoned(&hold.released).clone();
         let send: NodeTokens = hold
@@ -158,7 +158,7 @@ impl Backend for RedlockStore {
         // release sent and run it (see `release_on_until`).
         let done = before.iter().filter(|s| **s == NodeRelease::Done).count();
         let enough = self.quorum().saturating_sub(done).max(1);
-        let answers = self.release_tokens(request, &send, Some(enough)).await;
+        let answers = self.release_tokens(spec, &send, Some(enough)).await;
         let still_valid = Instant::now() < *lock_unpoisoned(&hold.valid_until);
         let after: Vec<NodeRelease> = before
             .iter()
@@ -195,8 +195,8 @@ impl Backend for RedlockStore {
         )))
     }
 
-    async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
-        self.renew_all(&[(request, grant)])
+    async fn renew(&self, spec: &LockSpec, grant: &Grant) -> Result<Instant> {
+        self.renew_all(&[(spec, grant)])
             .await
             .pop()
             .unwrap_or_else(|| Err(Error::new(ErrorKind::Backend, "internal: not renewed")))
@@ -205,7 +205,7 @@ impl Backend for RedlockStore {
     /// One script run per node extends every hold of the batch that node
     /// granted; a hold is renewed when a majority extended it within its
     /// validity, as for one lock.
-    async fn renew_all(&self, holds: &[(&AcquireRequest, &Grant)]) -> Vec<Result<Instant>> {
+    async fn renew_all(&self, holds: &[(&LockSpec, &Grant)]) -> Vec<Result<Instant>> {
         let inner = &self.inner;
         let started = Instant::now();
         let calls = inner.nodes.iter().enumerate().map(|(n, node)| {

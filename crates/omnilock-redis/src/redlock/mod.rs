@@ -16,7 +16,7 @@ use futures_util::future::join_all;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use omnilock_core::{
     async_trait, complete_or_undo, lock_unpoisoned, AcquireRequest, Backend, Backoff, Capabilities,
-    Error, ErrorKind, LockName, Result,
+    Error, ErrorKind, LockName, LockSpec, Result,
 };
 use rand::Rng;
 use tokio::sync::Notify;

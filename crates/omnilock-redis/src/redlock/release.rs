@@ -7,7 +7,7 @@ impl RedlockStore {
     /// released (None: once every node answered).
     pub(super) async fn release_tokens(
         &self,
-        request: &AcquireRequest,
+        request: &LockSpec,
         tokens: &NodeTokens,
         enough: Option<usize>,
     ) -> Vec<Option<NodeAnswer>> {
@@ -19,7 +19,7 @@ impl RedlockStore {
     /// per node, its answer (None: not sent there).
     pub(super) async fn release_on(
         &self,
-        request: &AcquireRequest,
+        request: &LockSpec,
         tokens: &[Option<String>],
         requeue: Option<&(String, u64)>,
     ) -> Vec<Option<NodeAnswer>> {
@@ -31,7 +31,7 @@ impl RedlockStore {
     /// waited for answers `NoAnswer`).
     pub(super) async fn release_on_until(
         &self,
-        request: &AcquireRequest,
+        request: &LockSpec,
         tokens: &[Option<String>],
         requeue: Option<&(String, u64)>,
         enough: Option<usize>,

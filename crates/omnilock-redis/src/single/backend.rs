@@ -164,17 +164,14 @@ impl Backend for RedisStore {
         }
     }
 
-    async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
+    async fn release(&self, spec: &LockSpec, grant: &Grant) -> Result<()> {
         let id = &grant.hold;
-        let released = match Counted::of(request.primitive) {
+        let released = match Counted::of(spec.primitive) {
             None => {
-                let released = self.release_token(request, grant.token, &id.call).await?;
+                let released = self.release_token(spec, grant.token, &id.call).await?;
                 released != Released::NotOwner
             }
-            Some(_) => {
-                self.release_counted(request, &id.entry, grant.token)
-                    .await?
-            }
+            Some(_) => self.release_counted(spec, &id.entry, grant.token).await?,
         };
         if !released {
             return Err(Error::not_owner());
@@ -182,12 +179,12 @@ impl Backend for RedisStore {
         Ok(())
     }
 
-    async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
-        if Counted::of(request.primitive).is_some() {
+    async fn renew(&self, spec: &LockSpec, grant: &Grant) -> Result<Instant> {
+        if Counted::of(spec.primitive).is_some() {
             let id = &grant.hold;
             let started = Instant::now();
-            if self.renew_counted(request, &id.entry, grant.token).await? {
-                return Ok(started + request.ttl);
+            if self.renew_counted(spec, &id.entry, grant.token).await? {
+                return Ok(started + spec.ttl);
             }
             return Err(Error::new(
                 ErrorKind::LockLost,
@@ -195,8 +192,8 @@ impl Backend for RedisStore {
             ));
         }
         let started = Instant::now();
-        if self.renew_mutexes(&[(request, grant)]).await? == [true] {
-            Ok(started + request.ttl)
+        if self.renew_mutexes(&[(spec, grant)]).await? == [true] {
+            Ok(started + spec.ttl)
         } else {
             Err(lock_gone())
         }
@@ -205,10 +202,10 @@ impl Backend for RedisStore {
     /// Mutexes share one script run per batch on one server (a cluster's
     /// locks live in different slots: each is renewed on its own there);
     /// semaphore permits and read-write locks are renewed each on its own.
-    async fn renew_all(&self, holds: &[(&AcquireRequest, &Grant)]) -> Vec<Result<Instant>> {
+    async fn renew_all(&self, holds: &[(&LockSpec, &Grant)]) -> Vec<Result<Instant>> {
         let started = Instant::now();
-        let batched = |request: &AcquireRequest| {
-            Counted::of(request.primitive).is_none() && !self.inner.node.is_cluster()
+        let batched = |spec: &LockSpec| {
+            Counted::of(spec.primitive).is_none() && !self.inner.node.is_cluster()
         };
         let (mutexes, others): (Vec<usize>, Vec<usize>) =
             (0..holds.len()).partition(|&i| batched(holds[i].0));

@@ -3,7 +3,7 @@
 //! is in `scripts/counted.rs`). The waiting, wake-ups and replica checks are the
 //! mutex's.
 
-use omnilock_core::{AcquireRequest, Primitive, Result, Share};
+use omnilock_core::{LockSpec, Primitive, Result, Share};
 
 use super::RedisStore;
 use crate::scripts::counted::Held;
@@ -27,13 +27,13 @@ impl Counted {
         self.0.capacity
     }
 
-    pub(crate) fn keys(&self, prefix: &str, request: &AcquireRequest) -> CountedKeys {
+    pub(crate) fn keys(&self, prefix: &str, request: &LockSpec) -> CountedKeys {
         CountedKeys::new(prefix, request.name.as_str(), self.0.family)
     }
 }
 
 impl RedisStore {
-    fn counted_keys(&self, request: &AcquireRequest) -> Option<CountedKeys> {
+    fn counted_keys(&self, request: &LockSpec) -> Option<CountedKeys> {
         Counted::of(request.primitive).map(|c| c.keys(self.prefix(), request))
     }
 
@@ -42,7 +42,7 @@ impl RedisStore {
     /// held by this owner and token.
     pub(crate) async fn release_counted(
         &self,
-        request: &AcquireRequest,
+        request: &LockSpec,
         entry: &str,
         token: u64,
     ) -> Result<bool> {
@@ -59,7 +59,7 @@ impl RedisStore {
     /// Extends the held `entry`'s lease; `Ok(false)` when it is not held.
     pub(crate) async fn renew_counted(
         &self,
-        request: &AcquireRequest,
+        request: &LockSpec,
         entry: &str,
         token: u64,
     ) -> Result<bool> {
@@ -73,7 +73,7 @@ impl RedisStore {
 
     /// Takes `entry` out of the queue, waiting or holding: a dropped
     /// acquire, or the undo of a grant nobody will use.
-    pub(crate) async fn cancel_counted(&self, request: &AcquireRequest, entry: &str) -> Result<()> {
+    pub(crate) async fn cancel_counted(&self, request: &LockSpec, entry: &str) -> Result<()> {
         let keys = self.counted_keys(request).expect("a counted lock");
         let mut conn = self.node().conn_for(&keys.lock);
         let channel_prefix = self.channel_prefix_for(&keys.lock);
@@ -85,7 +85,7 @@ impl RedisStore {
 }
 
 /// `request`'s held `entry` with `token`.
-fn held<'a>(request: &'a AcquireRequest, entry: &'a str, token: u64) -> Held<'a> {
+fn held<'a>(request: &'a LockSpec, entry: &'a str, token: u64) -> Held<'a> {
     Held {
         entry,
         owner: request.owner.as_str(),

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use omnilock_core::{
     async_trait, complete_or_undo, lock_unpoisoned, retry_in_background, AcquireRequest, Backend,
-    Backoff, Capabilities, Error, ErrorKind, LockName, Result,
+    Backoff, Capabilities, Error, ErrorKind, LockName, LockSpec, Result,
 };
 use rand::Rng;
 use redis::aio::ConnectionManager;

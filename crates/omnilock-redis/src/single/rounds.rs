@@ -161,7 +161,7 @@ impl RedisStore {
     /// `entry`.
     pub(super) async fn undo(
         &self,
-        request: &AcquireRequest,
+        request: &LockSpec,
         entry: &str,
         token: u64,
         call: &str,
@@ -193,10 +193,7 @@ impl RedisStore {
     /// server): whether each is still held by its owner and token, and
     /// extended. With `wait_replicas`, a shortfall of confirmations fails
     /// the whole batch (retried).
-    pub(super) async fn renew_mutexes(
-        &self,
-        holds: &[(&AcquireRequest, &Grant)],
-    ) -> Result<Vec<bool>> {
+    pub(super) async fn renew_mutexes(&self, holds: &[(&LockSpec, &Grant)]) -> Result<Vec<bool>> {
         if holds.is_empty() {
             return Ok(Vec::new());
         }
@@ -232,7 +229,7 @@ impl RedisStore {
     /// of one hold's release.
     pub(super) async fn release_token(
         &self,
-        request: &AcquireRequest,
+        request: &LockSpec,
         token: u64,
         call: &str,
     ) -> Result<Released> {

@@ -44,7 +44,7 @@ use std::time::Instant;
 
 use omnilock_core::{
     async_trait, AcquireRequest, Backend, Capabilities, Error, ErrorKind, Holder, LockName,
-    Primitive, Result,
+    LockSpec, Primitive, Result,
 };
 
 use crate::conn::errors::map_err;
@@ -141,33 +141,33 @@ impl Backend for AdvisoryStore {
         }
     }
 
-    async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
-        match request.primitive {
+    async fn release(&self, spec: &LockSpec, grant: &Grant) -> Result<()> {
+        match spec.primitive {
             Primitive::Mutex => self.release_held(grant).await,
-            _ => self.table.release(request, grant).await,
+            _ => self.table.release(spec, grant).await,
         }
     }
 
-    async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
-        match request.primitive {
-            Primitive::Mutex => self.renew_held(&[(request, grant)]).await.remove(0),
-            _ => self.table.renew(request, grant).await,
+    async fn renew(&self, spec: &LockSpec, grant: &Grant) -> Result<Instant> {
+        match spec.primitive {
+            Primitive::Mutex => self.renew_held(&[(spec, grant)]).await.remove(0),
+            _ => self.table.renew(spec, grant).await,
         }
     }
 
     /// Mutexes with one statement per session, for all the locks it holds;
     /// the rest as the table renews them.
-    async fn renew_all(&self, holds: &[(&AcquireRequest, &Grant)]) -> Vec<Result<Instant>> {
+    async fn renew_all(&self, holds: &[(&LockSpec, &Grant)]) -> Vec<Result<Instant>> {
         let (mutexes, others): (Vec<_>, Vec<_>) = holds
             .iter()
             .copied()
-            .partition(|(request, _)| request.primitive == Primitive::Mutex);
+            .partition(|(spec, _)| spec.primitive == Primitive::Mutex);
         let mut mutexes = self.renew_held(&mutexes).await.into_iter();
         let mut others = self.table.renew_all(&others).await.into_iter();
         holds
             .iter()
-            .map(|(request, _)| {
-                let renewed = match request.primitive {
+            .map(|(spec, _)| {
+                let renewed = match spec.primitive {
                     Primitive::Mutex => mutexes.next(),
                     _ => others.next(),
                 };

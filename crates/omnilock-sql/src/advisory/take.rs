@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-use omnilock_core::{AcquireRequest, Error, ErrorKind, Result};
+use omnilock_core::{AcquireRequest, Error, ErrorKind, LockSpec, Result};
 
 use super::key::Key;
 use super::session::{Session, SessionConn};
@@ -160,10 +160,7 @@ impl AdvisoryStore {
     /// Renews holds (as `Backend::renew_all`): one statement per session,
     /// which restarts its idle clock for every lock it holds. A session
     /// that is gone means its locks are (or soon will be) gone.
-    pub(super) async fn renew_held(
-        &self,
-        holds: &[(&AcquireRequest, &Grant)],
-    ) -> Vec<Result<Instant>> {
+    pub(super) async fn renew_held(&self, holds: &[(&LockSpec, &Grant)]) -> Vec<Result<Instant>> {
         let mut sessions: Vec<Arc<Shared>> = Vec::new();
         let mut which: Vec<Result<usize>> = Vec::with_capacity(holds.len());
         for (_, grant) in holds {
@@ -186,11 +183,11 @@ impl AdvisoryStore {
         holds
             .iter()
             .zip(which)
-            .map(|((request, grant), session)| {
+            .map(|((spec, grant), session)| {
                 let i = session?;
                 let held = grant.hold.session()?;
                 match &pinged[i] {
-                    Ok(keys) if keys.contains(&held.key) => Ok(started + request.ttl),
+                    Ok(keys) if keys.contains(&held.key) => Ok(started + spec.ttl),
                     Ok(_) => Err(lost("the lock was released")),
                     Err(why) => Err(lost(format!("the lock's database session is gone ({why})"))),
                 }

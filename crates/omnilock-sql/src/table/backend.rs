@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use omnilock_core::{
     async_trait, complete_or_undo, AcquireRequest, Backend, Backoff, Capabilities, Error,
-    ErrorKind, LockName, Primitive, Result,
+    ErrorKind, LockName, LockSpec, Primitive, Result,
 };
 use sqlx::Row;
 
@@ -160,12 +160,12 @@ impl Backend for TableStore {
         }
     }
 
-    async fn release(&self, request: &AcquireRequest, grant: &Grant) -> Result<()> {
-        if request.primitive != Primitive::Mutex {
-            return self.release_counted(request, grant).await;
+    async fn release(&self, spec: &LockSpec, grant: &Grant) -> Result<()> {
+        if spec.primitive != Primitive::Mutex {
+            return self.release_counted(spec, grant).await;
         }
         if self
-            .release_row(&request.name, &request.owner, grant.token)
+            .release_row(&spec.name, &spec.owner, grant.token)
             .await?
         {
             Ok(())
@@ -174,15 +174,15 @@ impl Backend for TableStore {
         }
     }
 
-    async fn renew(&self, request: &AcquireRequest, grant: &Grant) -> Result<Instant> {
-        if request.primitive != Primitive::Mutex {
-            return self.renew_counted(request, grant).await;
+    async fn renew(&self, spec: &LockSpec, grant: &Grant) -> Result<Instant> {
+        if spec.primitive != Primitive::Mutex {
+            return self.renew_counted(spec, grant).await;
         }
         let started = Instant::now();
         let args = Args {
-            name: request.name.as_str(),
-            owner: request.owner.as_str(),
-            ttl_ms: request.ttl.as_millis() as i64,
+            name: spec.name.as_str(),
+            owner: spec.owner.as_str(),
+            ttl_ms: spec.ttl.as_millis() as i64,
             token: grant.token as i64,
             ..Args::default()
         };
@@ -192,11 +192,11 @@ impl Backend for TableStore {
                 "the lock is no longer held by this owner",
             ));
         }
-        Ok(started + request.ttl)
+        Ok(started + spec.ttl)
     }
 
     /// Mutexes in batches (see [`TableStore::renew_holds`]).
-    async fn renew_all(&self, holds: &[(&AcquireRequest, &Grant)]) -> Vec<Result<Instant>> {
+    async fn renew_all(&self, holds: &[(&LockSpec, &Grant)]) -> Vec<Result<Instant>> {
         self.renew_holds(holds).await
     }
 

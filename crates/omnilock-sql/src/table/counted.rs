@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use omnilock_core::{
     complete_or_undo, retry_in_background, retry_when, AcquireRequest, Backoff, Error, ErrorKind,
-    LockName, Result, Share,
+    LockName, LockSpec, Result, Share,
 };
 use sqlx::Row;
 
@@ -306,32 +306,24 @@ impl TableStore {
         }
     }
 
-    pub(crate) async fn release_counted(
-        &self,
-        request: &AcquireRequest,
-        grant: &Grant,
-    ) -> Result<()> {
+    pub(crate) async fn release_counted(&self, spec: &LockSpec, grant: &Grant) -> Result<()> {
         let id = grant.hold.entry()?;
-        if !self.delete_row(id, Some(request.owner.as_str())).await? {
+        if !self.delete_row(id, Some(spec.owner.as_str())).await? {
             return Err(Error::not_owner());
         }
         // A release can admit several waiters (a writer's, readers): let
         // every local one look.
-        self.inner.wake_all_local(&request.name);
+        self.inner.wake_all_local(&spec.name);
         Ok(())
     }
 
-    pub(crate) async fn renew_counted(
-        &self,
-        request: &AcquireRequest,
-        grant: &Grant,
-    ) -> Result<Instant> {
+    pub(crate) async fn renew_counted(&self, spec: &LockSpec, grant: &Grant) -> Result<Instant> {
         let id = grant.hold.entry()?;
         let started = Instant::now();
         let args = Args {
             id,
-            owner: request.owner.as_str(),
-            ttl_ms: request.ttl.as_millis() as i64,
+            owner: spec.owner.as_str(),
+            ttl_ms: spec.ttl.as_millis() as i64,
             ..Args::default()
         };
         let renewed = self.execute(&self.counted_queries().renew, &args).await?;
@@ -341,7 +333,7 @@ impl TableStore {
                 "the permit or read-write lock is no longer held by this owner",
             ));
         }
-        Ok(started + request.ttl)
+        Ok(started + spec.ttl)
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use omnilock_core::{AcquireRequest, Backend, Error, ErrorKind, Primitive, Result};
+use omnilock_core::{Backend, Error, ErrorKind, LockSpec, Primitive, Result};
 
 use super::TableStore;
 use crate::conn::with_pool;
@@ -13,14 +13,11 @@ impl TableStore {
     /// `queries::RenewBatch`); a batch that matched fewer rows than locks
     /// is renewed lock by lock to find the ones that are gone. Semaphore
     /// permits and read-write locks are renewed each on its own.
-    pub(super) async fn renew_holds(
-        &self,
-        holds: &[(&AcquireRequest, &Grant)],
-    ) -> Vec<Result<Instant>> {
+    pub(super) async fn renew_holds(&self, holds: &[(&LockSpec, &Grant)]) -> Vec<Result<Instant>> {
         let mut results: Vec<Option<Result<Instant>>> = holds.iter().map(|_| None).collect();
         let mut mutexes: Vec<usize> = Vec::new();
-        for (i, (request, _)) in holds.iter().enumerate() {
-            if request.primitive == Primitive::Mutex && results[i].is_none() {
+        for (i, (spec, _)) in holds.iter().enumerate() {
+            if spec.primitive == Primitive::Mutex && results[i].is_none() {
                 mutexes.push(i);
             }
         }
@@ -59,7 +56,7 @@ impl TableStore {
 
     /// Renews mutexes of one TTL with one statement; lock by lock when it
     /// matched fewer rows than locks (some are gone).
-    async fn renew_batch(&self, holds: &[(&AcquireRequest, &Grant)]) -> Vec<Result<Instant>> {
+    async fn renew_batch(&self, holds: &[(&LockSpec, &Grant)]) -> Vec<Result<Instant>> {
         let Some((first, _)) = holds.first() else {
             return Vec::new();
         };
@@ -78,10 +75,10 @@ impl TableStore {
                 q = q.bind(padded(i).0.name.as_str());
             }
             for i in 0..size {
-                let (request, grant) = padded(i);
+                let (spec, grant) = padded(i);
                 q = q
-                    .bind(request.name.as_str())
-                    .bind(request.owner.as_str())
+                    .bind(spec.name.as_str())
+                    .bind(spec.owner.as_str())
                     .bind(grant.token as i64);
             }
             q.execute(p).await.map(|r| r.rows_affected()).map_err(err)
