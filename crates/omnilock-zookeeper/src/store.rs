@@ -440,6 +440,12 @@ impl Backend for ZkStore {
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
         let session = self.any_session().await?;
         let lock_path = self.lock_path(name.as_str())?;
+        // This session's server may lag the leader: without a sync, a
+        // holder granted through another server just before this call can
+        // be missed ("no leader" right after a campaign returned).
+        if let Err(e) = call_raw(&self.ctx, session.client.sync(&lock_path)).await? {
+            return Err(classify(e, &self.ctx.shown));
+        }
         loop {
             let mut children =
                 match call_raw(&self.ctx, session.client.list_children(&lock_path)).await? {
