@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 use omnilock::blocking::{self, Locks};
 use omnilock_core::{ErrorKind, Operation, Owner};
 
-use super::{join_soon, queue_waiter, unique, BlockingSubject, PATIENCE};
+use super::{
+    assert_free, assert_taken, join_soon, queue_waiter, unique, BlockingSubject, PATIENCE,
+};
+use crate::scenarios::assert_timed_out;
 
 /// 8 threads over 2 clients each increment a shared non-atomic counter 20
 /// times under the lock: exactly 160, and never two threads inside at once.
@@ -78,21 +81,16 @@ pub fn blocking_timeout_is_typed(subject: &BlockingSubject) {
     let [a, b] = subject.clients();
     let held = a.acquire(&name).expect("acquire");
     let started = Instant::now();
+    let timeout = Duration::from_millis(200);
     let err = b
         .lock(&name)
-        .timeout(Duration::from_millis(200))
+        .timeout(timeout)
         .acquire()
         .expect_err("acquire of a held lock must time out");
-    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    assert_timed_out(&err, started.elapsed(), timeout);
     assert_eq!(err.operation(), Some(Operation::Acquire));
     assert_eq!(err.lock(), Some(name.as_str()));
     assert_eq!(err.backend(), Some(b.backend_kind()));
-    assert!(started.elapsed() >= Duration::from_millis(200));
-    assert!(
-        started.elapsed() < PATIENCE,
-        "timeout took {:?}",
-        started.elapsed()
-    );
     assert!(held.is_held());
     held.release().expect("release");
 }
@@ -103,9 +101,9 @@ pub fn blocking_release_by_owner_only(subject: &BlockingSubject) {
     let name = unique("owner");
     let [a, b] = subject.clients();
     let first = a.acquire(&name).expect("first holder");
-    assert!(b.try_acquire(&name).expect("probe").is_none());
+    assert_taken(&b, &name, "still held");
     first.release().expect("owner releases");
-    assert!(b.try_acquire(&name).expect("probe").is_some(), "not freed");
+    assert_free(&b, &name, "not freed");
 }
 
 /// A stale guard (its lock broken and taken by another) gets NotOwner and
@@ -123,9 +121,10 @@ pub fn blocking_stale_release_is_not_owner(subject: &BlockingSubject) {
     let err = stale.release().expect_err("a stale guard must not release");
     assert_eq!(err.kind(), ErrorKind::NotOwner, "{err}");
     assert!(fresh.is_held());
-    assert!(
-        admin.try_acquire(&name).expect("probe").is_none(),
-        "the stale release freed the new holder's lock"
+    assert_taken(
+        &admin,
+        &name,
+        "the stale release freed the new holder's lock",
     );
     fresh.release().expect("the new holder releases");
 }
@@ -168,15 +167,9 @@ pub fn blocking_reentrancy(subject: &BlockingSubject) {
     assert_eq!(err.kind(), ErrorKind::WouldDeadlock, "{err}");
     inner.release().expect("release inner");
     assert!(outer.is_held());
-    assert!(
-        other.try_acquire(&name).expect("probe").is_none(),
-        "free after one of two holds"
-    );
+    assert_taken(&other, &name, "free after one of two holds");
     outer.release().expect("release outer");
-    assert!(
-        other.try_acquire(&name).expect("probe").is_some(),
-        "not free after the last hold"
-    );
+    assert_free(&other, &name, "not free after the last hold");
 }
 
 /// The same owner re-enters its lock through another client (same token),
@@ -195,10 +188,7 @@ pub fn blocking_reentrancy_across_clients(subject: &BlockingSubject) {
     assert_eq!(across.token(), outer.token());
     across.release().expect("release across");
     assert!(outer.is_held());
-    assert!(
-        other.try_acquire(&name).expect("probe").is_none(),
-        "free after one of two holds"
-    );
+    assert_taken(&other, &name, "free after one of two holds");
     outer.release().expect("release outer");
 }
 
@@ -220,10 +210,7 @@ pub fn blocking_drop_releases_to_waiting_thread(subject: &BlockingSubject) {
     // Synchronous: right after a drop, the lock is free for a try_acquire.
     let again = a.acquire(&name).expect("acquire");
     drop(again);
-    assert!(
-        b.try_acquire(&name).expect("probe").is_some(),
-        "drop did not release at once"
-    );
+    assert_free(&b, &name, "drop did not release at once");
 }
 
 /// A guard dropped on an async runtime's thread, where it cannot block,
@@ -342,18 +329,12 @@ pub fn blocking_with_lock(subject: &BlockingSubject) {
     let [a, b] = subject.clients();
     let value = a
         .with_lock(&name, || {
-            assert!(
-                b.try_acquire(&name).expect("probe").is_none(),
-                "not held during the work"
-            );
+            assert_taken(&b, &name, "not held during the work");
             42
         })
         .expect("with_lock");
     assert_eq!(value, 42);
-    assert!(
-        b.try_acquire(&name).expect("probe").is_some(),
-        "not released after the work"
-    );
+    assert_free(&b, &name, "not released after the work");
 }
 
 /// `with_lock` returns the loss instead of the work's value when the lock

@@ -51,6 +51,22 @@ async fn once_permit(locks: &Locks, name: &str, permits: u32) -> LockGuard {
     once_taken(locks, |locks| locks.semaphore(name, permits)).await
 }
 
+/// try-acquires a permit once: the permit, or `None` when all are in use.
+async fn try_permit(locks: &Locks, name: &str, permits: u32) -> Option<LockGuard> {
+    locks
+        .semaphore(name, permits)
+        .try_acquire()
+        .await
+        .expect("try_acquire")
+}
+
+/// Takes a permit that has just been freed (its holder released, or a
+/// cancelled waiter's entry goes in the background), soon, and releases it.
+async fn take_freed_permit(what: &str, locks: &Locks, name: &str, permits: u32) {
+    let permit = within(what, once_permit(locks, name, permits)).await;
+    permit.release().await.expect("release");
+}
+
 /// 32 tasks on 4 clients take permits of a 3-permit semaphore again and
 /// again: never more than 3 inside at once, and 3 at once do happen (the
 /// first holders wait for it).
@@ -147,11 +163,7 @@ pub(crate) async fn semaphore_full_refuses_until_release(subject: &Subject) {
         .acquire()
         .await
         .expect("second permit");
-    let busy = b
-        .semaphore(&name, 2)
-        .try_acquire()
-        .await
-        .expect("try_acquire");
+    let busy = try_permit(&b, &name, 2).await;
     assert!(busy.is_none(), "a third permit of two");
     let err = b
         .semaphore(&name, 2)
@@ -164,11 +176,7 @@ pub(crate) async fn semaphore_full_refuses_until_release(subject: &Subject) {
     let third = within("a freed permit is taken", b.semaphore(&name, 2).acquire())
         .await
         .expect("a freed permit");
-    let fourth = b
-        .semaphore(&name, 2)
-        .try_acquire()
-        .await
-        .expect("try_acquire");
+    let fourth = try_permit(&b, &name, 2).await;
     assert!(
         fourth.is_none(),
         "one release made room for one permit only"
@@ -207,26 +215,14 @@ pub(crate) async fn semaphore_permits_mismatch_rejected(subject: &Subject) {
         );
     }
     // The recorded count stays 2: a second permit is there, a third is not.
-    let second = b
-        .semaphore(&name, 2)
-        .try_acquire()
+    let second = try_permit(&b, &name, 2)
         .await
-        .expect("try_acquire");
-    let second = second.expect("the second of 2 permits");
-    let third = b
-        .semaphore(&name, 2)
-        .try_acquire()
-        .await
-        .expect("try_acquire");
+        .expect("the second of 2 permits");
+    let third = try_permit(&b, &name, 2).await;
     assert!(third.is_none(), "the mismatch did not change the count");
     held.release().await.expect("release");
     second.release().await.expect("release");
-    let recounted = within(
-        "an unused semaphore takes a new count",
-        once_permit(&b, &name, 3),
-    )
-    .await;
-    recounted.release().await.expect("release");
+    take_freed_permit("an unused semaphore takes a new count", &b, &name, 3).await;
 }
 
 /// Bad input is refused before any I/O with a clear error, on every store:
@@ -285,12 +281,9 @@ pub(crate) async fn primitives_have_separate_namespaces(subject: &Subject) {
     let name = unique("namespaces");
     let [a, b] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
     let mutex = a.acquire(&name).await.expect("the mutex");
-    let permit = b
-        .semaphore(&name, 1)
-        .try_acquire()
+    let permit = try_permit(&b, &name, 1)
         .await
-        .expect("try_acquire");
-    let permit = permit.expect("the semaphore of the mutex's name is free");
+        .expect("the semaphore of the mutex's name is free");
     let write = b
         .rw_lock(&name)
         .write()
@@ -298,12 +291,10 @@ pub(crate) async fn primitives_have_separate_namespaces(subject: &Subject) {
         .await
         .expect("try_acquire");
     let write = write.expect("the rw lock of the mutex's name is free");
-    assert!(a
-        .semaphore(&name, 1)
-        .try_acquire()
-        .await
-        .expect("try")
-        .is_none());
+    assert!(
+        try_permit(&a, &name, 1).await.is_none(),
+        "the semaphore is held"
+    );
     assert!(a
         .rw_lock(&name)
         .read()
@@ -335,12 +326,7 @@ pub(crate) async fn semaphore_cancelled_acquire_leaves_nothing(subject: &Subject
     dropped.abort();
     let _ = dropped.await;
     held.release().await.expect("release");
-    let next = within(
-        "the freed permit is free for anyone",
-        once_permit(&c, &name, 1),
-    )
-    .await;
-    next.release().await.expect("release");
+    take_freed_permit("the freed permit is free for anyone", &c, &name, 1).await;
 }
 
 /// Permits are granted in the order they were asked for.
