@@ -8,8 +8,11 @@
 use std::time::Duration;
 
 use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, Identity, TlsOptions};
-use omnilock_core::{ErrorKind, StoreUrl};
+use omnilock_core::StoreUrl;
 use omnilock_etcd::{EtcdConfig, EtcdStore, Mode};
+use omnilock_testkit::fixtures::{
+    assert_refused, assert_same_refusal, assert_unreachable, take_and_release, unique_name,
+};
 use omnilock_testkit::{store_url, Subject};
 
 /// The settings in `OMNILOCK_TEST_<store>_URL`, read only to learn where
@@ -120,23 +123,15 @@ async fn credentials_come_from_the_client() {
     let client = app_client(&config).await.expect("client");
     let locks = EtcdStore::builder(client).build().await.expect("build");
     let name = format!("byo-auth/{}", std::process::id());
-    let guard = locks
-        .acquire(&name)
-        .await
-        .expect("acquire with the client's credentials");
-    guard.release().await.expect("release");
+    take_and_release(&locks, &name).await;
 
     config.username = None;
     config.password = None;
     let anonymous = app_client(&config)
         .await
         .expect("client without credentials");
-    let err = EtcdStore::builder(anonymous)
-        .build()
-        .await
-        .expect_err("the member requires authentication");
-    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
-    assert!(err.to_string().contains("refused the credentials"), "{err}");
+    let refused = EtcdStore::builder(anonymous).build().await;
+    assert_refused(refused, "refused the credentials");
 }
 
 /// A TLS client with a client certificate (mutual TLS) that only the
@@ -154,8 +149,7 @@ async fn tls_identity_comes_from_the_client() {
         .build()
         .await
         .expect("build over TLS");
-    let guard = locks.acquire("byo-tls").await.expect("acquire over TLS");
-    guard.release().await.expect("release");
+    take_and_release(&locks, &unique_name("byo-tls")).await;
 }
 
 /// Options are checked before any I/O, with the URL's messages: the client
@@ -194,30 +188,25 @@ async fn builder_checks_options_like_urls() {
             "TTL",
         ),
     ];
-    for (result, expected) in cases {
-        let err = result.expect_err(expected);
-        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
-        assert!(err.to_string().contains(expected), "{err}");
+    for (result, words) in cases {
+        assert_refused(result, words);
     }
-    let from_url =
-        EtcdConfig::from_url(&StoreUrl::parse("etcd://127.0.0.1:1/a//b").unwrap()).unwrap_err();
-    let from_builder = EtcdStore::builder(nowhere().await)
-        .prefix("a//b")
-        .build()
-        .await
-        .unwrap_err();
-    assert_eq!(from_url.message(), from_builder.message());
-    // Valid options, unreachable cluster: Unavailable within connect_timeout.
-    let started = std::time::Instant::now();
-    let err = EtcdStore::builder(nowhere().await)
-        .connect_timeout(Duration::from_millis(500))
-        .build()
-        .await
-        .expect_err("nothing listens on port 1");
-    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "{:?}",
-        started.elapsed()
+    assert_same_refusal(
+        EtcdConfig::from_url(&StoreUrl::parse("etcd://127.0.0.1:1/a//b").unwrap()),
+        EtcdStore::builder(nowhere().await)
+            .prefix("a//b")
+            .build()
+            .await,
     );
+    // Valid options, unreachable cluster: Unavailable within connect_timeout.
+    let client = nowhere().await;
+    assert_unreachable(
+        EtcdStore::builder(client)
+            .connect_timeout(Duration::from_millis(500))
+            .build(),
+        "127.0.0.1:1",
+        None,
+        Duration::from_secs(10),
+    )
+    .await;
 }
