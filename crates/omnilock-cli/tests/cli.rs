@@ -103,15 +103,18 @@ fn bad_arguments_exit_64() {
         vec!["frobnicate"],
     ];
     for args in cases {
-        let out = run(&args);
-        assert_eq!(
-            out.status.code(),
-            Some(64),
-            "{args:?}: {}",
-            text(&out.stderr)
-        );
-        assert!(!text(&out.stderr).trim().is_empty(), "{args:?}: no message");
+        usage_error(&args);
     }
+}
+
+/// Runs `omnilock <args>`, which must be refused as a usage error: exit
+/// 64, with a message. Returns the message.
+fn usage_error(args: &[&str]) -> String {
+    let out = run(args);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{args:?}: {stderr}");
+    assert!(!stderr.trim().is_empty(), "{args:?}: no message");
+    stderr
 }
 
 #[test]
@@ -298,13 +301,7 @@ fn input_is_checked_before_any_io() {
         ],
     ] {
         let started = Instant::now();
-        let out = run(&args);
-        assert_eq!(
-            out.status.code(),
-            Some(64),
-            "{args:?}: {}",
-            text(&out.stderr)
-        );
+        usage_error(&args);
         assert!(
             started.elapsed() < Duration::from_secs(3),
             "{args:?} did I/O first"

@@ -13,7 +13,7 @@ use omnilock_etcd::{EtcdConfig, EtcdStore, Mode};
 use omnilock_testkit::fixtures::{
     assert_refused, assert_same_refusal, assert_unreachable, take_and_release, unique_name,
 };
-use omnilock_testkit::{store_url, Subject};
+use omnilock_testkit::{assert_builder_refuses, store_url, Subject};
 
 /// The settings in `OMNILOCK_TEST_<store>_URL`, read only to learn where
 /// the test cluster is and what it needs.
@@ -161,36 +161,12 @@ async fn builder_checks_options_like_urls() {
             .await
             .expect("etcd-client connects lazily")
     };
-    let cases = [
-        (
-            EtcdStore::builder(nowhere().await)
-                .prefix("a//b")
-                .build()
-                .await,
-            "prefix",
-        ),
-        (
-            EtcdStore::builder(nowhere().await).prefix("").build().await,
-            "prefix",
-        ),
-        (
-            EtcdStore::builder(nowhere().await)
-                .timeout(Duration::ZERO)
-                .build()
-                .await,
-            "timeout",
-        ),
-        (
-            EtcdStore::builder(nowhere().await)
-                .ttl(Duration::from_millis(1))
-                .build()
-                .await,
-            "TTL",
-        ),
-    ];
-    for (result, words) in cases {
-        assert_refused(result, words);
-    }
+    assert_builder_refuses!(EtcdStore::builder(nowhere().await);
+        prefix("a//b") => "prefix",
+        prefix("") => "prefix",
+        timeout(Duration::ZERO) => "timeout",
+        ttl(Duration::from_millis(1)) => "TTL",
+    );
     assert_same_refusal(
         EtcdConfig::from_url(&StoreUrl::parse("etcd://127.0.0.1:1/a//b").unwrap()),
         EtcdStore::builder(nowhere().await)
@@ -199,14 +175,8 @@ async fn builder_checks_options_like_urls() {
             .await,
     );
     // Valid options, unreachable cluster: Unavailable within connect_timeout.
-    let client = nowhere().await;
-    assert_unreachable(
-        EtcdStore::builder(client)
-            .connect_timeout(Duration::from_millis(500))
-            .build(),
-        "127.0.0.1:1",
-        None,
-        Duration::from_secs(10),
-    )
-    .await;
+    let build = EtcdStore::builder(nowhere().await)
+        .connect_timeout(Duration::from_millis(500))
+        .build();
+    assert_unreachable(build, "127.0.0.1:1", None, Duration::from_secs(10)).await;
 }

@@ -50,13 +50,10 @@ async fn keys_under(client: &etcd_client::Client, prefix: &str) -> Vec<(String, 
 
 #[tokio::test]
 async fn unreachable_endpoints_are_unavailable_within_the_connect_timeout() {
-    assert_unreachable(
-        connect("etcd://locker:s3cret-pw@127.0.0.1:1,127.0.0.1:9/x?connect_timeout=1s"),
-        "127.0.0.1:1",
-        Some("s3cret-pw"),
-        Duration::from_secs(3),
-    )
-    .await;
+    let unreachable =
+        connect("etcd://locker:s3cret-pw@127.0.0.1:1,127.0.0.1:9/x?connect_timeout=1s");
+    let within = Duration::from_secs(3);
+    assert_unreachable(unreachable, "127.0.0.1:1", Some("s3cret-pw"), within).await;
 }
 
 #[tokio::test]
@@ -198,16 +195,11 @@ async fn the_same_owner_reenters_across_processes_and_the_count_lives_in_etcd() 
     assert!(a.capabilities().cross_process_reentrancy);
     let name = unique_name("xreentry");
     let me = Owner::new("deploy-bot").unwrap();
-    let first = a
-        .lock(&name)
-        .owner(&me)
-        .acquire()
-        .await
-        .expect("first hold");
-    let second = tokio::time::timeout(PATIENCE, b.lock(&name).owner(&me).acquire())
-        .await
-        .expect("re-entry does not wait")
-        .expect("second hold, from another client");
+    // Neither hold waits (a timeout would be an error).
+    let first = a.lock(&name).owner(&me).timeout(PATIENCE).acquire().await;
+    let first = first.expect("first hold");
+    let second = b.lock(&name).owner(&me).timeout(PATIENCE).acquire().await;
+    let second = second.expect("second hold, from another client");
     let client = raw().await;
     let prefix = format!("omnilock/{}/", name.replace('/', "%2F"));
     let keys = keys_under(&client, &prefix).await;

@@ -12,7 +12,7 @@ use omnilock_redis::{RedisStore, RedlockStore};
 use omnilock_testkit::fixtures::{
     assert_refused, assert_same_refusal, assert_unreachable, take_and_release, unique_name,
 };
-use omnilock_testkit::{store_url, Subject};
+use omnilock_testkit::{assert_builder_refuses, store_url, Subject};
 use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo};
 
 /// The application's client for one node of a test URL: its credentials,
@@ -244,47 +244,17 @@ async fn a_manager_for_another_server_is_refused() {
 /// `Unavailable` instead.
 async fn builders_check_options_like_urls() {
     let nowhere = || redis::Client::open("redis://127.0.0.1:1/").unwrap();
-    let cases = [
-        (
-            RedisStore::builder(nowhere()).prefix("{x}").build().await,
-            "prefix",
-        ),
-        (
-            RedisStore::builder(nowhere())
-                .waiter_lease(Duration::from_millis(1))
-                .build()
-                .await,
-            "waiter_lease",
-        ),
-        (
-            RedisStore::builder(nowhere())
-                .timeout(Duration::ZERO)
-                .build()
-                .await,
-            "timeout",
-        ),
-        (
-            RedisStore::builder(nowhere())
-                .ttl(Duration::from_millis(1))
-                .build()
-                .await,
-            "TTL",
-        ),
-        (
-            RedlockStore::builder([nowhere(), nowhere()]).build().await,
-            "at least 3",
-        ),
-        (
-            RedlockStore::builder([nowhere(), nowhere(), nowhere()])
-                .ttl(Duration::from_secs(365 * 86_400))
-                .build()
-                .await,
-            "TTL",
-        ),
-    ];
-    for (result, words) in cases {
-        assert_refused(result, words);
-    }
+    assert_builder_refuses!(RedisStore::builder(nowhere());
+        prefix("{x}") => "prefix",
+        waiter_lease(Duration::from_millis(1)) => "waiter_lease",
+        timeout(Duration::ZERO) => "timeout",
+        ttl(Duration::from_millis(1)) => "TTL",
+    );
+    let two = RedlockStore::builder([nowhere(), nowhere()]).build().await;
+    assert_refused(two, "at least 3");
+    assert_builder_refuses!(RedlockStore::builder([nowhere(), nowhere(), nowhere()]);
+        ttl(Duration::from_secs(365 * 86_400)) => "TTL",
+    );
     // The same rules as the URL, word for word.
     assert_same_refusal(
         omnilock_redis::RedisConfig::from_url(
@@ -296,15 +266,10 @@ async fn builders_check_options_like_urls() {
             .await,
     );
     // Valid options, unreachable client: Unavailable, naming the node.
-    let err = assert_unreachable(
-        RedisStore::builder(nowhere())
-            .connect_timeout(Duration::from_millis(500))
-            .build(),
-        "127.0.0.1:1",
-        None,
-        Duration::from_secs(10),
-    )
-    .await;
+    let build = RedisStore::builder(nowhere())
+        .connect_timeout(Duration::from_millis(500))
+        .build();
+    let err = assert_unreachable(build, "127.0.0.1:1", None, Duration::from_secs(10)).await;
     assert!(err.to_string().contains("127.0.0.1:1"), "{err}");
 }
 

@@ -60,6 +60,25 @@ pub fn assert_refused<T>(result: Result<T>, words: &str) -> Error {
     err
 }
 
+/// A store builder refuses each option given, on its own, when it builds:
+/// `InvalidConfig`, with the words given (see [`assert_refused`]). The
+/// builder expression is evaluated afresh for every option.
+///
+/// ```ignore
+/// assert_builder_refuses!(EtcdStore::builder(client.clone());
+///     prefix("a//b") => "prefix",
+///     ttl(Duration::from_millis(1)) => "TTL",
+/// );
+/// ```
+#[macro_export]
+macro_rules! assert_builder_refuses {
+    ($builder:expr; $($option:ident($($arg:expr),*) => $words:expr),+ $(,)?) => {
+        $(
+            $crate::fixtures::assert_refused($builder.$option($($arg),*).build().await, $words);
+        )+
+    };
+}
+
 /// A builder refuses an option with the very words the URL parser uses.
 pub fn assert_same_refusal<T, U>(from_url: Result<T>, from_builder: Result<U>) {
     let (Err(from_url), Err(from_builder)) = (from_url, from_builder) else {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use omnilock_core::{ErrorKind, StoreUrl};
 use omnilock_testkit::fixtures::{assert_refused, assert_same_refusal, unique_name};
-use omnilock_testkit::{store_url, Subject};
+use omnilock_testkit::{assert_builder_refuses, store_url, Subject};
 use omnilock_zookeeper::{ZkConfig, ZkStore};
 use zookeeper_client::Client;
 
@@ -213,43 +213,13 @@ async fn builder_checks_options_like_urls() {
         return;
     };
     let client = app_client(&config, SESSION).await;
-    let cases = [
-        (
-            ZkStore::builder(client.clone())
-                .prefix("a//b")
-                .build()
-                .await,
-            "prefix",
-        ),
-        (
-            ZkStore::builder(client.clone()).prefix("").build().await,
-            "prefix",
-        ),
-        (
-            ZkStore::builder(client.clone())
-                .prefix("/zookeeper")
-                .build()
-                .await,
-            "prefix",
-        ),
-        (
-            ZkStore::builder(client.clone())
-                .timeout(Duration::ZERO)
-                .build()
-                .await,
-            "timeout",
-        ),
-        (
-            ZkStore::builder(client.clone())
-                .ttl(Duration::from_millis(1))
-                .build()
-                .await,
-            "TTL",
-        ),
-    ];
-    for (result, words) in cases {
-        assert_refused(result, words);
-    }
+    assert_builder_refuses!(ZkStore::builder(client.clone());
+        prefix("a//b") => "prefix",
+        prefix("") => "prefix",
+        prefix("/zookeeper") => "prefix",
+        timeout(Duration::ZERO) => "timeout",
+        ttl(Duration::from_millis(1)) => "TTL",
+    );
     assert_same_refusal(
         ZkConfig::from_url(&StoreUrl::parse("zk://127.0.0.1:1/a//b").unwrap()),
         ZkStore::builder(client).prefix("a//b").build().await,

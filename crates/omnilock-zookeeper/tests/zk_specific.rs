@@ -40,13 +40,9 @@ async fn raw() -> zookeeper_client::Client {
 
 #[tokio::test]
 async fn unreachable_ensemble_is_unavailable_within_the_connect_timeout() {
-    assert_unreachable(
-        connect("zk://app:s3cret-pw@127.0.0.1:1,127.0.0.1:9/x?connect_timeout=1s"),
-        "127.0.0.1:1",
-        Some("s3cret-pw"),
-        Duration::from_secs(3),
-    )
-    .await;
+    let unreachable = connect("zk://app:s3cret-pw@127.0.0.1:1,127.0.0.1:9/x?connect_timeout=1s");
+    let within = Duration::from_secs(3);
+    assert_unreachable(unreachable, "127.0.0.1:1", Some("s3cret-pw"), within).await;
 }
 
 /// With digest credentials, lock nodes carry `creator_all`: a client

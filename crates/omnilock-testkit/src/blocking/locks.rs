@@ -10,7 +10,8 @@ use omnilock::blocking::{self, Locks};
 use omnilock_core::{ErrorKind, Operation, Owner};
 
 use super::{
-    assert_free, assert_taken, join_soon, queue_waiter, unique, BlockingSubject, PATIENCE,
+    assert_free, assert_still_held, assert_taken, join_soon, queue_waiter, unique, BlockingSubject,
+    PATIENCE,
 };
 use crate::scenarios::assert_timed_out;
 
@@ -120,8 +121,8 @@ pub fn blocking_stale_release_is_not_owner(subject: &BlockingSubject) {
         .expect("a new holder takes the broken lock");
     let err = stale.release().expect_err("a stale guard must not release");
     assert_eq!(err.kind(), ErrorKind::NotOwner, "{err}");
-    assert!(fresh.is_held());
-    assert_taken(
+    assert_still_held(
+        &fresh,
         &admin,
         &name,
         "the stale release freed the new holder's lock",
@@ -166,8 +167,7 @@ pub fn blocking_reentrancy(subject: &BlockingSubject) {
         .expect_err("non-reentrant re-acquire");
     assert_eq!(err.kind(), ErrorKind::WouldDeadlock, "{err}");
     inner.release().expect("release inner");
-    assert!(outer.is_held());
-    assert_taken(&other, &name, "free after one of two holds");
+    assert_still_held(&outer, &other, &name, "free after one of two holds");
     outer.release().expect("release outer");
     assert_free(&other, &name, "not free after the last hold");
 }
@@ -187,8 +187,7 @@ pub fn blocking_reentrancy_across_clients(subject: &BlockingSubject) {
         .expect("the same owner re-enters through another client");
     assert_eq!(across.token(), outer.token());
     across.release().expect("release across");
-    assert!(outer.is_held());
-    assert_taken(&other, &name, "free after one of two holds");
+    assert_still_held(&outer, &other, &name, "free after one of two holds");
     outer.release().expect("release outer");
 }
 

@@ -217,6 +217,13 @@ pub(crate) fn assert_taken(probe: &Locks, name: &str, why: &str) {
     assert!(taken.is_none(), "{why}");
 }
 
+/// `guard` still holds `name`, by its own account and by `probe`'s, which
+/// cannot take it (`why` says what would have freed it).
+pub(crate) fn assert_still_held(guard: &LockGuard, probe: &Locks, name: &str, why: &str) {
+    assert!(guard.is_held(), "the guard says it lost {name}");
+    assert_taken(probe, name, why);
+}
+
 /// `probe` takes `name` at once (and lets it go again): it is free.
 pub(crate) fn assert_free(probe: &Locks, name: &str, why: &str) {
     let taken = probe.try_acquire(name).expect("probe");

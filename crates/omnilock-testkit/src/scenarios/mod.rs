@@ -64,6 +64,18 @@ pub(crate) fn assert_timed_out(err: &Error, waited: Duration, timeout: Duration)
     assert!(waited < PATIENCE, "timeout took {waited:?}");
 }
 
+/// `request` (of a held lock, a full semaphore) waits for `timeout` and
+/// fails with a `Timeout` in its time.
+async fn times_out(request: LockRequest<'_>, timeout: Duration) {
+    let started = Instant::now();
+    let err = request
+        .timeout(timeout)
+        .acquire()
+        .await
+        .expect_err("a wait for what another holds must time out");
+    assert_timed_out(&err, started.elapsed(), timeout);
+}
+
 async fn clients(subject: &Subject, n: usize) -> Vec<Locks> {
     let mut all = Vec::with_capacity(n);
     for _ in 0..n {

@@ -9,7 +9,9 @@ use std::time::Duration;
 use omnilock_core::{ErrorKind, LockGuard, Locks, Result};
 use tokio::task::JoinHandle;
 
-use super::{abandon, clients, once_taken, queue_request, take, unique, within, PATIENCE};
+use super::{
+    abandon, clients, once_taken, queue_request, take, times_out, unique, within, PATIENCE,
+};
 use crate::registry::{scenario, Claim, Scenario};
 use crate::Subject;
 
@@ -165,13 +167,7 @@ pub(crate) async fn semaphore_full_refuses_until_release(subject: &Subject) {
         .expect("second permit");
     let busy = try_permit(&b, &name, 2).await;
     assert!(busy.is_none(), "a third permit of two");
-    let err = b
-        .semaphore(&name, 2)
-        .timeout(Duration::from_millis(200))
-        .acquire()
-        .await
-        .expect_err("no third permit");
-    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    times_out(b.semaphore(&name, 2), Duration::from_millis(200)).await;
     first.release().await.expect("release");
     let third = within("a freed permit is taken", b.semaphore(&name, 2).acquire())
         .await
@@ -314,13 +310,7 @@ pub(crate) async fn semaphore_cancelled_acquire_leaves_nothing(subject: &Subject
     let name = unique("semaphore-cancel");
     let [a, b, c] = <[Locks; 3]>::try_from(clients(subject, 3).await).unwrap();
     let held = a.semaphore(&name, 1).acquire().await.expect("the permit");
-    let err = b
-        .semaphore(&name, 1)
-        .timeout(Duration::from_millis(300))
-        .acquire()
-        .await
-        .expect_err("the only permit is held");
-    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    times_out(b.semaphore(&name, 1), Duration::from_millis(300)).await;
     // A dropped future, mid-wait, too.
     let dropped = queue_permit(&b, &name, 1).await;
     dropped.abort();
