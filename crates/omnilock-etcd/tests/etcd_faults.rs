@@ -13,8 +13,6 @@ use omnilock_harness::faults::kill_follower_then_leader;
 use omnilock_harness::topology::Topology;
 use omnilock_testkit::store_url;
 
-const CLIENTS: usize = 8;
-
 /// The client port of member N (1..3) of the cluster, from the topology.
 fn port(n: u16) -> u16 {
     Topology::load()
@@ -58,14 +56,11 @@ async fn member_loss_keeps_exclusion_and_progress() {
     // A short request deadline, so that calls stuck on a dead member give up fast.
     let url = format!("{url}?timeout=2s");
     let name = format!("faults/members/{}", std::process::id());
-    let mut clients = Vec::new();
-    for _ in 0..CLIENTS {
-        let config = EtcdConfig::from_url(&StoreUrl::parse(&url).unwrap()).unwrap();
-        clients.push(omnilock_etcd::connect(config).await.expect("connect"));
-    }
+    let config = EtcdConfig::from_url(&StoreUrl::parse(&url).unwrap()).unwrap();
+    let connect = || omnilock_etcd::connect(config.clone());
     let nodes = ["e1", "e2", "e3"];
     let patience = Duration::from_secs(30);
-    kill_follower_then_leader(clients, &name, "etcd", &nodes, patience, || async {
+    kill_follower_then_leader(connect, &name, "etcd", &nodes, patience, || async {
         format!("e{}", leader().await)
     })
     .await;

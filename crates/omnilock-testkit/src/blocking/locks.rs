@@ -6,8 +6,8 @@ use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use omnilock::blocking::{self, Locks};
-use omnilock_core::{ErrorKind, Operation, Owner};
+use omnilock::blocking::{self, LockGuard, Locks};
+use omnilock_core::{ErrorKind, Operation, Owner, Result};
 
 use super::{
     assert_free, assert_still_held, assert_taken, join_soon, queue_waiter, unique, BlockingSubject,
@@ -191,17 +191,24 @@ pub fn blocking_reentrancy_across_clients(subject: &BlockingSubject) {
     outer.release().expect("release outer");
 }
 
+/// `holder` takes `name` on a 60 s lease and a thread on `waiter` queues
+/// for it: whatever frees the lock sooner than the lease shows in the
+/// waiting thread.
+fn held_with_waiter(
+    holder: &Locks,
+    waiter: &Locks,
+    name: &str,
+) -> (LockGuard, thread::JoinHandle<Result<LockGuard>>) {
+    let held = holder.lock(name).ttl(Duration::from_secs(60)).acquire();
+    (held.expect("acquire"), queue_waiter(waiter, name))
+}
+
 /// Dropping a guard releases the lock before `drop` returns: a thread
 /// waiting for it gets it.
 pub fn blocking_drop_releases_to_waiting_thread(subject: &BlockingSubject) {
     let name = unique("drop");
     let [a, b] = subject.clients();
-    let guard = a
-        .lock(&name)
-        .ttl(Duration::from_secs(60))
-        .acquire()
-        .expect("acquire");
-    let waiter = queue_waiter(&b, &name);
+    let (guard, waiter) = held_with_waiter(&a, &b, &name);
     drop(guard);
     let next =
         join_soon("the waiting thread gets the dropped lock", waiter).expect("waiter acquires");
@@ -217,12 +224,7 @@ pub fn blocking_drop_releases_to_waiting_thread(subject: &BlockingSubject) {
 pub fn blocking_drop_inside_runtime(subject: &BlockingSubject) {
     let name = unique("drop-async");
     let [a, b] = subject.clients();
-    let guard = a
-        .lock(&name)
-        .ttl(Duration::from_secs(60))
-        .acquire()
-        .expect("acquire");
-    let waiter = queue_waiter(&b, &name);
+    let (guard, waiter) = held_with_waiter(&a, &b, &name);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("a runtime");

@@ -62,6 +62,20 @@ async fn try_permit(locks: &Locks, name: &str, permits: u32) -> Option<LockGuard
         .expect("try_acquire")
 }
 
+/// The one permit of `name`, held by a holder that stopped running (lease
+/// `ttl`): a new client waits for it and gets it within the lease and
+/// [`PATIENCE`] (`what` says why it frees).
+async fn permit_frees_for_another(
+    subject: &Subject,
+    name: &str,
+    ttl: Duration,
+    what: &str,
+) -> LockGuard {
+    let thief = subject.client().await;
+    let request = thief.semaphore(name, 1).timeout(ttl + PATIENCE);
+    request.acquire().await.expect(what)
+}
+
 /// Takes a permit that has just been freed (its holder released, or a
 /// cancelled waiter's entry goes in the background), soon, and releases it.
 async fn take_freed_permit(what: &str, locks: &Locks, name: &str, permits: u32) {
@@ -386,13 +400,7 @@ pub(crate) async fn semaphore_abandoned_permit_expires(subject: &Subject) {
         let name = name.clone();
         move |locks| Box::pin(async move { locks.semaphore(&name, 1).ttl(ttl).acquire().await })
     });
-    let thief = subject.client().await;
-    let permit = thief
-        .semaphore(&name, 1)
-        .timeout(ttl + PATIENCE)
-        .acquire()
-        .await
-        .expect("the abandoned permit frees");
+    let permit = permit_frees_for_another(subject, &name, ttl, "the abandoned permit frees").await;
     let waited = taken_at.elapsed();
     assert!(
         waited <= ttl + Duration::from_secs(1),
@@ -433,13 +441,8 @@ pub(crate) async fn semaphore_paused_holder_is_told(subject: &Subject) {
     within("the victim takes the permit", taken_rx)
         .await
         .expect("victim thread");
-    let thief = subject.client().await;
-    let permit = thief
-        .semaphore(&name, 1)
-        .timeout(ttl + PATIENCE)
-        .acquire()
-        .await
-        .expect("the paused holder's permit frees");
+    let permit =
+        permit_frees_for_another(subject, &name, ttl, "the paused holder's permit frees").await;
     resume_tx.send(()).expect("victim waiting");
     tokio::task::spawn_blocking(move || paused.join())
         .await
