@@ -21,27 +21,24 @@ pub fn unique_name(what: &str) -> String {
 }
 
 /// Connecting (or building a store) where nothing answers: `connect` fails
-/// with `Unavailable` within `within`, its message names `endpoint`, and
-/// neither the message nor the debug form shows `password`. Returns the
-/// error for further checks.
+/// with `Unavailable` within `within`, its message names `whom` (the
+/// endpoints, or whose client it was), and neither the message nor the
+/// debug form shows `password`. Returns the error for further checks.
 pub async fn assert_unreachable<T>(
     connect: impl Future<Output = Result<T>>,
-    endpoint: &str,
+    whom: &str,
     password: Option<&str>,
     within: Duration,
 ) -> Error {
     let started = Instant::now();
     let Err(err) = connect.await else {
-        panic!("connected to {endpoint}, where nothing answers");
+        panic!("connected to {whom}, where nothing answers");
     };
     let took = started.elapsed();
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
-    assert!(
-        took < within,
-        "{endpoint}: took {took:?}, not under {within:?}"
-    );
+    assert!(took < within, "{whom}: took {took:?}, not under {within:?}");
     let text = format!("{err} {err:?}");
-    assert!(text.contains(endpoint), "does not name {endpoint}: {text}");
+    assert!(text.contains(whom), "does not name {whom}: {text}");
     if let Some(password) = password {
         assert!(!text.contains(password), "leaks the password: {text}");
     }
