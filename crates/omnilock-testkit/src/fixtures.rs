@@ -57,22 +57,25 @@ pub fn assert_refused<T>(result: Result<T>, words: &str) -> Error {
     err
 }
 
-/// A store builder refuses each option given, on its own, when it builds:
-/// `InvalidConfig`, with the words given (see [`assert_refused`]). The
-/// builder expression is evaluated afresh for every option.
+/// A store builder refuses, when it builds, a zero timeout and a 1 ms TTL
+/// (which every store's builder has) and each option given, each on its
+/// own: `InvalidConfig`, with the option's words (see [`assert_refused`]).
+/// The builder expression is evaluated afresh for every option.
 ///
 /// ```ignore
 /// assert_builder_refuses!(EtcdStore::builder(client.clone());
 ///     prefix("a//b") => "prefix",
-///     ttl(Duration::from_millis(1)) => "TTL",
 /// );
 /// ```
 #[macro_export]
 macro_rules! assert_builder_refuses {
-    ($builder:expr; $($option:ident($($arg:expr),*) => $words:expr),+ $(,)?) => {
-        $(
-            $crate::fixtures::assert_refused($builder.$option($($arg),*).build().await, $words);
-        )+
+    ($builder:expr; $($option:ident($($arg:expr),*) => $words:expr),* $(,)?) => {
+        $crate::assert_builder_refuses!(@one $builder; timeout(::std::time::Duration::ZERO) => "timeout");
+        $crate::assert_builder_refuses!(@one $builder; ttl(::std::time::Duration::from_millis(1)) => "TTL");
+        $($crate::assert_builder_refuses!(@one $builder; $option($($arg),*) => $words);)*
+    };
+    (@one $builder:expr; $option:ident($($arg:expr),*) => $words:expr) => {
+        $crate::fixtures::assert_refused($builder.$option($($arg),*).build().await, $words);
     };
 }
 
