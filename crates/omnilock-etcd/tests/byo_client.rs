@@ -11,7 +11,8 @@ use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, Identity, Tls
 use omnilock_core::StoreUrl;
 use omnilock_etcd::{EtcdConfig, EtcdStore, Mode};
 use omnilock_testkit::fixtures::{
-    assert_refused, assert_same_refusal, assert_unreachable, take_and_release, unique_name,
+    assert_refused, assert_same_refusal, assert_unreachable, byo_subject, take_and_release,
+    unique_name,
 };
 use omnilock_testkit::{assert_builder_refuses, store_url, Subject};
 
@@ -45,21 +46,18 @@ async fn app_client(config: &EtcdConfig) -> Result<Client, etcd_client::Error> {
 }
 
 fn subject(store: &str, mode: Mode) -> Option<Subject> {
-    let config = settings(store)?;
-    Some(Subject::new(
-        format!("{}-byo", store.to_lowercase()),
-        move || {
-            let config = config.clone();
-            async move {
-                let client = app_client(&config)
-                    .await
-                    .map_err(|e| omnilock_core::Error::unavailable(e.to_string()))?;
-                EtcdStore::builder(client)
-                    .prefix(config.options.prefix.clone())
-                    .mode(mode)
-                    .build()
-                    .await
-            }
+    Some(byo_subject(
+        store,
+        settings(store)?,
+        move |config| async move {
+            let client = app_client(&config)
+                .await
+                .map_err(|e| omnilock_core::Error::unavailable(e.to_string()))?;
+            EtcdStore::builder(client)
+                .prefix(config.options.prefix.clone())
+                .mode(mode)
+                .build()
+                .await
         },
     ))
 }

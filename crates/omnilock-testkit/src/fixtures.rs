@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use omnilock_core::{Error, ErrorKind, LockRequest, Locks, Result};
 use tokio::task::JoinHandle;
 
+use crate::Subject;
+
 /// A name unique to this process and moment, `<what>-<pid>-<nanos>`: no
 /// `/`, so it is one node or key segment of any store as it is.
 pub fn unique_name(what: &str) -> String {
@@ -18,6 +20,19 @@ pub fn unique_name(what: &str) -> String {
         .expect("the clock is past 1970")
         .as_nanos();
     format!("{what}-{}-{nanos}", std::process::id())
+}
+
+/// The subject `<store>-byo` of a bring-your-own-client suite: each client
+/// is built by `build` from the store's `settings` (read from its test URL),
+/// on a client of the store's own library.
+pub fn byo_subject<S, F, Fut>(store: &str, settings: S, build: F) -> Subject
+where
+    S: Clone + Send + Sync + 'static,
+    F: Fn(S) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Locks>> + Send + 'static,
+{
+    let label = format!("{}-byo", store.to_lowercase());
+    Subject::new(label, move || build(settings.clone()))
 }
 
 /// Connecting (or building a store) where nothing answers: `connect` fails

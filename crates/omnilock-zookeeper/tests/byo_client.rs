@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use omnilock_core::{ErrorKind, StoreUrl};
-use omnilock_testkit::fixtures::{assert_refused, assert_same_refusal, unique_name};
+use omnilock_testkit::fixtures::{assert_refused, assert_same_refusal, byo_subject, unique_name};
 use omnilock_testkit::{assert_builder_refuses, store_url, Subject};
 use omnilock_zookeeper::{ZkConfig, ZkStore};
 use zookeeper_client::Client;
@@ -40,19 +40,12 @@ async fn app_client(config: &ZkConfig, session: Duration) -> Client {
 }
 
 fn subject(store: &str) -> Option<Subject> {
-    let config = settings(store)?;
-    Some(Subject::new(
-        format!("{}-byo", store.to_lowercase()),
-        move || {
-            let config = config.clone();
-            async move {
-                ZkStore::builder(app_client(&config, SESSION).await)
-                    .prefix(&config.options.prefix)
-                    .build()
-                    .await
-            }
-        },
-    ))
+    Some(byo_subject(store, settings(store)?, |config| async move {
+        ZkStore::builder(app_client(&config, SESSION).await)
+            .prefix(&config.options.prefix)
+            .build()
+            .await
+    }))
 }
 
 omnilock_testkit::conformance_main! {
