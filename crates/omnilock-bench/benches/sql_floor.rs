@@ -157,8 +157,9 @@ async fn uncontended(store: &str, url: &str, iterations: usize) {
     let [insert, delete] =
         [insert, delete].map(|sql| AssertSqlSafe(std::sync::Arc::<str>::from(sql)).into_sql_str());
     let locks = omnilock::connect(url).await.expect("omnilock");
-    let (mut floor, mut same, mut fresh) = (Vec::new(), Vec::new(), Vec::new());
+    let mut samples = Samples::default();
     for (batch, warmup, per_batch) in batches(iterations) {
+        let mut floor = Vec::new();
         for _ in 0..per_batch {
             let started = Instant::now();
             on_pool!(&pool, p => {
@@ -171,17 +172,11 @@ async fn uncontended(store: &str, url: &str, iterations: usize) {
                         .expect("floor statement");
                 }
             });
-            if !warmup {
-                floor.push(started.elapsed());
-            }
+            floor.push(started.elapsed());
         }
-        let (same_batch, fresh_batch) = omnilock_batch(&locks, per_batch, batch).await;
-        if !warmup {
-            same.extend(same_batch);
-            fresh.extend(fresh_batch);
-        }
+        samples.add(&locks, floor, batch, warmup).await;
     }
-    print_row(store, &mut floor, &mut same, &mut fresh);
+    samples.print_row(store);
 }
 
 /// The advisory floor: the database's own lock and unlock on one
@@ -202,8 +197,9 @@ async fn uncontended_advisory(store: &str, url: &str, iterations: usize) {
         ],
     };
     let locks = omnilock::connect(&advisory(url)).await.expect("omnilock");
-    let (mut floor, mut same, mut fresh) = (Vec::new(), Vec::new(), Vec::new());
+    let mut samples = Samples::default();
     for (batch, warmup, per_batch) in batches(iterations) {
+        let mut floor = Vec::new();
         // Checked out once per batch: omnilock's sessions are not pooled
         // either, so neither side pays a pool checkout per statement.
         on_pool!(&pool, p => {
@@ -213,67 +209,77 @@ async fn uncontended_advisory(store: &str, url: &str, iterations: usize) {
                 for statement in [lock, unlock] {
                     sqlx::query(statement).execute(&mut *conn).await.expect("floor statement");
                 }
-                if !warmup {
-                    floor.push(started.elapsed());
-                }
+                floor.push(started.elapsed());
             }
         });
-        let (same_batch, fresh_batch) = omnilock_batch(&locks, per_batch, batch).await;
+        samples.add(&locks, floor, batch, warmup).await;
+    }
+    samples.print_row(store);
+}
+
+/// The samples of one comparison: the floor's, and omnilock's on one name
+/// and on fresh names.
+#[derive(Default)]
+struct Samples {
+    floor: Vec<Duration>,
+    same: Vec<Duration>,
+    fresh: Vec<Duration>,
+}
+
+impl Samples {
+    /// After a batch of the floor (its `floor` samples), one batch of as
+    /// many omnilock rounds on one name, then on fresh names (an insert of
+    /// the row instead of an update); all kept unless `warmup`.
+    async fn add(
+        &mut self,
+        locks: &omnilock::Locks,
+        floor: Vec<Duration>,
+        batch: usize,
+        warmup: bool,
+    ) {
+        let run_id = std::process::id();
+        let (mut same, mut fresh) = (Vec::new(), Vec::new());
+        for _ in 0..floor.len() {
+            let started = Instant::now();
+            try_round(locks, "bench/same").await;
+            same.push(started.elapsed());
+        }
+        for i in 0..floor.len() {
+            let name = format!("bench/{run_id}/{batch}/{i}");
+            let started = Instant::now();
+            try_round(locks, &name).await;
+            fresh.push(started.elapsed());
+        }
         if !warmup {
-            same.extend(same_batch);
-            fresh.extend(fresh_batch);
+            self.floor.extend(floor);
+            self.same.extend(same);
+            self.fresh.extend(fresh);
         }
     }
-    print_row(store, &mut floor, &mut same, &mut fresh);
-}
 
-/// One batch of omnilock acquire + release: on one name, then on fresh
-/// names (an insert of the row instead of an update).
-async fn omnilock_batch(
-    locks: &omnilock::Locks,
-    per_batch: usize,
-    batch: usize,
-) -> (Vec<Duration>, Vec<Duration>) {
-    let run_id = std::process::id();
-    let (mut same, mut fresh) = (Vec::new(), Vec::new());
-    for _ in 0..per_batch {
-        let started = Instant::now();
-        try_round(locks, "bench/same").await;
-        same.push(started.elapsed());
+    /// One table row: the floor, then omnilock on one name and on fresh
+    /// names, each with its p50 over the floor's.
+    fn print_row(mut self, store: &str) {
+        for samples in [&mut self.floor, &mut self.same, &mut self.fresh] {
+            samples.sort();
+        }
+        let floor = &self.floor;
+        let ratio = |s: &[Duration]| {
+            percentile(s, 0.5).as_secs_f64() / percentile(floor, 0.5).as_secs_f64()
+        };
+        let (same, fresh) = (&self.same, &self.fresh);
+        println!(
+            "| {store} | {} / {} | {} / {} | {:.2}x | {} / {} | {:.2}x |",
+            ms(percentile(floor, 0.5)),
+            ms(percentile(floor, 0.99)),
+            ms(percentile(same, 0.5)),
+            ms(percentile(same, 0.99)),
+            ratio(same),
+            ms(percentile(fresh, 0.5)),
+            ms(percentile(fresh, 0.99)),
+            ratio(fresh),
+        );
     }
-    for i in 0..per_batch {
-        let name = format!("bench/{run_id}/{batch}/{i}");
-        let started = Instant::now();
-        let guard = locks
-            .try_acquire(&name)
-            .await
-            .expect("acquire")
-            .expect("free");
-        guard.release().await.expect("release");
-        fresh.push(started.elapsed());
-    }
-    (same, fresh)
-}
-
-/// One table row: the floor, then omnilock on one name and on fresh names,
-/// each with its p50 over the floor's.
-fn print_row(store: &str, floor: &mut [Duration], same: &mut [Duration], fresh: &mut [Duration]) {
-    for samples in [&mut *floor, &mut *same, &mut *fresh] {
-        samples.sort();
-    }
-    let ratio =
-        |s: &[Duration]| percentile(s, 0.5).as_secs_f64() / percentile(floor, 0.5).as_secs_f64();
-    println!(
-        "| {store} | {} / {} | {} / {} | {:.2}x | {} / {} | {:.2}x |",
-        ms(percentile(floor, 0.5)),
-        ms(percentile(floor, 0.99)),
-        ms(percentile(same, 0.5)),
-        ms(percentile(same, 0.99)),
-        ratio(same),
-        ms(percentile(fresh, 0.5)),
-        ms(percentile(fresh, 0.99)),
-        ratio(fresh),
-    );
 }
 
 /// From the holder's release call to the waiter's grant, the waiter being a

@@ -4,21 +4,13 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use omnilock_harness::process::{scratch_dir, sqlite_store, text};
+
 const BENCH: &str = env!("CARGO_BIN_EXE_omnilock-bench");
 
 /// A fresh directory for one test.
 fn scratch(test: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("bench")
-        .join(format!("{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
-}
-
-/// A private SQLite store.
-fn sqlite_store(dir: &Path) -> String {
-    format!("sqlite://{}/locks.db", dir.display())
+    scratch_dir(Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench"), test)
 }
 
 fn run(args: &[&str]) -> Output {
@@ -27,10 +19,6 @@ fn run(args: &[&str]) -> Output {
         .stdin(Stdio::null())
         .output()
         .expect("run omnilock-bench")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// `omnilock-bench` runs every workload on every store given, prints one

@@ -24,93 +24,65 @@ struct Case {
     options: &'static str,
 }
 
+impl Case {
+    /// A fenced run of `primitive` on `store` under `faults`.
+    const fn new(
+        store: &'static str,
+        faults: &'static [&'static str],
+        primitive: &'static str,
+    ) -> Case {
+        Case {
+            store,
+            faults,
+            fenced: true,
+            primitive,
+            options: "",
+        }
+    }
+
+    /// The same run without fencing tokens (Redlock).
+    const fn unfenced(self) -> Case {
+        Case {
+            fenced: false,
+            ..self
+        }
+    }
+
+    /// The same run in a mode of the store (URL options).
+    const fn with_options(self, options: &'static str) -> Case {
+        Case { options, ..self }
+    }
+}
+
 const CASES: &[Case] = &[
-    Case {
-        store: "SQLITE",
-        faults: &["kill", "pause"],
-        fenced: true,
-        primitive: "mutex",
-        options: "",
-    },
-    Case {
-        store: "MYSQL",
-        faults: &["kill", "pause", "partition", "node"],
-        fenced: true,
-        primitive: "mutex",
-        options: "",
-    },
-    Case {
-        store: "POSTGRES",
-        faults: &["kill", "pause", "partition"],
-        fenced: true,
-        primitive: "mutex",
-        options: "",
-    },
-    Case {
-        store: "REDIS",
-        faults: &["kill", "pause", "partition", "restart"],
-        fenced: true,
-        primitive: "mutex",
-        options: "",
-    },
-    Case {
-        store: "REDIS_CLUSTER",
-        faults: &["kill", "pause", "failover"],
-        fenced: true,
-        primitive: "mutex",
-        options: "",
-    },
-    Case {
-        store: "REDLOCK",
-        faults: &["kill", "pause", "partition", "minority", "clock"],
-        fenced: false,
-        primitive: "mutex",
-        options: "",
-    },
-    Case {
-        store: "ETCD",
-        faults: &["kill", "pause", "partition", "minority", "node"],
-        fenced: true,
-        primitive: "mutex",
-        options: "",
-    },
-    Case {
-        store: "ZK",
-        faults: &["kill", "pause", "partition", "minority", "node"],
-        fenced: true,
-        primitive: "mutex",
-        options: "",
-    },
-    Case {
-        store: "POSTGRES",
-        faults: &["kill", "pause", "partition"],
-        fenced: true,
-        primitive: "semaphore:3",
-        options: "",
-    },
-    Case {
-        store: "ETCD",
-        faults: &["kill", "pause", "partition"],
-        fenced: true,
-        primitive: "rw",
-        options: "",
-    },
-    Case {
-        store: "REDIS",
-        faults: &["kill", "pause", "partition"],
-        fenced: true,
-        primitive: "multi",
-        options: "",
-    },
+    Case::new("SQLITE", &["kill", "pause"], "mutex"),
+    Case::new("MYSQL", &["kill", "pause", "partition", "node"], "mutex"),
+    Case::new("POSTGRES", &["kill", "pause", "partition"], "mutex"),
+    Case::new("REDIS", &["kill", "pause", "partition", "restart"], "mutex"),
+    Case::new("REDIS_CLUSTER", &["kill", "pause", "failover"], "mutex"),
+    Case::new(
+        "REDLOCK",
+        &["kill", "pause", "partition", "minority", "clock"],
+        "mutex",
+    )
+    .unfenced(),
+    Case::new(
+        "ETCD",
+        &["kill", "pause", "partition", "minority", "node"],
+        "mutex",
+    ),
+    Case::new(
+        "ZK",
+        &["kill", "pause", "partition", "minority", "node"],
+        "mutex",
+    ),
+    Case::new("POSTGRES", &["kill", "pause", "partition"], "semaphore:3"),
+    Case::new("ETCD", &["kill", "pause", "partition"], "rw"),
+    Case::new("REDIS", &["kill", "pause", "partition"], "multi"),
     // SQL advisory mode: a held lock is a database session, and its lease
     // that session's idle timeout.
-    Case {
-        store: "MYSQL",
-        faults: &["kill", "pause", "partition"],
-        fenced: true,
-        primitive: "mutex",
-        options: "mode=advisory&table=omnilock_chaos_advisory",
-    },
+    Case::new("MYSQL", &["kill", "pause", "partition"], "mutex")
+        .with_options("mode=advisory&table=omnilock_chaos_advisory"),
 ];
 
 fn run_case(case: &Case) -> Result<(), String> {

@@ -5,23 +5,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use omnilock_harness::process::{running, WithoutTerminal};
+use omnilock_harness::process::{running, scratch_dir, sqlite_store, text, WithoutTerminal};
 
 const OMNILOCK: &str = env!("CARGO_BIN_EXE_omnilock");
 
 /// A fresh directory for one test.
 fn scratch(test: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("cli")
-        .join(format!("{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
-}
-
-/// A private SQLite store: separate processes share it.
-fn sqlite_store(dir: &Path) -> String {
-    format!("sqlite://{}/locks.db", dir.display())
+    scratch_dir(Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli"), test)
 }
 
 /// `omnilock` as cron or systemd would start it: no controlling terminal,
@@ -40,22 +30,40 @@ fn run(args: &[&str]) -> Output {
     omnilock(args).output().expect("run omnilock")
 }
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
+/// `omnilock run --store <store> <rest>`, to be started.
+fn run_on(store: &str, rest: &[&str]) -> Command {
+    let mut args = vec!["run", "--store", store];
+    args.extend_from_slice(rest);
+    omnilock(&args)
+}
+
+/// Like [`run_at`], for a command that runs `"$OMNILOCK"` on `"$STORE"`
+/// itself.
+fn run_nested(store: &str, rest: &[&str]) -> Output {
+    run_on(store, rest)
+        .env("OMNILOCK", OMNILOCK)
+        .env("STORE", store)
+        .output()
+        .expect("run omnilock")
+}
+
+/// `omnilock run --store <store> <rest>`, run to its end.
+fn run_at(store: &str, rest: &[&str]) -> Output {
+    run_on(store, rest).output().expect("run omnilock")
 }
 
 #[test]
 fn command_gets_token_and_lock_name() {
-    let out = run(&[
-        "run",
-        "--store",
+    let out = run_at(
         "mem://",
-        "job",
-        "--",
-        "sh",
-        "-c",
-        "echo token=$OMNILOCK_TOKEN lock=$OMNILOCK_LOCK",
-    ]);
+        &[
+            "job",
+            "--",
+            "sh",
+            "-c",
+            "echo token=$OMNILOCK_TOKEN lock=$OMNILOCK_LOCK",
+        ],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     let token: u64 = stdout
@@ -70,22 +78,11 @@ fn command_gets_token_and_lock_name() {
 
 #[test]
 fn exit_status_is_the_commands() {
-    let out = run(&[
-        "run", "--store", "mem://", "job", "--", "sh", "-c", "exit 3",
-    ]);
+    let out = run_at("mem://", &["job", "--", "sh", "-c", "exit 3"]);
     assert_eq!(out.status.code(), Some(3));
-    let out = run(&[
-        "run",
-        "--store",
-        "mem://",
-        "job",
-        "--",
-        "sh",
-        "-c",
-        "kill -9 $$",
-    ]);
+    let out = run_at("mem://", &["job", "--", "sh", "-c", "kill -9 $$"]);
     assert_eq!(out.status.code(), Some(128 + 9));
-    let out = run(&["run", "--store", "mem://", "job", "--", "/no/such/program"]);
+    let out = run_at("mem://", &["job", "--", "/no/such/program"]);
     assert_eq!(out.status.code(), Some(127));
 }
 
@@ -106,27 +103,26 @@ fn bad_arguments_exit_64() {
         vec!["frobnicate"],
     ];
     for args in cases {
-        let out = run(&args);
-        assert_eq!(
-            out.status.code(),
-            Some(64),
-            "{args:?}: {}",
-            text(&out.stderr)
-        );
-        assert!(!text(&out.stderr).trim().is_empty(), "{args:?}: no message");
+        usage_error(&args);
     }
+}
+
+/// Runs `omnilock <args>`, which must be refused as a usage error: exit
+/// 64, with a message. Returns the message.
+fn usage_error(args: &[&str]) -> String {
+    let out = run(args);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{args:?}: {stderr}");
+    assert!(!stderr.trim().is_empty(), "{args:?}: no message");
+    stderr
 }
 
 #[test]
 fn passwords_never_printed() {
-    let out = run(&[
-        "run",
-        "--store",
+    let out = run_at(
         "postgres://app:hunter2@127.0.0.1:1/db?connect_timeout=200ms",
-        "job",
-        "--",
-        "true",
-    ]);
+        &["job", "--", "true"],
+    );
     let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
     assert!(!all.contains("hunter2"), "{all}");
     assert_ne!(out.status.code(), Some(0));
@@ -139,11 +135,7 @@ fn busy_lock_exits_75() {
     // The outer run holds "job" while the inner ones try it from other processes.
     let inner = "\"$OMNILOCK\" run --store \"$STORE\" --no-wait job -- true; echo no-wait=$?; \
          \"$OMNILOCK\" run --store \"$STORE\" --wait 200ms job -- true; echo wait=$?";
-    let out = omnilock(&["run", "--store", &store, "job", "--", "sh", "-c", inner])
-        .env("OMNILOCK", OMNILOCK)
-        .env("STORE", &store)
-        .output()
-        .expect("run");
+    let out = run_nested(&store, &["job", "--", "sh", "-c", inner]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     assert!(stdout.contains("no-wait=75"), "{stdout}");
@@ -151,20 +143,16 @@ fn busy_lock_exits_75() {
     let stderr = text(&out.stderr);
     assert_eq!(stderr.lines().count(), 2, "one line per refusal: {stderr}");
     // Free again afterwards.
-    let out = run(&["run", "--store", &store, "--no-wait", "job", "--", "true"]);
+    let out = run_at(&store, &["--no-wait", "job", "--", "true"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
 
 #[test]
 fn unreachable_store_exits_69() {
-    let out = run(&[
-        "run",
-        "--store",
+    let out = run_at(
         "sqlite:///nonexistent-omnilock-dir/x/locks.db",
-        "job",
-        "--",
-        "true",
-    ]);
+        &["job", "--", "true"],
+    );
     assert_eq!(out.status.code(), Some(69), "{}", text(&out.stderr));
     assert!(
         text(&out.stderr).contains("unavailable"),
@@ -194,13 +182,7 @@ fn lost_lock_exits_70_after_sigterm_to_command() {
         m = marker.display()
     );
     let started = Instant::now();
-    let out = omnilock(&[
-        "run", "--store", &store, "--ttl", "1s", "job", "--", "sh", "-c", &script,
-    ])
-    .env("OMNILOCK", OMNILOCK)
-    .env("STORE", &store)
-    .output()
-    .expect("run");
+    let out = run_nested(&store, &["--ttl", "1s", "job", "--", "sh", "-c", &script]);
     assert_eq!(out.status.code(), Some(70), "{}", text(&out.stderr));
     assert!(marker.exists(), "the command did not get SIGTERM");
     assert!(started.elapsed() < Duration::from_secs(25));
@@ -319,13 +301,7 @@ fn input_is_checked_before_any_io() {
         ],
     ] {
         let started = Instant::now();
-        let out = run(&args);
-        assert_eq!(
-            out.status.code(),
-            Some(64),
-            "{args:?}: {}",
-            text(&out.stderr)
-        );
+        usage_error(&args);
         assert!(
             started.elapsed() < Duration::from_secs(3),
             "{args:?} did I/O first"
@@ -344,15 +320,11 @@ fn conflict_exit_code_is_configurable() {
         "\"$OMNILOCK\" run --store \"$STORE\" -E 3 --no-wait job -- true; echo no-wait=$?; \
          \"$OMNILOCK\" run --store \"$STORE\" --conflict-exit-code 4 --wait 200ms job -- true; \
          echo wait=$?";
-    let out = omnilock(&["run", "--store", &store, "job", "--", "sh", "-c", inner])
-        .env("OMNILOCK", OMNILOCK)
-        .env("STORE", &store)
-        .output()
-        .expect("run");
+    let out = run_nested(&store, &["job", "--", "sh", "-c", inner]);
     let stdout = text(&out.stdout);
     assert!(stdout.contains("no-wait=3"), "{stdout}");
     assert!(stdout.contains("wait=4"), "{stdout}");
-    let out = run(&["run", "--store", "mem://", "-E", "300", "job", "--", "true"]);
+    let out = run_at("mem://", &["-E", "300", "job", "--", "true"]);
     assert_eq!(out.status.code(), Some(64), "-E takes 0 to 255");
 }
 
@@ -410,7 +382,7 @@ fn signals_reach_the_command_and_the_lock_is_released() {
             "trap 'exit 42' {signal}; touch \"{}\"; while :; do sleep 0.05; done",
             ready.display()
         );
-        let mut child = omnilock(&["run", "--store", &store, "job", "--", "sh", "-c", &script])
+        let mut child = run_on(&store, &["job", "--", "sh", "-c", &script])
             .spawn()
             .expect("spawn");
         wait_until_exists(&ready, &format!("SIG{signal}: the command"));
@@ -422,7 +394,7 @@ fn signals_reach_the_command_and_the_lock_is_released() {
             Some(42),
             "SIG{signal} did not reach the command"
         );
-        let out = run(&["run", "--store", &store, "--no-wait", "job", "--", "true"]);
+        let out = run_at(&store, &["--no-wait", "job", "--", "true"]);
         assert_eq!(out.status.code(), Some(0), "SIG{signal}: lock not released");
     }
 }
@@ -445,13 +417,13 @@ fn background_children_keep_the_lock() {
     let store = sqlite_store(&dir);
     let done = dir.join("background-done");
     let script = format!("(sleep 2; touch '{}') & exit 0", done.display());
-    let mut first = omnilock(&["run", "--store", &store, "job", "--", "sh", "-c", &script])
+    let mut first = run_on(&store, &["job", "--", "sh", "-c", &script])
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
     // The shell exits at once; its background child holds on.
     std::thread::sleep(Duration::from_millis(700));
-    let probe = run(&["run", "--store", &store, "--no-wait", "job", "--", "true"]);
+    let probe = run_at(&store, &["--no-wait", "job", "--", "true"]);
     assert!(
         !done.exists(),
         "the background work ended too early for the test"
@@ -464,7 +436,7 @@ fn background_children_keep_the_lock() {
     let status = first.wait().expect("wait");
     assert_eq!(status.code(), Some(0));
     assert!(done.exists(), "omnilock exited before its command's group");
-    let after = run(&["run", "--store", &store, "--no-wait", "job", "--", "true"]);
+    let after = run_at(&store, &["--no-wait", "job", "--", "true"]);
     assert_eq!(after.status.code(), Some(0), "{}", text(&after.stderr));
 }
 
@@ -480,7 +452,7 @@ fn ignored_signals_stay_ignored() {
         "grep SigIgn /proc/self/status; touch '{}'; sleep 1",
         ready.display()
     );
-    let mut command = omnilock(&["run", "--store", &store, "job", "--", "sh", "-c", &script]);
+    let mut command = run_on(&store, &["job", "--", "sh", "-c", &script]);
     // SAFETY: signal(2) between fork and exec, as nohup does.
     unsafe {
         command.pre_exec(|| {
@@ -511,16 +483,7 @@ fn ignored_signals_stay_ignored() {
 #[test]
 fn a_command_killed_by_sigint_makes_omnilock_die_of_it() {
     use std::os::unix::process::ExitStatusExt;
-    let out = run(&[
-        "run",
-        "--store",
-        "mem://",
-        "job",
-        "--",
-        "sh",
-        "-c",
-        "kill -INT $$",
-    ]);
+    let out = run_at("mem://", &["job", "--", "sh", "-c", "kill -INT $$"]);
     assert_eq!(out.status.signal(), Some(libc::SIGINT), "{:?}", out.status);
 }
 
@@ -578,29 +541,22 @@ mod cross_process {
         process::counter_across_processes(Path::new(OMNILOCK), &sqlite_store(&dir), &dir, 8);
     }
 
-    /// The stores with semaphores and read-write locks (all but Redlock).
-    const COUNTED: &[&str] = &[
-        "SQLITE",
-        "MYSQL",
-        "POSTGRES",
-        "REDIS",
-        "REDIS_CLUSTER",
-        "REDIS_SENTINEL",
-        "ETCD",
-        "ETCD_LOCKAPI",
-        "ZK",
-    ];
+    /// The stores with semaphores and read-write locks: all but Redlock.
+    fn counted() -> Vec<&'static str> {
+        let counted = STORES.iter().filter(|store| **store != "REDLOCK");
+        counted.copied().collect()
+    }
 
     #[test]
     fn permits_across_processes() {
-        each_of(COUNTED, "permits", |bin, url, dir| {
+        each_of(&counted(), "permits", |bin, url, dir| {
             process::permits_across_processes(bin, url, dir, 6)
         });
     }
 
     #[test]
     fn rw_across_processes() {
-        each_of(COUNTED, "rw", |bin, url, dir| {
+        each_of(&counted(), "rw", |bin, url, dir| {
             process::rw_across_processes(bin, url, dir, 6)
         });
     }
@@ -610,11 +566,15 @@ mod cross_process {
     #[test]
     fn killed_permit_holder_and_writer_free_them() {
         each_of(
-            COUNTED,
+            &counted(),
             "killed-permit",
             process::killed_permit_holder_frees_permit,
         );
-        each_of(COUNTED, "killed-writer", process::killed_writer_frees_lock);
+        each_of(
+            &counted(),
+            "killed-writer",
+            process::killed_writer_frees_lock,
+        );
     }
 
     /// SIGSTOP past the TTL to the holder of the only permit: the next
@@ -623,7 +583,7 @@ mod cross_process {
     #[test]
     fn paused_permit_holder_loses_permit() {
         each_of(
-            COUNTED,
+            &counted(),
             "paused-permit",
             process::paused_permit_holder_loses_permit,
         );
@@ -634,36 +594,16 @@ mod cross_process {
     #[test]
     fn permits_on_a_store_without_semaphores_exits_64() {
         let store = store_url("REDLOCK").expect("store URL");
-        let out = run(&[
-            "run",
-            "--store",
-            &store,
-            "--permits",
-            "2",
-            "jobs",
-            "--",
-            "true",
-        ]);
+        let out = run_at(&store, &["--permits", "2", "jobs", "--", "true"]);
         assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
         assert!(
             text(&out.stderr).contains("semaphore"),
             "{}",
             text(&out.stderr)
         );
-        let out = run(&[
-            "run",
-            "--store",
-            &store,
-            "--permits",
-            "0",
-            "jobs",
-            "--",
-            "true",
-        ]);
+        let out = run_at(&store, &["--permits", "0", "jobs", "--", "true"]);
         assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
-        let out = run(&[
-            "run", "--store", &store, "--read", "--write", "jobs", "--", "true",
-        ]);
+        let out = run_at(&store, &["--read", "--write", "jobs", "--", "true"]);
         assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
     }
 

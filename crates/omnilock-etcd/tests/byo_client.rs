@@ -8,9 +8,13 @@
 use std::time::Duration;
 
 use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, Identity, TlsOptions};
-use omnilock_core::{ErrorKind, StoreUrl};
+use omnilock_core::StoreUrl;
 use omnilock_etcd::{EtcdConfig, EtcdStore, Mode};
-use omnilock_testkit::{store_url, Subject};
+use omnilock_testkit::fixtures::{
+    assert_refused, assert_same_refusal, assert_unreachable, byo_subject, take_and_release,
+    unique_name,
+};
+use omnilock_testkit::{assert_builder_refuses, store_url, Subject};
 
 /// The settings in `OMNILOCK_TEST_<store>_URL`, read only to learn where
 /// the test cluster is and what it needs.
@@ -42,21 +46,18 @@ async fn app_client(config: &EtcdConfig) -> Result<Client, etcd_client::Error> {
 }
 
 fn subject(store: &str, mode: Mode) -> Option<Subject> {
-    let config = settings(store)?;
-    Some(Subject::new(
-        format!("{}-byo", store.to_lowercase()),
-        move || {
-            let config = config.clone();
-            async move {
-                let client = app_client(&config)
-                    .await
-                    .map_err(|e| omnilock_core::Error::unavailable(e.to_string()))?;
-                EtcdStore::builder(client)
-                    .prefix(config.options.prefix.clone())
-                    .mode(mode)
-                    .build()
-                    .await
-            }
+    Some(byo_subject(
+        store,
+        settings(store)?,
+        move |config| async move {
+            let client = app_client(&config)
+                .await
+                .map_err(|e| omnilock_core::Error::unavailable(e.to_string()))?;
+            EtcdStore::builder(client)
+                .prefix(config.options.prefix.clone())
+                .mode(mode)
+                .build()
+                .await
         },
     ))
 }
@@ -120,23 +121,15 @@ async fn credentials_come_from_the_client() {
     let client = app_client(&config).await.expect("client");
     let locks = EtcdStore::builder(client).build().await.expect("build");
     let name = format!("byo-auth/{}", std::process::id());
-    let guard = locks
-        .acquire(&name)
-        .await
-        .expect("acquire with the client's credentials");
-    guard.release().await.expect("release");
+    take_and_release(&locks, &name).await;
 
     config.username = None;
     config.password = None;
     let anonymous = app_client(&config)
         .await
         .expect("client without credentials");
-    let err = EtcdStore::builder(anonymous)
-        .build()
-        .await
-        .expect_err("the member requires authentication");
-    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
-    assert!(err.to_string().contains("refused the credentials"), "{err}");
+    let refused = EtcdStore::builder(anonymous).build().await;
+    assert_refused(refused, "refused the credentials");
 }
 
 /// A TLS client with a client certificate (mutual TLS) that only the
@@ -154,8 +147,7 @@ async fn tls_identity_comes_from_the_client() {
         .build()
         .await
         .expect("build over TLS");
-    let guard = locks.acquire("byo-tls").await.expect("acquire over TLS");
-    guard.release().await.expect("release");
+    take_and_release(&locks, &unique_name("byo-tls")).await;
 }
 
 /// Options are checked before any I/O, with the URL's messages: the client
@@ -167,57 +159,22 @@ async fn builder_checks_options_like_urls() {
             .await
             .expect("etcd-client connects lazily")
     };
-    let cases = [
-        (
-            EtcdStore::builder(nowhere().await)
-                .prefix("a//b")
-                .build()
-                .await,
-            "prefix",
-        ),
-        (
-            EtcdStore::builder(nowhere().await).prefix("").build().await,
-            "prefix",
-        ),
-        (
-            EtcdStore::builder(nowhere().await)
-                .timeout(Duration::ZERO)
-                .build()
-                .await,
-            "timeout",
-        ),
-        (
-            EtcdStore::builder(nowhere().await)
-                .ttl(Duration::from_millis(1))
-                .build()
-                .await,
-            "TTL",
-        ),
-    ];
-    for (result, expected) in cases {
-        let err = result.expect_err(expected);
-        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
-        assert!(err.to_string().contains(expected), "{err}");
-    }
-    let from_url =
-        EtcdConfig::from_url(&StoreUrl::parse("etcd://127.0.0.1:1/a//b").unwrap()).unwrap_err();
-    let from_builder = EtcdStore::builder(nowhere().await)
-        .prefix("a//b")
-        .build()
-        .await
-        .unwrap_err();
-    assert_eq!(from_url.message(), from_builder.message());
-    // Valid options, unreachable cluster: Unavailable within connect_timeout.
-    let started = std::time::Instant::now();
-    let err = EtcdStore::builder(nowhere().await)
-        .connect_timeout(Duration::from_millis(500))
-        .build()
-        .await
-        .expect_err("nothing listens on port 1");
-    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "{:?}",
-        started.elapsed()
+    // Also a zero timeout and a 1 ms TTL, as every builder.
+    assert_builder_refuses!(EtcdStore::builder(nowhere().await);
+        prefix("a//b") => "prefix",
+        prefix("") => "prefix",
     );
+    assert_same_refusal(
+        EtcdConfig::from_url(&StoreUrl::parse("etcd://127.0.0.1:1/a//b").unwrap()),
+        EtcdStore::builder(nowhere().await)
+            .prefix("a//b")
+            .build()
+            .await,
+    );
+    // Valid options, unreachable cluster: Unavailable within connect_timeout.
+    let build = EtcdStore::builder(nowhere().await)
+        .connect_timeout(Duration::from_millis(500))
+        .build();
+    let whom = "application's client";
+    assert_unreachable(build, whom, None, Duration::from_secs(10)).await;
 }

@@ -9,11 +9,9 @@ use std::time::{Duration, Instant};
 
 use omnilock_core::StoreUrl;
 use omnilock_etcd::EtcdConfig;
-use omnilock_harness::faults::{kill_node, restart_node, Contention};
+use omnilock_harness::faults::kill_follower_then_leader;
 use omnilock_harness::topology::Topology;
 use omnilock_testkit::store_url;
-
-const CLIENTS: usize = 8;
 
 /// The client port of member N (1..3) of the cluster, from the topology.
 fn port(n: u16) -> u16 {
@@ -52,58 +50,18 @@ async fn leader() -> u16 {
     }
 }
 
-fn kill(n: u16) {
-    kill_node("etcd", &format!("e{n}"));
-}
-
-fn restart(n: u16) {
-    restart_node("etcd", &format!("e{n}"));
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn member_loss_keeps_exclusion_and_progress() {
     let url = store_url("ETCD").expect("OMNILOCK_TEST_ETCD_URL");
     // A short request deadline, so that calls stuck on a dead member give up fast.
     let url = format!("{url}?timeout=2s");
     let name = format!("faults/members/{}", std::process::id());
-    let mut clients = Vec::new();
-    for _ in 0..CLIENTS {
-        let config = EtcdConfig::from_url(&StoreUrl::parse(&url).unwrap()).unwrap();
-        clients.push(omnilock_etcd::connect(config).await.expect("connect"));
-    }
-    let contention = Contention::start(clients, &name);
-    contention
-        .wait_for_grants(20, Duration::from_secs(30), "before any fault")
-        .await;
-    for victim in ["follower", "leader"] {
-        let leader = leader().await;
-        let n = if victim == "leader" {
-            leader
-        } else {
-            (1..=3).find(|n| *n != leader).unwrap()
-        };
-        kill(n);
-        let took = contention
-            .wait_for_grants(
-                20,
-                Duration::from_secs(30),
-                &format!("after killing the {victim} (e{n})"),
-            )
-            .await;
-        eprintln!("{victim} e{n} killed: 20 more grants within {took:?}");
-        restart(n);
-        contention
-            .wait_for_grants(
-                20,
-                Duration::from_secs(30),
-                &format!("after restarting e{n}"),
-            )
-            .await;
-    }
-    let report = contention.stop().await;
-    assert!(
-        report.violations.is_empty(),
-        "safety violations: {report:?}"
-    );
-    eprintln!("{report:?}");
+    let config = EtcdConfig::from_url(&StoreUrl::parse(&url).unwrap()).unwrap();
+    let connect = || omnilock_etcd::connect(config.clone());
+    let nodes = ["e1", "e2", "e3"];
+    let patience = Duration::from_secs(30);
+    kill_follower_then_leader(connect, &name, "etcd", &nodes, patience, || async {
+        format!("e{}", leader().await)
+    })
+    .await;
 }

@@ -159,6 +159,57 @@ async fn contend(locks: Locks, name: String, record: Arc<Record>, stop: Arc<Atom
     }
 }
 
+/// Member loss on a three-node deployment: 8 clients (from `connect`)
+/// contend for `name` (see [`Contention::start`]) while first a follower
+/// and then the leader of `deployment` (`leader` names the node that leads
+/// now, one of `nodes`) is killed with SIGKILL and restarted. Grants must go
+/// on, 20 more within `patience` before any fault and after each kill and
+/// restart, and no safety violation may be seen.
+pub async fn kill_follower_then_leader<C, CFut, F, Fut>(
+    connect: C,
+    name: &str,
+    deployment: &str,
+    nodes: &[&str],
+    patience: Duration,
+    mut leader: F,
+) where
+    C: Fn() -> CFut,
+    CFut: std::future::Future<Output = omnilock_core::Result<Locks>>,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = String>,
+{
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        clients.push(connect().await.expect("connect"));
+    }
+    let contention = Contention::start(clients, name);
+    contention
+        .wait_for_grants(20, patience, "before any fault")
+        .await;
+    for victim in ["follower", "leader"] {
+        let leader = leader().await;
+        let node = if victim == "leader" {
+            leader
+        } else {
+            let follower = nodes.iter().find(|node| **node != leader);
+            follower.expect("a follower").to_string()
+        };
+        kill_node(deployment, &node);
+        let killed = format!("after killing the {victim} ({deployment} node {node})");
+        let took = contention.wait_for_grants(20, patience, &killed).await;
+        eprintln!("{victim} {node} killed: 20 more grants within {took:?}");
+        restart_node(deployment, &node);
+        let restarted = format!("after restarting {deployment} node {node}");
+        contention.wait_for_grants(20, patience, &restarted).await;
+    }
+    let report = contention.stop().await;
+    assert!(
+        report.violations.is_empty(),
+        "safety violations: {report:?}"
+    );
+    eprintln!("{report:?}");
+}
+
 /// The directory `scripts/stores.sh` keeps the test stores in: the
 /// topology's, else `$OMNILOCK_STORES_DIR`, else `target/stores` of this
 /// workspace.

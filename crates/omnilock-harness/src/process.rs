@@ -3,7 +3,7 @@
 //! the binary is) for every store whose capabilities include `cross_process`.
 
 use std::os::unix::process::CommandExt as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -351,6 +351,27 @@ pub fn killed_wrapper_takes_its_command_along(omnilock: &Path, url: &str, dir: &
         .status()
         .expect("run successor");
     assert!(status.success(), "the successor failed: {status}");
+}
+
+/// A fresh, empty directory `<root>/<test>-<pid>` for one test of a
+/// command's end-to-end tests (`root`: the test crate's
+/// `CARGO_TARGET_TMPDIR` and a folder of the suite's own).
+pub fn scratch_dir(root: impl AsRef<Path>, test: &str) -> PathBuf {
+    let dir = root.as_ref().join(format!("{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+/// The URL of a private SQLite store in `dir`: the processes of one test
+/// share it, no other test does.
+pub fn sqlite_store(dir: &Path) -> String {
+    format!("sqlite://{}/locks.db", dir.display())
+}
+
+/// A process's output, as text.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// Whether `pid` is a live process (a zombie waiting for a reaper that a

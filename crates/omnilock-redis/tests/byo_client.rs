@@ -7,9 +7,12 @@
 
 use std::time::Duration;
 
-use omnilock_core::{ErrorKind, HostPort, StoreUrl};
+use omnilock_core::{HostPort, StoreUrl};
 use omnilock_redis::{RedisStore, RedlockStore};
-use omnilock_testkit::{store_url, Subject};
+use omnilock_testkit::fixtures::{
+    assert_refused, assert_same_refusal, assert_unreachable, take_and_release, unique_name,
+};
+use omnilock_testkit::{assert_builder_refuses, store_url, Subject};
 use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo};
 
 /// The application's client for one node of a test URL: its credentials,
@@ -229,13 +232,11 @@ async fn a_manager_for_another_server_is_refused() {
         return;
     };
     let other = nodes[0].get_connection_manager().await.expect("manager");
-    let err = RedisStore::builder(client)
+    let refused = RedisStore::builder(client)
         .connection_manager(other)
         .build()
-        .await
-        .expect_err("different servers");
-    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
-    assert!(err.to_string().contains("does not reach"), "{err}");
+        .await;
+    assert_refused(refused, "does not reach");
 }
 
 /// Options are checked before any I/O, with the URL's messages: the client
@@ -243,67 +244,31 @@ async fn a_manager_for_another_server_is_refused() {
 /// `Unavailable` instead.
 async fn builders_check_options_like_urls() {
     let nowhere = || redis::Client::open("redis://127.0.0.1:1/").unwrap();
-    let cases = [
-        (
-            RedisStore::builder(nowhere()).prefix("{x}").build().await,
-            "prefix",
-        ),
-        (
-            RedisStore::builder(nowhere())
-                .waiter_lease(Duration::from_millis(1))
-                .build()
-                .await,
-            "waiter_lease",
-        ),
-        (
-            RedisStore::builder(nowhere())
-                .timeout(Duration::ZERO)
-                .build()
-                .await,
-            "timeout",
-        ),
-        (
-            RedisStore::builder(nowhere())
-                .ttl(Duration::from_millis(1))
-                .build()
-                .await,
-            "TTL",
-        ),
-        (
-            RedlockStore::builder([nowhere(), nowhere()]).build().await,
-            "at least 3",
-        ),
-        (
-            RedlockStore::builder([nowhere(), nowhere(), nowhere()])
-                .ttl(Duration::from_secs(365 * 86_400))
-                .build()
-                .await,
-            "TTL",
-        ),
-    ];
-    for (result, expected) in cases {
-        let err = result.expect_err(expected);
-        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
-        assert!(err.to_string().contains(expected), "{err}");
-    }
+    // Also a zero timeout and a 1 ms TTL, as every builder.
+    assert_builder_refuses!(RedisStore::builder(nowhere());
+        prefix("{x}") => "prefix",
+        waiter_lease(Duration::from_millis(1)) => "waiter_lease",
+    );
+    let two = RedlockStore::builder([nowhere(), nowhere()]).build().await;
+    assert_refused(two, "at least 3");
+    let year = Duration::from_secs(365 * 86_400);
+    let three = RedlockStore::builder([nowhere(), nowhere(), nowhere()]);
+    assert_refused(three.ttl(year).build().await, "TTL");
     // The same rules as the URL, word for word.
-    let from_url = omnilock_redis::RedisConfig::from_url(
-        &StoreUrl::parse("redis://127.0.0.1:1?waiter_lease=1ms").unwrap(),
-    )
-    .unwrap_err();
-    let from_builder = RedisStore::builder(nowhere())
-        .waiter_lease(Duration::from_millis(1))
-        .build()
-        .await
-        .unwrap_err();
-    assert_eq!(from_url.message(), from_builder.message());
+    assert_same_refusal(
+        omnilock_redis::RedisConfig::from_url(
+            &StoreUrl::parse("redis://127.0.0.1:1?waiter_lease=1ms").unwrap(),
+        ),
+        RedisStore::builder(nowhere())
+            .waiter_lease(Duration::from_millis(1))
+            .build()
+            .await,
+    );
     // Valid options, unreachable client: Unavailable, naming the node.
-    let err = RedisStore::builder(nowhere())
+    let build = RedisStore::builder(nowhere())
         .connect_timeout(Duration::from_millis(500))
-        .build()
-        .await
-        .expect_err("nothing listens on port 1");
-    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+        .build();
+    let err = assert_unreachable(build, "127.0.0.1:1", None, Duration::from_secs(10)).await;
     assert!(err.to_string().contains("127.0.0.1:1"), "{err}");
 }
 
@@ -318,8 +283,7 @@ async fn credentials_come_from_the_client() {
         .await
         .expect("the ACL user builds");
     let name = format!("byo-acl/{}", std::process::id());
-    let guard = locks.acquire(&name).await.expect("acquire as the ACL user");
-    guard.release().await.expect("release");
+    take_and_release(&locks, &name).await;
 
     let url = StoreUrl::parse(&store_url("REDIS_ACL").unwrap()).unwrap();
     let info = ConnectionAddr::Tcp(url.hosts()[0].host.clone(), url.hosts()[0].port.unwrap())
@@ -330,13 +294,11 @@ async fn credentials_come_from_the_client() {
                 .set_username("locker")
                 .set_password("not-the-password"),
         );
-    let err = RedisStore::builder(redis::Client::open(info).unwrap())
+    let refused = RedisStore::builder(redis::Client::open(info).unwrap())
         .build()
-        .await
-        .expect_err("wrong password");
-    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+        .await;
+    let err = assert_refused(refused, "credentials");
     let shown = format!("{err} {err:?}");
-    assert!(shown.contains("credentials"), "{shown}");
     assert!(!shown.contains("not-the-password"), "{shown}");
 }
 
@@ -375,6 +337,5 @@ async fn tls_client_as_given() {
         .build()
         .await
         .expect("TLS build");
-    let guard = locks.acquire("byo-tls").await.expect("acquire over TLS");
-    guard.release().await.expect("release");
+    take_and_release(&locks, &unique_name("byo-tls")).await;
 }

@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
-use omnilock_core::{ErrorKind, Locks, StoreUrl};
+use omnilock_core::{ErrorKind, LockRequest, Locks, StoreUrl};
 use omnilock_redis::{RedisConfig, RedisStore};
+use omnilock_testkit::fixtures::queue_handoff_chain;
 use omnilock_testkit::store_url;
 
 mod common;
@@ -40,23 +41,11 @@ async fn pass_along(n: usize) -> u64 {
     let locks = Locks::new(store.clone());
     let name = format!("wakeups/{n}/{}", std::process::id());
     let holder = locks.acquire(&name).await.expect("holder");
-    let mut tasks = Vec::new();
-    for _ in 0..n {
-        let (queued_tx, queued_rx) = tokio::sync::oneshot::channel();
-        let (locks, name) = (locks.clone(), name.clone());
-        tasks.push(tokio::spawn(async move {
-            let guard = locks
-                .lock(&name)
-                .on_wait(move || {
-                    let _ = queued_tx.send(());
-                })
-                .acquire()
-                .await
-                .expect("waiter");
-            guard.release().await.expect("release");
-        }));
-        queued_rx.await.expect("queued");
+    fn mutex<'a>(locks: &'a Locks, name: &str) -> LockRequest<'a> {
+        locks.lock(name)
     }
+    let ttl = Duration::from_secs(60);
+    let tasks = queue_handoff_chain(&[locks], &name, n, ttl, mutex).await;
     let before = store.wakeups();
     holder.release().await.expect("release");
     for task in tasks {

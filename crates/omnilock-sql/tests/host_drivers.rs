@@ -8,19 +8,11 @@
 mod common;
 
 use omnilock_core::Locks;
+use omnilock_testkit::fixtures::take_and_release;
 use omnilock_testkit::store_url;
 
 async fn connect(url: &str) -> Locks {
     common::connect(url).await.expect("connect")
-}
-
-async fn works(locks: &Locks, name: &str) {
-    let guard = locks
-        .try_acquire(name)
-        .await
-        .expect("acquire")
-        .expect("free");
-    guard.release().await.expect("release");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -30,14 +22,14 @@ async fn the_applications_driver_list_is_its_own() {
     };
     // omnilock first: the application may still install its list.
     let before = connect(&postgres).await;
-    works(&before, "host-drivers/before").await;
-    works(&connect(&sqlite).await, "host-drivers/sqlite").await;
+    take_and_release(&before, "host-drivers/before").await;
+    take_and_release(&connect(&sqlite).await, "host-drivers/sqlite").await;
     sqlx::any::install_drivers(&[sqlx::postgres::any::DRIVER])
         .expect("the application installs its own driver list after omnilock connected");
     // Then omnilock again, on a process whose list holds only PostgreSQL:
     // no panic, and the locks work, SQLite included.
-    works(&connect(&postgres).await, "host-drivers/after").await;
-    works(&connect(&sqlite).await, "host-drivers/sqlite-after").await;
+    take_and_release(&connect(&postgres).await, "host-drivers/after").await;
+    take_and_release(&connect(&sqlite).await, "host-drivers/sqlite-after").await;
     // The application's `Any` pool works beside omnilock's.
     let any = sqlx::AnyPool::connect(&postgres).await.expect("any pool");
     let one: i32 = sqlx::query_scalar("SELECT 1")

@@ -8,18 +8,14 @@ mod common;
 
 use common::connect;
 use omnilock_core::ErrorKind;
+use omnilock_testkit::fixtures::take_and_release;
 use omnilock_testkit::store_url;
 
 const PASSWORD: &str = "omnilock-test-pw";
 
 async fn works(url: &str, name: &str) {
     let locks = connect(url).await.expect("connect over TLS");
-    let guard = locks
-        .try_acquire(name)
-        .await
-        .expect("acquire")
-        .expect("free");
-    guard.release().await.expect("release");
+    take_and_release(&locks, name).await;
 }
 
 /// The TLS URLs (verify-full against the test CA) that are configured, by

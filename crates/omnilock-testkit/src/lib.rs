@@ -29,6 +29,7 @@ use omnilock_core::{Locks, Result};
 
 #[cfg(feature = "blocking")]
 pub mod blocking;
+pub mod fixtures;
 pub mod registry;
 pub mod scenarios;
 pub mod suite;

@@ -9,12 +9,10 @@ use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use omnilock_core::StoreUrl;
-use omnilock_harness::faults::{kill_node, restart_node, Contention};
+use omnilock_harness::faults::kill_follower_then_leader;
 use omnilock_harness::topology::Topology;
 use omnilock_testkit::store_url;
 use omnilock_zookeeper::ZkConfig;
-
-const CLIENTS: usize = 8;
 
 /// The client port of node N (1..3) of the ensemble, from the topology.
 fn port(n: u16) -> u16 {
@@ -49,56 +47,16 @@ fn leader() -> u16 {
     }
 }
 
-fn kill(n: u16) {
-    kill_node("zookeeper", &n.to_string());
-}
-
-fn restart(n: u16) {
-    restart_node("zookeeper", &n.to_string());
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn node_loss_keeps_exclusion_and_progress() {
     let url = store_url("ZK").expect("OMNILOCK_TEST_ZK_URL");
     let name = format!("faults-nodes-{}", std::process::id());
-    let mut clients = Vec::new();
-    for _ in 0..CLIENTS {
-        let config = ZkConfig::from_url(&StoreUrl::parse(&url).unwrap()).unwrap();
-        clients.push(omnilock_zookeeper::connect(config).await.expect("connect"));
-    }
-    let contention = Contention::start(clients, &name);
-    contention
-        .wait_for_grants(20, Duration::from_secs(30), "before any fault")
-        .await;
-    for victim in ["follower", "leader"] {
-        let leader = leader();
-        let n = if victim == "leader" {
-            leader
-        } else {
-            (1..=3).find(|n| *n != leader).unwrap()
-        };
-        kill(n);
-        let took = contention
-            .wait_for_grants(
-                20,
-                Duration::from_secs(60),
-                &format!("after killing the {victim} (node {n})"),
-            )
-            .await;
-        eprintln!("{victim} node {n} killed: 20 more grants within {took:?}");
-        restart(n);
-        contention
-            .wait_for_grants(
-                20,
-                Duration::from_secs(60),
-                &format!("after restarting node {n}"),
-            )
-            .await;
-    }
-    let report = contention.stop().await;
-    assert!(
-        report.violations.is_empty(),
-        "safety violations: {report:?}"
-    );
-    eprintln!("{report:?}");
+    let config = ZkConfig::from_url(&StoreUrl::parse(&url).unwrap()).unwrap();
+    let connect = || omnilock_zookeeper::connect(config.clone());
+    let nodes = ["1", "2", "3"];
+    let patience = Duration::from_secs(60);
+    kill_follower_then_leader(connect, &name, "zookeeper", &nodes, patience, || async {
+        leader().to_string()
+    })
+    .await;
 }

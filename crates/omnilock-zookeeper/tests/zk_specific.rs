@@ -1,9 +1,10 @@
 //! ZooKeeper-only behaviour: connection errors, ACLs from digest
 //! credentials, node names, no nodes left behind, empty lock parents removed.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use omnilock_core::{ErrorKind, Locks, StoreUrl};
+use omnilock_testkit::fixtures::{assert_unreachable, eventually, time_out_waiters, unique_name};
 use omnilock_testkit::store_url;
 use omnilock_zookeeper::ZkConfig;
 
@@ -37,29 +38,11 @@ async fn raw() -> zookeeper_client::Client {
         .expect("raw client")
 }
 
-fn unique(what: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{what}-{}-{nanos}", std::process::id())
-}
-
 #[tokio::test]
 async fn unreachable_ensemble_is_unavailable_within_the_connect_timeout() {
-    let started = Instant::now();
-    let err = connect("zk://app:s3cret-pw@127.0.0.1:1,127.0.0.1:9/x?connect_timeout=1s")
-        .await
-        .expect_err("nothing listens there");
-    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "took {:?}",
-        started.elapsed()
-    );
-    let text = format!("{err} {err:?}");
-    assert!(text.contains("127.0.0.1:1"), "names the servers: {text}");
-    assert!(!text.contains("s3cret-pw"), "leaks the password: {text}");
+    let unreachable = connect("zk://app:s3cret-pw@127.0.0.1:1,127.0.0.1:9/x?connect_timeout=1s");
+    let within = Duration::from_secs(3);
+    assert_unreachable(unreachable, "127.0.0.1:1", Some("s3cret-pw"), within).await;
 }
 
 /// With digest credentials, lock nodes carry `creator_all`: a client
@@ -69,7 +52,7 @@ async fn unreachable_ensemble_is_unavailable_within_the_connect_timeout() {
 async fn lock_nodes_carry_the_acl_of_the_credentials() {
     let url = store_url("ZK_DIGEST").expect("OMNILOCK_TEST_ZK_DIGEST_URL");
     let locks = connect(&url).await.expect("connect with credentials");
-    let name = unique("acl");
+    let name = unique_name("acl");
     let guard = locks.acquire(&name).await.expect("acquire");
 
     let anonymous = raw().await;
@@ -102,7 +85,7 @@ async fn lock_nodes_carry_the_acl_of_the_credentials() {
 #[tokio::test]
 async fn path_like_names_map_to_single_safe_nodes() {
     let locks = connect(&ensemble_url()).await.expect("connect");
-    let tag = unique("names");
+    let tag = unique_name("names");
     let names = [
         format!("{tag}/a/b"),
         format!("{tag}%2Fa%2Fb"),
@@ -138,52 +121,29 @@ async fn path_like_names_map_to_single_safe_nodes() {
 #[tokio::test]
 async fn cancelled_acquires_leave_no_nodes_and_empty_parents_go() {
     let locks = connect(&ensemble_url()).await.expect("connect");
-    let name = unique("cancelled");
+    let name = unique_name("cancelled");
     let parent = format!("/omnilock/{name}");
     let holder = locks.acquire(&name).await.expect("holder");
     for _ in 0..10 {
-        let mut batch = Vec::new();
-        for _ in 0..50 {
-            let locks = locks.clone();
-            let name = name.clone();
-            batch.push(tokio::spawn(async move {
-                locks
-                    .lock(&name)
-                    .timeout(Duration::from_millis(200))
-                    .acquire()
-                    .await
-                    .map(|_| ())
-            }));
-        }
-        for task in batch {
-            let err = task.await.unwrap().expect_err("the lock is held");
-            assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
-        }
+        time_out_waiters(&locks, &name, 50, Duration::from_millis(200)).await;
     }
     let zk = raw().await;
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let children = zk.list_children(&parent).await.expect("list");
-        if children.len() == 1 {
-            break;
+    eventually("only the holder's node is left", PATIENCE, || async {
+        match zk.list_children(&parent).await.expect("list").len() {
+            1 => Ok(()),
+            n => Err(format!("{n} nodes")),
         }
-        assert!(
-            Instant::now() < deadline,
-            "nodes left behind: {}",
-            children.len()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
     holder.release().await.expect("release");
     // The test ensemble checks containers every second.
-    let deadline = Instant::now() + PATIENCE;
-    while zk.check_stat(&parent).await.expect("stat").is_some() {
-        assert!(
-            Instant::now() < deadline,
-            "the empty lock parent was never removed"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually("the empty lock parent is removed", PATIENCE, || async {
+        match zk.check_stat(&parent).await.expect("stat") {
+            None => Ok(()),
+            Some(_) => Err("it is still there".to_string()),
+        }
+    })
+    .await;
     // And the lock works again: the parent is re-created on demand.
     let again = tokio::time::timeout(PATIENCE, locks.acquire(&name))
         .await
@@ -198,7 +158,7 @@ async fn cancelled_acquires_leave_no_nodes_and_empty_parents_go() {
 /// predecessor a waiter would watch forever).
 #[test]
 fn nested_prefixes_are_disjoint() {
-    let p = format!("omnilock-ns/{}", unique("nest"));
+    let p = format!("omnilock-ns/{}", unique_name("nest"));
     let (Some(a), Some(b)) = (
         common::subject_under("ZK", &p),
         common::subject_under("ZK", &format!("{p}/locks")),

@@ -37,15 +37,8 @@ pub fn batches(iterations: usize) -> impl Iterator<Item = (usize, bool, usize)> 
 
 /// One uncontended round on `locks`: try-acquire `name` (it must be free)
 /// and release it.
-#[allow(dead_code)] // not every bench uses it
-pub async fn try_round(locks: &omnilock::Locks, name: &str) {
-    let guard = locks
-        .try_acquire(name)
-        .await
-        .expect("acquire")
-        .expect("free");
-    guard.release().await.expect("release");
-}
+#[allow(unused_imports)] // not every bench uses it
+pub use omnilock_testkit::fixtures::take_and_release as try_round;
 
 /// The `host:port` list of a store URL (`scheme://h1:p1,h2:p2/...`).
 #[allow(dead_code)] // not every bench uses it

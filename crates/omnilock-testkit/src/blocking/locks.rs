@@ -6,10 +6,14 @@ use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use omnilock::blocking::{self, Locks};
-use omnilock_core::{ErrorKind, Operation, Owner};
+use omnilock::blocking::{self, LockGuard, Locks};
+use omnilock_core::{ErrorKind, Operation, Owner, Result};
 
-use super::{join_soon, queue_waiter, unique, BlockingSubject, PATIENCE};
+use super::{
+    assert_free, assert_still_held, assert_taken, join_soon, queue_waiter, unique, BlockingSubject,
+    PATIENCE,
+};
+use crate::scenarios::assert_timed_out;
 
 /// 8 threads over 2 clients each increment a shared non-atomic counter 20
 /// times under the lock: exactly 160, and never two threads inside at once.
@@ -78,21 +82,16 @@ pub fn blocking_timeout_is_typed(subject: &BlockingSubject) {
     let [a, b] = subject.clients();
     let held = a.acquire(&name).expect("acquire");
     let started = Instant::now();
+    let timeout = Duration::from_millis(200);
     let err = b
         .lock(&name)
-        .timeout(Duration::from_millis(200))
+        .timeout(timeout)
         .acquire()
         .expect_err("acquire of a held lock must time out");
-    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    assert_timed_out(&err, started.elapsed(), timeout);
     assert_eq!(err.operation(), Some(Operation::Acquire));
     assert_eq!(err.lock(), Some(name.as_str()));
     assert_eq!(err.backend(), Some(b.backend_kind()));
-    assert!(started.elapsed() >= Duration::from_millis(200));
-    assert!(
-        started.elapsed() < PATIENCE,
-        "timeout took {:?}",
-        started.elapsed()
-    );
     assert!(held.is_held());
     held.release().expect("release");
 }
@@ -103,9 +102,9 @@ pub fn blocking_release_by_owner_only(subject: &BlockingSubject) {
     let name = unique("owner");
     let [a, b] = subject.clients();
     let first = a.acquire(&name).expect("first holder");
-    assert!(b.try_acquire(&name).expect("probe").is_none());
+    assert_taken(&b, &name, "still held");
     first.release().expect("owner releases");
-    assert!(b.try_acquire(&name).expect("probe").is_some(), "not freed");
+    assert_free(&b, &name, "not freed");
 }
 
 /// A stale guard (its lock broken and taken by another) gets NotOwner and
@@ -122,10 +121,11 @@ pub fn blocking_stale_release_is_not_owner(subject: &BlockingSubject) {
         .expect("a new holder takes the broken lock");
     let err = stale.release().expect_err("a stale guard must not release");
     assert_eq!(err.kind(), ErrorKind::NotOwner, "{err}");
-    assert!(fresh.is_held());
-    assert!(
-        admin.try_acquire(&name).expect("probe").is_none(),
-        "the stale release freed the new holder's lock"
+    assert_still_held(
+        &fresh,
+        &admin,
+        &name,
+        "the stale release freed the new holder's lock",
     );
     fresh.release().expect("the new holder releases");
 }
@@ -167,16 +167,9 @@ pub fn blocking_reentrancy(subject: &BlockingSubject) {
         .expect_err("non-reentrant re-acquire");
     assert_eq!(err.kind(), ErrorKind::WouldDeadlock, "{err}");
     inner.release().expect("release inner");
-    assert!(outer.is_held());
-    assert!(
-        other.try_acquire(&name).expect("probe").is_none(),
-        "free after one of two holds"
-    );
+    assert_still_held(&outer, &other, &name, "free after one of two holds");
     outer.release().expect("release outer");
-    assert!(
-        other.try_acquire(&name).expect("probe").is_some(),
-        "not free after the last hold"
-    );
+    assert_free(&other, &name, "not free after the last hold");
 }
 
 /// The same owner re-enters its lock through another client (same token),
@@ -194,12 +187,20 @@ pub fn blocking_reentrancy_across_clients(subject: &BlockingSubject) {
         .expect("the same owner re-enters through another client");
     assert_eq!(across.token(), outer.token());
     across.release().expect("release across");
-    assert!(outer.is_held());
-    assert!(
-        other.try_acquire(&name).expect("probe").is_none(),
-        "free after one of two holds"
-    );
+    assert_still_held(&outer, &other, &name, "free after one of two holds");
     outer.release().expect("release outer");
+}
+
+/// `holder` takes `name` on a 60 s lease and a thread on `waiter` queues
+/// for it: whatever frees the lock sooner than the lease shows in the
+/// waiting thread.
+fn held_with_waiter(
+    holder: &Locks,
+    waiter: &Locks,
+    name: &str,
+) -> (LockGuard, thread::JoinHandle<Result<LockGuard>>) {
+    let held = holder.lock(name).ttl(Duration::from_secs(60)).acquire();
+    (held.expect("acquire"), queue_waiter(waiter, name))
 }
 
 /// Dropping a guard releases the lock before `drop` returns: a thread
@@ -207,12 +208,7 @@ pub fn blocking_reentrancy_across_clients(subject: &BlockingSubject) {
 pub fn blocking_drop_releases_to_waiting_thread(subject: &BlockingSubject) {
     let name = unique("drop");
     let [a, b] = subject.clients();
-    let guard = a
-        .lock(&name)
-        .ttl(Duration::from_secs(60))
-        .acquire()
-        .expect("acquire");
-    let waiter = queue_waiter(&b, &name);
+    let (guard, waiter) = held_with_waiter(&a, &b, &name);
     drop(guard);
     let next =
         join_soon("the waiting thread gets the dropped lock", waiter).expect("waiter acquires");
@@ -220,10 +216,7 @@ pub fn blocking_drop_releases_to_waiting_thread(subject: &BlockingSubject) {
     // Synchronous: right after a drop, the lock is free for a try_acquire.
     let again = a.acquire(&name).expect("acquire");
     drop(again);
-    assert!(
-        b.try_acquire(&name).expect("probe").is_some(),
-        "drop did not release at once"
-    );
+    assert_free(&b, &name, "drop did not release at once");
 }
 
 /// A guard dropped on an async runtime's thread, where it cannot block,
@@ -231,12 +224,7 @@ pub fn blocking_drop_releases_to_waiting_thread(subject: &BlockingSubject) {
 pub fn blocking_drop_inside_runtime(subject: &BlockingSubject) {
     let name = unique("drop-async");
     let [a, b] = subject.clients();
-    let guard = a
-        .lock(&name)
-        .ttl(Duration::from_secs(60))
-        .acquire()
-        .expect("acquire");
-    let waiter = queue_waiter(&b, &name);
+    let (guard, waiter) = held_with_waiter(&a, &b, &name);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("a runtime");
@@ -342,18 +330,12 @@ pub fn blocking_with_lock(subject: &BlockingSubject) {
     let [a, b] = subject.clients();
     let value = a
         .with_lock(&name, || {
-            assert!(
-                b.try_acquire(&name).expect("probe").is_none(),
-                "not held during the work"
-            );
+            assert_taken(&b, &name, "not held during the work");
             42
         })
         .expect("with_lock");
     assert_eq!(value, 42);
-    assert!(
-        b.try_acquire(&name).expect("probe").is_some(),
-        "not released after the work"
-    );
+    assert_free(&b, &name, "not released after the work");
 }
 
 /// `with_lock` returns the loss instead of the work's value when the lock

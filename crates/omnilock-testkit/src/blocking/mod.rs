@@ -211,6 +211,25 @@ pub(crate) fn unique(prefix: &str) -> String {
     )
 }
 
+/// `probe` cannot take `name` now: it is held (`why` says by whom).
+pub(crate) fn assert_taken(probe: &Locks, name: &str, why: &str) {
+    let taken = probe.try_acquire(name).expect("probe");
+    assert!(taken.is_none(), "{why}");
+}
+
+/// `guard` still holds `name`, by its own account and by `probe`'s, which
+/// cannot take it (`why` says what would have freed it).
+pub(crate) fn assert_still_held(guard: &LockGuard, probe: &Locks, name: &str, why: &str) {
+    assert!(guard.is_held(), "the guard says it lost {name}");
+    assert_taken(probe, name, why);
+}
+
+/// `probe` takes `name` at once (and lets it go again): it is free.
+pub(crate) fn assert_free(probe: &Locks, name: &str, why: &str) {
+    let taken = probe.try_acquire(name).expect("probe");
+    assert!(taken.is_some(), "{why}");
+}
+
 /// Starts a thread that waits for `name` on `locks` and returns once the
 /// store reports it waiting; the thread's result is the acquire's.
 pub(crate) fn queue_waiter(locks: &Locks, name: &str) -> thread::JoinHandle<Result<LockGuard>> {

@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use omnilock_core::{LockRequest, Locks};
-use tokio::sync::oneshot;
 
 use super::{clients, unique, within};
+use crate::fixtures::{queue_handoff_chain, Link};
 use crate::registry::{scenario, Claim, Scenario};
 use crate::Subject;
 
@@ -63,10 +63,7 @@ pub(crate) async fn rw_handoff_cost_is_flat(subject: &Subject) {
     flat_handoffs(subject, "write lock", writer).await;
 }
 
-/// What each waiter of a chain takes.
-type Take = for<'a> fn(&'a Locks, &str) -> LockRequest<'a>;
-
-async fn flat_handoffs(subject: &Subject, what: &str, take: Take) {
+async fn flat_handoffs(subject: &Subject, what: &str, take: Link) {
     let few = handoff_cost(subject, 2, take).await;
     let many = handoff_cost(subject, 64, take).await;
     eprintln!(
@@ -81,7 +78,7 @@ async fn flat_handoffs(subject: &Subject, what: &str, take: Take) {
 }
 
 /// Requests per hand-off along a chain of `waiters` queued acquisitions.
-async fn handoff_cost(subject: &Subject, waiters: usize, take: Take) -> f64 {
+async fn handoff_cost(subject: &Subject, waiters: usize, take: Link) -> f64 {
     let name = unique("herd");
     let clients = clients(subject, 4).await;
     let ttl = Duration::from_secs(60);
@@ -90,26 +87,7 @@ async fn handoff_cost(subject: &Subject, waiters: usize, take: Take) -> f64 {
         .acquire()
         .await
         .expect("holder");
-    let mut chain = Vec::new();
-    for i in 0..waiters {
-        let (queued_tx, queued_rx) = oneshot::channel();
-        let locks = clients[i % clients.len()].clone();
-        let name = name.clone();
-        chain.push(tokio::spawn(async move {
-            let guard = take(&locks, &name)
-                .ttl(ttl)
-                .on_wait(move || {
-                    let _ = queued_tx.send(());
-                })
-                .acquire()
-                .await
-                .expect("waiter");
-            guard.release().await.expect("release");
-        }));
-        within("a waiter reports that it waits", queued_rx)
-            .await
-            .expect("queued");
-    }
+    let chain = queue_handoff_chain(&clients, &name, waiters, ttl, take).await;
     // Waiters finish setting up (watches, subscriptions) after they report
     // waiting: start counting once the store is quiet.
     let start = quiet_count(subject).await;

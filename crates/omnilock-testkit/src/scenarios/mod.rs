@@ -11,7 +11,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
-use omnilock_core::{Capabilities, LockGuard, LockRequest, Locks, Result};
+use omnilock_core::{Capabilities, Error, ErrorKind, LockGuard, LockRequest, Locks, Result};
 
 use crate::Subject;
 pub(crate) use crate::{queue_request, queue_waiter, take};
@@ -51,6 +51,29 @@ pub(crate) async fn within<T>(what: &str, future: impl std::future::Future<Outpu
         Ok(value) => value,
         Err(_) => panic!("{what}: did not happen within {PATIENCE:?}"),
     }
+}
+
+/// A waiting acquire given `timeout` failed with `err` after `waited`: a
+/// `Timeout`, not before its time and not long after.
+pub(crate) fn assert_timed_out(err: &Error, waited: Duration, timeout: Duration) {
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    assert!(
+        waited >= timeout,
+        "gave up after {waited:?}, before its {timeout:?}"
+    );
+    assert!(waited < PATIENCE, "timeout took {waited:?}");
+}
+
+/// `request` (of a held lock, a full semaphore) waits for `timeout` and
+/// fails with a `Timeout` in its time.
+async fn times_out(request: LockRequest<'_>, timeout: Duration) {
+    let started = Instant::now();
+    let err = request
+        .timeout(timeout)
+        .acquire()
+        .await
+        .expect_err("a wait for what another holds must time out");
+    assert_timed_out(&err, started.elapsed(), timeout);
 }
 
 async fn clients(subject: &Subject, n: usize) -> Vec<Locks> {

@@ -9,7 +9,9 @@ use std::time::Duration;
 use omnilock_core::{ErrorKind, LockGuard, Locks, Result};
 use tokio::task::JoinHandle;
 
-use super::{abandon, clients, once_taken, queue_request, take, unique, within, PATIENCE};
+use super::{
+    abandon, clients, once_taken, queue_request, take, times_out, unique, within, PATIENCE,
+};
 use crate::registry::{scenario, Claim, Scenario};
 use crate::Subject;
 
@@ -49,6 +51,36 @@ async fn queue_permit(locks: &Locks, name: &str, permits: u32) -> JoinHandle<Res
 /// try-acquires a permit until one is free.
 async fn once_permit(locks: &Locks, name: &str, permits: u32) -> LockGuard {
     once_taken(locks, |locks| locks.semaphore(name, permits)).await
+}
+
+/// try-acquires a permit once: the permit, or `None` when all are in use.
+async fn try_permit(locks: &Locks, name: &str, permits: u32) -> Option<LockGuard> {
+    locks
+        .semaphore(name, permits)
+        .try_acquire()
+        .await
+        .expect("try_acquire")
+}
+
+/// The one permit of `name`, held by a holder that stopped running (lease
+/// `ttl`): a new client waits for it and gets it within the lease and
+/// [`PATIENCE`] (`what` says why it frees).
+async fn permit_frees_for_another(
+    subject: &Subject,
+    name: &str,
+    ttl: Duration,
+    what: &str,
+) -> LockGuard {
+    let thief = subject.client().await;
+    let request = thief.semaphore(name, 1).timeout(ttl + PATIENCE);
+    request.acquire().await.expect(what)
+}
+
+/// Takes a permit that has just been freed (its holder released, or a
+/// cancelled waiter's entry goes in the background), soon, and releases it.
+async fn take_freed_permit(what: &str, locks: &Locks, name: &str, permits: u32) {
+    let permit = within(what, once_permit(locks, name, permits)).await;
+    permit.release().await.expect("release");
 }
 
 /// 32 tasks on 4 clients take permits of a 3-permit semaphore again and
@@ -147,28 +179,14 @@ pub(crate) async fn semaphore_full_refuses_until_release(subject: &Subject) {
         .acquire()
         .await
         .expect("second permit");
-    let busy = b
-        .semaphore(&name, 2)
-        .try_acquire()
-        .await
-        .expect("try_acquire");
+    let busy = try_permit(&b, &name, 2).await;
     assert!(busy.is_none(), "a third permit of two");
-    let err = b
-        .semaphore(&name, 2)
-        .timeout(Duration::from_millis(200))
-        .acquire()
-        .await
-        .expect_err("no third permit");
-    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    times_out(b.semaphore(&name, 2), Duration::from_millis(200)).await;
     first.release().await.expect("release");
     let third = within("a freed permit is taken", b.semaphore(&name, 2).acquire())
         .await
         .expect("a freed permit");
-    let fourth = b
-        .semaphore(&name, 2)
-        .try_acquire()
-        .await
-        .expect("try_acquire");
+    let fourth = try_permit(&b, &name, 2).await;
     assert!(
         fourth.is_none(),
         "one release made room for one permit only"
@@ -207,26 +225,14 @@ pub(crate) async fn semaphore_permits_mismatch_rejected(subject: &Subject) {
         );
     }
     // The recorded count stays 2: a second permit is there, a third is not.
-    let second = b
-        .semaphore(&name, 2)
-        .try_acquire()
+    let second = try_permit(&b, &name, 2)
         .await
-        .expect("try_acquire");
-    let second = second.expect("the second of 2 permits");
-    let third = b
-        .semaphore(&name, 2)
-        .try_acquire()
-        .await
-        .expect("try_acquire");
+        .expect("the second of 2 permits");
+    let third = try_permit(&b, &name, 2).await;
     assert!(third.is_none(), "the mismatch did not change the count");
     held.release().await.expect("release");
     second.release().await.expect("release");
-    let recounted = within(
-        "an unused semaphore takes a new count",
-        once_permit(&b, &name, 3),
-    )
-    .await;
-    recounted.release().await.expect("release");
+    take_freed_permit("an unused semaphore takes a new count", &b, &name, 3).await;
 }
 
 /// Bad input is refused before any I/O with a clear error, on every store:
@@ -285,12 +291,9 @@ pub(crate) async fn primitives_have_separate_namespaces(subject: &Subject) {
     let name = unique("namespaces");
     let [a, b] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
     let mutex = a.acquire(&name).await.expect("the mutex");
-    let permit = b
-        .semaphore(&name, 1)
-        .try_acquire()
+    let permit = try_permit(&b, &name, 1)
         .await
-        .expect("try_acquire");
-    let permit = permit.expect("the semaphore of the mutex's name is free");
+        .expect("the semaphore of the mutex's name is free");
     let write = b
         .rw_lock(&name)
         .write()
@@ -298,12 +301,10 @@ pub(crate) async fn primitives_have_separate_namespaces(subject: &Subject) {
         .await
         .expect("try_acquire");
     let write = write.expect("the rw lock of the mutex's name is free");
-    assert!(a
-        .semaphore(&name, 1)
-        .try_acquire()
-        .await
-        .expect("try")
-        .is_none());
+    assert!(
+        try_permit(&a, &name, 1).await.is_none(),
+        "the semaphore is held"
+    );
     assert!(a
         .rw_lock(&name)
         .read()
@@ -323,24 +324,13 @@ pub(crate) async fn semaphore_cancelled_acquire_leaves_nothing(subject: &Subject
     let name = unique("semaphore-cancel");
     let [a, b, c] = <[Locks; 3]>::try_from(clients(subject, 3).await).unwrap();
     let held = a.semaphore(&name, 1).acquire().await.expect("the permit");
-    let err = b
-        .semaphore(&name, 1)
-        .timeout(Duration::from_millis(300))
-        .acquire()
-        .await
-        .expect_err("the only permit is held");
-    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    times_out(b.semaphore(&name, 1), Duration::from_millis(300)).await;
     // A dropped future, mid-wait, too.
     let dropped = queue_permit(&b, &name, 1).await;
     dropped.abort();
     let _ = dropped.await;
     held.release().await.expect("release");
-    let next = within(
-        "the freed permit is free for anyone",
-        once_permit(&c, &name, 1),
-    )
-    .await;
-    next.release().await.expect("release");
+    take_freed_permit("the freed permit is free for anyone", &c, &name, 1).await;
 }
 
 /// Permits are granted in the order they were asked for.
@@ -410,13 +400,7 @@ pub(crate) async fn semaphore_abandoned_permit_expires(subject: &Subject) {
         let name = name.clone();
         move |locks| Box::pin(async move { locks.semaphore(&name, 1).ttl(ttl).acquire().await })
     });
-    let thief = subject.client().await;
-    let permit = thief
-        .semaphore(&name, 1)
-        .timeout(ttl + PATIENCE)
-        .acquire()
-        .await
-        .expect("the abandoned permit frees");
+    let permit = permit_frees_for_another(subject, &name, ttl, "the abandoned permit frees").await;
     let waited = taken_at.elapsed();
     assert!(
         waited <= ttl + Duration::from_secs(1),
@@ -457,13 +441,8 @@ pub(crate) async fn semaphore_paused_holder_is_told(subject: &Subject) {
     within("the victim takes the permit", taken_rx)
         .await
         .expect("victim thread");
-    let thief = subject.client().await;
-    let permit = thief
-        .semaphore(&name, 1)
-        .timeout(ttl + PATIENCE)
-        .acquire()
-        .await
-        .expect("the paused holder's permit frees");
+    let permit =
+        permit_frees_for_another(subject, &name, ttl, "the paused holder's permit frees").await;
     resume_tx.send(()).expect("victim waiting");
     tokio::task::spawn_blocking(move || paused.join())
         .await
