@@ -10,36 +10,72 @@ use std::pin::Pin;
 
 use omnilock_core::{Capabilities, ErrorKind, Locks};
 
+#[cfg(feature = "blocking")]
+use crate::blocking::{self, BlockingSubject};
 use crate::scenarios;
 use crate::Subject;
 
 pub(crate) type ScenarioFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 
 /// One scenario: its name (the function's), the guarantees it tests, and
-/// how to run it.
-pub struct Scenario {
+/// how to run it on a subject `S`: the async [`Subject`] of the conformance
+/// and herd suites, or the `BlockingSubject` of the blocking suite.
+pub struct Scenario<S: SuiteSubject = Subject> {
     /// The scenario function's name; the trial is `<subject>::<name>`.
     pub name: &'static str,
     /// What the store must claim for the scenario to apply; a store that
     /// does not claim one of these reports the scenario as ignored.
     pub needs: &'static [Claim],
-    pub(crate) run: for<'a> fn(&'a Subject) -> ScenarioFuture<'a>,
+    pub(crate) run: S::Run,
 }
 
-impl Scenario {
-    /// Runs the scenario on `subject` (assumes the store claims `needs`).
-    pub fn run<'a>(&self, subject: &'a Subject) -> ScenarioFuture<'a> {
-        (self.run)(subject)
-    }
+/// What a suite runs its scenarios on: opens the store's clients, tells
+/// whether the store claims what a scenario needs, and runs it.
+pub trait SuiteSubject: Sized + 'static {
+    /// How a scenario function is called on this kind of subject.
+    type Run: Copy + Send + Sync + 'static;
 
-    /// The first of `needs` that `subject` (whose client is `locks`) does
-    /// not claim, as a reason to show for ignoring the scenario.
-    pub async fn unclaimed(&self, subject: &Subject, locks: &Locks) -> Option<&'static str> {
-        for claim in self.needs {
-            if !claim.is_offered_by(subject, locks).await {
+    /// Runs the scenario `run` unless the store does not claim one of
+    /// `needs`; then it returns the reason, to show for ignoring it.
+    fn run_claimed(&self, needs: &'static [Claim], run: Self::Run) -> Option<&'static str>;
+}
+
+impl SuiteSubject for Subject {
+    type Run = for<'a> fn(&'a Subject) -> ScenarioFuture<'a>;
+
+    fn run_claimed(&self, needs: &'static [Claim], run: Self::Run) -> Option<&'static str> {
+        crate::run(async move {
+            if !needs.is_empty() {
+                let locks = self.client().await;
+                for claim in needs {
+                    if !claim.is_offered_by(self, &locks).await {
+                        return Some(claim.missing());
+                    }
+                }
+            }
+            run(self).await;
+            None
+        })
+    }
+}
+
+#[cfg(feature = "blocking")]
+impl SuiteSubject for BlockingSubject {
+    type Run = fn(&BlockingSubject);
+
+    /// Runs on the calling thread, with no async runtime: the blocking API
+    /// is tested as a program without one uses it.
+    fn run_claimed(&self, needs: &'static [Claim], run: Self::Run) -> Option<&'static str> {
+        if !needs.is_empty() {
+            let caps = self.client().capabilities();
+            let unclaimed = needs
+                .iter()
+                .find(|claim| claim.in_capabilities(&caps) != Some(true));
+            if let Some(claim) = unclaimed {
                 return Some(claim.missing());
             }
         }
+        run(self);
         None
     }
 }
@@ -144,6 +180,20 @@ macro_rules! scenario {
 }
 pub(crate) use scenario;
 
+/// Like [`scenario!`], for a blocking scenario function.
+#[cfg(feature = "blocking")]
+macro_rules! blocking_scenario {
+    ($name:ident $(, $needs:expr)*) => {
+        $crate::registry::Scenario::<$crate::blocking::BlockingSubject> {
+            name: stringify!($name),
+            needs: &[$($needs),*],
+            run: $name,
+        }
+    };
+}
+#[cfg(feature = "blocking")]
+pub(crate) use blocking_scenario;
+
 /// Every scenario of the conformance suite: each module's list, in this
 /// order.
 pub static CONFORMANCE: &[&[Scenario]] = &[
@@ -164,6 +214,12 @@ pub static CONFORMANCE: &[&[Scenario]] = &[
 /// adds to the counts.
 pub static HERD: &[&[Scenario]] = &[scenarios::herd::SCENARIOS];
 
+/// Every scenario of the blocking suite (`omnilock::blocking`, driven from
+/// plain threads): each module's list, in this order.
+#[cfg(feature = "blocking")]
+pub static BLOCKING: &[&[Scenario<BlockingSubject>]] =
+    &[blocking::locks::SCENARIOS, blocking::together::SCENARIOS];
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
@@ -177,5 +233,9 @@ mod tests {
             assert!(seen.insert(scenario.name), "{} twice", scenario.name);
         }
         assert!(seen.len() > 50, "only {} scenarios", seen.len());
+        #[cfg(feature = "blocking")]
+        for scenario in BLOCKING.iter().flat_map(|list| list.iter()) {
+            assert!(seen.insert(scenario.name), "{} twice", scenario.name);
+        }
     }
 }

@@ -13,30 +13,40 @@ use std::process::ExitCode;
 
 use libtest_mimic::{Arguments, Completion, Trial};
 
-use crate::registry::Scenario;
+use crate::registry::{Scenario, SuiteSubject};
 use crate::Subject;
 
 /// The trials of one test binary.
-pub struct Suite {
-    scenarios: &'static [&'static [Scenario]],
+pub struct Suite<S: SuiteSubject = Subject> {
+    scenarios: &'static [&'static [Scenario<S>]],
+    one_at_a_time: bool,
     trials: Vec<Trial>,
 }
 
-impl Suite {
+impl<S: SuiteSubject> Suite<S> {
     /// A suite of the `scenarios` lists (see [`crate::registry`]), with no
     /// subject yet.
-    pub fn new(scenarios: &'static [&'static [Scenario]]) -> Self {
+    pub fn new(scenarios: &'static [&'static [Scenario<S>]]) -> Self {
         Suite {
             scenarios,
+            one_at_a_time: false,
             trials: Vec::new(),
         }
+    }
+
+    /// Runs the trials one at a time, whatever `--test-threads` says: the
+    /// herd scenarios read store-wide request counters, which a trial
+    /// beside them would add to.
+    pub fn one_at_a_time(mut self) -> Self {
+        self.one_at_a_time = true;
+        self
     }
 
     /// Adds one trial per scenario, named `<label>::<scenario>`, on the
     /// subject `subject` returns (`None`: the store is not configured).
     /// `subject` is called inside each trial, so listing the tests needs no
     /// store.
-    pub fn subject(&mut self, label: &str, subject: fn() -> Option<Subject>) {
+    pub fn subject(&mut self, label: &str, subject: fn() -> Option<S>) {
         for scenario in self.scenarios.iter().flat_map(|list| list.iter()) {
             let name = format!("{label}::{}", scenario.name);
             self.trials
@@ -45,15 +55,9 @@ impl Suite {
                     let Some(subject) = subject() else {
                         return Ok(Completion::ignored_with("store not configured"));
                     };
-                    crate::run(async move {
-                        if !scenario.needs.is_empty() {
-                            let probe = subject.client().await;
-                            if let Some(why) = scenario.unclaimed(&subject, &probe).await {
-                                return Ok(Completion::ignored_with(why));
-                            }
-                        }
-                        scenario.run(&subject).await;
-                        Ok(Completion::Completed)
+                    Ok(match subject.run_claimed(scenario.needs, scenario.run) {
+                        Some(why) => Completion::ignored_with(why),
+                        None => Completion::Completed,
                     })
                 }));
         }
@@ -71,8 +75,7 @@ impl Suite {
     /// Runs the trials the command line selects, as `cargo test` would.
     pub fn main(self) -> ExitCode {
         let mut arguments = Arguments::from_args();
-        if std::ptr::eq(self.scenarios, crate::registry::HERD) {
-            // Store-wide counters: a trial beside another counts its requests.
+        if self.one_at_a_time {
             arguments.test_threads = Some(1);
         }
         libtest_mimic::run(&arguments, self.trials).exit_code()
@@ -135,18 +138,18 @@ macro_rules! conformance_main {
 #[macro_export]
 macro_rules! herd_main {
     ($($rest:tt)*) => {
-        $crate::suite_main!($crate::registry::HERD; $($rest)*);
+        $crate::suite_main!($crate::registry::HERD, one_at_a_time; $($rest)*);
     };
 }
 
 #[doc(hidden)]
 #[macro_export]
 macro_rules! suite_main {
-    ($scenarios:expr;
+    ($scenarios:expr $(, $one_at_a_time:ident)?;
      $($(#[$attr:meta])* $label:ident => $subject:expr),+ $(,)?
      $(; tests: $($test:ident),+ $(,)?)?) => {
         fn main() -> ::std::process::ExitCode {
-            let mut suite = $crate::suite::Suite::new($scenarios);
+            let mut suite = $crate::suite::Suite::new($scenarios)$(.$one_at_a_time())?;
             $(
                 $(#[$attr])*
                 suite.subject(stringify!($label), || ($subject).into());

@@ -13,11 +13,36 @@ use super::{
     assert_free, assert_still_held, assert_taken, join_soon, queue_waiter, unique, BlockingSubject,
     PATIENCE,
 };
+use crate::registry::{blocking_scenario, Claim, Scenario};
 use crate::scenarios::assert_timed_out;
+
+/// The blocking scenarios of this module, with what each needs the store to claim: one lock at a time: exclusion, timeouts, ownership, reentrancy, drop, loss and close.
+pub(crate) static SCENARIOS: &[Scenario<BlockingSubject>] = &[
+    blocking_scenario!(blocking_mutual_exclusion),
+    blocking_scenario!(blocking_try_acquire_when_held),
+    blocking_scenario!(blocking_timeout_is_typed),
+    blocking_scenario!(blocking_release_by_owner_only),
+    blocking_scenario!(blocking_stale_release_is_not_owner, Claim::BreakLock),
+    blocking_scenario!(blocking_tokens_rise, Claim::FencingTokens),
+    blocking_scenario!(blocking_reentrancy),
+    blocking_scenario!(
+        blocking_reentrancy_across_clients,
+        Claim::CrossProcessReentrancy
+    ),
+    blocking_scenario!(blocking_drop_releases_to_waiting_thread),
+    blocking_scenario!(blocking_drop_inside_runtime),
+    blocking_scenario!(blocking_refused_inside_runtime),
+    blocking_scenario!(blocking_lost_fires_channel_and_callback, Claim::BreakLock),
+    blocking_scenario!(blocking_release_is_not_a_loss),
+    blocking_scenario!(blocking_with_lock),
+    blocking_scenario!(blocking_with_lock_returns_the_loss, Claim::BreakLock),
+    blocking_scenario!(blocking_close),
+    blocking_scenario!(blocking_invalid_names),
+];
 
 /// 8 threads over 2 clients each increment a shared non-atomic counter 20
 /// times under the lock: exactly 160, and never two threads inside at once.
-pub fn blocking_mutual_exclusion(subject: &BlockingSubject) {
+pub(crate) fn blocking_mutual_exclusion(subject: &BlockingSubject) {
     let name = unique("exclusion");
     let clients: [Locks; 2] = subject.clients();
     let counter = Arc::new(AtomicU64::new(0));
@@ -56,7 +81,7 @@ pub fn blocking_mutual_exclusion(subject: &BlockingSubject) {
 
 /// try_acquire on a held lock answers `None` at once; once released, it
 /// takes the lock.
-pub fn blocking_try_acquire_when_held(subject: &BlockingSubject) {
+pub(crate) fn blocking_try_acquire_when_held(subject: &BlockingSubject) {
     let name = unique("try");
     let [a, b] = subject.clients();
     let held = a.acquire(&name).expect("acquire");
@@ -77,7 +102,7 @@ pub fn blocking_try_acquire_when_held(subject: &BlockingSubject) {
 
 /// A waiting acquire with a timeout fails with a Timeout error that names
 /// the backend, operation and lock; the holder keeps the lock.
-pub fn blocking_timeout_is_typed(subject: &BlockingSubject) {
+pub(crate) fn blocking_timeout_is_typed(subject: &BlockingSubject) {
     let name = unique("timeout");
     let [a, b] = subject.clients();
     let held = a.acquire(&name).expect("acquire");
@@ -98,7 +123,7 @@ pub fn blocking_timeout_is_typed(subject: &BlockingSubject) {
 
 /// Only the owner's guard releases the lock: another client cannot take it
 /// while held, and the owner's release frees it.
-pub fn blocking_release_by_owner_only(subject: &BlockingSubject) {
+pub(crate) fn blocking_release_by_owner_only(subject: &BlockingSubject) {
     let name = unique("owner");
     let [a, b] = subject.clients();
     let first = a.acquire(&name).expect("first holder");
@@ -109,7 +134,7 @@ pub fn blocking_release_by_owner_only(subject: &BlockingSubject) {
 
 /// A stale guard (its lock broken and taken by another) gets NotOwner and
 /// leaves the new holder alone.
-pub fn blocking_stale_release_is_not_owner(subject: &BlockingSubject) {
+pub(crate) fn blocking_stale_release_is_not_owner(subject: &BlockingSubject) {
     let name = unique("stale");
     let [a, b, admin] = subject.clients();
     let stale = a.acquire(&name).expect("holder");
@@ -132,7 +157,7 @@ pub fn blocking_stale_release_is_not_owner(subject: &BlockingSubject) {
 
 /// Fencing tokens strictly increase over grants by alternating clients,
 /// whether the previous guard was released or dropped.
-pub fn blocking_tokens_rise(subject: &BlockingSubject) {
+pub(crate) fn blocking_tokens_rise(subject: &BlockingSubject) {
     let clients: [Locks; 2] = subject.clients();
     let name = unique("fencing");
     let mut last = 0;
@@ -151,7 +176,7 @@ pub fn blocking_tokens_rise(subject: &BlockingSubject) {
 /// The same owner re-enters (same token, hold count up) while others are
 /// kept out until the last hold is released; non-reentrant re-acquires fail
 /// with WouldDeadlock.
-pub fn blocking_reentrancy(subject: &BlockingSubject) {
+pub(crate) fn blocking_reentrancy(subject: &BlockingSubject) {
     let name = unique("reentrant");
     let [a, other] = subject.clients();
     let me = Owner::random();
@@ -174,7 +199,7 @@ pub fn blocking_reentrancy(subject: &BlockingSubject) {
 
 /// The same owner re-enters its lock through another client (same token),
 /// where the store claims cross-process reentrancy.
-pub fn blocking_reentrancy_across_clients(subject: &BlockingSubject) {
+pub(crate) fn blocking_reentrancy_across_clients(subject: &BlockingSubject) {
     let name = unique("reentrant-across");
     let [a, b, other] = subject.clients();
     let me = Owner::random();
@@ -205,7 +230,7 @@ fn held_with_waiter(
 
 /// Dropping a guard releases the lock before `drop` returns: a thread
 /// waiting for it gets it.
-pub fn blocking_drop_releases_to_waiting_thread(subject: &BlockingSubject) {
+pub(crate) fn blocking_drop_releases_to_waiting_thread(subject: &BlockingSubject) {
     let name = unique("drop");
     let [a, b] = subject.clients();
     let (guard, waiter) = held_with_waiter(&a, &b, &name);
@@ -221,7 +246,7 @@ pub fn blocking_drop_releases_to_waiting_thread(subject: &BlockingSubject) {
 
 /// A guard dropped on an async runtime's thread, where it cannot block,
 /// neither panics nor blocks, and still releases the lock promptly.
-pub fn blocking_drop_inside_runtime(subject: &BlockingSubject) {
+pub(crate) fn blocking_drop_inside_runtime(subject: &BlockingSubject) {
     let name = unique("drop-async");
     let [a, b] = subject.clients();
     let (guard, waiter) = held_with_waiter(&a, &b, &name);
@@ -240,7 +265,7 @@ pub fn blocking_drop_inside_runtime(subject: &BlockingSubject) {
 
 /// Inside an async runtime every blocking call refuses with WouldDeadlock
 /// instead of stalling it.
-pub fn blocking_refused_inside_runtime(subject: &BlockingSubject) {
+pub(crate) fn blocking_refused_inside_runtime(subject: &BlockingSubject) {
     let name = unique("refused");
     let locks = subject.client();
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -266,7 +291,7 @@ pub fn blocking_refused_inside_runtime(subject: &BlockingSubject) {
 
 /// After the lock is broken, the loss arrives on the channel and at the
 /// callback, `is_held` turns false and the release is NotOwner.
-pub fn blocking_lost_fires_channel_and_callback(subject: &BlockingSubject) {
+pub(crate) fn blocking_lost_fires_channel_and_callback(subject: &BlockingSubject) {
     let [a, admin] = subject.clients();
     let name = unique("lost");
     let guard = a
@@ -303,7 +328,7 @@ pub fn blocking_lost_fires_channel_and_callback(subject: &BlockingSubject) {
 
 /// A clean release is not a loss: the channel disconnects without a value
 /// and the callback is dropped without being called.
-pub fn blocking_release_is_not_a_loss(subject: &BlockingSubject) {
+pub(crate) fn blocking_release_is_not_a_loss(subject: &BlockingSubject) {
     let name = unique("not-lost");
     let locks = subject.client();
     let guard = locks.acquire(&name).expect("acquire");
@@ -325,7 +350,7 @@ pub fn blocking_release_is_not_a_loss(subject: &BlockingSubject) {
 }
 
 /// `with_lock` holds the lock for exactly the work and returns its value.
-pub fn blocking_with_lock(subject: &BlockingSubject) {
+pub(crate) fn blocking_with_lock(subject: &BlockingSubject) {
     let name = unique("with");
     let [a, b] = subject.clients();
     let value = a
@@ -340,7 +365,7 @@ pub fn blocking_with_lock(subject: &BlockingSubject) {
 
 /// `with_lock` returns the loss instead of the work's value when the lock
 /// was lost during the work.
-pub fn blocking_with_lock_returns_the_loss(subject: &BlockingSubject) {
+pub(crate) fn blocking_with_lock_returns_the_loss(subject: &BlockingSubject) {
     let name = unique("with-lost");
     let [a, b] = subject.clients();
     // A short lease: a store that learns of the break only when renewing
@@ -363,7 +388,7 @@ pub fn blocking_with_lock_returns_the_loss(subject: &BlockingSubject) {
 /// `close` returns promptly, a guard left over is dropped without hanging
 /// or panicking, and another client gets the lock (at the latest when the
 /// lease runs out).
-pub fn blocking_close(subject: &BlockingSubject) {
+pub(crate) fn blocking_close(subject: &BlockingSubject) {
     let name = unique("close");
     let [a, b] = subject.clients();
     let guard = a
@@ -389,7 +414,7 @@ pub fn blocking_close(subject: &BlockingSubject) {
 }
 
 /// Invalid names are typed errors on every operation.
-pub fn blocking_invalid_names(subject: &BlockingSubject) {
+pub(crate) fn blocking_invalid_names(subject: &BlockingSubject) {
     let locks = subject.client();
     for bad in ["", "bad\nname", "nul\0"] {
         let err = locks.acquire(bad).expect_err("acquire");

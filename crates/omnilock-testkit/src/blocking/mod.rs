@@ -2,7 +2,8 @@
 //! threads (no async runtime in the test), so the synchronous API is held to
 //! the same guarantees as the async one.
 //!
-//! A test binary (`harness = false`) runs every scenario of [`BLOCKING`] on
+//! A test binary (`harness = false`) runs every scenario of
+//! [`registry::BLOCKING`](crate::registry::BLOCKING) on
 //! each subject, as trials `<label>::<scenario>`; a scenario whose guarantee
 //! the store does not claim shows as *ignored*, with the reason, as in the
 //! async suite ([`crate::suite`]).
@@ -14,23 +15,16 @@
 //! Waits are on events (channels, joins) bounded by generous timeouts; the
 //! only sleeps are where time passing is the point.
 
-use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use libtest_mimic::{Arguments, Completion, Trial};
 use omnilock::blocking::{self, LockGuard, Locks};
 use omnilock_core::Result;
 
-use crate::registry::Claim;
-
-mod locks;
-mod together;
-
-pub use locks::*;
-pub use together::*;
+pub(crate) mod locks;
+pub(crate) mod together;
 
 /// A bound for what should happen "at once" or "soon" (stores stall now and then).
 pub(crate) const PATIENCE: Duration = Duration::from_secs(10);
@@ -85,116 +79,16 @@ impl BlockingSubject {
     }
 }
 
-/// One blocking scenario: its name (the function's), what the store must
-/// claim for it to apply, and the function.
-pub struct BlockingScenario {
-    /// The scenario function's name; the trial is `<subject>::<name>`.
-    pub name: &'static str,
-    /// What the store must claim; otherwise the trial is ignored.
-    pub needs: &'static [Claim],
-    run: fn(&BlockingSubject),
-}
-
-macro_rules! scenario {
-    ($name:ident $(, $needs:expr)*) => {
-        BlockingScenario {
-            name: stringify!($name),
-            needs: &[$($needs),*],
-            run: $name,
-        }
-    };
-}
-
-/// Every blocking scenario, in the order they run.
-pub static BLOCKING: &[BlockingScenario] = &[
-    scenario!(blocking_mutual_exclusion),
-    scenario!(blocking_try_acquire_when_held),
-    scenario!(blocking_timeout_is_typed),
-    scenario!(blocking_release_by_owner_only),
-    scenario!(blocking_stale_release_is_not_owner, Claim::BreakLock),
-    scenario!(blocking_tokens_rise, Claim::FencingTokens),
-    scenario!(blocking_reentrancy),
-    scenario!(
-        blocking_reentrancy_across_clients,
-        Claim::CrossProcessReentrancy
-    ),
-    scenario!(blocking_drop_releases_to_waiting_thread),
-    scenario!(blocking_drop_inside_runtime),
-    scenario!(blocking_refused_inside_runtime),
-    scenario!(blocking_lost_fires_channel_and_callback, Claim::BreakLock),
-    scenario!(blocking_release_is_not_a_loss),
-    scenario!(blocking_with_lock),
-    scenario!(blocking_with_lock_returns_the_loss, Claim::BreakLock),
-    scenario!(blocking_close),
-    scenario!(blocking_invalid_names),
-    scenario!(blocking_lock_all_is_all_or_nothing),
-    scenario!(blocking_lock_all_in_opposite_orders_never_deadlocks),
-    scenario!(blocking_lock_all_lost_fires, Claim::BreakLock),
-    scenario!(blocking_election, Claim::Elections),
-    scenario!(blocking_observe_follows_the_leader, Claim::Elections),
-];
-
-/// The trials of one blocking test binary.
-#[derive(Default)]
-pub struct BlockingSuite {
-    trials: Vec<Trial>,
-}
-
-impl BlockingSuite {
-    /// A suite with no subject yet.
-    pub fn new() -> Self {
-        BlockingSuite::default()
-    }
-
-    /// Adds one trial per scenario of [`BLOCKING`], named
-    /// `<label>::<scenario>`, on the subject `subject` returns (`None`: the
-    /// store is not configured). `subject` is called inside each trial, so
-    /// listing the tests needs no store.
-    pub fn subject(&mut self, label: &str, subject: fn() -> Option<BlockingSubject>) {
-        for scenario in BLOCKING {
-            let name = format!("{label}::{}", scenario.name);
-            self.trials.push(Trial::ignorable_test(name, move || {
-                let Some(subject) = subject() else {
-                    return Ok(Completion::ignored_with("store not configured"));
-                };
-                if !scenario.needs.is_empty() {
-                    let caps = subject.client().capabilities();
-                    let unclaimed = scenario
-                        .needs
-                        .iter()
-                        .find(|claim| claim.in_capabilities(&caps) != Some(true));
-                    if let Some(claim) = unclaimed {
-                        return Ok(Completion::ignored_with(claim.missing()));
-                    }
-                }
-                (scenario.run)(&subject);
-                Ok(Completion::Completed)
-            }));
-        }
-    }
-
-    /// Runs the trials the command line selects, as `cargo test` would.
-    pub fn main(self) -> ExitCode {
-        libtest_mimic::run(&Arguments::from_args(), self.trials).exit_code()
-    }
-}
-
 /// The `main` of a blocking test binary (`harness = false` in its
-/// `Cargo.toml`): every scenario of [`BLOCKING`] on each subject, as trials
+/// `Cargo.toml`): every scenario of [`crate::registry::BLOCKING`] on each subject,
+/// on the suite runner ([`crate::suite`]), as trials
 /// `<label>::<scenario>`. Each subject expression gives a `BlockingSubject`
 /// or an `Option<BlockingSubject>`; attributes such as `#[cfg(...)]` may
 /// precede a subject.
 #[macro_export]
 macro_rules! blocking_main {
-    ($($(#[$attr:meta])* $label:ident => $subject:expr),+ $(,)?) => {
-        fn main() -> ::std::process::ExitCode {
-            let mut suite = $crate::blocking::BlockingSuite::new();
-            $(
-                $(#[$attr])*
-                suite.subject(stringify!($label), || ($subject).into());
-            )+
-            suite.main()
-        }
+    ($($rest:tt)*) => {
+        $crate::suite_main!($crate::registry::BLOCKING; $($rest)*);
     };
 }
 
@@ -265,38 +159,4 @@ pub(crate) fn join_soon<T: Send + 'static>(what: &str, thread: thread::JoinHandl
     thread
         .join()
         .unwrap_or_else(|_| panic!("{what}: the thread panicked"))
-}
-
-#[cfg(test)]
-mod tests {
-    use std::collections::BTreeSet;
-
-    use super::*;
-
-    /// Every public scenario function of this module is in [`BLOCKING`],
-    /// once, and every entry is a scenario function.
-    #[test]
-    fn every_blocking_scenario_is_registered() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/blocking");
-        let mut written = BTreeSet::new();
-        for entry in std::fs::read_dir(dir).expect("blocking sources") {
-            let source = std::fs::read_to_string(entry.expect("entry").path()).expect("source");
-            for line in source.lines() {
-                if let Some(rest) = line.strip_prefix("pub fn blocking_") {
-                    let name: String = rest
-                        .chars()
-                        .take_while(|c| c.is_alphanumeric() || *c == '_')
-                        .collect();
-                    written.insert(format!("blocking_{name}"));
-                }
-            }
-        }
-        let registered: Vec<&str> = BLOCKING.iter().map(|s| s.name).collect();
-        let unique: BTreeSet<String> = registered.iter().map(|s| s.to_string()).collect();
-        assert_eq!(unique.len(), registered.len(), "a scenario listed twice");
-        assert_eq!(
-            written, unique,
-            "BLOCKING and the scenario functions differ"
-        );
-    }
 }

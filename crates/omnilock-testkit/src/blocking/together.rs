@@ -8,12 +8,22 @@ use std::time::Duration;
 use omnilock_core::{ErrorKind, Operation};
 
 use super::{join_soon, unique, BlockingSubject, PATIENCE};
+use crate::registry::{blocking_scenario, Claim, Scenario};
+
+/// The blocking scenarios of this module, with what each needs the store to claim: several locks at once (`lock_all`) and elections.
+pub(crate) static SCENARIOS: &[Scenario<BlockingSubject>] = &[
+    blocking_scenario!(blocking_lock_all_is_all_or_nothing),
+    blocking_scenario!(blocking_lock_all_in_opposite_orders_never_deadlocks),
+    blocking_scenario!(blocking_lock_all_lost_fires, Claim::BreakLock),
+    blocking_scenario!(blocking_election, Claim::Elections),
+    blocking_scenario!(blocking_observe_follows_the_leader, Claim::Elections),
+];
 
 /// `lock_all` takes every name, sorted, or none: a set with a busy part is
 /// refused by `try_acquire` (and its free parts stay free), times out with
 /// a typed error, and is taken once the holder drops its set; the parts
 /// come out as separate guards that release one by one.
-pub fn blocking_lock_all_is_all_or_nothing(subject: &BlockingSubject) {
+pub(crate) fn blocking_lock_all_is_all_or_nothing(subject: &BlockingSubject) {
     let base = unique("all");
     let [n1, n2, n3] = [1, 2, 3].map(|i| format!("{base}/{i}"));
     let [a, b] = subject.clients();
@@ -64,7 +74,7 @@ pub fn blocking_lock_all_is_all_or_nothing(subject: &BlockingSubject) {
 
 /// Threads taking the same names in opposite orders, over two clients,
 /// all finish: `lock_all` orders the names itself.
-pub fn blocking_lock_all_in_opposite_orders_never_deadlocks(subject: &BlockingSubject) {
+pub(crate) fn blocking_lock_all_in_opposite_orders_never_deadlocks(subject: &BlockingSubject) {
     let base = unique("orders");
     let (x, y) = (format!("{base}/x"), format!("{base}/y"));
     let clients = subject.clients::<2>();
@@ -95,7 +105,7 @@ pub fn blocking_lock_all_in_opposite_orders_never_deadlocks(subject: &BlockingSu
 
 /// Breaking one part of a set sends its loss, naming that part, to the
 /// set's channel and callback.
-pub fn blocking_lock_all_lost_fires(subject: &BlockingSubject) {
+pub(crate) fn blocking_lock_all_lost_fires(subject: &BlockingSubject) {
     let base = unique("all-lost");
     let (p, q) = (format!("{base}/p"), format!("{base}/q"));
     let [a, admin] = subject.clients();
@@ -121,7 +131,7 @@ pub fn blocking_lock_all_lost_fires(subject: &BlockingSubject) {
 /// One leader at a time: a second candidate waits (and times out when told
 /// to), takes over when the leader drops its leadership, with a higher
 /// term, and after the last resignation nobody leads.
-pub fn blocking_election(subject: &BlockingSubject) {
+pub(crate) fn blocking_election(subject: &BlockingSubject) {
     let [a, b] = subject.clients();
     let name = unique("election").replace('/', "-");
     let (ea, eb) = (
@@ -171,7 +181,7 @@ pub fn blocking_election(subject: &BlockingSubject) {
 
 /// An observer sees nobody, then each leader with its term, then nobody
 /// again, each change once; `changed` blocks a plain thread until then.
-pub fn blocking_observe_follows_the_leader(subject: &BlockingSubject) {
+pub(crate) fn blocking_observe_follows_the_leader(subject: &BlockingSubject) {
     let [a, b] = subject.clients();
     let name = unique("observe").replace('/', "-");
     let election = a
