@@ -34,7 +34,7 @@ impl Counted {
 
 impl RedisStore {
     fn counted_keys(&self, request: &LockSpec) -> Option<CountedKeys> {
-        Counted::of(request.primitive).map(|c| c.keys(self.prefix(), request))
+        Counted::of(request.primitive).map(|c| c.keys(&self.inner.options.prefix, request))
     }
 
     /// Releases the held `entry` (fenced by owner and token). `Ok(true)`
@@ -47,13 +47,13 @@ impl RedisStore {
         token: u64,
     ) -> Result<bool> {
         let keys = self.counted_keys(request).expect("a counted lock");
-        let mut conn = self.node().conn_for(&keys.lock);
+        let mut conn = self.inner.node.conn_for(&keys.lock);
         let held = held(request, entry, token);
-        let channel_prefix = self.channel_prefix_for(&keys.lock);
-        self.scripts()
+        let channel_prefix = self.inner.channel_prefix(&keys.lock);
+        self.inner.scripts
             .release_counted(&mut conn, &keys, &held, &channel_prefix)
             .await
-            .map_err(|e| self.node().err(e))
+            .map_err(|e| self.inner.node.err(e))
     }
 
     /// Extends the held `entry`'s lease; `Ok(false)` when it is not held.
@@ -64,23 +64,23 @@ impl RedisStore {
         token: u64,
     ) -> Result<bool> {
         let keys = self.counted_keys(request).expect("a counted lock");
-        let mut conn = self.node().conn_for(&keys.lock);
-        self.scripts()
+        let mut conn = self.inner.node.conn_for(&keys.lock);
+        self.inner.scripts
             .renew_counted(&mut conn, &keys, &held(request, entry, token))
             .await
-            .map_err(|e| self.node().err(e))
+            .map_err(|e| self.inner.node.err(e))
     }
 
     /// Takes `entry` out of the queue, waiting or holding: a dropped
     /// acquire, or the undo of a grant nobody will use.
     pub(crate) async fn cancel_counted(&self, request: &LockSpec, entry: &str) -> Result<()> {
         let keys = self.counted_keys(request).expect("a counted lock");
-        let mut conn = self.node().conn_for(&keys.lock);
-        let channel_prefix = self.channel_prefix_for(&keys.lock);
-        self.scripts()
+        let mut conn = self.inner.node.conn_for(&keys.lock);
+        let channel_prefix = self.inner.channel_prefix(&keys.lock);
+        self.inner.scripts
             .cancel_counted(&mut conn, &keys, entry, &channel_prefix)
             .await
-            .map_err(|e| self.node().err(e))
+            .map_err(|e| self.inner.node.err(e))
     }
 }
 

@@ -79,22 +79,6 @@ impl std::fmt::Debug for RedisStore {
 }
 
 impl RedisStore {
-    pub(crate) fn node(&self) -> &Node {
-        &self.inner.node
-    }
-
-    pub(crate) fn prefix(&self) -> &str {
-        &self.inner.options.prefix
-    }
-
-    pub(crate) fn scripts(&self) -> &Scripts {
-        &self.inner.scripts
-    }
-
-    pub(crate) fn channel_prefix_for(&self, lock: &str) -> Cow<'_, str> {
-        self.inner.channel_prefix(lock)
-    }
-
     /// A fresh waiter entry id, `<client id>:<n>`.
     fn new_entry(&self) -> String {
         let waiter = self.inner.next_waiter.fetch_add(1, Ordering::Relaxed);
