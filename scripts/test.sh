@@ -39,7 +39,7 @@ FAULTS_OTHERS="omnilock-redis/failover omnilock-redis/redlock_faults omnilock-et
 FAULTS_ALONE="omnilock-sql/restart omnilock-chaos/short_run"
 
 # One build of every test binary, and cargo's own report of what it built:
-# one line "LANE PACKAGE_DIR NAME EXECUTABLE" per test binary.
+# one line "LANE PACKAGE PACKAGE_DIR NAME EXECUTABLE" per test binary.
 cargo test --workspace --all-features --no-run --message-format=json-render-diagnostics \
   >target/test-build.json
 FAULTS_OTHERS=$FAULTS_OTHERS FAULTS_ALONE=$FAULTS_ALONE python3 - >target/test-binaries <<'EOF'
@@ -64,7 +64,7 @@ for line in open("target/test-build.json"):
         lane = "sql"
     else:
         lane = "others"
-    print(lane, package_dir, m["target"]["name"], m["executable"])
+    print(lane, package, package_dir, m["target"]["name"], m["executable"])
 EOF
 for lane in sql others faults alone; do
   if ! grep -q "^$lane " target/test-binaries; then
@@ -78,13 +78,13 @@ done
 # run_lane LANE: runs the lane's binaries one after another, as cargo would
 # (from the package's directory); fails if any fails.
 run_lane() {
-  local lane=$1 status=0 _lane dir name exe start
-  while read -r _lane dir name exe; do
+  local lane=$1 status=0 _lane package dir name exe start
+  while read -r _lane package dir name exe; do
     [ "$_lane" = "$lane" ] || continue
     echo "     Running $name ($exe)"
     start=$SECONDS
     (cd "$dir" && CARGO_MANIFEST_DIR=$dir "$exe") || status=1
-    echo "$((SECONDS - start)) s $lane $(basename "$dir")/$name" >>target/test-times
+    echo "$((SECONDS - start)) s $lane $package/$name" >>target/test-times
   done <target/test-binaries
   return "$status"
 }
