@@ -50,7 +50,8 @@ impl RedisStore {
         let mut conn = self.inner.node.conn_for(&keys.lock);
         let held = held(request, entry, token);
         let channel_prefix = self.inner.channel_prefix(&keys.lock);
-        self.inner.scripts
+        self.inner
+            .scripts
             .release_counted(&mut conn, &keys, &held, &channel_prefix)
             .await
             .map_err(|e| self.inner.node.err(e))
@@ -65,7 +66,8 @@ impl RedisStore {
     ) -> Result<bool> {
         let keys = self.counted_keys(request).expect("a counted lock");
         let mut conn = self.inner.node.conn_for(&keys.lock);
-        self.inner.scripts
+        self.inner
+            .scripts
             .renew_counted(&mut conn, &keys, &held(request, entry, token))
             .await
             .map_err(|e| self.inner.node.err(e))
@@ -77,7 +79,8 @@ impl RedisStore {
         let keys = self.counted_keys(request).expect("a counted lock");
         let mut conn = self.inner.node.conn_for(&keys.lock);
         let channel_prefix = self.inner.channel_prefix(&keys.lock);
-        self.inner.scripts
+        self.inner
+            .scripts
             .cancel_counted(&mut conn, &keys, entry, &channel_prefix)
             .await
             .map_err(|e| self.inner.node.err(e))
