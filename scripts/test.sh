@@ -6,14 +6,14 @@
 #
 # With arguments (a test filter, `-p CRATE`...), one `cargo test` runs them.
 #
-# Without, every test binary comes from one build, and the suites run in
+# Without, every test binary comes from one build, and the suites run in two
 # lanes side by side, since most of their time is spent waiting on stores:
-#   sql     the SQL crate's binaries (MariaDB, PostgreSQL, SQLite);
+#   sql     the SQL crate's binaries (MariaDB, PostgreSQL, SQLite), then the
+#           doc tests and the examples (cargo runs only here: it holds its
+#           build directory's lock while it runs);
 #   others  every other crate's binaries (etcd, ZooKeeper, Redis, the CLI,
 #           the facade), then the fault tests that take etcd, ZooKeeper and
-#           Redis nodes down (the sql lane does not use those stores);
-#   docs    the doc tests (the one lane that runs cargo: cargo holds its
-#           build directory's lock while it runs), then the examples.
+#           Redis nodes down (the sql lane does not use those stores).
 # Then, alone: what takes SQL stores down or faults every store (the
 # MariaDB restart test, the chaos run). Each lane's output is printed when
 # it ends; target/test-times lists every binary's wall time.
@@ -89,7 +89,7 @@ run_lane() {
   return "$status"
 }
 
-docs_lane() {
+run_docs() {
   local status=0 example start=$SECONDS
   cargo test --workspace --all-features --doc --no-fail-fast || status=1
   echo "$((SECONDS - start)) s docs doc tests" >>target/test-times
@@ -103,7 +103,12 @@ docs_lane() {
 }
 
 failed=0
-run_lane sql >target/test-sql.log 2>&1 &
+(
+  status=0
+  run_lane sql || status=1
+  run_docs || status=1
+  exit "$status"
+) >target/test-sql.log 2>&1 &
 sql=$!
 (
   status=0
@@ -112,9 +117,7 @@ sql=$!
   exit "$status"
 ) >target/test-others.log 2>&1 &
 others=$!
-docs_lane >target/test-docs.log 2>&1 &
-docs=$!
-for lane in sql others docs; do
+for lane in sql others; do
   wait "${!lane}" || failed=1
   echo "--- lane $lane"
   cat "target/test-$lane.log"
