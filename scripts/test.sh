@@ -22,7 +22,12 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 
-scripts/stores.sh up
+# A caller that started the stores itself (CI does, beside its builds: the
+# first start installs the Debian packages) says so with
+# OMNILOCK_STORES_STARTED=1; they are stopped at the end all the same.
+if [ "${OMNILOCK_STORES_STARTED:-}" != 1 ]; then
+  scripts/stores.sh up
+fi
 trap 'scripts/stores.sh down' EXIT
 # shellcheck disable=SC1091
 source target/stores/env
