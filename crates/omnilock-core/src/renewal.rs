@@ -12,12 +12,15 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use futures_util::future::join_all;
+use std::future::Future;
+
+use futures_util::future::{join_all, select, Either};
+use futures_util::FutureExt;
 use tokio::sync::Notify;
 
 use crate::backend::LockSpec;
 use crate::dyn_backend::ErasedGrant;
-use crate::error::{Error, ErrorKind};
+use crate::error::{Error, ErrorKind, Result};
 use crate::hold::Hold;
 use crate::retry::Backoff;
 use crate::sync::lock_unpoisoned as lock;
@@ -188,24 +191,21 @@ impl Renewals {
         join_all(batches).await;
     }
 
-    fn renew_batch<'a>(
-        self: &'a Arc<Self>,
-        batch: &'a [Arc<Hold>],
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
-        Box::pin(self.renew_batch_inner(batch))
-    }
-
-    async fn renew_batch_inner(self: &Arc<Self>, batch: &[Arc<Hold>]) {
+    async fn renew_batch(self: &Arc<Self>, batch: &[Arc<Hold>]) {
         let Some(first) = batch.first() else { return };
         let backend = first.backend().clone();
         let pairs: Vec<(&LockSpec, &ErasedGrant)> =
             batch.iter().map(|h| (&h.spec, &h.grant)).collect();
         // A lone hold waits for an answer until its lease runs out (then it
         // is tried again at once, and reported lost). Several holds wait
-        // only until the earliest of them has a third of its TTL left: a
-        // call that hangs on one of their locks (one stuck connection or
-        // session among several) then gives each the rest of its own lease
-        // in a call of its own, instead of taking them all down with it.
+        // for the one call only until the earliest of them has a third of
+        // its TTL left: a call that hangs on one of their locks (one stuck
+        // connection or session among several) must not take them all down
+        // with it. From then on each hold is also renewed in a call of its
+        // own, and takes whichever answer comes first. The batch's call
+        // keeps running: on a store that is merely slow (under load), it is
+        // usually the first to answer, and cancelling it would leave every
+        // hold to a herd of single calls on that same slow store.
         let earliest = batch
             .iter()
             .map(|h| h.valid_until())
@@ -216,59 +216,110 @@ impl Renewals {
             .filter_map(|h| h.valid_until().checked_sub(interval(h)))
             .min()
             .filter(|at| batch.len() > 1 && *at > Instant::now());
-        let deadline = split_at.unwrap_or(earliest);
-        let outcome = tokio::time::timeout_at(deadline.into(), backend.renew_all(&pairs)).await;
-        if outcome.is_err() && split_at.is_some() {
-            tracing::warn!(
-                locks = batch.len(),
-                "omnilock renewal call did not answer; renewing its locks one by one"
-            );
-            join_all(
-                batch
-                    .iter()
-                    .map(|hold| self.renew_batch(std::slice::from_ref(hold))),
-            )
-            .await;
+        let whole = backend.renew_all(&pairs).shared();
+        let Some(split_at) = split_at else {
+            let outcome = tokio::time::timeout_at(earliest.into(), whole).await;
+            for (index, hold) in batch.iter().enumerate() {
+                let result = outcome.as_ref().map(|results| answer(results, index));
+                self.settle(hold, result.map_err(|_| ()));
+            }
+            return;
+        };
+        if let Ok(results) = tokio::time::timeout_at(split_at.into(), whole.clone()).await {
+            for (index, hold) in batch.iter().enumerate() {
+                self.settle(hold, Ok(answer(&results, index)));
+            }
             return;
         }
-        let now = Instant::now();
-        for (index, hold) in batch.iter().enumerate() {
-            let result = match &outcome {
-                Ok(results) => Ok(results.get(index).cloned().unwrap_or_else(|| {
-                    Err(Error::new(
-                        ErrorKind::Backend,
-                        "internal: the store renewed fewer locks than asked",
-                    ))
-                })),
-                Err(_) => Err(()),
-            };
-            let mut renewal = lock(&hold.renewal);
-            if renewal.stopped {
-                continue;
+        tracing::warn!(
+            locks = batch.len(),
+            "omnilock renewal call is slow; renewing each of its locks on its own as well"
+        );
+        join_all(batch.iter().enumerate().map(|(index, hold)| {
+            let from_whole = whole.clone().map(move |results| answer(&results, index));
+            let backend = backend.clone();
+            async move {
+                // The same call as the batch's, for this hold alone.
+                let own = async {
+                    let pair = [(&hold.spec, &hold.grant)];
+                    answer(&backend.renew_all(&pair).await, 0)
+                };
+                let result = tokio::time::timeout_at(
+                    hold.valid_until().into(),
+                    first_answer(from_whole, own),
+                )
+                .await;
+                self.settle(hold, result.map_err(|_| ()));
             }
-            let due = match hold.metrics.renewal(result) {
-                Ok(Ok(until)) => {
-                    *lock(&hold.valid_until) = until;
-                    renewal.backoff.reset();
-                    tracing::trace!(lock = %hold.spec.name, "omnilock renewed");
-                    now + interval(hold)
-                }
-                Ok(Err(err)) if err.is_retryable() => {
-                    tracing::warn!(lock = %hold.spec.name, error = %err, "omnilock renewal failed; retrying");
-                    now + renewal.backoff.next_delay()
-                }
-                Ok(Err(err)) => {
-                    renewal.stopped = true;
-                    drop(renewal);
-                    hold.lost.fire(err.with_lock(hold.spec.name.as_str()));
-                    continue;
-                }
-                // The lease ran out while the store did not answer.
-                Err(()) => now,
-            };
-            let due = due.min(hold.valid_until());
-            self.schedule_locked(hold, &mut renewal, due);
+        }))
+        .await;
+    }
+
+    /// Applies a renewal's outcome to `hold` (`Err(())`: no answer before
+    /// its lease ran out): schedules the next renewal, or a retry, or fires
+    /// the lost signal.
+    fn settle(
+        self: &Arc<Self>,
+        hold: &Arc<Hold>,
+        result: std::result::Result<Result<Instant>, ()>,
+    ) {
+        let now = Instant::now();
+        let mut renewal = lock(&hold.renewal);
+        if renewal.stopped {
+            return;
         }
+        let due = match hold.metrics.renewal(result) {
+            Ok(Ok(until)) => {
+                *lock(&hold.valid_until) = until;
+                renewal.backoff.reset();
+                tracing::trace!(lock = %hold.spec.name, "omnilock renewed");
+                now + interval(hold)
+            }
+            Ok(Err(err)) if err.is_retryable() => {
+                tracing::warn!(lock = %hold.spec.name, error = %err, "omnilock renewal failed; retrying");
+                now + renewal.backoff.next_delay()
+            }
+            Ok(Err(err)) => {
+                renewal.stopped = true;
+                drop(renewal);
+                hold.lost.fire(err.with_lock(hold.spec.name.as_str()));
+                return;
+            }
+            // The lease ran out while the store did not answer.
+            Err(()) => now,
+        };
+        let due = due.min(hold.valid_until());
+        self.schedule_locked(hold, &mut renewal, due);
+    }
+}
+
+/// Hold `index`'s answer in a batch's answers.
+fn answer(results: &[Result<Instant>], index: usize) -> Result<Instant> {
+    results.get(index).cloned().unwrap_or_else(|| {
+        Err(Error::new(
+            ErrorKind::Backend,
+            "internal: the store renewed fewer locks than asked",
+        ))
+    })
+}
+
+/// The first of two renewals of one hold to succeed, or to say for sure
+/// that the lock is gone; a retryable failure of one waits for the other.
+async fn first_answer(
+    one: impl Future<Output = Result<Instant>>,
+    other: impl Future<Output = Result<Instant>>,
+) -> Result<Instant> {
+    tokio::pin!(one, other);
+    let (first, rest) = match select(one, other).await {
+        Either::Left((first, other)) => (first, Either::Left(other)),
+        Either::Right((first, one)) => (first, Either::Right(one)),
+    };
+    match first {
+        Err(err) if err.is_retryable() => match rest {
+            Either::Left(other) => other.await,
+            Either::Right(one) => one.await,
+        },
+        decided => decided,
     }
 }
 
@@ -410,102 +461,4 @@ impl Drop for Running {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::atomic::{AtomicBool, Ordering};
-
-    use async_trait::async_trait;
-
-    use super::*;
-    use crate::backend::{AcquireRequest, Backend, Capabilities, Grant};
-    use crate::error::Result;
-    use crate::{Locks, MemStore};
-
-    /// The in-memory store, except that once `stall` is set a renewal batch
-    /// naming a `stall/` lock never answers (a store that hangs on one
-    /// request while others go through).
-    #[derive(Debug, Default)]
-    struct StallingRenewals {
-        store: MemStore,
-        stall: Arc<AtomicBool>,
-        stalled: Arc<Notify>,
-    }
-
-    #[async_trait]
-    impl Backend for StallingRenewals {
-        type Hold = <MemStore as Backend>::Hold;
-        fn kind(&self) -> &'static str {
-            "mem"
-        }
-        fn capabilities(&self) -> Capabilities {
-            self.store.capabilities()
-        }
-        async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant<Self::Hold>>> {
-            self.store.try_acquire(request).await
-        }
-        async fn acquire(&self, request: &AcquireRequest) -> Result<Grant<Self::Hold>> {
-            self.store.acquire(request).await
-        }
-        async fn release(&self, spec: &LockSpec, grant: &Grant<Self::Hold>) -> Result<()> {
-            self.store.release(spec, grant).await
-        }
-        async fn renew(&self, spec: &LockSpec, grant: &Grant<Self::Hold>) -> Result<Instant> {
-            self.store.renew(spec, grant).await
-        }
-        async fn renew_all(
-            &self,
-            holds: &[(&LockSpec, &Grant<Self::Hold>)],
-        ) -> Vec<Result<Instant>> {
-            let stalls = holds
-                .iter()
-                .any(|(spec, _)| spec.name.as_str().starts_with("stall/"));
-            if stalls && self.stall.load(Ordering::SeqCst) {
-                self.stalled.notify_one();
-                std::future::pending::<()>().await;
-            }
-            self.store.renew_all(holds).await
-        }
-    }
-
-    /// A renewal call that hangs until its leases run out holds back
-    /// neither the holds that come due meanwhile (here with a shorter TTL,
-    /// renewed several times during the hang) nor the lost signal of the
-    /// hold whose renewal hung.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_hung_renewal_holds_back_no_other_hold() {
-        let backend = StallingRenewals::default();
-        let (stall, stalled) = (backend.stall.clone(), backend.stalled.clone());
-        let locks = Locks::new(backend);
-        let slow_ttl = Duration::from_secs(3);
-        let fast_ttl = Duration::from_millis(600);
-        let hung = locks
-            .lock("stall/a")
-            .ttl(slow_ttl)
-            .acquire()
-            .await
-            .expect("acquire");
-        let fast = locks
-            .lock("fast/b")
-            .ttl(fast_ttl)
-            .acquire()
-            .await
-            .expect("acquire");
-        let first_deadline = fast.safe_until();
-        stall.store(true, Ordering::SeqCst);
-        tokio::time::timeout(slow_ttl, stalled.notified())
-            .await
-            .expect("the stalled renewal started");
-        // The hung hold is reported lost once its lease is over.
-        let loss = tokio::time::timeout(slow_ttl * 2, hung.lost())
-            .await
-            .expect("the lost signal fires while the store hangs");
-        assert_eq!(loss.kind(), ErrorKind::LockLost, "{loss}");
-        // Meanwhile (more than 2 of its TTLs), the other hold stayed held
-        // and was renewed.
-        assert!(fast.is_held(), "a hold renewed beside a hung call was lost");
-        assert!(
-            fast.safe_until() > first_deadline + fast_ttl,
-            "the other hold was not renewed while a renewal hung"
-        );
-        fast.release().await.expect("release");
-    }
-}
+mod tests;

@@ -25,7 +25,7 @@ mod upsert;
 #[cfg(feature = "postgres")]
 pub(crate) use counted::notify_channel;
 pub(crate) use counted::Counted;
-pub(crate) use renew_batch::RenewBatch;
+pub(crate) use renew_batch::{BatchStatements, RenewBatch};
 
 use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
 

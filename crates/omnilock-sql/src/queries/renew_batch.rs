@@ -2,7 +2,9 @@
 //! one client's locks, each row matched by name, owner and token. The
 //! statement text depends on the batch size, so a few fixed sizes are
 //! prepared and a smaller batch is padded by repeating its last lock
-//! (a row matched twice is updated once).
+//! (a row matched twice is updated once). When a batch matches fewer rows
+//! than locks (some are gone), a `SELECT` with the same condition names the
+//! ones it renewed.
 
 use super::counted::{clock, number};
 use super::ident;
@@ -16,7 +18,21 @@ pub(crate) const SIZES: [usize; 3] = [4, 16, 64];
 /// The renewal statements of one table, one per size in [`SIZES`].
 #[derive(Debug, Clone)]
 pub(crate) struct RenewBatch {
-    statements: Vec<(usize, SqlStr)>,
+    statements: Vec<BatchStatements>,
+}
+
+/// The statements for one batch size.
+#[derive(Debug, Clone)]
+pub(crate) struct BatchStatements {
+    /// How many locks the statements bind.
+    pub(crate) size: usize,
+    /// Binds the TTL in milliseconds, the names, then each lock's name,
+    /// owner and token.
+    pub(crate) renew: SqlStr,
+    /// The names of the batch's locks that are held, by the same condition
+    /// (binds as `renew`, without the TTL): right after `renew`, the locks
+    /// it renewed.
+    pub(crate) held: SqlStr,
 }
 
 impl RenewBatch {
@@ -30,15 +46,30 @@ impl RenewBatch {
                 let rows = vec!["(?, ?, ?)"; size].join(", ");
                 // `name IN (...)` lets every dialect use the primary key;
                 // the row list then checks each lock's owner and token.
-                let sql = format!(
+                let held_by_caller = format!(
+                    "name IN ({names}) AND expires_at > {now}
+                       AND (name, owner, token) IN ({rows})"
+                );
+                let renew = format!(
                     "UPDATE {table} SET
                         expires_at = {greatest}(expires_at, {now} + ?),
                         updated_at = {now}
-                     WHERE name IN ({names}) AND expires_at > {now}
-                       AND (name, owner, token) IN ({rows})"
+                     WHERE {held_by_caller}"
                 );
-                let sql = AssertSqlSafe(std::sync::Arc::<str>::from(number(dialect, &sql)));
-                (size, sql.into_sql_str())
+                // MySQL keeps names as bytes: read back as text.
+                let name = match dialect {
+                    Dialect::MySql => "CAST(name AS CHAR)",
+                    _ => "name",
+                };
+                let held = format!("SELECT {name} FROM {table} WHERE {held_by_caller}");
+                let sql = |text: &str| {
+                    AssertSqlSafe(std::sync::Arc::<str>::from(number(dialect, text))).into_sql_str()
+                };
+                BatchStatements {
+                    size,
+                    renew: sql(&renew),
+                    held: sql(&held),
+                }
             })
             .collect();
         RenewBatch { statements }
@@ -49,12 +80,9 @@ impl RenewBatch {
         SIZES[SIZES.len() - 1]
     }
 
-    /// The statement for `len` locks and the size it binds, or `None` when
-    /// `len` is larger than the largest size.
-    pub(crate) fn for_len(&self, len: usize) -> Option<(usize, SqlStr)> {
-        self.statements
-            .iter()
-            .find(|(size, _)| *size >= len)
-            .map(|(size, sql)| (*size, sql.clone()))
+    /// The statements for `len` locks, or `None` when `len` is larger than
+    /// the largest size.
+    pub(crate) fn for_len(&self, len: usize) -> Option<&BatchStatements> {
+        self.statements.iter().find(|sized| sized.size >= len)
     }
 }
