@@ -108,14 +108,21 @@ impl Backend for TableStore {
         // Fair mode: how many waiters were ahead of us at the last look.
         let mut last_ahead: Option<i64> = None;
         loop {
-            // Listen before looking, so a release between the two is not missed.
-            let woken = notify.notified();
+            // Listen before looking, so a release between the two is not
+            // missed. Fair mode: a waiter with a ticket is woken on its own.
+            let wake = ticket
+                .as_ref()
+                .map_or_else(|| notify.clone(), |t| t.wake.clone());
+            let woken = wake.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
             let id = ticket.as_ref().map(|t| t.id);
             let delay = match self.attempt_detached(request, true, id).await {
                 Ok((Attempt::Taken { token }, started)) => {
-                    return Ok(row_grant(token, started + request.ttl))
+                    if let Some(ticket) = ticket {
+                        ticket.granted();
+                    }
+                    return Ok(row_grant(token, started + request.ttl));
                 }
                 Ok((Attempt::Busy { .. }, _)) if self.inner.config.fair && ticket.is_none() => {
                     ticket = Some(self.enqueue(request).await?);

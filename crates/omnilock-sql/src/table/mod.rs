@@ -41,6 +41,9 @@ pub(crate) struct Inner {
     /// cancelled waits never stand in its way (see `settle_tickets`).
     pub(crate) leaving: AtomicUsize,
     pub(crate) left: Notify,
+    /// Fair mode: this client's ticket holders, oldest first, each woken
+    /// on its own.
+    pub(crate) line: queue::LocalLine,
     /// The PostgreSQL LISTEN task, stopped with the store.
     listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
@@ -62,8 +65,10 @@ impl Inner {
 
     pub(crate) fn wake_local(&self, name: &LockName) {
         if self.config.fair {
-            // Only the head of the line may take it; let each look.
-            self.local_waiters.wake_all(name);
+            // Only the head of the line may take it: of this client's
+            // waiters, the oldest ticket. One that is still taking its
+            // ticket looks again once it has it.
+            self.line.wake_head(name);
         } else {
             self.local_waiters.wake_one(name);
         }
@@ -90,6 +95,7 @@ impl TableStore {
                 local_waiters: LocalWaiters::default(),
                 leaving: AtomicUsize::new(0),
                 left: Notify::new(),
+                line: queue::LocalLine::default(),
                 listener: Mutex::new(None),
             }),
         };

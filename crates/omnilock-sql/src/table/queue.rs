@@ -4,11 +4,16 @@
 //! a ticket in the waiting line, and only the head of the line may take the
 //! lock.
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use omnilock_core::{complete_or_undo, AcquireRequest, Error, ErrorKind, Result};
+use omnilock_core::{
+    complete_or_undo, lock_unpoisoned, AcquireRequest, Error, ErrorKind, LockName, Result,
+};
 use sqlx::Row;
+use tokio::sync::Notify;
 
 use super::TableStore;
 use crate::conn::{query, with_pool};
@@ -19,10 +24,29 @@ pub(crate) struct Ticket {
     pub(crate) id: i64,
     pub(crate) store: TableStore,
     pub(crate) refreshed: Instant,
+    name: LockName,
+    /// This waiter's own wake-up: a release wakes only the oldest ticket
+    /// of this client (see [`LocalLine`]).
+    pub(crate) wake: Arc<Notify>,
+    /// Leaving without the lock (cancelled, timed out, failed): a wake-up
+    /// this waiter may have swallowed goes on to the next one.
+    pass_on: bool,
+}
+
+impl Ticket {
+    /// The waiter took the lock: it leaves the line with nothing to pass on.
+    pub(crate) fn granted(mut self) {
+        self.pass_on = false;
+    }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
+        let line = &self.store.inner.line;
+        line.leave(&self.name, self.id);
+        if self.pass_on {
+            line.wake_head(&self.name);
+        }
         let (store, id) = (self.store.clone(), self.id);
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             self.store.inner.leaving.fetch_add(1, Ordering::SeqCst);
@@ -32,6 +56,49 @@ impl Drop for Ticket {
                     store.inner.left.notify_waiters();
                 }
             });
+        }
+    }
+}
+
+/// Fair mode: this client's waiters that hold a ticket, per lock, in ticket
+/// order. Only the head of the whole line may take a freed lock, and of
+/// this client's waiters only the oldest can be that head: a release (or a
+/// PostgreSQL NOTIFY) wakes that one alone, not every waiter, each of which
+/// would spend a few statements to learn it is not first.
+#[derive(Default)]
+pub(crate) struct LocalLine {
+    lines: Mutex<HashMap<LockName, BTreeMap<i64, Arc<Notify>>>>,
+}
+
+impl LocalLine {
+    fn join(&self, name: &LockName, id: i64) -> Arc<Notify> {
+        let wake = Arc::new(Notify::new());
+        lock_unpoisoned(&self.lines)
+            .entry(name.clone())
+            .or_default()
+            .insert(id, wake.clone());
+        wake
+    }
+
+    fn leave(&self, name: &LockName, id: i64) {
+        let mut lines = lock_unpoisoned(&self.lines);
+        if let Some(line) = lines.get_mut(name) {
+            line.remove(&id);
+            if line.is_empty() {
+                lines.remove(name);
+            }
+        }
+    }
+
+    /// Wakes this client's oldest waiter of `name`; `false` if none waits.
+    pub(crate) fn wake_head(&self, name: &LockName) -> bool {
+        let lines = lock_unpoisoned(&self.lines);
+        match lines.get(name).and_then(|line| line.values().next()) {
+            Some(head) => {
+                head.notify_one();
+                true
+            }
+            None => false,
         }
     }
 }
@@ -295,6 +362,9 @@ impl TableStore {
             id,
             store: self.clone(),
             refreshed: Instant::now(),
+            name: request.name.clone(),
+            wake: self.inner.line.join(&request.name, id),
+            pass_on: true,
         })
     }
 
