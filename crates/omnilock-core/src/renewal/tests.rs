@@ -1,7 +1,5 @@
 //! The renewal task against stores that hang or slow down.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use async_trait::async_trait;
 
 use super::*;
@@ -9,18 +7,44 @@ use crate::backend::{AcquireRequest, Backend, Capabilities, Grant};
 use crate::error::Result;
 use crate::{Locks, MemStore};
 
-/// The in-memory store, except that once `stall` is set a renewal batch
-/// naming a `stall/` lock never answers (a store that hangs on one
-/// request while others go through).
-#[derive(Debug, Default)]
-struct StallingRenewals {
+/// How [`FaultyRenewals`] answers a renewal call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// As the in-memory store does.
+    None,
+    /// A call naming a `stall/` lock never answers (a store that hangs on
+    /// one request while others go through).
+    HangOnStall,
+    /// A call for several holds answers only after [`BATCH_DELAY`], and
+    /// one for a single hold never does (a loaded store, with the slower
+    /// per-lock requests queued behind everything else).
+    SlowBatches,
+}
+
+const BATCH_DELAY: Duration = Duration::from_millis(450);
+
+/// The in-memory store, whose renewals misbehave as `fault` says once
+/// it is set.
+#[derive(Debug)]
+struct FaultyRenewals {
     store: MemStore,
-    stall: Arc<AtomicBool>,
+    fault: Arc<Mutex<Fault>>,
+    /// A call hung on a `stall/` lock.
     stalled: Arc<Notify>,
 }
 
+impl FaultyRenewals {
+    fn new() -> Self {
+        FaultyRenewals {
+            store: MemStore::default(),
+            fault: Arc::new(Mutex::new(Fault::None)),
+            stalled: Arc::default(),
+        }
+    }
+}
+
 #[async_trait]
-impl Backend for StallingRenewals {
+impl Backend for FaultyRenewals {
     type Hold = <MemStore as Backend>::Hold;
     fn kind(&self) -> &'static str {
         "mem"
@@ -41,12 +65,24 @@ impl Backend for StallingRenewals {
         self.store.renew(spec, grant).await
     }
     async fn renew_all(&self, holds: &[(&LockSpec, &Grant<Self::Hold>)]) -> Vec<Result<Instant>> {
-        let stalls = holds
-            .iter()
-            .any(|(spec, _)| spec.name.as_str().starts_with("stall/"));
-        if stalls && self.stall.load(Ordering::SeqCst) {
-            self.stalled.notify_one();
-            std::future::pending::<()>().await;
+        let fault = *lock(&self.fault);
+        match fault {
+            Fault::None => {}
+            Fault::HangOnStall => {
+                let stalls = holds
+                    .iter()
+                    .any(|(spec, _)| spec.name.as_str().starts_with("stall/"));
+                if stalls {
+                    self.stalled.notify_one();
+                    std::future::pending::<()>().await;
+                }
+            }
+            Fault::SlowBatches => {
+                if holds.len() == 1 {
+                    std::future::pending::<()>().await;
+                }
+                tokio::time::sleep(BATCH_DELAY).await;
+            }
         }
         self.store.renew_all(holds).await
     }
@@ -58,8 +94,8 @@ impl Backend for StallingRenewals {
 /// hold whose renewal hung.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_renewal_holds_back_no_other_hold() {
-    let backend = StallingRenewals::default();
-    let (stall, stalled) = (backend.stall.clone(), backend.stalled.clone());
+    let backend = FaultyRenewals::new();
+    let (fault, stalled) = (backend.fault.clone(), backend.stalled.clone());
     let locks = Locks::new(backend);
     let slow_ttl = Duration::from_secs(3);
     let fast_ttl = Duration::from_millis(600);
@@ -76,7 +112,7 @@ async fn a_hung_renewal_holds_back_no_other_hold() {
         .await
         .expect("acquire");
     let first_deadline = fast.safe_until();
-    stall.store(true, Ordering::SeqCst);
+    *lock(&fault) = Fault::HangOnStall;
     tokio::time::timeout(slow_ttl, stalled.notified())
         .await
         .expect("the stalled renewal started");
@@ -95,57 +131,13 @@ async fn a_hung_renewal_holds_back_no_other_hold() {
     fast.release().await.expect("release");
 }
 
-/// The in-memory store under load: once `slow` is set, a renewal of
-/// several holds answers only after `BATCH_DELAY`, and one of a single
-/// hold never does (the slower, per-lock requests that a loaded store
-/// queues behind everything else).
-#[derive(Debug, Default)]
-struct SlowStore {
-    store: MemStore,
-    slow: Arc<AtomicBool>,
-}
-
-const BATCH_DELAY: Duration = Duration::from_millis(450);
-
-#[async_trait]
-impl Backend for SlowStore {
-    type Hold = <MemStore as Backend>::Hold;
-    fn kind(&self) -> &'static str {
-        "mem"
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.store.capabilities()
-    }
-    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant<Self::Hold>>> {
-        self.store.try_acquire(request).await
-    }
-    async fn acquire(&self, request: &AcquireRequest) -> Result<Grant<Self::Hold>> {
-        self.store.acquire(request).await
-    }
-    async fn release(&self, spec: &LockSpec, grant: &Grant<Self::Hold>) -> Result<()> {
-        self.store.release(spec, grant).await
-    }
-    async fn renew(&self, spec: &LockSpec, grant: &Grant<Self::Hold>) -> Result<Instant> {
-        self.store.renew(spec, grant).await
-    }
-    async fn renew_all(&self, holds: &[(&LockSpec, &Grant<Self::Hold>)]) -> Vec<Result<Instant>> {
-        if self.slow.load(Ordering::SeqCst) {
-            if holds.len() == 1 {
-                std::future::pending::<()>().await;
-            }
-            tokio::time::sleep(BATCH_DELAY).await;
-        }
-        self.store.renew_all(holds).await
-    }
-}
-
 /// A batch that answers late, after its holds have started to be
 /// renewed one by one as well, still renews them all: its call is not
 /// abandoned for single calls on the same loaded store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_batch_still_renews_its_holds() {
-    let backend = SlowStore::default();
-    let slow = backend.slow.clone();
+    let backend = FaultyRenewals::new();
+    let fault = backend.fault.clone();
     let locks = Locks::new(backend);
     // Renewed every 300 ms, with 600 ms of lease left: the batch's
     // 450 ms answer comes after the 300 ms its holds wait for it alone.
@@ -156,7 +148,7 @@ async fn a_slow_batch_still_renews_its_holds() {
     );
     let (a, b) = (a.expect("acquire"), b.expect("acquire"));
     let first_deadline = a.safe_until().max(b.safe_until());
-    slow.store(true, Ordering::SeqCst);
+    *lock(&fault) = Fault::SlowBatches;
     tokio::select! {
         loss = a.lost() => panic!("a renewed lock was lost: {loss}"),
         loss = b.lost() => panic!("a renewed lock was lost: {loss}"),
@@ -169,7 +161,7 @@ async fn a_slow_batch_still_renews_its_holds() {
             "a slow batch did not renew its locks"
         );
     }
-    slow.store(false, Ordering::SeqCst);
+    *lock(&fault) = Fault::None;
     a.release().await.expect("release");
     b.release().await.expect("release");
 }

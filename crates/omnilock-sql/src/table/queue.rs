@@ -90,15 +90,11 @@ impl LocalLine {
         }
     }
 
-    /// Wakes this client's oldest waiter of `name`; `false` if none waits.
-    pub(crate) fn wake_head(&self, name: &LockName) -> bool {
+    /// Wakes this client's oldest waiter of `name`, if any.
+    pub(crate) fn wake_head(&self, name: &LockName) {
         let lines = lock_unpoisoned(&self.lines);
-        match lines.get(name).and_then(|line| line.values().next()) {
-            Some(head) => {
-                head.notify_one();
-                true
-            }
-            None => false,
+        if let Some(head) = lines.get(name).and_then(|line| line.values().next()) {
+            head.notify_one();
         }
     }
 }

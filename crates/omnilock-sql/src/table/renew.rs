@@ -4,10 +4,9 @@ use std::collections::HashSet;
 use std::time::Instant;
 
 use omnilock_core::{Backend, Error, ErrorKind, LockSpec, Primitive, Result};
-
-use super::TableStore;
 use sqlx::Row;
 
+use super::TableStore;
 use crate::conn::with_pool;
 use crate::queries::BatchStatements;
 use crate::store::Grant;
@@ -15,8 +14,8 @@ use crate::store::Grant;
 impl TableStore {
     /// Mutexes of one TTL are renewed up to 64 per `UPDATE` (see
     /// `queries::RenewBatch`); a batch that matched fewer rows than locks
-    /// asks which of them it renewed. Semaphore
-    /// permits and read-write locks are renewed each on its own.
+    /// asks which of them it renewed. Semaphore permits and read-write
+    /// locks are renewed each on its own.
     pub(super) async fn renew_holds(&self, holds: &[(&LockSpec, &Grant)]) -> Vec<Result<Instant>> {
         let mut results: Vec<Option<Result<Instant>>> = holds.iter().map(|_| None).collect();
         let mut mutexes: Vec<usize> = Vec::new();
