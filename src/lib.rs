@@ -68,15 +68,15 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use omnilock_core::{
-    parse_duration, AcquireOptions, Candidate, Capabilities, Election, Error, ErrorKind, Holder,
-    Leader, Leadership, LockGuard, LockName, LockRequest, Locks, MemStore, MultiGuard,
-    MultiLockRequest, Observer, Operation, Owner, ReadWriteLock, Result, DEFAULT_TTL,
-    MAX_ELECTION_VALUE_BYTES, MAX_TTL, MIN_TTL,
+    AcquireOptions, Candidate, Capabilities, DEFAULT_TTL, Election, Error, ErrorKind, Holder,
+    Leader, Leadership, LockGuard, LockName, LockRequest, Locks, MAX_ELECTION_VALUE_BYTES, MAX_TTL,
+    MIN_TTL, MemStore, MultiGuard, MultiLockRequest, Observer, Operation, Owner, ReadWriteLock,
+    Result, parse_duration,
 };
 
 pub mod blocking;
 
-use omnilock_core::{check_ttl, StoreUrl};
+use omnilock_core::{StoreUrl, check_ttl};
 
 /// For backend authors and tools, not for applications: the [`Backend`]
 /// contract a store implements and the machinery written once for all
@@ -86,11 +86,11 @@ use omnilock_core::{check_ttl, StoreUrl};
 /// [`Backend`]: raw::Backend
 pub mod raw {
     pub use omnilock_core::{
+        AcquireRequest, Backend, Backoff, CompleteOrUndo, Connecting, Driver, DynBackend,
+        ErasedGrant, Grant, HostPort, LocalWaiters, LockSpec, LostNotifier, MAX_NAME_BYTES,
+        Primitive, RW_CAPACITY, Secret, SessionGuards, SessionsPerTtl, Share, StoreUrl, WaitNotice,
         async_trait, check_ttl, complete_or_undo, lock_unpoisoned, retry, retry_in_background,
-        retry_when, AcquireRequest, Backend, Backoff, CompleteOrUndo, Connecting, Driver,
-        DynBackend, ErasedGrant, Grant, HostPort, LocalWaiters, LockSpec, LostNotifier, Primitive,
-        Secret, SessionGuards, SessionsPerTtl, Share, StoreUrl, WaitNotice, MAX_NAME_BYTES,
-        RW_CAPACITY,
+        retry_when,
     };
 }
 

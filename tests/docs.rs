@@ -6,8 +6,8 @@
 //! [`StoreUrl::consulted_options`] records each name a reader asks for,
 //! given or not.
 
-use omnilock::raw::StoreUrl;
 use omnilock::SCHEMES;
+use omnilock::raw::StoreUrl;
 
 fn read(path: &str) -> String {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
@@ -156,13 +156,13 @@ async fn every_scheme_is_known_to_connect() {
             !message.contains("unknown store scheme"),
             "{scheme}: {message}"
         );
-        if let Some(feature) = feature {
-            if message.contains("needs the cargo feature") {
-                assert!(
-                    message.contains(&format!("`{feature}`")),
-                    "{scheme}: {message}"
-                );
-            }
+        if let Some(feature) = feature
+            && message.contains("needs the cargo feature")
+        {
+            assert!(
+                message.contains(&format!("`{feature}`")),
+                "{scheme}: {message}"
+            );
         }
     }
 }

@@ -12,8 +12,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::MetricKind;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use omnilock::metrics::{
     ACQUIRE_SECONDS, GRANTS_TOTAL, HELD, LOSSES_TOTAL, RENEW_FAILURES_TOTAL, TIMEOUTS_TOTAL,
     WAIT_SECONDS,

@@ -4,8 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::holding::Holding;
 use super::Runtime;
+use super::holding::Holding;
 #[cfg(doc)]
 use crate::{Capabilities, ErrorKind};
 use crate::{Error, LockName, Owner};

@@ -4,12 +4,12 @@
 //! blocking a runtime.
 
 use std::future::Future;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{mpsc, Arc, Mutex};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, Mutex, mpsc};
 
 use tokio::task::JoinHandle;
 
-use super::{inside_async, refuse_inside_async, Runtime};
+use super::{Runtime, inside_async, refuse_inside_async};
 use crate::raw::lock_unpoisoned;
 use crate::{Error, Operation, Result};
 

@@ -128,7 +128,9 @@ async fn main() {
         );
     }
     println!();
-    println!("| {CLIENTS} clients, a connection each, one lock | grants/s | wait p50 | wait p99 | fairness |");
+    println!(
+        "| {CLIENTS} clients, a connection each, one lock | grants/s | wait p50 | wait p99 | fairness |"
+    );
     println!("|---|---|---|---|---|");
     for (label, (per_second, mut waits, fairness)) in contended_rows {
         waits.sort();

@@ -13,7 +13,7 @@ mod common;
 use std::hint::black_box;
 
 use common::try_round;
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{Criterion, criterion_group, criterion_main};
 use omnilock::raw::StoreUrl;
 use omnilock::{LockName, Owner};
 

@@ -213,7 +213,9 @@ async fn main() {
     })
     .await;
     println!();
-    println!("| {clients} clients, one lock, a connection set each | grants/s | hand-offs/s | fairness |");
+    println!(
+        "| {clients} clients, one lock, a connection set each | grants/s | hand-offs/s | fairness |"
+    );
     println!("|---|---|---|---|");
     ours.row("omnilock redlock:// (5 nodes)");
     peer.row("peer: rslock 0.10 (5 nodes)");

@@ -27,7 +27,9 @@ const STORES: &[&str] = &["SQLITE", "MYSQL", "POSTGRES"];
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let iterations = iterations(2000);
-    println!("| store | floor INSERT+DELETE p50 / p99 | omnilock same name p50 / p99 | ratio p50 | omnilock new names p50 / p99 | ratio p50 |");
+    println!(
+        "| store | floor INSERT+DELETE p50 / p99 | omnilock same name p50 / p99 | ratio p50 | omnilock new names p50 / p99 | ratio p50 |"
+    );
     println!("|---|---|---|---|---|---|");
     let mut found = Vec::new();
     for store in STORES {
@@ -41,7 +43,9 @@ async fn main() {
     println!();
     println!("Advisory mode (`?mode=advisory`):");
     println!();
-    println!("| store | floor lock+unlock p50 / p99 | omnilock same name p50 / p99 | ratio p50 | omnilock new names p50 / p99 | ratio p50 |");
+    println!(
+        "| store | floor lock+unlock p50 / p99 | omnilock same name p50 / p99 | ratio p50 | omnilock new names p50 / p99 | ratio p50 |"
+    );
     println!("|---|---|---|---|---|---|");
     for (store, url) in &found {
         if *store != "SQLITE" {

@@ -13,13 +13,13 @@ use clap::ValueEnum;
 use omnilock::Locks;
 use omnilock_harness::Probe;
 
+use crate::BenchArgs;
 use crate::exit::{self, fail};
 use crate::report::{charts, json, print_table};
 use crate::workloads::{
-    contended, contended_apart, floor, handoff, herd, many_held, many_locks, rw, semaphore,
-    uncontended, MANY_CLIENTS, SHARED_CLIENTS,
+    MANY_CLIENTS, SHARED_CLIENTS, contended, contended_apart, floor, handoff, herd, many_held,
+    many_locks, rw, semaphore, uncontended,
 };
-use crate::BenchArgs;
 
 /// The workloads, in the order they run by default. `--workload` is parsed
 /// into these (clap's `ValueEnum`: an unknown name is a usage error), and
@@ -93,10 +93,10 @@ pub(crate) async fn bench(stores: &[String], args: BenchArgs) -> u8 {
         args.workload.clone()
     };
     // A bad TTL for the many-held locks is refused before anything runs.
-    if workloads.contains(&Workload::ManyHeld) {
-        if let Err(err) = omnilock::raw::check_ttl(args.held_ttl) {
-            return fail(&err.with_operation(omnilock::Operation::Acquire));
-        }
+    if workloads.contains(&Workload::ManyHeld)
+        && let Err(err) = omnilock::raw::check_ttl(args.held_ttl)
+    {
+        return fail(&err.with_operation(omnilock::Operation::Acquire));
     }
     // Connect to every store, and open its probe, before running anything.
     let mut connected: Vec<(String, &String, Locks, Option<Probe>)> = Vec::new();
@@ -116,11 +116,11 @@ pub(crate) async fn bench(stores: &[String], args: BenchArgs) -> u8 {
         };
         connected.push((exit::shown(url), url, locks, probe));
     }
-    if let Some(out) = &args.out {
-        if let Err(err) = std::fs::create_dir_all(out) {
-            eprintln!("omnilock-bench: cannot create {}: {err}", out.display());
-            return exit::USAGE;
-        }
+    if let Some(out) = &args.out
+        && let Err(err) = std::fs::create_dir_all(out)
+    {
+        eprintln!("omnilock-bench: cannot create {}: {err}", out.display());
+        return exit::USAGE;
     }
     let interleaved =
         workloads.contains(&Workload::Floor) && workloads.contains(&Workload::Uncontended);

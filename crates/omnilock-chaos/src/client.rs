@@ -10,8 +10,8 @@ use std::io::Write;
 use std::time::Duration;
 
 use omnilock::{LockGuard, Locks};
-use rand::seq::{IteratorRandom, SliceRandom};
 use rand::Rng;
+use rand::seq::{IteratorRandom, SliceRandom};
 use tokio::io::AsyncReadExt;
 
 use crate::history::{Event, Op, Phase, Source};

@@ -301,14 +301,13 @@ mod tests {
         #[test]
         fn any_arguments_parse_or_fail_cleanly(words in prop::collection::vec(word(), 0..8)) {
             let argv = std::iter::once("omnilock".to_string()).chain(words);
-            if let Ok(Cli { command: Command::Run(run), .. }) = Cli::try_parse_from(argv) {
-                if let Err(err) = crate::run::check(&run) {
+            if let Ok(Cli { command: Command::Run(run), .. }) = Cli::try_parse_from(argv)
+                && let Err(err) = crate::run::check(&run) {
                     prop_assert!(matches!(
                         err.kind(),
                         omnilock::ErrorKind::InvalidName | omnilock::ErrorKind::InvalidConfig
                     ));
                 }
-            }
         }
     }
 }

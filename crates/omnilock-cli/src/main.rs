@@ -61,11 +61,11 @@ fn main() -> ExitCode {
             },
         };
         // `run` checks its own arguments first and prepares the store after.
-        if !matches!(cli.command, args::Command::Run(_)) {
-            if let Err(message) = args::prepare_default(&store) {
-                eprintln!("omnilock: {message}");
-                return exit::UNAVAILABLE;
-            }
+        if !matches!(cli.command, args::Command::Run(_))
+            && let Err(message) = args::prepare_default(&store)
+        {
+            eprintln!("omnilock: {message}");
+            return exit::UNAVAILABLE;
         }
         match cli.command {
             args::Command::Run(run) => run::run(&store, run).await,

@@ -4,7 +4,7 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use omnilock::{AcquireOptions, ErrorKind, LockName, Owner};
-use tokio::signal::unix::{signal, Signal, SignalKind};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::args::RunArgs;
 use crate::child;

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use omnilock_harness::process::{running, scratch_dir, sqlite_store, text, WithoutTerminal};
+use omnilock_harness::process::{WithoutTerminal, running, scratch_dir, sqlite_store, text};
 
 const OMNILOCK: &str = env!("CARGO_BIN_EXE_omnilock");
 
@@ -316,8 +316,7 @@ fn input_is_checked_before_any_io() {
 fn conflict_exit_code_is_configurable() {
     let dir = scratch("conflict");
     let store = sqlite_store(&dir);
-    let inner =
-        "\"$OMNILOCK\" run --store \"$STORE\" -E 3 --no-wait job -- true; echo no-wait=$?; \
+    let inner = "\"$OMNILOCK\" run --store \"$STORE\" -E 3 --no-wait job -- true; echo no-wait=$?; \
          \"$OMNILOCK\" run --store \"$STORE\" --conflict-exit-code 4 --wait 200ms job -- true; \
          echo wait=$?";
     let out = run_nested(&store, &["job", "--", "sh", "-c", inner]);
@@ -508,27 +507,78 @@ mod cross_process {
         "ZK",
     ];
 
-    fn each_store(test: &str, scenario: impl Fn(&Path, &str, &Path)) {
-        // The embedded default (a private SQLite file) always runs.
+    /// How the stores of one test take their turns.
+    #[derive(Clone, Copy)]
+    enum Turns {
+        /// One store after another: the scenario keeps the CPUs busy.
+        OneByOne,
+        /// Every store at once: the scenario mostly waits for a lease to
+        /// run out, and the stores waiting side by side cost no more time
+        /// than one.
+        AtOnce,
+    }
+
+    /// `scenario` on the embedded default (a private SQLite file), which
+    /// always runs, and on every store of [`STORES`] with a test URL.
+    fn each_store(test: &str, turns: Turns, scenario: impl Fn(&Path, &str, &Path) + Sync) {
         let dir = scratch(test);
-        scenario(Path::new(OMNILOCK), &sqlite_store(&dir), &dir);
-        each_of(STORES, test, scenario);
+        let mut runs = vec![("sqlite-private".to_string(), sqlite_store(&dir))];
+        runs.extend(urls(STORES));
+        run_all(&dir, test, turns, runs, scenario);
     }
 
     /// `scenario` on every store of `stores` (their test URLs).
-    fn each_of(stores: &[&str], test: &str, scenario: impl Fn(&Path, &str, &Path)) {
-        let dir = scratch(test);
-        for store in stores {
-            if let Some(url) = store_url(store) {
-                eprintln!("{test}: {store}");
-                scenario(Path::new(OMNILOCK), &url, &dir);
-            }
+    fn each_of(
+        stores: &[&str],
+        test: &str,
+        turns: Turns,
+        scenario: impl Fn(&Path, &str, &Path) + Sync,
+    ) {
+        run_all(&scratch(test), test, turns, urls(stores), scenario);
+    }
+
+    /// The stores of `stores` that have a test URL, by lower-case name.
+    fn urls(stores: &[&str]) -> Vec<(String, String)> {
+        let with_url = stores
+            .iter()
+            .filter_map(|store| Some((store.to_lowercase(), store_url(store)?)));
+        with_url.collect()
+    }
+
+    /// `scenario` on each `(store, url)`, each in a scratch directory of
+    /// its own (the scenarios name their locks after it).
+    fn run_all(
+        dir: &Path,
+        test: &str,
+        turns: Turns,
+        runs: Vec<(String, String)>,
+        scenario: impl Fn(&Path, &str, &Path) + Sync,
+    ) {
+        let run = |store: &str, url: &str| {
+            eprintln!("{test}: {store}");
+            let dir = dir.join(store);
+            std::fs::create_dir_all(&dir).expect("scratch dir");
+            scenario(Path::new(OMNILOCK), url, &dir);
+        };
+        match turns {
+            Turns::OneByOne => runs.iter().for_each(|(store, url)| run(store, url)),
+            Turns::AtOnce => std::thread::scope(|scope| {
+                let threads: Vec<_> = runs
+                    .iter()
+                    .map(|(store, url)| (store, scope.spawn(|| run(store, url))))
+                    .collect();
+                let failed: Vec<_> = threads
+                    .into_iter()
+                    .filter_map(|(store, thread)| thread.join().is_err().then_some(store.as_str()))
+                    .collect();
+                assert!(failed.is_empty(), "{test} failed on {failed:?}");
+            }),
         }
     }
 
     #[test]
     fn counter_across_processes() {
-        each_store("counter", |bin, url, dir| {
+        each_store("counter", Turns::OneByOne, |bin, url, dir| {
             process::counter_across_processes(bin, url, dir, 4)
         });
     }
@@ -549,14 +599,14 @@ mod cross_process {
 
     #[test]
     fn permits_across_processes() {
-        each_of(&counted(), "permits", |bin, url, dir| {
+        each_of(&counted(), "permits", Turns::OneByOne, |bin, url, dir| {
             process::permits_across_processes(bin, url, dir, 6)
         });
     }
 
     #[test]
     fn rw_across_processes() {
-        each_of(&counted(), "rw", |bin, url, dir| {
+        each_of(&counted(), "rw", Turns::OneByOne, |bin, url, dir| {
             process::rw_across_processes(bin, url, dir, 6)
         });
     }
@@ -568,11 +618,13 @@ mod cross_process {
         each_of(
             &counted(),
             "killed-permit",
+            Turns::AtOnce,
             process::killed_permit_holder_frees_permit,
         );
         each_of(
             &counted(),
             "killed-writer",
+            Turns::AtOnce,
             process::killed_writer_frees_lock,
         );
     }
@@ -585,6 +637,7 @@ mod cross_process {
         each_of(
             &counted(),
             "paused-permit",
+            Turns::AtOnce,
             process::paused_permit_holder_loses_permit,
         );
     }
@@ -609,16 +662,20 @@ mod cross_process {
 
     #[test]
     fn killed_holder_frees_lock() {
-        each_store("killed", process::killed_holder_frees_lock);
+        each_store("killed", Turns::AtOnce, process::killed_holder_frees_lock);
     }
 
     #[test]
     fn killed_wrapper_takes_its_command_along() {
-        each_store("wrapper", process::killed_wrapper_takes_its_command_along);
+        each_store(
+            "wrapper",
+            Turns::AtOnce,
+            process::killed_wrapper_takes_its_command_along,
+        );
     }
 
     #[test]
     fn paused_holder_loses_lock() {
-        each_store("paused", process::paused_holder_loses_lock);
+        each_store("paused", Turns::AtOnce, process::paused_holder_loses_lock);
     }
 }

@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 use crate::client::Locks;
 use crate::error::{Error, ErrorKind, Result};
 use crate::guard::LockGuard;
-use crate::name::{LockName, Owner, MAX_NAME_BYTES};
+use crate::name::{LockName, MAX_NAME_BYTES, Owner};
 use crate::options::AcquireOptions;
 
 const OWNER_TAG: &str = "leader:";
@@ -84,7 +84,7 @@ impl Leadership {
 
     /// Completes when leadership is lost without resigning (lease expired,
     /// session lost): stop acting as leader then.
-    pub fn lost(&self) -> impl std::future::Future<Output = Error> + Send + 'static {
+    pub fn lost(&self) -> impl std::future::Future<Output = Error> + Send + 'static + use<> {
         self.guard.lost()
     }
 

@@ -97,7 +97,7 @@ impl LockGuard {
     /// future against the work it guards). The error names the backend and
     /// the lock; when another failure lost the lock (a renewal the store
     /// refused), that failure is its [`underlying`](Error::underlying) error.
-    pub fn lost(&self) -> impl Future<Output = Error> + Send + 'static {
+    pub fn lost(&self) -> impl Future<Output = Error> + Send + 'static + use<> {
         let fired = self.hold.lost.fired();
         // Stores report losses without knowing the lock's name (a session
         // ends for all its locks at once): add what this guard knows.

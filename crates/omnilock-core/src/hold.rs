@@ -13,7 +13,7 @@ use crate::dyn_backend::{DynBackend, ErasedGrant};
 use crate::error::{Error, ErrorKind, Operation, Result};
 use crate::metrics::HoldMetrics;
 use crate::renewal::Renewal;
-use crate::retry::{retry, Backoff};
+use crate::retry::{Backoff, retry};
 use crate::shared::Shared;
 use crate::signal::LostNotifier;
 use crate::sync::lock_unpoisoned as lock;

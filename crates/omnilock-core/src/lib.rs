@@ -52,26 +52,26 @@ mod sync;
 mod url;
 
 pub use backend::{
-    AcquireRequest, Backend, Capabilities, Grant, Holder, LockSpec, Primitive, Share, RW_CAPACITY,
+    AcquireRequest, Backend, Capabilities, Grant, Holder, LockSpec, Primitive, RW_CAPACITY, Share,
 };
-pub use client::{check_ttl, Locks, DEFAULT_TTL, MAX_TTL, MIN_TTL};
-pub use detach::{complete_or_undo, CompleteOrUndo};
+pub use client::{DEFAULT_TTL, Locks, MAX_TTL, MIN_TTL, check_ttl};
+pub use detach::{CompleteOrUndo, complete_or_undo};
 pub use driver::{Connecting, Driver};
 pub use dyn_backend::{DynBackend, ErasedGrant};
-pub use election::{Candidate, Election, Leader, Leadership, Observer, MAX_ELECTION_VALUE_BYTES};
+pub use election::{Candidate, Election, Leader, Leadership, MAX_ELECTION_VALUE_BYTES, Observer};
 pub use error::{Error, ErrorKind, Operation, Result};
 pub use guard::LockGuard;
 pub use local::LocalWaiters;
 pub use mem::MemStore;
 pub use multi::{MultiGuard, MultiLockRequest};
-pub use name::{LockName, Owner, MAX_NAME_BYTES};
+pub use name::{LockName, MAX_NAME_BYTES, Owner};
 pub use options::AcquireOptions;
 pub use request::{LockRequest, ReadWriteLock};
-pub use retry::{retry, retry_in_background, retry_when, Backoff};
+pub use retry::{Backoff, retry, retry_in_background, retry_when};
 pub use sessions::SessionsPerTtl;
 pub use signal::{LostNotifier, SessionGuards, WaitNotice};
 pub use sync::lock_unpoisoned;
-pub use url::{check_timeouts, parse_duration, HostPort, Secret, StoreUrl};
+pub use url::{HostPort, Secret, StoreUrl, check_timeouts, parse_duration};
 
 /// Re-exported so backend crates implement [`Backend`] with the same macro.
 pub use async_trait::async_trait;

@@ -27,15 +27,15 @@
 
 #[cfg(feature = "metrics")]
 pub use on::{
-    describe, ACQUIRE_SECONDS, GRANTS_TOTAL, HELD, LOSSES_TOTAL, RENEW_FAILURES_TOTAL,
-    TIMEOUTS_TOTAL, WAIT_SECONDS,
+    ACQUIRE_SECONDS, GRANTS_TOTAL, HELD, LOSSES_TOTAL, RENEW_FAILURES_TOTAL, TIMEOUTS_TOTAL,
+    WAIT_SECONDS, describe,
 };
 
 #[cfg(feature = "metrics")]
-pub(crate) use on::{granted, timed_out, HoldMetrics, Labels, WaitClock};
+pub(crate) use on::{HoldMetrics, Labels, WaitClock, granted, timed_out};
 
 #[cfg(not(feature = "metrics"))]
-pub(crate) use off::{granted, timed_out, HoldMetrics, Labels, WaitClock};
+pub(crate) use off::{HoldMetrics, Labels, WaitClock, granted, timed_out};
 
 #[cfg(feature = "metrics")]
 mod on {

@@ -264,7 +264,7 @@ impl MultiGuard {
 
     /// Completes with the loss of the first part lost (a
     /// [`ErrorKind::LockLost`] error naming that lock).
-    pub fn lost(&self) -> impl Future<Output = Error> + Send + 'static {
+    pub fn lost(&self) -> impl Future<Output = Error> + Send + 'static + use<> {
         // Polled in turn, not spawned: the future needs no runtime of its
         // own (a blocking caller polls it without one).
         let mut losses: Vec<Pin<Box<dyn Future<Output = Error> + Send>>> = self

@@ -424,10 +424,11 @@ mod tests {
         assert_eq!(one.ttl(), Duration::from_secs(40));
         let all = locks.lock_all(&["b", "c"]).options(long.clone());
         let all = all.acquire().await.unwrap();
-        assert!(all
-            .guards()
-            .iter()
-            .all(|part| part.ttl() == Duration::from_secs(40)));
+        assert!(
+            all.guards()
+                .iter()
+                .all(|part| part.ttl() == Duration::from_secs(40))
+        );
         let leader = locks.election("e").unwrap();
         let leader = leader
             .candidate("me")

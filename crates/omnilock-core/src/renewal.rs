@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use std::future::Future;
 
-use futures_util::future::{join_all, select, Either};
 use futures_util::FutureExt;
+use futures_util::future::{Either, join_all, select};
 use tokio::sync::Notify;
 
 use crate::backend::LockSpec;

@@ -204,7 +204,7 @@ impl LockRequest<'_> {
             (Some(owner), Primitive::Mutex | Primitive::Read | Primitive::Write) => owner.clone(),
             // A semaphore permit is never re-entered.
             (Some(owner), Primitive::Semaphore { .. }) => {
-                return self.in_store(name, owner.clone(), wait).await
+                return self.in_store(name, owner.clone(), wait).await;
             }
             (None, _) => return self.in_store(name, Owner::random(), wait).await,
         };
@@ -212,10 +212,10 @@ impl LockRequest<'_> {
         match self.primitive {
             // The write holder may read: the read guard rides on its hold.
             Primitive::Read => {
-                if let Some(write) = shared.held(&name, &owner, Primitive::Write) {
-                    if write.enter(true)? {
-                        return Ok(Some(LockGuard::new(write)));
-                    }
+                if let Some(write) = shared.held(&name, &owner, Primitive::Write)
+                    && write.enter(true)?
+                {
+                    return Ok(Some(LockGuard::new(write)));
                 }
             }
             Primitive::Write => {
@@ -245,10 +245,10 @@ impl LockRequest<'_> {
                 Err(_) => return Ok(None),
             }
         };
-        if let Some(hold) = current.upgrade() {
-            if hold.enter(self.reenters())? {
-                return Ok(Some(LockGuard::new(hold)));
-            }
+        if let Some(hold) = current.upgrade()
+            && hold.enter(self.reenters())?
+        {
+            return Ok(Some(LockGuard::new(hold)));
         }
         let guard = self.in_store(name, owner, wait).await?;
         if let Some(guard) = &guard {

@@ -79,10 +79,10 @@ impl Shared {
             hold.spec.owner.clone(),
             hold.spec.primitive,
         );
-        if let Some(slot) = holds.get(&key) {
-            if Arc::strong_count(slot) == 1 {
-                holds.remove(&key);
-            }
+        if let Some(slot) = holds.get(&key)
+            && Arc::strong_count(slot) == 1
+        {
+            holds.remove(&key);
         }
         drop(holds);
         let mut rw_holds = lock_unpoisoned(&self.rw_holds);

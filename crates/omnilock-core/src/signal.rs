@@ -4,7 +4,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{watch, Notify};
+use tokio::sync::{Notify, watch};
 
 use crate::error::{Error, ErrorKind};
 use crate::sync::lock_unpoisoned;
@@ -74,7 +74,7 @@ impl LostNotifier {
     /// without being lost: completing then would be a false alarm to whoever
     /// watches for losses in another task (the fault harness caught exactly
     /// that).
-    pub fn fired(&self) -> impl Future<Output = Error> + Send + 'static {
+    pub fn fired(&self) -> impl Future<Output = Error> + Send + 'static + use<> {
         let inner = self.inner.clone();
         async move {
             loop {
@@ -179,14 +179,13 @@ impl SessionGuards {
     }
 
     /// Completes with the cause once the session ends.
-    pub fn wait_ended(&self) -> impl Future<Output = Error> + Send + 'static {
+    pub fn wait_ended(&self) -> impl Future<Output = Error> + Send + 'static + use<> {
         let mut rx = self.ended.subscribe();
         async move {
-            let cause = match rx.wait_for(Option::is_some).await {
+            match rx.wait_for(Option::is_some).await {
                 Ok(cause) => cause.clone().expect("waited for Some"),
                 Err(_) => Error::new(ErrorKind::LockLost, "the session was dropped"),
-            };
-            cause
+            }
         }
     }
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use omnilock_core::{check_ttl, Error, Locks, Operation, Result};
+use omnilock_core::{Error, Locks, Operation, Result, check_ttl};
 
 use crate::config::{EtcdOptions, Mode};
 use crate::conn::Etcd;

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use omnilock_core::{check_timeouts, Error, Result, Secret, StoreUrl};
+use omnilock_core::{Error, Result, Secret, StoreUrl, check_timeouts};
 
 /// How locks are taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,7 +135,7 @@ impl EtcdConfig {
             Some(other) => {
                 return Err(Error::config(format!(
                     "option \"mode\" must be \"recipe\" or \"lockapi\", not {other:?}"
-                )))
+                )));
             }
         };
         let tls = secure_scheme || url.take_bool("tls")?.unwrap_or(false);
@@ -160,7 +160,7 @@ impl EtcdConfig {
             _ => {
                 return Err(Error::config(
                     "options \"tls_cert\" and \"tls_key\" go together",
-                ))
+                ));
             }
         };
         url.take_timeouts(&mut options.connect_timeout, &mut options.request_timeout)?;

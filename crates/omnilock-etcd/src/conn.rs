@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, Identity, TlsOptions};
 use omnilock_core::{Error, ErrorKind, Result};
-use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
+use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
 
 use crate::config::{EtcdConfig, EtcdOptions};
 

@@ -14,7 +14,7 @@ use etcd_client::{
     Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
     TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions, WatchStream,
 };
-use omnilock_core::{retry_in_background, Backoff, Error, ErrorKind, Result};
+use omnilock_core::{Backoff, Error, ErrorKind, Result, retry_in_background};
 
 use crate::conn::Etcd;
 use crate::session::Session;
@@ -207,7 +207,7 @@ impl Etcd {
                     continue;
                 }
                 Err(err) if err.kind() == ErrorKind::LockLost => {
-                    return Err(session.death().unwrap_or(err))
+                    return Err(session.death().unwrap_or(err));
                 }
                 Err(err) if !err.is_retryable() => return Err(err),
                 Err(err) => err,
@@ -357,14 +357,14 @@ impl Etcd {
                     return Err(Error::unavailable(format!(
                         "etcd {} closed the watch stream before starting it",
                         self.shown
-                    )))
+                    )));
                 }
                 Ok(Err(e)) => return Err(classify(e)),
                 Err(_) => {
                     return Err(Error::unavailable(format!(
                         "etcd {}: the watch was not confirmed within {:?}",
                         self.shown, self.request_timeout
-                    )))
+                    )));
                 }
             }
         }
@@ -425,7 +425,7 @@ pub(crate) fn revision(resp: &TxnResponse) -> i64 {
 }
 
 /// The key-values of each Get in a transaction's answer, in order.
-pub(crate) fn gets(resp: &TxnResponse) -> impl Iterator<Item = Vec<KeyValue>> {
+pub(crate) fn gets(resp: &TxnResponse) -> impl Iterator<Item = Vec<KeyValue>> + use<> {
     resp.op_responses()
         .into_iter()
         .filter_map(|op| match op {

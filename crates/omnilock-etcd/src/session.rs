@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{LeaseKeepAliveStream, LeaseKeeper};
 use omnilock_core::{
-    lock_unpoisoned as lock, retry_in_background, Backoff, Error, ErrorKind, LostNotifier, Result,
-    SessionGuards,
+    Backoff, Error, ErrorKind, LostNotifier, Result, SessionGuards, lock_unpoisoned as lock,
+    retry_in_background,
 };
 use tokio::task::JoinHandle;
 

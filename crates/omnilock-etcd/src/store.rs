@@ -14,7 +14,7 @@ mod recipe;
 use std::{fmt, sync::Arc, time::Instant};
 
 use omnilock_core::{
-    async_trait, AcquireRequest, Backend, Capabilities, Holder, LockName, LockSpec, Locks, Result,
+    AcquireRequest, Backend, Capabilities, Holder, LockName, LockSpec, Locks, Result, async_trait,
 };
 
 use crate::builder::EtcdBuilder;

@@ -14,7 +14,7 @@ use omnilock_testkit::fixtures::{
     assert_refused, assert_same_refusal, assert_unreachable, byo_subject, take_and_release,
     unique_name,
 };
-use omnilock_testkit::{assert_builder_refuses, store_url, Subject};
+use omnilock_testkit::{Subject, assert_builder_refuses, store_url};
 
 /// The settings in `OMNILOCK_TEST_<store>_URL`, read only to learn where
 /// the test cluster is and what it needs.

@@ -7,7 +7,7 @@
 
 use omnilock_core::StoreUrl;
 use omnilock_etcd::EtcdConfig;
-use omnilock_testkit::{store_url, Subject};
+use omnilock_testkit::{Subject, store_url};
 
 /// `url` with its path replaced by `prefix`.
 fn with_prefix(url: &str, prefix: &str) -> String {

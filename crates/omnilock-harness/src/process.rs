@@ -7,13 +7,23 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The lock a scenario takes: its kind, this test process and the scratch
+/// directory, so runs of one scenario on several stores at once, or on
+/// stores that share a server, never meet on one name.
+fn lock_name(kind: &str, dir: &Path) -> String {
+    let dir = dir
+        .file_name()
+        .map_or_else(String::new, |d| d.to_string_lossy().into_owned());
+    format!("processes/{kind}/{}/{dir}", std::process::id())
+}
+
 /// `processes` processes (at least 4) each run 20 critical sections through
 /// `omnilock run`, each incrementing a counter file with a read-then-write
 /// shell snippet: the file ends at exactly 20 × `processes`.
 pub fn counter_across_processes(omnilock: &Path, url: &str, dir: &Path, processes: usize) {
     let counter = dir.join("counter");
     std::fs::write(&counter, "0\n").expect("counter file");
-    let name = format!("processes/counter/{}", std::process::id());
+    let name = lock_name("counter", dir);
     let increment = format!(
         "\"$NAME\" -- sh -c 'n=$(cat \"{c}\"); sleep 0.001; echo $((n+1)) > \"{c}\"'",
         c = counter.display()
@@ -36,7 +46,7 @@ pub fn permits_across_processes(omnilock: &Path, url: &str, dir: &Path, processe
     let permits = 2;
     let slots = dir.join(format!("slots-{}", std::process::id()));
     std::fs::create_dir_all(&slots).expect("slots directory");
-    let name = format!("processes/permits/{}", std::process::id());
+    let name = lock_name("permits", dir);
     let inside = format!(
         "[ -n \"$OMNILOCK_TOKEN\" ] || exit 8; \
          for k in $(seq 0 {last}); do \
@@ -57,7 +67,7 @@ pub fn permits_across_processes(omnilock: &Path, url: &str, dir: &Path, processe
 pub fn rw_across_processes(omnilock: &Path, url: &str, dir: &Path, processes: usize) {
     let marks = dir.join(format!("rw-{}", std::process::id()));
     std::fs::create_dir_all(&marks).expect("marks directory");
-    let name = format!("processes/rw/{}", std::process::id());
+    let name = lock_name("rw", dir);
     let d = marks.display();
     let reader = format!(
         "mkdir \"{d}/reader-$$\"; \
@@ -134,7 +144,7 @@ pub fn killed_writer_frees_lock(omnilock: &Path, url: &str, dir: &Path) {
 /// killed with SIGKILL; the successor takes the same side.
 fn killed_holder_frees(omnilock: &Path, url: &str, dir: &Path, side: &[&str]) {
     let ttl = Duration::from_secs(2);
-    let name = format!("processes/victim/{}/{}", std::process::id(), side.join(""));
+    let name = format!("{}/{}", lock_name("victim", dir), side.join(""));
     let marker = dir.join("holding");
     let _ = std::fs::remove_file(&marker);
     let mut holder = Command::new(omnilock)
@@ -197,7 +207,7 @@ pub fn paused_permit_holder_loses_permit(omnilock: &Path, url: &str, dir: &Path)
 /// paused past its TTL; the successor and the probe take the same side.
 fn paused_holder_loses(omnilock: &Path, url: &str, dir: &Path, side: &[&str]) {
     let ttl = Duration::from_secs(2);
-    let name = format!("processes/paused/{}/{}", std::process::id(), side.join(""));
+    let name = format!("{}/{}", lock_name("paused", dir), side.join(""));
     let held = dir.join("paused-holding");
     let next = dir.join("successor-holding");
     let _ = std::fs::remove_file(&held);
@@ -301,7 +311,7 @@ fn wait_with_deadline(
 /// second holder can start beside them once the lease runs out; and the next
 /// `omnilock run` does get the lock.
 pub fn killed_wrapper_takes_its_command_along(omnilock: &Path, url: &str, dir: &Path) {
-    let name = format!("processes/wrapper/{}", std::process::id());
+    let name = lock_name("wrapper", dir);
     let child_pid = dir.join("wrapper-child");
     let grandchild_pid = dir.join("wrapper-grandchild");
     let _ = std::fs::remove_file(&child_pid);

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use omnilock_core::{check_ttl, Error, Locks, Operation, Result};
-use redis::aio::ConnectionManager;
+use omnilock_core::{Error, Locks, Operation, Result, check_ttl};
 use redis::ConnectionAddr;
+use redis::aio::ConnectionManager;
 
 use crate::config::RedisOptions;
 use crate::conn::address_of;

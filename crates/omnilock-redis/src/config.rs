@@ -12,7 +12,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use omnilock_core::{check_timeouts, Error, HostPort, Result, Secret, StoreUrl};
+use omnilock_core::{Error, HostPort, Result, Secret, StoreUrl, check_timeouts};
 
 /// Settings for one Redis store: where it is and how to log in (from the
 /// URL), plus the [`RedisOptions`] that a bring-your-own-client builder
@@ -203,7 +203,7 @@ impl RedisOptions {
             (None | Some(0), Some(_)) => {
                 return Err(Error::config(
                     "option \"wait_timeout\" needs wait_replicas=N (N at least 1)",
-                ))
+                ));
             }
             (Some(replicas), timeout) => Some(WaitReplicas {
                 replicas: u32::try_from(replicas).unwrap_or(u32::MAX),
@@ -297,7 +297,7 @@ impl RedisConfig {
             "cluster" => {
                 return Err(Error::config(format!(
                     "Redis Cluster has only database 0; remove the path {path:?}"
-                )))
+                )));
             }
             _ => {
                 // redis+sentinel://s1,s2/MASTER[/DB]

@@ -12,7 +12,7 @@ use omnilock_redis::{RedisStore, RedlockStore};
 use omnilock_testkit::fixtures::{
     assert_refused, assert_same_refusal, assert_unreachable, take_and_release, unique_name,
 };
-use omnilock_testkit::{assert_builder_refuses, store_url, Subject};
+use omnilock_testkit::{Subject, assert_builder_refuses, store_url};
 use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo};
 
 /// The application's client for one node of a test URL: its credentials,

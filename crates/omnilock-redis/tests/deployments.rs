@@ -13,7 +13,7 @@ use omnilock_testkit::store_url;
 
 mod common;
 
-use common::{hand_off_by_message, master_of, raw, with_option, PASSWORD};
+use common::{PASSWORD, hand_off_by_message, master_of, raw, with_option};
 
 async fn connect(url: &str) -> omnilock_core::Result<Locks> {
     omnilock_redis::connect(RedisConfig::from_url(&StoreUrl::parse(url)?)?).await
@@ -426,9 +426,11 @@ async fn tls_cluster_locks_and_wakes() {
         hand_off_by_message(&backend, &other, &name).await,
         "the grant came by re-check, not by a message over TLS"
     );
-    assert!(backend
-        .wake_channel(&LockName::new(&name).unwrap())
-        .starts_with('{'));
+    assert!(
+        backend
+            .wake_channel(&LockName::new(&name).unwrap())
+            .starts_with('{')
+    );
 
     // Without the private CA the handshake fails: a setting to fix.
     let without_ca = url.split('?').next().unwrap().to_string();

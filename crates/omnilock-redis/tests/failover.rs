@@ -42,7 +42,7 @@ const RESUME_BOUND_WAITING: Duration = Duration::from_secs(45);
 
 mod common;
 
-use common::{hand_off_by_message, master_of, ports, raw, with_option, PASSWORD};
+use common::{PASSWORD, hand_off_by_message, master_of, ports, raw, with_option};
 
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 

@@ -5,12 +5,12 @@
 
 use std::time::Duration;
 
-use omnilock_core::{check_ttl, Error, Locks, Result, Secret};
+use omnilock_core::{Error, Locks, Result, Secret, check_ttl};
 
-use crate::config::{self, Dialect, SqlConfig, DEFAULT_TABLE};
+use crate::config::{self, DEFAULT_TABLE, Dialect, SqlConfig};
 use crate::conn::{Conn, Pool, Target};
 use crate::queries::Queries;
-use crate::store::{prepare, SqlStore};
+use crate::store::{SqlStore, prepare};
 use crate::tls::TlsOptions;
 
 /// An application's sqlx pool, of any dialect omnilock was built with:
@@ -203,7 +203,7 @@ impl SqlStoreBuilder {
             (_, Some(true)) => {
                 return Err(Error::config(
                     "notify (LISTEN/NOTIFY) is PostgreSQL's; this pool is another database's",
-                ))
+                ));
             }
             (_, _) => false,
         };

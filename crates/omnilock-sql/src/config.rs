@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use omnilock_core::{Error, HostPort, Result, Secret, StoreUrl};
-use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
+use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
 
 use crate::tls::TlsOptions;
 
@@ -246,7 +246,7 @@ fn take_mode(url: &mut StoreUrl, dialect: Dialect, fair: bool) -> Result<bool> {
             return Err(Error::config(format!(
                 "option \"mode\" is \"table\" or \"advisory\", not {:?}",
                 shorten(other)
-            )))
+            )));
         }
     };
     check_mode(dialect, advisory, fair)?;
@@ -349,7 +349,7 @@ fn server_url(url: &StoreUrl, dialect: Dialect) -> Result<(Secret, String)> {
         _ => {
             return Err(Error::config(
                 "a SQL store URL names one host (use a proxy or VIP for failover)",
-            ))
+            ));
         }
     };
     if url.path().is_empty() || url.path().contains('/') {

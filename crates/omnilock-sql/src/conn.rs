@@ -6,9 +6,9 @@
 use std::str::FromStr;
 
 use omnilock_core::{Error, Result};
-use sqlx::query::Query;
 #[cfg(feature = "sqlite")]
 use sqlx::Executor;
+use sqlx::query::Query;
 use sqlx::{Connection, Database, Encode, Type};
 
 pub(crate) mod errors;

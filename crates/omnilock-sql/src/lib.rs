@@ -35,7 +35,7 @@ mod table;
 mod tls;
 
 pub use builder::{SqlPool, SqlStoreBuilder};
-pub use config::{Dialect, SqlConfig, DEFAULT_TABLE};
+pub use config::{DEFAULT_TABLE, Dialect, SqlConfig};
 pub use conn::SQLITE_PRAGMAS;
 pub use store::SqlStore;
 pub use tls::{SslMode, TlsOptions};

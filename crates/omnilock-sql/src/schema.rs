@@ -24,10 +24,10 @@ use sqlx::{AssertSqlSafe, Connection, Executor, Row};
 
 #[allow(unused_imports)]
 use crate::config::{Dialect, SqlConfig};
-use crate::conn::errors::map_err;
 use crate::conn::Conn;
+use crate::conn::errors::map_err;
 #[allow(unused_imports)]
-use crate::queries::{ident, queue_names, schema as statements, Queries};
+use crate::queries::{Queries, ident, queue_names, schema as statements};
 
 /// The PostgreSQL advisory lock key that serializes omnilock's DDL in a
 /// database: "omnilock" in ASCII.

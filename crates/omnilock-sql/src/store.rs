@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use omnilock_core::{
-    async_trait, AcquireRequest, Backend, Capabilities, Error, Holder, LockName, LockSpec, Result,
+    AcquireRequest, Backend, Capabilities, Error, Holder, LockName, LockSpec, Result, async_trait,
 };
 
 use crate::advisory::AdvisoryStore;

@@ -84,15 +84,13 @@ impl TlsOptions {
             Some(value) => Some(parse_mode(&value, "sslmode", &SslMode::LIBPQ)?),
             None => None,
         };
-        if mysql {
-            if let Some(value) = url.take("ssl-mode") {
-                if mode.is_some() {
-                    return Err(Error::config(
-                        "give one of the options \"sslmode\" and \"ssl-mode\", not both",
-                    ));
-                }
-                mode = Some(parse_mode(&value, "ssl-mode", &SslMode::MYSQL)?);
+        if mysql && let Some(value) = url.take("ssl-mode") {
+            if mode.is_some() {
+                return Err(Error::config(
+                    "give one of the options \"sslmode\" and \"ssl-mode\", not both",
+                ));
             }
+            mode = Some(parse_mode(&value, "ssl-mode", &SslMode::MYSQL)?);
         }
         let mut path = |libpq: &str, mysql_name: &str| -> Result<Option<PathBuf>> {
             let given = url.take(libpq);
@@ -298,10 +296,11 @@ mod tests {
         assert!(err.to_string().contains("sslrootcert"), "{err}");
         assert!(err.to_string().contains("/no/such/ca.pem"), "{err}");
         let tls = take("postgres://h/db?sslmode=verify-ca&sslrootcert=/tmp").unwrap();
-        assert!(tls
-            .check_files()
-            .unwrap_err()
-            .to_string()
-            .contains("directory"));
+        assert!(
+            tls.check_files()
+                .unwrap_err()
+                .to_string()
+                .contains("directory")
+        );
     }
 }

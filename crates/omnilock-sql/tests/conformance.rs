@@ -8,7 +8,7 @@ mod common;
 
 use common::{advisory_subject, fair_subject, subject, tls_subject};
 use omnilock_sql::SqlStore;
-use omnilock_testkit::{store_url, Subject};
+use omnilock_testkit::{Subject, store_url};
 
 /// The store at `$OMNILOCK_TEST_<store>_URL`, each client built on a sqlx
 /// pool of its own through `SqlStore::builder`, as an application that

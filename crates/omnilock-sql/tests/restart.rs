@@ -71,9 +71,11 @@ async fn holder_keeps_lock_across_mariadb_restart() {
     );
     assert_eq!(guard.token(), token);
     guard.release().await.expect("release after the restart");
-    assert!(other
-        .try_acquire("restart/held")
-        .await
-        .expect("probe")
-        .is_some());
+    assert!(
+        other
+            .try_acquire("restart/held")
+            .await
+            .expect("probe")
+            .is_some()
+    );
 }

@@ -10,10 +10,10 @@ use std::pin::Pin;
 
 use omnilock_core::{Capabilities, ErrorKind, Locks};
 
+use crate::Subject;
 #[cfg(feature = "blocking")]
 use crate::blocking::{self, BlockingSubject};
 use crate::scenarios;
-use crate::Subject;
 
 pub(crate) type ScenarioFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 

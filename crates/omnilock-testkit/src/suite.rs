@@ -13,8 +13,8 @@ use std::process::ExitCode;
 
 use libtest_mimic::{Arguments, Completion, Trial};
 
-use crate::registry::{Scenario, SuiteSubject};
 use crate::Subject;
+use crate::registry::{Scenario, SuiteSubject};
 
 /// The trials of one test binary.
 pub struct Suite<S: SuiteSubject = Subject> {
@@ -77,9 +77,23 @@ impl<S: SuiteSubject> Suite<S> {
         let mut arguments = Arguments::from_args();
         if self.one_at_a_time {
             arguments.test_threads = Some(1);
+        } else if arguments.test_threads.is_none()
+            && std::env::var_os("RUST_TEST_THREADS").is_none()
+        {
+            arguments.test_threads = Some(default_threads());
         }
         libtest_mimic::run(&arguments, self.trials).exit_code()
     }
+}
+
+/// How many trials run at once unless `--test-threads` or
+/// `RUST_TEST_THREADS` says: one more than there are CPUs. A trial spends
+/// most of its time waiting (for a lease to run out, a poll, the store's
+/// answer), so one trial per CPU leaves them idle a third of the time; many
+/// more starve the trials' own renewals (on 2 CPUs, four at a time made
+/// renewals late by over half a second, and leases ran out).
+fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |cpus| cpus.get()) + 1
 }
 
 /// With `OMNILOCK_TEST_TIMES=1`, each trial prints its wall time to stderr

@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
-use omnilock_core::{check_ttl, Error, Locks, Operation, Result};
+use omnilock_core::{Error, Locks, Operation, Result, check_ttl};
 use zookeeper_client::Client;
 
 use crate::config::ZkOptions;
-use crate::store::{ttl_fits_session, ZkStore};
+use crate::store::{ZkStore, ttl_fits_session};
 
 /// Builds a [`Locks`] handle on the application's own
 /// [`zookeeper_client::Client`]; start with [`ZkStore::builder`].

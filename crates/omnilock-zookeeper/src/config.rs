@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use omnilock_core::{check_timeouts, Error, Result, Secret, StoreUrl};
+use omnilock_core::{Error, Result, Secret, StoreUrl, check_timeouts};
 
 /// Settings for one ZooKeeper ensemble: where it is and how to log in (from
 /// the URL), plus the [`ZkOptions`] that [`ZkBuilder`](crate::ZkBuilder)
@@ -127,9 +127,11 @@ impl ZkConfig {
         let digest = match (url.username(), url.password()) {
             (Some(user), Some(pw)) if !user.is_empty() => Some((user.to_string(), pw.clone())),
             (None, None) => None,
-            _ => return Err(Error::config(
-                "digest authentication needs both a user name and a password (zk://user:pw@...)",
-            )),
+            _ => {
+                return Err(Error::config(
+                    "digest authentication needs both a user name and a password (zk://user:pw@...)",
+                ));
+            }
         };
         let hosts = url
             .hosts()

@@ -115,16 +115,16 @@ pub(crate) fn classify(e: zookeeper_client::Error, shown: &str) -> Error {
         E::AuthFailed => {
             return Error::config(format!(
                 "ZooKeeper at {shown} refused the credentials (user name or password)"
-            ))
+            ));
         }
         E::NoAuth => {
             return Error::config(format!(
                 "ZooKeeper at {shown} denied access to the lock nodes (their ACL requires other credentials)"
-            ))
+            ));
         }
         E::SessionExpired | E::ClientClosed => {
             return Error::new(ErrorKind::LockLost, format!("ZooKeeper session ended: {e}"))
-                .with_retryable(true)
+                .with_retryable(true);
         }
         _ => ErrorKind::Backend,
     };

@@ -22,13 +22,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use omnilock_core::{
-    complete_or_undo, AcquireRequest, Backoff, Error, ErrorKind, Primitive, Result,
+    AcquireRequest, Backoff, Error, ErrorKind, Primitive, Result, complete_or_undo,
 };
 
 use crate::conn::{call, call_raw, classify};
 use crate::queue::{
-    abandon, create_node, lock_node_base, position, protected_node_base, rw_node, sequence,
-    wait_turn, Entry,
+    Entry, abandon, create_node, lock_node_base, position, protected_node_base, rw_node, sequence,
+    wait_turn,
 };
 use crate::session::Session;
 use crate::store::Grant;
@@ -251,7 +251,7 @@ impl ZkStore {
                     return Err(Error::config(format!(
                         "the semaphore is in use with {recorded} permits, not {permits}: \
                          every user must ask for the same number"
-                    )))
+                    )));
                 }
                 Some(_) => return Ok(()),
                 None => continue,

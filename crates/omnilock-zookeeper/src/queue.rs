@@ -9,10 +9,10 @@
 
 use std::time::{Duration, Instant};
 
-use omnilock_core::{retry_in_background, AcquireRequest, Backoff, Error, ErrorKind, Result};
+use omnilock_core::{AcquireRequest, Backoff, Error, ErrorKind, Result, retry_in_background};
 use zookeeper_client::{Client, CreateMode};
 
-use crate::conn::{acls, call, classify, connection_trouble, mkdir_prefix, Ctx};
+use crate::conn::{Ctx, acls, call, classify, connection_trouble, mkdir_prefix};
 use crate::session::Session;
 
 /// A lock node that is deleted if the acquire is dropped or fails.
@@ -91,12 +91,12 @@ pub(crate) async fn create_node(
             }
             Err(e) if connection_trouble(&e) => {
                 // The create may have happened: look for our guid first.
-                if let Ok(children) = session.client.list_children(parent).await {
-                    if let Some(child) = children.iter().find(|c| c.starts_with(base)) {
-                        let path = format!("{parent}/{child}");
-                        if let Ok(Some(stat)) = session.client.check_stat(&path).await {
-                            return Ok((path, stat.czxid));
-                        }
+                if let Ok(children) = session.client.list_children(parent).await
+                    && let Some(child) = children.iter().find(|c| c.starts_with(base))
+                {
+                    let path = format!("{parent}/{child}");
+                    if let Ok(Some(stat)) = session.client.check_stat(&path).await {
+                        return Ok((path, stat.czxid));
                     }
                 }
                 if Instant::now() >= deadline {
@@ -288,14 +288,14 @@ pub(crate) async fn refuse_own_holder(
         if path == mine {
             return Ok(()); // the holder left meanwhile: we are first
         }
-        if let Ok((data, _)) = session.client.get_data(&path).await {
-            if data == request.owner.as_str().as_bytes() {
-                return Err(Error::new(
-                    ErrorKind::WouldDeadlock,
-                    "this owner holds the lock through another ZooKeeper session; \
+        if let Ok((data, _)) = session.client.get_data(&path).await
+            && data == request.owner.as_str().as_bytes()
+        {
+            return Err(Error::new(
+                ErrorKind::WouldDeadlock,
+                "this owner holds the lock through another ZooKeeper session; \
                      holds cannot be shared across sessions",
-                ));
-            }
+            ));
         }
     }
     Ok(())

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use omnilock_core::{
-    lock_unpoisoned as lock, Error, ErrorKind, LostNotifier, Result, SessionGuards,
+    Error, ErrorKind, LostNotifier, Result, SessionGuards, lock_unpoisoned as lock,
 };
 use tokio::task::JoinHandle;
 use zookeeper_client::{Client, SessionState};
@@ -55,7 +55,7 @@ impl Session {
                 return Err(Error::unavailable(format!(
                     "no ZooKeeper server of {} answered within {:?}",
                     config.shown, connect_timeout
-                )))
+                )));
             }
         };
         Ok(Session::adopt(client))

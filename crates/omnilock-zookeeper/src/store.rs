@@ -5,18 +5,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use omnilock_core::{
-    async_trait, complete_or_undo, AcquireRequest, Backend, Backoff, Capabilities, Error,
-    ErrorKind, Holder, LockName, LockSpec, Owner, Primitive, Result, SessionsPerTtl,
+    AcquireRequest, Backend, Backoff, Capabilities, Error, ErrorKind, Holder, LockName, LockSpec,
+    Owner, Primitive, Result, SessionsPerTtl, async_trait, complete_or_undo,
 };
-use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use zookeeper_client::{Client, MultiReadResult, SessionState};
 
 use crate::builder::ZkBuilder;
 use crate::config::{ZkConfig, ZkOptions};
-use crate::conn::{call, call_raw, classify, has_identity, mkdir_prefix, no_answer, Ctx, GIVEN};
+use crate::conn::{Ctx, GIVEN, call, call_raw, classify, has_identity, mkdir_prefix, no_answer};
 use crate::queue::{
-    abandon, contenders, create_node, is_contender, lock_node_base, position, refuse_own_holder,
-    rw_node, wait_turn, Entry,
+    Entry, abandon, contenders, create_node, is_contender, lock_node_base, position,
+    refuse_own_holder, rw_node, wait_turn,
 };
 use crate::session::Session;
 

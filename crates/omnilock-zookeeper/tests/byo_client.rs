@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use omnilock_core::{ErrorKind, StoreUrl};
 use omnilock_testkit::fixtures::{assert_refused, assert_same_refusal, byo_subject, unique_name};
-use omnilock_testkit::{assert_builder_refuses, store_url, Subject};
+use omnilock_testkit::{Subject, assert_builder_refuses, store_url};
 use omnilock_zookeeper::{ZkConfig, ZkStore};
 use zookeeper_client::Client;
 
@@ -90,10 +90,12 @@ async fn locks_live_on_the_applications_session() {
         "the lock node is not the application's session's"
     );
     guard.release().await.expect("release");
-    assert!(client
-        .list_children(&format!("{prefix}/job"))
-        .await
-        .map_or(true, |c| c.is_empty()));
+    assert!(
+        client
+            .list_children(&format!("{prefix}/job"))
+            .await
+            .map_or(true, |c| c.is_empty())
+    );
 }
 
 /// With digest credentials on the application's client (and nowhere else),

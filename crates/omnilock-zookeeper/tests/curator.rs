@@ -10,8 +10,8 @@
 use std::io::ErrorKind as IoErrorKind;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use omnilock_core::{Locks, StoreUrl};

@@ -69,7 +69,7 @@ impl Backend for MemStore {
                     return Err(Error::new(
                         ErrorKind::Backend,
                         "internal: a part free a moment ago under the same lock was busy",
-                    ))
+                    ));
                 }
             }
         }

@@ -162,7 +162,7 @@ impl MemStore {
             let mut state = self.state();
             match state.join_counted(request, true)? {
                 (_, Some(Joined::Admitted(admitted))) => {
-                    return Ok(admitted_grant(admitted, request))
+                    return Ok(admitted_grant(admitted, request));
                 }
                 (id, Some(Joined::Waiting(rx))) => (
                     rx,
@@ -249,10 +249,11 @@ impl State {
     /// Drops the entry of a lock with no holder and no waiters. Fencing
     /// tokens come from one store-wide counter, so nothing needs remembering.
     fn tidy(&mut self, name: &LockName) {
-        if let Some(slot) = self.locks.get(name) {
-            if slot.holder.is_none() && slot.queue.is_empty() {
-                self.locks.remove(name);
-            }
+        if let Some(slot) = self.locks.get(name)
+            && slot.holder.is_none()
+            && slot.queue.is_empty()
+        {
+            self.locks.remove(name);
         }
     }
 
@@ -304,14 +305,14 @@ impl State {
 impl Slot {
     /// Frees the lock if its lease ran out, telling the holder.
     fn expire(&mut self, now: Instant, last_token: &mut u64) {
-        if let Some(holder) = &self.holder {
-            if holder.expires <= now {
-                let holder = self.holder.take().expect("checked");
-                for lost in &holder.lost {
-                    lost.fire(Error::new(ErrorKind::LockLost, "the lease expired"));
-                }
-                self.hand_off(now, last_token);
+        if let Some(holder) = &self.holder
+            && holder.expires <= now
+        {
+            let holder = self.holder.take().expect("checked");
+            for lost in &holder.lost {
+                lost.fire(Error::new(ErrorKind::LockLost, "the lease expired"));
             }
+            self.hand_off(now, last_token);
         }
     }
 

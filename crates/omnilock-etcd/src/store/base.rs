@@ -12,9 +12,9 @@ use omnilock_core::{
     AcquireRequest, Capabilities, Error, ErrorKind, LockName, LockSpec, Result, SessionsPerTtl,
 };
 
-use super::counted::{self, Counted};
-use super::hold::{release_mutex, Held};
 use super::Grant;
+use super::counted::{self, Counted};
+use super::hold::{Held, release_mutex};
 use crate::config::Mode;
 use crate::conn::Etcd;
 use crate::session::Session;

@@ -20,8 +20,8 @@
 //! holder or waiter exists, nobody is admitted by another count. A waiter
 //! also reads the range again every few seconds without an event.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use etcd_client::{
@@ -29,13 +29,13 @@ use etcd_client::{
     WatchFilterType, WatchOptions,
 };
 use omnilock_core::{
-    complete_or_undo, retry, retry_in_background, AcquireRequest, Backoff, Error, ErrorKind,
-    Primitive, Result, Share,
+    AcquireRequest, Backoff, Error, ErrorKind, Primitive, Result, Share, complete_or_undo, retry,
+    retry_in_background,
 };
 
-use super::detached::{backoff, Entry};
-use super::hold::grant;
 use super::Grant;
+use super::detached::{Entry, backoff};
+use super::hold::grant;
 use crate::conn::Etcd;
 use crate::queue::{abandon, gets, revision};
 use crate::session::Session;

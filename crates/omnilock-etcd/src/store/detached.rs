@@ -8,10 +8,10 @@
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnResponse};
-use omnilock_core::{complete_or_undo, retry, Backoff, Result};
+use omnilock_core::{Backoff, Result, complete_or_undo, retry};
 
 use crate::conn::Etcd;
-use crate::queue::{abandon, first_created, gets, revision, Enqueued, Turn};
+use crate::queue::{Enqueued, Turn, abandon, first_created, gets, revision};
 
 /// The retry pace of a queue write, a release and a counted release.
 pub(super) fn backoff() -> Backoff {
@@ -57,11 +57,11 @@ pub(super) async fn put_txn_detached(
             retry(backoff(), deadline, || etcd.txn(txn.clone())).await
         },
         move |result: Result<TxnResponse>| async move {
-            if let Ok(resp) = result {
-                if resp.succeeded() {
-                    for key in keys {
-                        abandon(&undo_etcd, key, revision(&resp));
-                    }
+            if let Ok(resp) = result
+                && resp.succeeded()
+            {
+                for key in keys {
+                    abandon(&undo_etcd, key, revision(&resp));
                 }
             }
         },

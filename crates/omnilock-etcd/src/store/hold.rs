@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 use omnilock_core::{AcquireRequest, Error, ErrorKind, LockSpec, Result};
 
-use super::detached::backoff;
 use super::Grant;
+use super::detached::backoff;
 use crate::conn::Etcd;
 use crate::queue::{gets, hold_count};
 use crate::session::Session;

@@ -6,10 +6,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use omnilock_core::{lock_unpoisoned as lock, Result};
+use omnilock_core::{Result, lock_unpoisoned as lock};
 
 use crate::conn::Etcd;
-use crate::session::{revoke_in_background, Session};
+use crate::session::{Session, revoke_in_background};
 
 /// How many released lock-protocol leases to keep per TTL.
 const IDLE_LEASES: usize = 16;

@@ -5,10 +5,10 @@
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use omnilock_core::{AcquireRequest, Error, ErrorKind, Result};
 
+use super::Grant;
 use super::base::Base;
 use super::detached::put_txn_detached;
 use super::hold::grant;
-use super::Grant;
 use crate::conn::Etcd;
 use crate::queue::{abandon, gets, revision};
 

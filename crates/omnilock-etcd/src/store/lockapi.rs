@@ -9,11 +9,11 @@ use std::fmt;
 use std::time::Instant;
 
 use omnilock_core::{
-    async_trait, AcquireRequest, Backend, Capabilities, Error, ErrorKind, Holder, LockName,
-    LockSpec, Result,
+    AcquireRequest, Backend, Capabilities, Error, ErrorKind, Holder, LockName, LockSpec, Result,
+    async_trait,
 };
 
-use super::base::{capabilities, granted, Base};
+use super::base::{Base, capabilities, granted};
 use super::counted::Counted;
 use super::detached::{enqueue_safely, try_put};
 use super::hold::{self, grant};
@@ -98,7 +98,7 @@ impl LockApiStore {
                         "etcd key {key} exists on lease {:x}, not on this acquisition's lease",
                         kv.lease()
                     ),
-                ))
+                ));
             }
         };
         if let Turn::After { .. } = turn {

@@ -9,18 +9,18 @@ use std::time::Instant;
 
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp};
 use omnilock_core::{
-    async_trait, AcquireRequest, Backend, Capabilities, Error, ErrorKind, Holder, LockName,
-    LockSpec, Owner, Result,
+    AcquireRequest, Backend, Capabilities, Error, ErrorKind, Holder, LockName, LockSpec, Owner,
+    Result, async_trait,
 };
 
-use super::base::{capabilities, granted, Base};
-use super::detached::{enqueue_safely, try_put, Entry};
+use super::base::{Base, capabilities, granted};
+use super::detached::{Entry, enqueue_safely, try_put};
 use super::hold::{self, foreign_valid_until, grant};
 use super::lock_all::try_put_all;
 use super::{Grant, Held};
 use crate::config::Mode;
 use crate::conn::Etcd;
-use crate::queue::{gets, hold_count, Enqueued, Turn};
+use crate::queue::{Enqueued, Turn, gets, hold_count};
 
 /// The [`Backend`] of [`Mode::Recipe`] (the default).
 pub(crate) struct RecipeStore {
@@ -70,7 +70,7 @@ impl RecipeStore {
                         ErrorKind::LockLost,
                         "the owner's hold vanished while re-entering",
                     )
-                    .with_retryable(true))
+                    .with_retryable(true));
                 }
             }
         }

@@ -2,7 +2,7 @@
 
 use omnilock_core::StoreUrl;
 use omnilock_etcd::EtcdConfig;
-use omnilock_testkit::{store_url, Subject};
+use omnilock_testkit::{Subject, store_url};
 
 /// The store in `OMNILOCK_TEST_<store>_URL`, opened through `EtcdConfig`.
 pub(crate) fn subject(store: &str) -> Option<Subject> {

@@ -67,7 +67,7 @@ impl Probe {
                         "{}:// : store probes connect in plain text only",
                         url.scheme()
                     ),
-                ))
+                ));
             }
             other => return Err(Error::config(format!("no store probe for {other}://"))),
         };

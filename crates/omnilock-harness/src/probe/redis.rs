@@ -142,7 +142,7 @@ impl RedisProbe {
                         })
                         .collect(),
                     reply => Ok(vec![
-                        redis::from_redis_value(reply).map_err(|e| fail(e.into()))?
+                        redis::from_redis_value(reply).map_err(|e| fail(e.into()))?,
                     ]),
                 }
             }

@@ -26,8 +26,8 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::config::RedisConfig;
 use crate::conn::{
-    connection_info, connection_manager, ensure_crypto_provider, map_err, tls_certificates, Conn,
-    Login, Node, Subscriber,
+    Conn, Login, Node, Subscriber, connection_info, connection_manager, ensure_crypto_provider,
+    map_err, tls_certificates,
 };
 
 /// Commands for the cluster: straight to the master of a key's slot when
@@ -423,7 +423,7 @@ async fn check_is_cluster(config: &RedisConfig) -> Result<()> {
                     "Redis at {address} is not part of a Redis Cluster (cluster_enabled is 0): \
                      use redis:// for one server, or redis+sentinel:// for a master watched by \
                      sentinels"
-                )))
+                )));
             }
             Err(e) if !e.is_retryable() => refused = Some(e),
             Err(e) => failures.push(e.message().to_string()),

@@ -90,7 +90,7 @@ impl Subscriber {
                 return Err(RedisError::from((
                     redis::ErrorKind::Client,
                     "a cluster subscribes per lock, in the lock's slot",
-                )))
+                )));
             }
         };
         let mut pubsub = client.get_async_pubsub().await?;

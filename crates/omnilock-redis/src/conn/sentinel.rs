@@ -19,13 +19,13 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 
-use omnilock_core::{lock_unpoisoned, Backoff, Error, HostPort, Result};
+use omnilock_core::{Backoff, Error, HostPort, Result, lock_unpoisoned};
 use redis::aio::ConnectionManager;
 use redis::{AsyncConnectionConfig, Cmd, RedisFuture, Value};
 
 use crate::config::{Deployment, RedisConfig};
 use crate::conn::{
-    client_for, connection_manager, map_err, refused_credentials, Conn, Login, Node, Subscriber,
+    Conn, Login, Node, Subscriber, client_for, connection_manager, map_err, refused_credentials,
 };
 
 /// The command connection to whichever server the sentinels name as master.

@@ -15,19 +15,19 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use omnilock_core::{
-    async_trait, complete_or_undo, lock_unpoisoned, AcquireRequest, Backend, Backoff, Capabilities,
-    Error, ErrorKind, LockName, LockSpec, Result,
+    AcquireRequest, Backend, Backoff, Capabilities, Error, ErrorKind, LockName, LockSpec, Result,
+    async_trait, complete_or_undo, lock_unpoisoned,
 };
 use rand::Rng;
 use tokio::sync::Notify;
 
 use crate::builder::RedlockBuilder;
-use crate::config::{check_redlock_nodes, RedisConfig, RedisOptions};
+use crate::config::{RedisConfig, RedisOptions, check_redlock_nodes};
 use crate::conn::Node;
+use crate::scripts::Scripts;
 use crate::scripts::keys::{Keys, LineKeys};
 use crate::scripts::mutex::Renewal;
 use crate::scripts::redlock::{LineAcquire, LineAcquired, LineReleased};
-use crate::scripts::Scripts;
 use crate::wake::{self, WakeTarget};
 
 mod backend;

@@ -19,7 +19,7 @@ use crate::conn::Conn;
 
 use super::keys::CountedKeys;
 use super::mutex::Acquired;
-use super::{answer, evalsha, ms, run, Scripts};
+use super::{Scripts, answer, evalsha, ms, run};
 
 /// What one acquire attempt of a counted lock asks for.
 pub(crate) struct AcquireCounted<'a> {

@@ -2,7 +2,7 @@
 //! Redlock line, all in the hash slot of `{prefix:name}`.
 
 use omnilock_core::LockName;
-use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
+use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
 
 /// Braces would change the hash tag and `%` is the escape itself; everything
 /// else in a lock name is kept as is.

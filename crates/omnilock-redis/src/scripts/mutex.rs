@@ -11,7 +11,7 @@ use crate::config::WaitReplicas;
 use crate::conn::Conn;
 
 use super::keys::Keys;
-use super::{answer, evalsha, ms, run, Scripts};
+use super::{Scripts, answer, evalsha, ms, run};
 
 /// What one acquire attempt of a mutex asks for (a semaphore's or
 /// read-write lock's is [`AcquireCounted`](super::counted::AcquireCounted)).

@@ -28,8 +28,8 @@ use std::time::Duration;
 use crate::conn::Conn;
 
 use super::keys::LineKeys;
-use super::mutex::{run_renewals, Renewal};
-use super::{answer, evalsha, ms, Scripts};
+use super::mutex::{Renewal, run_renewals};
+use super::{Scripts, answer, evalsha, ms};
 
 /// What one node's acquire asks for.
 pub(crate) struct LineAcquire<'a> {

@@ -9,23 +9,23 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use omnilock_core::{
-    async_trait, complete_or_undo, lock_unpoisoned, retry_in_background, AcquireRequest, Backend,
-    Backoff, Capabilities, Error, ErrorKind, LockName, LockSpec, Result,
+    AcquireRequest, Backend, Backoff, Capabilities, Error, ErrorKind, LockName, LockSpec, Result,
+    async_trait, complete_or_undo, lock_unpoisoned, retry_in_background,
 };
 use rand::Rng;
 use redis::aio::ConnectionManager;
 use redis::{PushInfo, PushKind};
-use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::Notify;
+use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::builder::RedisBuilder;
 use crate::config::{Deployment, RedisConfig, RedisOptions};
 use crate::conn::{Node, Subscriber};
+use crate::scripts::Scripts;
 use crate::scripts::counted::AcquireCounted;
 use crate::scripts::keys::Keys;
 use crate::scripts::mutex::{Acquire, Acquired, Released, Renewal};
-use crate::scripts::Scripts;
-use crate::wake::shards::{ShardWakeups, LINGER};
+use crate::wake::shards::{LINGER, ShardWakeups};
 use crate::wake::{self, WakeTarget};
 
 mod backend;
@@ -39,8 +39,8 @@ type Grant = omnilock_core::Grant<HoldId>;
 
 use counted::Counted;
 pub use rounds::HoldId;
-use rounds::{granted, lock_gone, nonce, Attempt};
-use wakeups::{check_same_server, listen_shards, Incoming, Place, WakeChannels};
+use rounds::{Attempt, granted, lock_gone, nonce};
+use wakeups::{Incoming, Place, WakeChannels, check_same_server, listen_shards};
 
 /// A lock store on one Redis master: one server (`redis://`), Redis Cluster
 /// (`redis+cluster://`) or a master watched by Sentinel
@@ -101,7 +101,7 @@ impl RedisStore {
             Deployment::Redlock => {
                 return Err(Error::config(
                     "a redlock:// store is a RedlockStore, not a RedisStore",
-                ))
+                ));
             }
         };
         let kind = config.deployment.kind();

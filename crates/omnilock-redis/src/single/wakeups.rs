@@ -87,11 +87,10 @@ pub(super) async fn listen_shards(store: Weak<Inner>, mut pushes: UnboundedRecei
                     // The server ended a subscription: its slot moved.
                     PushKind::SUnsubscribe => {
                         let channel = push.data.into_iter().next().map(redis::from_redis_value::<String>);
-                        if let (Some(Ok(channel)), WakeChannels::PerLock(shards)) = (channel, &inner.channels) {
-                            if shards.dropped(&channel) {
+                        if let (Some(Ok(channel)), WakeChannels::PerLock(shards)) = (channel, &inner.channels)
+                            && shards.dropped(&channel) {
                                 inner.recheck_all();
                             }
-                        }
                     }
                     PushKind::Disconnection => {
                         tracing::warn!("omnilock redis: a cluster subscription connection dropped; waiters re-check");

@@ -23,10 +23,10 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use omnilock_core::{lock_unpoisoned, Error, Result};
-use redis::cluster_async::ClusterConnection;
+use omnilock_core::{Error, Result, lock_unpoisoned};
 use redis::PushInfo;
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use redis::cluster_async::ClusterConnection;
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 use crate::config::RedisConfig;
 use crate::conn::map_err;
@@ -150,7 +150,7 @@ impl ShardWakeups {
                 return Err(redis::RedisError::from((
                     redis::ErrorKind::Io,
                     "SSUBSCRIBE timed out",
-                )))
+                )));
             }
         }
         if let Some(entry) = lock_unpoisoned(&self.channels).get_mut(channel) {

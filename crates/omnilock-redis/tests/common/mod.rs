@@ -2,7 +2,7 @@
 
 use omnilock_core::StoreUrl;
 use omnilock_redis::RedisConfig;
-use omnilock_testkit::{store_url, Subject};
+use omnilock_testkit::{Subject, store_url};
 
 /// The store in `OMNILOCK_TEST_<store>_URL`, opened through `RedisConfig`.
 #[allow(dead_code)] // not every test binary uses it

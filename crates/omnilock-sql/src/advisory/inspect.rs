@@ -3,9 +3,9 @@
 
 use omnilock_core::{Error, Holder, LockName, Owner, Result};
 
+use super::AdvisoryStore;
 #[cfg(feature = "mysql")]
 use super::session::kill;
-use super::AdvisoryStore;
 use crate::conn::Pool;
 
 impl AdvisoryStore {

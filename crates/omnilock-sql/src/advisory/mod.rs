@@ -43,12 +43,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use omnilock_core::{
-    async_trait, AcquireRequest, Backend, Capabilities, Error, ErrorKind, Holder, LockName,
-    LockSpec, Primitive, Result,
+    AcquireRequest, Backend, Capabilities, Error, ErrorKind, Holder, LockName, LockSpec, Primitive,
+    Result, async_trait,
 };
 
-use crate::conn::errors::map_err;
 use crate::conn::Target;
+use crate::conn::errors::map_err;
 use crate::queries::advisory::Advisory as Sql;
 use crate::store::{Grant, SqlHold};
 use crate::table::TableStore;

@@ -128,7 +128,7 @@ impl AdvisoryStore {
             _ => {
                 return Err(Error::config(
                     "advisory mode needs MySQL/MariaDB or PostgreSQL",
-                ))
+                ));
             }
         };
         let mut session = Session {

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use omnilock_core::{Error, Result};
 
-use super::key::Key;
-use super::session::{bounded, gone, idle_timeout, Session, SessionConn};
 use super::AdvisoryStore;
+use super::key::Key;
+use super::session::{Session, SessionConn, bounded, gone, idle_timeout};
 use crate::queries::advisory::Advisory as Sql;
 
 /// A session that holds any number of this store's locks, used one

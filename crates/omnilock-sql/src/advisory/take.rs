@@ -8,10 +8,10 @@ use std::time::Instant;
 
 use omnilock_core::{AcquireRequest, Error, ErrorKind, LockSpec, Result};
 
+use super::AdvisoryStore;
 use super::key::Key;
 use super::session::{Session, SessionConn};
-use super::shared::{ping, release_on, take_on, Shared, Took};
-use super::AdvisoryStore;
+use super::shared::{Shared, Took, ping, release_on, take_on};
 use crate::queries::advisory::Advisory as Sql;
 use crate::store::{Grant, HoldKind, SqlHold};
 

@@ -143,7 +143,9 @@ pub(crate) fn map_err(err: sqlx::Error, config: &SqlConfig) -> Error {
                 // transaction back: running it again can succeed.
                 (_, "40001" | "40P01") => Error::new(
                     ErrorKind::Backend,
-                    format!("the database at {place} rolled a transaction back (deadlock or conflict)"),
+                    format!(
+                        "the database at {place} rolled a transaction back (deadlock or conflict)"
+                    ),
                 )
                 .with_retryable(true),
                 (Dialect::Postgres, c) if c.starts_with("08") || c.starts_with("57P") => {
@@ -191,7 +193,7 @@ fn sqlite_error(err: &sqlx::Error, path: &str) -> Option<Error> {
         5 | 6 => {
             return Some(Error::unavailable(format!(
                 "{path} is busy (another process holds its write lock)"
-            )))
+            )));
         }
         SQLITE_READONLY => format!(
             "cannot write {path}: the database is read-only (permissions of the file or its \
@@ -206,12 +208,12 @@ fn sqlite_error(err: &sqlx::Error, path: &str) -> Option<Error> {
             return Some(Error::new(
                 ErrorKind::Backend,
                 format!("{path} is corrupt (database disk image is malformed)"),
-            ))
+            ));
         }
         1 if err.to_string().contains("no such table") => {
             return Some(Error::config(
                 "the lock table does not exist (create it, or allow create_table)",
-            ))
+            ));
         }
         _ => return None,
     };
@@ -229,17 +231,17 @@ fn cannot_open(path: &Path) -> String {
             return format!(
                 "cannot open {shown}: the directory {} does not exist",
                 dir.display()
-            )
+            );
         }
         Err(e) => {
             return format!(
                 "cannot open {shown}: cannot access the directory {}: {}",
                 dir.display(),
                 io_reason(&e)
-            )
+            );
         }
         Ok(meta) if !meta.is_dir() => {
-            return format!("cannot open {shown}: {} is not a directory", dir.display())
+            return format!("cannot open {shown}: {} is not a directory", dir.display());
         }
         Ok(_) => {}
     }

@@ -5,7 +5,7 @@
 //! statement's list; PostgreSQL and SQLite get them numbered (`$1`, `$2`,
 //! ...) in the same order, so every placeholder has its own number.
 
-use super::{ident, text_type, Param, Statement};
+use super::{Param, Statement, ident, text_type};
 use crate::config::Dialect;
 use Param::*;
 

@@ -22,9 +22,9 @@ mod renew_batch;
 pub(crate) mod schema;
 mod upsert;
 
+pub(crate) use counted::Counted;
 #[cfg(feature = "postgres")]
 pub(crate) use counted::notify_channel;
-pub(crate) use counted::Counted;
 pub(crate) use renew_batch::{BatchStatements, RenewBatch};
 
 use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};

@@ -5,8 +5,8 @@
 //! of every `?` in the order they appear.
 
 use super::{
-    counted, ident, queue_names, text_type, Acquire, Counted, Param, Queries, RenewBatch,
-    Statement, Tickets,
+    Acquire, Counted, Param, Queries, RenewBatch, Statement, Tickets, counted, ident, queue_names,
+    text_type,
 };
 use crate::config::Dialect;
 use Param::*;

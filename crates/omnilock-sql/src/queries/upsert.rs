@@ -4,8 +4,8 @@
 //! `GREATEST` are spelled differently.
 
 use super::{
-    counted, ident, queue_names, text_type, Acquire, Counted, Param, Queries, RenewBatch,
-    Statement, Tickets,
+    Acquire, Counted, Param, Queries, RenewBatch, Statement, Tickets, counted, ident, queue_names,
+    text_type,
 };
 use crate::config::Dialect;
 use Param::*;

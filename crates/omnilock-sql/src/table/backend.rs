@@ -5,16 +5,16 @@
 use std::time::{Duration, Instant};
 
 use omnilock_core::{
-    async_trait, complete_or_undo, AcquireRequest, Backend, Backoff, Capabilities, Error,
-    ErrorKind, LockName, LockSpec, Primitive, Result,
+    AcquireRequest, Backend, Backoff, Capabilities, Error, ErrorKind, LockName, LockSpec,
+    Primitive, Result, async_trait, complete_or_undo,
 };
 use sqlx::Row;
 
-use super::queue::{Attempt, Ticket};
 use super::TableStore;
+use super::queue::{Attempt, Ticket};
 use crate::conn::{query, with_pool};
 use crate::queries::Args;
-use crate::store::{row_grant, Grant, SqlHold};
+use crate::store::{Grant, SqlHold, row_grant};
 
 /// Fair mode: the waiters at the front of the line that poll at the line's
 /// pace rather than slowing down to `max_poll`.

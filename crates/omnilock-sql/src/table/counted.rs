@@ -20,8 +20,8 @@
 use std::time::{Duration, Instant};
 
 use omnilock_core::{
-    complete_or_undo, retry_in_background, retry_when, AcquireRequest, Backoff, Error, ErrorKind,
-    LockName, LockSpec, Result, Share,
+    AcquireRequest, Backoff, Error, ErrorKind, LockName, LockSpec, Result, Share, complete_or_undo,
+    retry_in_background, retry_when,
 };
 use sqlx::Row;
 

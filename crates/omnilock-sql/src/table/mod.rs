@@ -17,7 +17,7 @@ use tokio::sync::Notify;
 
 use crate::config::SqlConfig;
 use crate::conn::errors::map_err;
-use crate::conn::{query, with_pool, Pool};
+use crate::conn::{Pool, query, with_pool};
 use crate::queries::{Args, Queries, Statement};
 
 /// The lock-table mode's store: every primitive is rows of the lock

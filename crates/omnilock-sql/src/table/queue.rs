@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use omnilock_core::{
-    complete_or_undo, lock_unpoisoned, AcquireRequest, Error, ErrorKind, LockName, Result,
+    AcquireRequest, Error, ErrorKind, LockName, Result, complete_or_undo, lock_unpoisoned,
 };
 use sqlx::Row;
 use tokio::sync::Notify;
@@ -210,7 +210,7 @@ impl TableStore {
                 return Err(Error::new(
                     ErrorKind::Backend,
                     "internal: statements of another dialect",
-                ))
+                ));
             }
         }
         Ok(Some(tokens))

@@ -80,7 +80,7 @@ impl TableStore {
             .len();
         let renewed = match self.renewed_rows(statements, holds, ttl_ms).await {
             Ok(rows) if rows as usize == locks => {
-                return holds.iter().map(|_| Ok(renewed_until)).collect()
+                return holds.iter().map(|_| Ok(renewed_until)).collect();
             }
             Ok(_) => self.held_names(statements, holds).await,
             Err(e) => Err(e),

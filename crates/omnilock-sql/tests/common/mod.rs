@@ -3,7 +3,7 @@
 
 use omnilock_core::{Locks, StoreUrl};
 use omnilock_sql::{SqlConfig, SqlStore};
-use omnilock_testkit::{store_url, Subject};
+use omnilock_testkit::{Subject, store_url};
 use sqlx::AnyPool;
 
 /// A client of the store at `url`.

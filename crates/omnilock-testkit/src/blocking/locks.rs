@@ -2,7 +2,7 @@
 //! tokens, reentrancy, drops, the runtime refusal, losses and `with_lock`.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{Arc, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -10,10 +10,10 @@ use omnilock::blocking::{self, LockGuard, Locks};
 use omnilock_core::{ErrorKind, Operation, Owner, Result};
 
 use super::{
-    assert_free, assert_still_held, assert_taken, join_soon, queue_waiter, unique, BlockingSubject,
-    PATIENCE,
+    BlockingSubject, PATIENCE, assert_free, assert_still_held, assert_taken, join_soon,
+    queue_waiter, unique,
 };
-use crate::registry::{blocking_scenario, Claim, Scenario};
+use crate::registry::{Claim, Scenario, blocking_scenario};
 use crate::scenarios::assert_timed_out;
 
 /// The blocking scenarios of this module, with what each needs the store to claim: one lock at a time: exclusion, timeouts, ownership, reentrancy, drop, loss and close.

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use omnilock_core::{ErrorKind, Operation};
 
-use super::{join_soon, unique, BlockingSubject, PATIENCE};
-use crate::registry::{blocking_scenario, Claim, Scenario};
+use super::{BlockingSubject, PATIENCE, join_soon, unique};
+use crate::registry::{Claim, Scenario, blocking_scenario};
 
 /// The blocking scenarios of this module, with what each needs the store to claim: several locks at once (`lock_all`) and elections.
 pub(crate) static SCENARIOS: &[Scenario<BlockingSubject>] = &[

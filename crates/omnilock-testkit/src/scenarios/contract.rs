@@ -6,8 +6,8 @@ use std::time::Duration;
 use omnilock_core::ErrorKind;
 
 use super::unique;
-use crate::registry::{scenario, Scenario};
 use crate::Subject;
+use crate::registry::{Scenario, scenario};
 
 /// The scenarios of this module, with what each needs the store to claim: what a store claims, and the errors it gives.
 pub(crate) static SCENARIOS: &[Scenario] = &[

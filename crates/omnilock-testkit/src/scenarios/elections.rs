@@ -5,9 +5,9 @@ use std::time::{Duration, Instant};
 use omnilock_core::Locks;
 use tokio::sync::oneshot;
 
-use super::{clients, unique, within, PATIENCE};
-use crate::registry::{scenario, Claim, Scenario};
+use super::{PATIENCE, clients, unique, within};
 use crate::Subject;
+use crate::registry::{Claim, Scenario, scenario};
 
 /// The scenarios of this module, with what each needs the store to claim: leader elections.
 pub(crate) static SCENARIOS: &[Scenario] = &[

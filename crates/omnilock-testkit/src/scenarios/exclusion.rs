@@ -8,8 +8,8 @@ use std::time::Duration;
 use omnilock_core::{ErrorKind, Locks};
 
 use super::{clients, once_free, queue_waiter, times_out, unique, within};
-use crate::registry::{scenario, Claim, Scenario};
 use crate::Subject;
+use crate::registry::{Claim, Scenario, scenario};
 
 /// The scenarios of this module, with what each needs the store to claim: mutual exclusion, timeouts, cancellation, FIFO order and many locks.
 pub(crate) static SCENARIOS: &[Scenario] = &[
@@ -183,17 +183,21 @@ pub(crate) async fn many_locks_at_once(subject: &Subject) {
     }
     assert!(guards.iter().all(|g| g.is_held()));
     let other = subject.client().await;
-    assert!(other
-        .try_acquire(&format!("{prefix}/500"))
-        .await
-        .expect("probe")
-        .is_none());
+    assert!(
+        other
+            .try_acquire(&format!("{prefix}/500"))
+            .await
+            .expect("probe")
+            .is_none()
+    );
     for guard in guards {
         guard.release().await.expect("release");
     }
-    assert!(other
-        .try_acquire(&format!("{prefix}/999"))
-        .await
-        .expect("probe")
-        .is_some());
+    assert!(
+        other
+            .try_acquire(&format!("{prefix}/999"))
+            .await
+            .expect("probe")
+            .is_some()
+    );
 }

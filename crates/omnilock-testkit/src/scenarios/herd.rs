@@ -6,9 +6,9 @@ use std::time::Duration;
 use omnilock_core::{LockRequest, Locks};
 
 use super::{clients, unique, within};
-use crate::fixtures::{queue_handoff_chain, Link};
-use crate::registry::{scenario, Claim, Scenario};
 use crate::Subject;
+use crate::fixtures::{Link, queue_handoff_chain};
+use crate::registry::{Claim, Scenario, scenario};
 
 /// The scenarios that read store-wide request counters: a test binary of
 /// their own runs them, one at a time, since any test running beside them

@@ -5,9 +5,9 @@ use std::time::{Duration, Instant};
 
 use omnilock_core::{ErrorKind, LockGuard, Locks};
 
-use super::{abandon, caps, clients, unique, within, PATIENCE};
-use crate::registry::{scenario, Claim, Scenario};
+use super::{PATIENCE, abandon, caps, clients, unique, within};
 use crate::Subject;
+use crate::registry::{Claim, Scenario, scenario};
 
 /// The scenarios of this module, with what each needs the store to claim: leases, renewal, the lost signal and fencing tokens.
 pub(crate) static SCENARIOS: &[Scenario] = &[

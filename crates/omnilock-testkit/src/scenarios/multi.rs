@@ -1,15 +1,15 @@
 //! `lock_all`: several locks as one, all or nothing, without deadlock.
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use omnilock_core::{ErrorKind, Locks};
 use tokio::sync::oneshot;
 
 use super::{clients, once_free, unique, within};
-use crate::registry::{scenario, Claim, Scenario};
 use crate::Subject;
+use crate::registry::{Claim, Scenario, scenario};
 
 /// The scenarios of this module, with what each needs the store to claim: `lock_all`.
 pub(crate) static SCENARIOS: &[Scenario] = &[

@@ -7,8 +7,8 @@ use std::time::Duration;
 use omnilock_core::{ErrorKind, LockGuard, Locks, Owner};
 
 use super::{unique, within};
-use crate::registry::{scenario, Scenario};
 use crate::Subject;
+use crate::registry::{Scenario, scenario};
 
 /// The scenarios of this module, with what each needs the store to claim: lock names.
 pub(crate) static SCENARIOS: &[Scenario] = &[scenario!(distinct_names_are_distinct_locks)];

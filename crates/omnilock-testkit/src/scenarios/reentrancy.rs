@@ -4,8 +4,8 @@
 use omnilock_core::{ErrorKind, Locks, Owner};
 
 use super::{clients, unique, within};
-use crate::registry::{scenario, Claim, Scenario};
 use crate::Subject;
+use crate::registry::{Claim, Scenario, scenario};
 
 /// The scenarios of this module, with what each needs the store to claim: reentrancy within a process and across clients.
 pub(crate) static SCENARIOS: &[Scenario] = &[

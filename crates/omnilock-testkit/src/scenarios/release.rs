@@ -5,8 +5,8 @@ use std::time::Duration;
 use omnilock_core::{LockGuard, Locks};
 
 use super::{clients, queue_waiter, unique, within};
-use crate::registry::{scenario, Scenario};
 use crate::Subject;
+use crate::registry::{Scenario, scenario};
 
 /// The scenarios of this module, with what each needs the store to claim: release on drop.
 pub(crate) static SCENARIOS: &[Scenario] = &[

@@ -2,16 +2,16 @@
 //! back later readers on fair stores; reentrancy rules; leases, fencing and
 //! cancellation as for the mutex.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use omnilock_core::{ErrorKind, LockGuard, LockRequest, Locks, Owner, Result};
 use tokio::task::JoinHandle;
 
-use super::{abandon, clients, once_taken, queue_request, take, unique, within, PATIENCE};
-use crate::registry::{scenario, Claim, Scenario};
+use super::{PATIENCE, abandon, clients, once_taken, queue_request, take, unique, within};
 use crate::Subject;
+use crate::registry::{Claim, Scenario, scenario};
 
 /// The scenarios of this module, with what each needs the store to claim: read-write locks.
 pub(crate) static SCENARIOS: &[Scenario] = &[

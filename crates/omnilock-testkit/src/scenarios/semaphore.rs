@@ -2,18 +2,18 @@
 //! the permits count is agreed; leases, fencing and cancellation as for the
 //! mutex.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use omnilock_core::{ErrorKind, LockGuard, Locks, Result};
 use tokio::task::JoinHandle;
 
 use super::{
-    abandon, clients, once_taken, queue_request, take, times_out, unique, within, PATIENCE,
+    PATIENCE, abandon, clients, once_taken, queue_request, take, times_out, unique, within,
 };
-use crate::registry::{scenario, Claim, Scenario};
 use crate::Subject;
+use crate::registry::{Claim, Scenario, scenario};
 
 /// The scenarios of this module, with what each needs the store to claim: semaphores, and what every counted primitive shares.
 pub(crate) static SCENARIOS: &[Scenario] = &[
@@ -305,13 +305,14 @@ pub(crate) async fn primitives_have_separate_namespaces(subject: &Subject) {
         try_permit(&a, &name, 1).await.is_none(),
         "the semaphore is held"
     );
-    assert!(a
-        .rw_lock(&name)
-        .read()
-        .try_acquire()
-        .await
-        .expect("try")
-        .is_none());
+    assert!(
+        a.rw_lock(&name)
+            .read()
+            .try_acquire()
+            .await
+            .expect("try")
+            .is_none()
+    );
     for guard in [mutex, permit, write] {
         guard.release().await.expect("release");
     }

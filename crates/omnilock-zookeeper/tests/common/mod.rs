@@ -1,7 +1,7 @@
 //! The subject every ZooKeeper test binary builds its scenarios on.
 
 use omnilock_core::StoreUrl;
-use omnilock_testkit::{store_url, Subject};
+use omnilock_testkit::{Subject, store_url};
 use omnilock_zookeeper::ZkConfig;
 
 /// The store in `OMNILOCK_TEST_<store>_URL`, opened through `ZkConfig`.
