@@ -171,7 +171,7 @@ down() {
     [ -n "$pid" ] || continue
     stop "$pid" "$name" "$signal"
   done <"$PIDS"
-  rm -f "$PIDS" "$TOPOLOGY"
+  rm -f "$PIDS" "$TOPOLOGY" "$PIDS.lock" "$TOPOLOGY.lock"
   log "stopped"
 }
 

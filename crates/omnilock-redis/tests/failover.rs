@@ -11,8 +11,9 @@
 //! `wait_replicas=1`. The figures go to stderr (`--nocapture`) and to
 //! `failover-*.txt` in the stores directory.
 //!
-//! The tests change which server is master, so they run one at a time in a
-//! binary of their own. (`OMNILOCK_TEST_REDIS_CLUSTER_URL`,
+//! The faults change which server is master, so each deployment's run one
+//! after another (in one test per deployment), in a binary of their own;
+//! the cluster's and the sentinel's run side by side. (`OMNILOCK_TEST_REDIS_CLUSTER_URL`,
 //! `OMNILOCK_TEST_REDIS_SENTINEL_URL`, and the `redis_cluster` and
 //! `redis_sentinel` deployments of the test topology)
 
@@ -43,8 +44,6 @@ const RESUME_BOUND_WAITING: Duration = Duration::from_secs(45);
 mod common;
 
 use common::{PASSWORD, hand_off_by_message, master_of, ports, raw, with_option};
-
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 async fn connect(url: &str) -> Locks {
     omnilock_redis::connect(RedisConfig::from_url(&StoreUrl::parse(url).unwrap()).unwrap())
@@ -312,7 +311,6 @@ where
 }
 
 async fn cluster_master_kill(wait: bool) {
-    let _one = ONE_AT_A_TIME.lock().await;
     let url = store_url("REDIS_CLUSTER").expect("cluster URL");
     let url = if wait {
         with_option(&url, "wait_replicas=1&wait_timeout=500ms")
@@ -367,12 +365,10 @@ async fn cluster_master_kill(wait: bool) {
     cluster_whole(&ports).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cluster_master_killed() {
     cluster_master_kill(false).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cluster_master_killed_with_wait_replicas() {
     cluster_master_kill(true).await;
 }
@@ -461,9 +457,7 @@ async fn migrate_slot(ports: &[u16], slot: u16, from: u16, to: u16) {
 /// scripts meet `ASK`, `TRYAGAIN` and `MOVED` on the way. No double grant,
 /// no token regression, and the lock keeps being granted (its waiters are
 /// not lost with the move).
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cluster_slot_migrated() {
-    let _one = ONE_AT_A_TIME.lock().await;
     let url = store_url("REDIS_CLUSTER").expect("cluster URL");
     let ports = ports("redis_cluster");
     cluster_whole(&ports).await;
@@ -524,10 +518,8 @@ async fn cluster_slot_migrated() {
 /// that subscription, and the client's next wait subscribes again at the
 /// new master: the grant still comes by message, not by the waiter's
 /// periodic re-check.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cluster_wakeups_follow_a_moved_slot() {
     use omnilock_core::LockName;
-    let _one = ONE_AT_A_TIME.lock().await;
     let url = store_url("REDIS_CLUSTER").expect("cluster URL");
     let ports = ports("redis_cluster");
     cluster_whole(&ports).await;
@@ -616,7 +608,6 @@ async fn sentinel_whole(ports: &[u16]) {
 }
 
 async fn sentinel_fault(kill: bool, wait: bool) {
-    let _one = ONE_AT_A_TIME.lock().await;
     let url = store_url("REDIS_SENTINEL").expect("sentinel URL");
     let url = if wait {
         with_option(&url, "wait_replicas=1&wait_timeout=500ms")
@@ -678,17 +669,14 @@ async fn sentinel_fault(kill: bool, wait: bool) {
     sentinel_whole(&ports).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sentinel_failover_command() {
     sentinel_fault(false, false).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sentinel_master_killed() {
     sentinel_fault(true, false).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sentinel_master_killed_with_wait_replicas() {
     sentinel_fault(true, true).await;
 }
@@ -698,9 +686,7 @@ async fn sentinel_master_killed_with_wait_replicas() {
 /// only its own hold is undone: the owner's outer hold survives every
 /// retry. (Retries once re-used the call id, so a retry got the grant that
 /// was being undone back, and the next undo took the outer hold.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_unconfirmed_reentrant_acquire_keeps_the_outer_hold() {
-    let _one = ONE_AT_A_TIME.lock().await;
     let url = store_url("REDIS_SENTINEL").expect("sentinel URL");
     let ports = ports("redis_sentinel");
     sentinel_whole(&ports).await;
@@ -748,4 +734,22 @@ async fn an_unconfirmed_reentrant_acquire_keeps_the_outer_hold() {
         "one release frees it"
     );
     sentinel_whole(&ports).await;
+}
+
+/// The cluster's faults, one after another: each needs the cluster whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cluster_faults() {
+    cluster_master_killed().await;
+    cluster_master_killed_with_wait_replicas().await;
+    cluster_slot_migrated().await;
+    cluster_wakeups_follow_a_moved_slot().await;
+}
+
+/// Sentinel's faults, one after another: each needs its master and replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sentinel_faults() {
+    sentinel_failover_command().await;
+    sentinel_master_killed().await;
+    sentinel_master_killed_with_wait_replicas().await;
+    an_unconfirmed_reentrant_acquire_keeps_the_outer_hold().await;
 }

@@ -13,18 +13,23 @@ alive() {
 # record PID NAME [SIGNAL [NODE]]: remember a process we started, the program
 # name its command line must still show, the signal that stops it cleanly,
 # and the topology node it runs (DEPLOYMENT/NAME). A node's earlier records
-# whose process is gone are dropped.
+# whose process is gone are dropped. Fault tests and chaos runs restart
+# nodes of different deployments at once, so each rewrite of the records
+# holds a lock (in a subshell: no store process started later inherits it).
 record() {
   local key=${4:--}
-  if [ "$key" != - ] && [ -s "$PIDS" ]; then
-    local pid name signal node
-    while read -r pid name signal node; do
-      [ "${node:--}" = "$key" ] && ! alive "$pid" && continue
-      echo "$pid $name $signal ${node:--}"
-    done <"$PIDS" >"$PIDS.new"
-    mv "$PIDS.new" "$PIDS"
-  fi
-  echo "$1 $2 ${3:-TERM} $key" >>"$PIDS"
+  (
+    flock 9
+    if [ "$key" != - ] && [ -s "$PIDS" ]; then
+      local pid name signal node
+      while read -r pid name signal node; do
+        [ "${node:--}" = "$key" ] && ! alive "$pid" && continue
+        echo "$pid $name $signal ${node:--}"
+      done <"$PIDS" >"$PIDS.new"
+      mv "$PIDS.new" "$PIDS"
+    fi
+    echo "$1 $2 ${3:-TERM} $key" >>"$PIDS"
+  ) 9>>"$PIDS.lock"
 }
 
 # stop PID NAME SIGNAL: stop one recorded process, if it is still ours.
@@ -46,6 +51,9 @@ stop_recorded() {
   while read -r pid name signal node; do
     [ "$name" = "$1" ] && stop "$pid" "$name" "$signal"
   done <"$PIDS"
-  grep -v " $1 " "$PIDS" >"$PIDS.new" || true
-  mv "$PIDS.new" "$PIDS"
+  (
+    flock 9
+    grep -v " $1 " "$PIDS" >"$PIDS.new" || true
+    mv "$PIDS.new" "$PIDS"
+  ) 9>>"$PIDS.lock"
 }

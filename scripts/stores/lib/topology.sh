@@ -136,6 +136,10 @@ topology_json() {
 # write_topology: target/stores/topology.json, replaced in one step (tests
 # may be reading it).
 write_topology() {
-  topology_json >"$TOPOLOGY.new"
-  mv "$TOPOLOGY.new" "$TOPOLOGY"
+  (
+    # Restarts of two deployments at once: one rewrite at a time.
+    flock 9
+    topology_json >"$TOPOLOGY.new"
+    mv "$TOPOLOGY.new" "$TOPOLOGY"
+  ) 9>>"$TOPOLOGY.lock"
 }
