@@ -8,13 +8,25 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 
-scripts/stores.sh up
-trap 'scripts/stores.sh down' EXIT
+# The stores start while the tests build: each takes a minute or two, and
+# the stores mostly wait for their own processes to come up.
+mkdir -p target
+scripts/stores.sh up >target/stores-up.log 2>&1 &
+stores=$!
+trap 'wait "$stores" 2>/dev/null; scripts/stores.sh down' EXIT
+
+# One build of the whole workspace, shared by every test binary.
+cargo test --workspace --all-features --no-run
+if ! wait "$stores"; then
+  cat target/stores-up.log >&2
+  echo "test.sh: the stores did not start" >&2
+  exit 1
+fi
+cat target/stores-up.log
 # shellcheck disable=SC1091
 source target/stores/env
 unset OMNILOCK_TEST_ALLOW_MISSING
 
-# One build of the whole workspace, shared by every test binary.
 cargo test --workspace --all-features --no-fail-fast "$@"
 
 # The examples run too (each asserts its own outcome); `cargo test` built

@@ -32,9 +32,10 @@ pub(crate) struct BenchArgs {
           value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub clients: Vec<u32>,
 
-    /// Waiters in the handoff workload
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(2..=1024))]
-    pub waiters: u32,
+    /// How long the holder keeps the lock in the handoff workload, while
+    /// the waiter is blocked in `acquire()`
+    #[arg(long, value_name = "DUR", default_value = "250ms", value_parser = parse_duration)]
+    pub hold: Duration,
 
     /// Waiter counts for the herd workload (store requests per hand-off)
     #[arg(long, value_name = "N,...", value_delimiter = ',', default_values_t = vec![2, 16, 64],

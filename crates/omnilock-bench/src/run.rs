@@ -37,7 +37,8 @@ pub enum Workload {
     ContendedApart,
     /// Many clients over many lock names.
     ManyLocks,
-    /// Release → next waiter's grant latency.
+    /// Two clients, each with its own connection: the time from the
+    /// holder's release call to the blocked waiter's grant.
     Handoff,
     /// Store requests per hand-off as waiters grow.
     Herd,
@@ -155,7 +156,7 @@ pub(crate) async fn bench(stores: &[String], args: BenchArgs) -> u8 {
                 Workload::Contended | Workload::ContendedApart => {
                     args.clients.iter().map(|n| *n as usize).collect()
                 }
-                Workload::Handoff => vec![args.waiters as usize],
+                Workload::Handoff => vec![2],
                 Workload::Herd => args.herd_waiters.iter().map(|n| *n as usize).collect(),
                 Workload::ManyHeld => args.held.iter().map(|n| *n as usize).collect(),
                 Workload::ManyLocks => vec![MANY_CLIENTS],
@@ -189,7 +190,7 @@ pub(crate) async fn bench(stores: &[String], args: BenchArgs) -> u8 {
                         one(contended_apart(url, &name, clients, args.duration).await)
                     }
                     Workload::ManyLocks => one(many_locks(locks, &name, args.duration).await),
-                    Workload::Handoff => one(handoff(locks, &name, clients, args.duration).await),
+                    Workload::Handoff => one(handoff(url, &name, args.hold, args.duration).await),
                     Workload::Herd => one(herd(locks, probe, &name, clients).await),
                     Workload::Semaphore => one(semaphore(locks, &name, args.duration).await),
                     Workload::Rw => one(rw(locks, &name, args.duration).await),

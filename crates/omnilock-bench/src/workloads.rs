@@ -391,42 +391,44 @@ impl Grants {
     }
 }
 
-/// `waiters` tasks queue for one lock; each holds it for a moment and
-/// releases. Latency is from one holder's release call to the next grant.
+/// Two clients, each with its own connection as two processes would have:
+/// one holds the lock for `hold` while the other is blocked in `acquire()`.
+/// A sample runs from the start of the holder's `release()` to the return
+/// of the waiter's `acquire()`; then the roles swap, until `duration` is
+/// spent (at least one sample).
 pub(crate) async fn handoff(
-    locks: &Locks,
+    url: &str,
     name: &str,
-    waiters: usize,
+    hold: Duration,
     duration: Duration,
 ) -> omnilock::Result<Row> {
-    let last_release: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
-    let samples = Arc::new(Mutex::new(Vec::new()));
+    let clients = [omnilock::connect(url).await?, omnilock::connect(url).await?];
     let started = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..waiters {
-        let (locks, name) = (locks.clone(), name.to_string());
-        let (last_release, samples) = (last_release.clone(), samples.clone());
-        tasks.push(tokio::spawn(async move {
-            while started.elapsed() < duration {
-                let Some(guard) = until(started + duration, locks.acquire(&name)).await? else {
-                    break;
-                };
-                let granted = Instant::now();
-                if let Some(released) = last_release.lock().unwrap().take() {
-                    samples.lock().unwrap().push(granted - released);
-                }
-                // Long enough for every other waiter to be queued again.
-                tokio::time::sleep(Duration::from_millis(2)).await;
-                *last_release.lock().unwrap() = Some(Instant::now());
-                guard.release().await?;
-            }
-            Ok::<_, omnilock::Error>(())
-        }));
+    let mut samples = Vec::new();
+    let mut guard = clients[0].acquire(name).await?;
+    let mut waiter = 1;
+    while samples.is_empty() || started.elapsed() < duration {
+        let (locks, name_owned) = (clients[waiter].clone(), name.to_string());
+        let waiting = tokio::spawn(async move {
+            let guard = locks.acquire(&name_owned).await?;
+            Ok::<_, omnilock::Error>((guard, Instant::now()))
+        });
+        tokio::time::sleep(hold).await;
+        let released = Instant::now();
+        guard.release().await?;
+        let (next, granted) = waiting
+            .await
+            .map_err(|e| omnilock::Error::new(omnilock::ErrorKind::Backend, e.to_string()))??;
+        samples.push(granted - released);
+        guard = next;
+        waiter = 1 - waiter;
     }
-    join(tasks).await?;
     let elapsed = started.elapsed();
-    let samples = std::mem::take(&mut *samples.lock().unwrap());
-    Ok(row(Workload::Handoff, waiters, samples, elapsed, None))
+    guard.release().await?;
+    for locks in clients {
+        locks.close().await;
+    }
+    Ok(row(Workload::Handoff, 2, samples, elapsed, None))
 }
 
 pub(crate) fn row(
