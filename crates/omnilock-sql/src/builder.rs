@@ -133,7 +133,9 @@ impl SqlStoreBuilder {
         self
     }
 
-    /// PostgreSQL only: wake waiters by LISTEN/NOTIFY (`?notify=`, default true).
+    /// Wake waiters in other processes through the database (`?notify=`,
+    /// default true): PostgreSQL by LISTEN/NOTIFY, MySQL/MariaDB's mutexes
+    /// by a wake-up `GET_LOCK`. SQLite has neither.
     pub fn notify(mut self, notify: bool) -> Self {
         self.notify = Some(notify);
         self
@@ -199,13 +201,13 @@ impl SqlStoreBuilder {
             check_ttl(ttl)?;
         }
         let notify = match (dialect, self.notify) {
-            (Dialect::Postgres, notify) => notify.unwrap_or(true),
-            (_, Some(true)) => {
+            (Dialect::Postgres | Dialect::MySql, notify) => notify.unwrap_or(true),
+            (Dialect::Sqlite, Some(true)) => {
                 return Err(Error::config(
-                    "notify (LISTEN/NOTIFY) is PostgreSQL's; this pool is another database's",
+                    "notify is PostgreSQL's and MySQL/MariaDB's; this pool is SQLite's",
                 ));
             }
-            (_, _) => false,
+            (Dialect::Sqlite, _) => false,
         };
         let place = place(&self.pool);
         let config = SqlConfig {

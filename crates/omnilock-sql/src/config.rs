@@ -89,8 +89,10 @@ pub struct SqlConfig {
     pub pool_size: u32,
     /// Whether to create the table if it is missing (`?create_table=`, default true).
     pub create_table: bool,
-    /// PostgreSQL only: wake waiters by LISTEN/NOTIFY (`?notify=`, default
-    /// true); with `false` they only poll.
+    /// Wake waiters in other processes through the database (`?notify=`,
+    /// default true; with `false` they only poll): PostgreSQL by
+    /// LISTEN/NOTIFY, MySQL/MariaDB table mode's mutexes by a wake-up
+    /// `GET_LOCK` each. Not SQLite.
     pub notify: bool,
     /// How long a waiter's poll marks a lock as waited for (PostgreSQL with
     /// NOTIFY: a release notifies only while the mark is fresh). Outlives
@@ -131,6 +133,14 @@ pub(crate) const DEFAULT_MAX_POLL: Duration = Duration::from_millis(250);
 
 /// How long to wait for the database unless `?connect_timeout=` says otherwise.
 pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl SqlConfig {
+    /// Whether the store listens for PostgreSQL's NOTIFY (waiters mark the
+    /// row so that releases send one).
+    pub(crate) fn listens(&self) -> bool {
+        self.notify && self.dialect == Dialect::Postgres
+    }
+}
 
 pub(crate) fn check_max_poll(max_poll: Duration) -> Result<()> {
     if max_poll < Duration::from_millis(1) || max_poll > Duration::from_secs(60) {
@@ -190,8 +200,8 @@ impl SqlConfig {
         let advisory_sessions = url.take_u64("sessions")?.unwrap_or(DEFAULT_SESSIONS);
         check_sessions(advisory_sessions)?;
         let notify = match dialect {
-            Dialect::Postgres => url.take_bool("notify")?.unwrap_or(true),
-            _ => false,
+            Dialect::Postgres | Dialect::MySql => url.take_bool("notify")?.unwrap_or(true),
+            Dialect::Sqlite => false,
         };
         let tls = match dialect {
             Dialect::Sqlite => TlsOptions::default(),

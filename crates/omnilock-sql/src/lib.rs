@@ -26,6 +26,7 @@ mod advisory;
 mod builder;
 mod config;
 mod conn;
+mod key;
 #[cfg(feature = "postgres")]
 mod notify;
 mod queries;

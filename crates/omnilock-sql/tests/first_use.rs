@@ -174,11 +174,6 @@ async fn first_use_never_races(store: &str) {
         };
         // Fair mode: two tables and an index, the most DDL there is.
         let url = with_option(&base, "fair=true&pool=1&notify=false");
-        let url = if store == "MYSQL" {
-            url.replace("&notify=false", "")
-        } else {
-            url
-        };
         let barrier = Arc::new(Barrier::new(CLIENTS));
         let clients = (0..CLIENTS).map(|_| {
             let (url, barrier) = (url.clone(), barrier.clone());

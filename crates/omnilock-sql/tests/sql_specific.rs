@@ -371,3 +371,101 @@ async fn advisory_try_after_its_shared_session_was_killed() {
         drop(broken);
     }
 }
+
+/// MySQL/MariaDB table mode pushes a mutex's hand-off: the holder's store
+/// takes the lock's wake-up `GET_LOCK` (its bell) while it holds the row, a
+/// waiter blocks on that bell inside the database, and the release wakes
+/// it at once. With `max_poll=30s` and a one-minute lease the waiter's
+/// wait on the bell lasts 30 s, so a grant within 10 s of the release can
+/// only be the push. The holder lets the bell go with the row.
+#[tokio::test(flavor = "multi_thread")]
+async fn mysql_release_wakes_a_waiter_through_the_bell() {
+    let Some(url) = store_url("MYSQL") else {
+        return;
+    };
+    let table = "bells";
+    let url = with_option(&url, &format!("table={table}&max_poll=30s"));
+    let (holder, waiter) = (
+        connect(&url).await.expect("connect"),
+        connect(&url).await.expect("connect"),
+    );
+    let admin = raw(&store_url("MYSQL").expect("url")).await;
+    let name = format!("bell-{}", std::process::id());
+    let bell = bell_name(table, &name);
+    let bell_holder = || async {
+        sqlx::query_scalar::<_, Option<i64>>("SELECT IS_USED_LOCK(?)")
+            .bind(bell.clone())
+            .fetch_one(&admin)
+            .await
+            .expect("IS_USED_LOCK")
+    };
+    let guard = holder
+        .lock(&name)
+        .ttl(Duration::from_secs(60))
+        .acquire()
+        .await
+        .expect("acquire");
+    until("the holder's store takes the bell", || async {
+        bell_holder().await.is_some()
+    })
+    .await;
+    let waiting = tokio::spawn(async move {
+        let guard = waiter
+            .lock(&name)
+            .ttl(Duration::from_secs(60))
+            .acquire()
+            .await
+            .expect("the waiter's acquire");
+        (guard, std::time::Instant::now())
+    });
+    until("the waiter blocks on the bell", || async {
+        let waits: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST
+             WHERE STATE = 'User lock' AND INFO LIKE 'SELECT IS_FREE_LOCK%'",
+        )
+        .fetch_one(&admin)
+        .await
+        .expect("PROCESSLIST");
+        waits > 0
+    })
+    .await;
+    let released = std::time::Instant::now();
+    guard.release().await.expect("release");
+    let (next, granted) = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the waiter was not woken within 10 s of the release")
+        .expect("the waiter's task");
+    assert!(granted.duration_since(released) < Duration::from_secs(10));
+    next.release().await.expect("the waiter's release");
+    until("the bell is let go with the last hold", || async {
+        bell_holder().await.is_none()
+    })
+    .await;
+}
+
+/// Table mode's bell name for `name` on `table` (FNV-1a over the table, a
+/// zero byte and the name, as the store computes it).
+fn bell_name(table: &str, name: &str) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in table.bytes().chain([0]).chain(name.bytes()) {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("omnilock-bell:{hash:016x}")
+}
+
+/// Waits (up to 10 s) until `done` answers true.
+async fn until<F, Fut>(what: &str, done: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !done().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

@@ -32,7 +32,7 @@
 //!   idle list for the next lock.
 
 mod inspect;
-mod key;
+
 mod session;
 mod shared;
 mod take;
@@ -49,10 +49,10 @@ use omnilock_core::{
 
 use crate::conn::Target;
 use crate::conn::errors::map_err;
+use crate::key::Key;
 use crate::queries::advisory::Advisory as Sql;
 use crate::store::{Grant, SqlHold};
 use crate::table::TableStore;
-use key::Key;
 use shared::Shared;
 
 /// Advisory mode's store: mutexes are the database's session locks;

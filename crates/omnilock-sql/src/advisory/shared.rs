@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use omnilock_core::{Error, Result};
 
 use super::AdvisoryStore;
-use super::key::Key;
 use super::session::{Session, SessionConn, bounded, gone, idle_timeout};
+use crate::key::Key;
 use crate::queries::advisory::Advisory as Sql;
 
 /// A session that holds any number of this store's locks, used one

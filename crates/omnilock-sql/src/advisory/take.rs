@@ -9,9 +9,9 @@ use std::time::Instant;
 use omnilock_core::{AcquireRequest, Error, ErrorKind, LockSpec, Result};
 
 use super::AdvisoryStore;
-use super::key::Key;
 use super::session::{Session, SessionConn};
 use super::shared::{Shared, Took, ping, release_on, take_on};
+use crate::key::Key;
 use crate::queries::advisory::Advisory as Sql;
 use crate::store::{Grant, HoldKind, SqlHold};
 

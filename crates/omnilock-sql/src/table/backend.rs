@@ -31,7 +31,9 @@ impl Backend for TableStore {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             fair: self.inner.config.fair,
-            push_wakeups: self.inner.config.notify,
+            // MySQL/MariaDB's bells push mutex hand-offs only; its
+            // semaphores and read-write locks poll.
+            push_wakeups: self.inner.config.listens(),
             fencing: true,
             cross_process_reentrancy: true,
             lease_renewal: true,
@@ -55,6 +57,7 @@ impl Backend for TableStore {
         }
         match self.attempt_detached(request, false, None).await? {
             (Attempt::Taken { token }, started) => {
+                self.took(&request.name);
                 Ok(Some(row_grant(token, started + request.ttl)))
             }
             (Attempt::Busy { .. }, _) => Ok(None),
@@ -89,7 +92,10 @@ impl Backend for TableStore {
             requests
                 .iter()
                 .zip(tokens)
-                .map(|(request, token)| row_grant(token, started + request.ttl))
+                .map(|(request, token)| {
+                    self.took(&request.name);
+                    row_grant(token, started + request.ttl)
+                })
                 .collect()
         }))
     }
@@ -117,11 +123,14 @@ impl Backend for TableStore {
             tokio::pin!(woken);
             woken.as_mut().enable();
             let id = ticket.as_ref().map(|t| t.id);
-            let delay = match self.attempt_detached(request, true, id).await {
+            let max_poll = self.inner.config.max_poll;
+            // How long to poll next, and how long a bell may keep us.
+            let (delay, patience) = match self.attempt_detached(request, true, id).await {
                 Ok((Attempt::Taken { token }, started)) => {
                     if let Some(ticket) = ticket {
                         ticket.granted();
                     }
+                    self.took(&request.name);
                     return Ok(row_grant(token, started + request.ttl));
                 }
                 Ok((Attempt::Busy { .. }, _)) if self.inner.config.fair && ticket.is_none() => {
@@ -150,19 +159,26 @@ impl Backend for TableStore {
                         }
                     }
                     request.waiting.raise();
-                    let delay = backoff.next_delay();
                     // Wake when a crashed holder's lease runs out, not later.
-                    remaining.map_or(delay, |r| delay.min(r + Duration::from_millis(1)))
+                    let until_expiry = |wait: Duration| {
+                        remaining.map_or(wait, |r| wait.min(r + Duration::from_millis(1)))
+                    };
+                    (until_expiry(backoff.next_delay()), until_expiry(max_poll))
                 }
                 Err(err) if err.is_retryable() => {
                     tracing::debug!(error = %err, lock = %request.name, "omnilock sql poll failed; retrying");
-                    backoff.next_delay()
+                    let delay = backoff.next_delay();
+                    (delay, delay)
                 }
                 Err(err) => return Err(err),
             };
             tokio::select! {
                 _ = &mut woken => backoff.reset(),
-                _ = tokio::time::sleep(delay) => {}
+                rang = self.wait_for_release(&request.name, delay, patience) => {
+                    if rang {
+                        backoff.reset();
+                    }
+                }
             }
         }
     }
@@ -171,10 +187,14 @@ impl Backend for TableStore {
         if spec.primitive != Primitive::Mutex {
             return self.release_counted(spec, grant).await;
         }
-        if self
+        let released = self
             .release_row(&spec.name, &spec.owner, grant.token)
-            .await?
-        {
+            .await?;
+        // Ours or not any more, the row is done with: so is its bell. (A
+        // release that keeps failing leaves the bell taken until the store
+        // closes; waiters on the name then look once per `max_poll`.)
+        self.freed(&spec.name);
+        if released {
             Ok(())
         } else {
             Err(Error::not_owner())
@@ -241,6 +261,7 @@ impl Backend for TableStore {
     }
 
     async fn close(&self) {
+        self.stop_background();
         self.inner.pool.close().await;
     }
 }

@@ -4,14 +4,17 @@
 //! the entries table (see [`counted`]).
 
 mod backend;
+#[cfg(feature = "mysql")]
+mod bells;
 mod counted;
 mod queue;
 mod renew;
 
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use omnilock_core::{Error, LocalWaiters, LockName, Owner, Result};
+use omnilock_core::{Error, LocalWaiters, LockName, Owner, Result, lock_unpoisoned};
 use sqlx::Row;
 use tokio::sync::Notify;
 
@@ -46,6 +49,9 @@ pub(crate) struct Inner {
     pub(crate) line: queue::LocalLine,
     /// The PostgreSQL LISTEN task, stopped with the store.
     listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// MySQL/MariaDB: the mutexes' wake-up locks (see `bells.rs`).
+    #[cfg(feature = "mysql")]
+    bells: Option<bells::Bells>,
 }
 
 impl Drop for Inner {
@@ -87,6 +93,15 @@ impl std::fmt::Debug for TableStore {
 impl TableStore {
     /// The store over `pool`, whose tables `prepare` has set up.
     pub(crate) fn start(config: SqlConfig, pool: Pool, queries: Queries) -> Self {
+        #[cfg(feature = "mysql")]
+        let bells = match (&pool, config.notify) {
+            (Pool::MySql(pool), true) => Some(bells::Bells::start(
+                &config.table,
+                (*pool.connect_options()).clone(),
+                config.pool_size as usize,
+            )),
+            _ => None,
+        };
         let store = TableStore {
             inner: Arc::new(Inner {
                 config,
@@ -97,6 +112,8 @@ impl TableStore {
                 left: Notify::new(),
                 line: queue::LocalLine::default(),
                 listener: Mutex::new(None),
+                #[cfg(feature = "mysql")]
+                bells,
             }),
         };
         #[cfg(feature = "postgres")]
@@ -106,7 +123,7 @@ impl TableStore {
                 (*pool.connect_options()).clone(),
                 store.inner.config.table.clone(),
             ));
-            *omnilock_core::lock_unpoisoned(&store.inner.listener) = Some(task);
+            *lock_unpoisoned(&store.inner.listener) = Some(task);
         }
         store
     }
@@ -175,5 +192,64 @@ impl TableStore {
 
     fn wake_local(&self, name: &LockName) {
         self.inner.wake_local(name);
+    }
+
+    /// This store just took `name`'s row (a mutex): on MySQL/MariaDB, its
+    /// bell is taken for waiters elsewhere (see `bells.rs`).
+    pub(crate) fn took(&self, name: &LockName) {
+        #[cfg(feature = "mysql")]
+        if let Some(bells) = &self.inner.bells {
+            bells.take(name.as_str());
+        }
+        let _ = name;
+    }
+
+    /// This store just freed `name`'s row, or found it was no longer ours:
+    /// its bell, if taken, is let go.
+    pub(crate) fn freed(&self, name: &LockName) {
+        #[cfg(feature = "mysql")]
+        if let Some(bells) = &self.inner.bells {
+            bells.free(name.as_str());
+        }
+        let _ = name;
+    }
+
+    /// Waits for `name`'s holder elsewhere to let go. On MySQL/MariaDB, up
+    /// to `patience` on the lock's bell; where there is no bell to wait on
+    /// (another database, or a holder whose bell is not taken), sleeps
+    /// `delay`, the poll's pace. True when a release ended the wait.
+    pub(crate) async fn wait_for_release(
+        &self,
+        name: &LockName,
+        delay: Duration,
+        patience: Duration,
+    ) -> bool {
+        #[cfg(feature = "mysql")]
+        if let Some(bells) = &self.inner.bells {
+            let started = std::time::Instant::now();
+            if bells.wait(name.as_str(), patience).await == bells::Rung::Rang {
+                return true;
+            }
+            // Never look again sooner than polling would: a free bell, or
+            // a server that rounds the wait down to whole seconds (MySQL),
+            // answers at once.
+            tokio::time::sleep(delay.saturating_sub(started.elapsed())).await;
+            return false;
+        }
+        let _ = (name, patience);
+        tokio::time::sleep(delay).await;
+        false
+    }
+
+    /// Stops what the store runs beside its pool: the PostgreSQL listener,
+    /// the MySQL/MariaDB bell ringer.
+    pub(crate) fn stop_background(&self) {
+        if let Some(task) = lock_unpoisoned(&self.inner.listener).take() {
+            task.abort();
+        }
+        #[cfg(feature = "mysql")]
+        if let Some(bells) = &self.inner.bells {
+            bells.stop();
+        }
     }
 }

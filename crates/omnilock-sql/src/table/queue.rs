@@ -252,7 +252,7 @@ impl TableStore {
         // A waiter keeps the row marked as waited for (so releases send
         // NOTIFY), writing only when the mark is half gone: most polls of a
         // busy lock stay read-only.
-        if waiting && inner.config.notify && marked.is_none_or(|left| left < args.lease_ms / 2) {
+        if waiting && inner.config.listens() && marked.is_none_or(|left| left < args.lease_ms / 2) {
             self.execute(&inner.queries.mark_waiting, &args).await?;
         }
         if owner.as_deref() == Some(request.owner.as_str()) && !request.reentrant {

@@ -1,4 +1,5 @@
-//! The database's name for an advisory lock.
+//! The database's name for a lock's own database lock: advisory mode's
+//! lock, and table mode's wake-up lock on MySQL/MariaDB (`table/bells.rs`).
 
 /// The database's name for one lock: derived from the table and the lock
 /// name, so that two tables' locks of one name stay apart. FNV-1a, 64 bits,
@@ -22,20 +23,28 @@ impl Key {
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     /// MySQL/MariaDB's lock name (at most 64 characters; hex, so that its
     /// case-insensitive comparison changes nothing).
-    pub(super) fn mysql(self) -> String {
+    pub(crate) fn mysql(self) -> String {
         format!("omnilock:{:016x}", self.0)
+    }
+
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    /// MySQL/MariaDB's name for table mode's wake-up lock ("bell") of the
+    /// lock: apart from advisory mode's name, which a table-mode holder
+    /// must never take.
+    pub(crate) fn mysql_bell(self) -> String {
+        format!("omnilock-bell:{:016x}", self.0)
     }
 
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     /// PostgreSQL's `bigint` key.
-    pub(super) fn postgres(self) -> i64 {
+    pub(crate) fn postgres(self) -> i64 {
         self.0 as i64
     }
 
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     /// PostgreSQL shows a `bigint` key in `pg_locks` as `classid` (high 32
     /// bits) and `objid` (low 32 bits).
-    pub(super) fn postgres_halves(self) -> (i64, i64) {
+    pub(crate) fn postgres_halves(self) -> (i64, i64) {
         ((self.0 >> 32) as i64, (self.0 & 0xffff_ffff) as i64)
     }
 }
