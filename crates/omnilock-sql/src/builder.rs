@@ -54,7 +54,7 @@ pub struct SqlStoreBuilder {
     connect_timeout: Duration,
     create_table: bool,
     notify: Option<bool>,
-    fair: bool,
+    fair: Option<bool>,
     advisory: bool,
     sessions: u32,
     ttl: Option<Duration>,
@@ -97,7 +97,7 @@ impl SqlStore {
             connect_timeout: config::DEFAULT_CONNECT_TIMEOUT,
             create_table: true,
             notify: None,
-            fair: false,
+            fair: None,
             advisory: false,
             sessions: config::DEFAULT_SESSIONS as u32,
             ttl: None,
@@ -141,9 +141,10 @@ impl SqlStoreBuilder {
         self
     }
 
-    /// Serve waiters in request order (`?fair=`, default false).
+    /// Serve waiters in request order (`?fair=`, default true; false in
+    /// advisory mode, where the database picks the next waiter).
     pub fn fair(mut self, fair: bool) -> Self {
-        self.fair = fair;
+        self.fair = Some(fair);
         self
     }
 
@@ -195,7 +196,7 @@ impl SqlStoreBuilder {
         config::check_table(&self.table, dialect)?;
         config::check_max_poll(self.max_poll)?;
         config::check_connect_timeout(self.connect_timeout)?;
-        config::check_mode(dialect, self.advisory, self.fair)?;
+        config::check_mode(dialect, self.advisory, self.fair == Some(true))?;
         config::check_sessions(u64::from(self.sessions))?;
         if let Some(ttl) = self.ttl {
             check_ttl(ttl)?;
@@ -222,7 +223,7 @@ impl SqlStoreBuilder {
             create_table: self.create_table,
             notify,
             waiting_mark: config::waiting_mark(self.max_poll),
-            fair: self.fair,
+            fair: self.fair.unwrap_or(!self.advisory),
             tls: TlsOptions::default(),
             advisory: self.advisory,
             advisory_sessions: self.sessions,

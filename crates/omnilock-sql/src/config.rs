@@ -98,8 +98,8 @@ pub struct SqlConfig {
     /// NOTIFY: a release notifies only while the mark is fresh). Outlives
     /// the longest pause between two polls.
     pub waiting_mark: Duration,
-    /// Serve waiters in request order (`?fair=`, default false): waiters
-    /// take tickets in `<table>_queue`.
+    /// Serve waiters in request order (`?fair=`, default true; false in
+    /// advisory mode): waiters take tickets in `<table>_queue`.
     pub fair: bool,
     /// TLS to a PostgreSQL or MySQL/MariaDB server (`?sslmode=`,
     /// `?sslrootcert=`, `?sslcert=`, `?sslkey=`; see [`TlsOptions`]).
@@ -195,8 +195,11 @@ impl SqlConfig {
             return Err(Error::config("option \"pool\" must be between 1 and 1000"));
         }
         let create_table = url.take_bool("create_table")?.unwrap_or(true);
-        let fair = url.take_bool("fair")?.unwrap_or(false);
-        let advisory = take_mode(&mut url, dialect, fair)?;
+        let fair = url.take_bool("fair")?;
+        let advisory = take_mode(&mut url, dialect, fair == Some(true))?;
+        // Fair unless asked otherwise, or in advisory mode (the database
+        // picks the next waiter there).
+        let fair = fair.unwrap_or(!advisory);
         let advisory_sessions = url.take_u64("sessions")?.unwrap_or(DEFAULT_SESSIONS);
         check_sessions(advisory_sessions)?;
         let notify = match dialect {

@@ -1,7 +1,9 @@
 //! PostgreSQL LISTEN/NOTIFY: a release that frees a lock sends a NOTIFY on
 //! the channel named after the table, with the lock name as payload, in the
 //! same statement; every store listening on
-//! that table wakes one local waiter for that lock at once. Semaphore and
+//! that table wakes one local waiter for that lock at once. In fair mode
+//! the payload also names the head of the line's ticket, and only the store
+//! whose waiter holds it wakes that waiter. Semaphore and
 //! read-write lock entries that leave notify `<table>_entries`, which wakes
 //! every local waiter of the name (a release can admit several). Polling stays as
 //! the safety net for notifications missed while the listener reconnects.
@@ -47,10 +49,20 @@ pub(crate) async fn listen(store: Weak<Inner>, options: PgConnectOptions, table:
             match listener.try_recv().await {
                 Ok(Some(notification)) => {
                     let Some(inner) = store.upgrade() else { return };
-                    if let Ok(name) = LockName::new(notification.payload()) {
+                    // Fair mode's releases name the head of the line too.
+                    let (name, head) = match notification.payload().split_once('\u{1f}') {
+                        Some((name, head)) => (name, Some(head.parse::<i64>().ok())),
+                        None => (notification.payload(), None),
+                    };
+                    if let Ok(name) = LockName::new(name) {
                         if notification.channel() == counted {
                             // A freed permit or side can admit several.
                             inner.wake_all_local(&name);
+                        } else if let Some(head) = head {
+                            // No live ticket: nobody waits in line.
+                            if let Some(id) = head {
+                                inner.wake_ticket(&name, id);
+                            }
                         } else {
                             inner.wake_local(&name);
                         }

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{advisory_subject, fair_subject, subject, tls_subject};
+use common::{advisory_subject, subject, tls_subject, unfair_subject};
 use omnilock_sql::SqlStore;
 use omnilock_testkit::{Subject, store_url};
 
@@ -67,11 +67,11 @@ omnilock_testkit::conformance_main! {
     #[cfg(feature = "postgres")]
     postgres => subject("POSTGRES"),
     #[cfg(feature = "sqlite")]
-    sqlite_fair => fair_subject("SQLITE"),
+    sqlite_unfair => unfair_subject("SQLITE"),
     #[cfg(feature = "mysql")]
-    mysql_fair => fair_subject("MYSQL"),
+    mysql_unfair => unfair_subject("MYSQL"),
     #[cfg(feature = "postgres")]
-    postgres_fair => fair_subject("POSTGRES"),
+    postgres_unfair => unfair_subject("POSTGRES"),
     #[cfg(feature = "mysql")]
     mysql_advisory => advisory_subject("MYSQL"),
     #[cfg(feature = "postgres")]

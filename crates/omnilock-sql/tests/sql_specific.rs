@@ -119,9 +119,18 @@ async fn table_created_by_a_dba_is_used_as_is() {
             "MYSQL" => ("VARBINARY(256)", "BIGINT"),
             _ => ("VARCHAR(256)", "BIGINT"),
         };
-        pool.execute(sqlx::AssertSqlSafe(format!("DROP TABLE IF EXISTS {table}")))
+        let serial = match store {
+            "SQLITE" => "INTEGER PRIMARY KEY AUTOINCREMENT",
+            "MYSQL" => "BIGINT AUTO_INCREMENT PRIMARY KEY",
+            _ => "BIGSERIAL PRIMARY KEY",
+        };
+        for dropped in [format!("{table}_queue"), table.clone()] {
+            pool.execute(sqlx::AssertSqlSafe(format!(
+                "DROP TABLE IF EXISTS {dropped}"
+            )))
             .await
             .expect("drop");
+        }
         pool.execute(sqlx::AssertSqlSafe(format!(
             "CREATE TABLE {table} (name {text} NOT NULL PRIMARY KEY, owner {text} NULL,
                  holds {int} NOT NULL DEFAULT 0, token {int} NOT NULL DEFAULT 0,
@@ -129,6 +138,18 @@ async fn table_created_by_a_dba_is_used_as_is() {
         )))
         .await
         .expect("create");
+        // The waiting line of fair mode, the default.
+        pool.execute(sqlx::AssertSqlSafe(format!(
+            "CREATE TABLE {table}_queue (id {serial}, name {text} NOT NULL,
+                 owner {text} NOT NULL, expires_at {int} NOT NULL)"
+        )))
+        .await
+        .expect("create the queue");
+        pool.execute(sqlx::AssertSqlSafe(format!(
+            "CREATE INDEX {table}_queue_name ON {table}_queue (name, id)"
+        )))
+        .await
+        .expect("index the queue");
         let locks = connect(&with_option(
             &url,
             &format!("table={table}&create_table=false"),

@@ -103,11 +103,22 @@ pub(super) fn queries(dialect: Dialect, table_name: &str, notify: bool, fair: bo
     );
     let notifies = dialect == Dialect::Postgres && notify;
     let release = if notifies {
+        // Fair mode names the head of the line after the lock's name (a
+        // unit separator between, which no lock name holds), so that only
+        // that waiter wakes, not every process's first waiter.
+        let payload = if fair {
+            format!(
+                "$1 || chr(31) || COALESCE((SELECT MIN({queue}.id) FROM {queue}
+                    WHERE {queue}.name = $1 AND {queue}.expires_at > {now})::text, '')"
+            )
+        } else {
+            "$1".to_string()
+        };
         // The channel is the table's name: a checked plain identifier.
         format!(
             "WITH released AS ({release} RETURNING owner, waiting_until)
              SELECT COUNT(*),
-                    COUNT(pg_notify('{table_name}', $1))
+                    COUNT(pg_notify('{table_name}', {payload}))
                         FILTER (WHERE owner IS NULL AND waiting_until > {now})
              FROM released"
         )

@@ -20,6 +20,42 @@ use crate::store::{Grant, SqlHold, row_grant};
 /// pace rather than slowing down to `max_poll`.
 const FAST_LINE: i64 = 8;
 
+impl TableStore {
+    /// Fair mode, woken by a release in another process (MySQL/MariaDB's
+    /// bell wakes every waiter): a waiter that was behind others at its
+    /// last look counts the line again, and goes back to waiting on the
+    /// bell while others are still ahead. The release lets in the head of
+    /// the line only, and a count is one indexed read where a look at the
+    /// lock costs two or three statements.
+    async fn wait_for_turn(
+        &self,
+        request: &AcquireRequest,
+        ticket: &mut Ticket,
+        last_ahead: &mut Option<i64>,
+        backoff: &mut Backoff,
+        patience: Duration,
+    ) {
+        while self.has_bells() && last_ahead.is_some_and(|ahead| ahead > 0) {
+            self.refresh(ticket).await;
+            match self.ahead(request, ticket.id).await {
+                Ok(ahead) if ahead > 0 => *last_ahead = Some(ahead),
+                Ok(ahead) => {
+                    *last_ahead = Some(ahead);
+                    return;
+                }
+                Err(_) => return,
+            }
+            // The pace starts over with each release: the next holder's
+            // bell may not be taken yet.
+            let delay = backoff.next_delay();
+            if !self.wait_for_release(&request.name, delay, patience).await {
+                return;
+            }
+            backoff.reset();
+        }
+    }
+}
+
 #[async_trait]
 impl Backend for TableStore {
     type Hold = SqlHold;
@@ -57,7 +93,7 @@ impl Backend for TableStore {
         }
         match self.attempt_detached(request, false, None).await? {
             (Attempt::Taken { token }, started) => {
-                self.took(&request.name);
+                self.took(&request.name, false);
                 Ok(Some(row_grant(token, started + request.ttl)))
             }
             (Attempt::Busy { .. }, _) => Ok(None),
@@ -93,7 +129,7 @@ impl Backend for TableStore {
                 .iter()
                 .zip(tokens)
                 .map(|(request, token)| {
-                    self.took(&request.name);
+                    self.took(&request.name, false);
                     row_grant(token, started + request.ttl)
                 })
                 .collect()
@@ -113,6 +149,8 @@ impl Backend for TableStore {
         let mut ticket: Option<Ticket> = None;
         // Fair mode: how many waiters were ahead of us at the last look.
         let mut last_ahead: Option<i64> = None;
+        // Whether the lock was busy at any look.
+        let mut waited = false;
         loop {
             // Listen before looking, so a release between the two is not
             // missed. Fair mode: a waiter with a ticket is woken on its own.
@@ -130,16 +168,18 @@ impl Backend for TableStore {
                     if let Some(ticket) = ticket {
                         ticket.granted();
                     }
-                    self.took(&request.name);
+                    self.took(&request.name, waited);
                     return Ok(row_grant(token, started + request.ttl));
                 }
                 Ok((Attempt::Busy { .. }, _)) if self.inner.config.fair && ticket.is_none() => {
+                    waited = true;
                     ticket = Some(self.enqueue(request).await?);
                     request.waiting.raise();
                     // Look again at once: the lock may have freed meanwhile.
                     continue;
                 }
                 Ok((Attempt::Busy { remaining }, _)) => {
+                    waited = true;
                     if let Some(ticket) = &mut ticket {
                         self.refresh(ticket).await;
                         // The front of the line polls as often as the line
@@ -151,7 +191,14 @@ impl Backend for TableStore {
                         // grants/s). Only the front: a long line whose
                         // every waiter sped up at each hand-off would be a
                         // polling herd.
-                        if let Ok(ahead) = self.ahead(request, ticket.id).await {
+                        // PostgreSQL's NOTIFY names the head of the line,
+                        // so its waiters need no count to keep pace (the
+                        // poll is only the safety net there). MySQL's bells
+                        // wake every waiter, and the count keeps one that
+                        // is behind others from looking (`wait_for_turn`).
+                        if !self.inner.config.listens()
+                            && let Ok(ahead) = self.ahead(request, ticket.id).await
+                        {
                             if ahead < FAST_LINE && last_ahead.is_some_and(|last| ahead < last) {
                                 backoff.reset();
                             }
@@ -172,13 +219,16 @@ impl Backend for TableStore {
                 }
                 Err(err) => return Err(err),
             };
-            tokio::select! {
-                _ = &mut woken => backoff.reset(),
-                rang = self.wait_for_release(&request.name, delay, patience) => {
-                    if rang {
-                        backoff.reset();
-                    }
-                }
+            let (woken_here, rang) = tokio::select! {
+                _ = &mut woken => (true, false),
+                rang = self.wait_for_release(&request.name, delay, patience) => (false, rang),
+            };
+            if woken_here || rang {
+                backoff.reset();
+            }
+            if let (true, Some(ticket)) = (rang, &mut ticket) {
+                self.wait_for_turn(request, ticket, &mut last_ahead, &mut backoff, patience)
+                    .await;
             }
         }
     }

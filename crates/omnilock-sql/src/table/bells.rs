@@ -32,9 +32,10 @@ use tokio::sync::{Semaphore, mpsc};
 
 use crate::key::Key;
 
-/// How long a hold lasts before its bell is taken. Shorter holds (an
-/// uncontended loop) ring nothing; a waiter that comes meanwhile polls
-/// until the bell is taken.
+/// How long a hold taken at the first attempt lasts before its bell is
+/// taken. Shorter holds (an uncontended loop) ring nothing; a waiter that
+/// comes meanwhile polls until the bell is taken. A hold the store had to
+/// wait for takes its bell at once: others likely wait too.
 const TAKE_AFTER: Duration = Duration::from_millis(5);
 
 /// How long the ringer waits for a bell that another session holds: the
@@ -67,7 +68,11 @@ pub(crate) struct Bells {
 }
 
 enum Order {
-    Take(String),
+    /// Take the bell; `now`: without waiting [`TAKE_AFTER`] first.
+    Take {
+        bell: String,
+        now: bool,
+    },
     Free(String),
 }
 
@@ -92,8 +97,13 @@ impl Bells {
     }
 
     /// The row of `name` was just taken by this store: take its bell.
-    pub(crate) fn take(&self, name: &str) {
-        let _ = self.orders.send(Order::Take(self.bell(name)));
+    /// `contended`: the store waited for it, so others likely wait too,
+    /// and the bell is taken at once rather than after [`TAKE_AFTER`].
+    pub(crate) fn take(&self, name: &str, contended: bool) {
+        let _ = self.orders.send(Order::Take {
+            bell: self.bell(name),
+            now: contended,
+        });
     }
 
     /// The row of `name` was just freed (or found not ours): let its bell
@@ -161,10 +171,11 @@ impl Drop for Bells {
     }
 }
 
-/// The ringer: carries out the orders on one connection of its own. A
-/// take waits [`TAKE_AFTER`] first, and a free that comes meanwhile cancels
-/// it, so that short holds (an uncontended loop) ring nothing; a free of a
-/// bell the connection holds runs at once. A failed connection frees every
+/// The ringer: carries out the orders on one connection of its own. An
+/// uncontended take waits [`TAKE_AFTER`] first, and a free that comes
+/// meanwhile cancels it, so that short holds nobody waits for (an
+/// uncontended loop) ring nothing; a contended take, and a free of a bell
+/// the connection holds, run at once. A failed connection frees every
 /// bell it held; the next order connects again.
 async fn ring(options: MySqlConnectOptions, mut received: mpsc::UnboundedReceiver<Order>) {
     let mut conn: Option<MySqlConnection> = None;
@@ -181,8 +192,12 @@ async fn ring(options: MySqlConnectOptions, mut received: mpsc::UnboundedReceive
             () = sleep_until(due) => None,
         };
         let statements: Vec<Order> = match order {
-            Some(Order::Take(bell)) => {
-                takes.push(Instant::now(), bell);
+            Some(Order::Take { bell, now }) => {
+                let at = Instant::now();
+                takes.push(
+                    at.checked_sub(TAKE_AFTER).filter(|_| now).unwrap_or(at),
+                    bell,
+                );
                 continue;
             }
             Some(Order::Free(bell)) => {
@@ -203,7 +218,7 @@ async fn ring(options: MySqlConnectOptions, mut received: mpsc::UnboundedReceive
             None => takes
                 .due(Instant::now())
                 .into_iter()
-                .map(Order::Take)
+                .map(|bell| Order::Take { bell, now: true })
                 .collect(),
         };
         for order in statements {
@@ -218,16 +233,18 @@ async fn ring(options: MySqlConnectOptions, mut received: mpsc::UnboundedReceive
             }
             let Some(c) = conn.as_mut() else { continue };
             let result = match &order {
-                Order::Take(bell) => sqlx::query_scalar::<_, Option<i64>>("SELECT GET_LOCK(?, ?)")
-                    .bind(bell)
-                    .bind(TAKE_WAIT.as_secs_f64())
-                    .fetch_one(&mut *c)
-                    .await
-                    .map(|got| {
-                        if got == Some(1) {
-                            *held.entry(bell.clone()).or_default() += 1;
-                        }
-                    }),
+                Order::Take { bell, .. } => {
+                    sqlx::query_scalar::<_, Option<i64>>("SELECT GET_LOCK(?, ?)")
+                        .bind(bell)
+                        .bind(TAKE_WAIT.as_secs_f64())
+                        .fetch_one(&mut *c)
+                        .await
+                        .map(|got| {
+                            if got == Some(1) {
+                                *held.entry(bell.clone()).or_default() += 1;
+                            }
+                        })
+                }
                 Order::Free(bell) => sqlx::query("DO RELEASE_LOCK(?)")
                     .bind(bell)
                     .execute(&mut *c)

@@ -69,6 +69,13 @@ impl Inner {
         self.local_waiters.wake_all(name);
     }
 
+    /// Fair mode: wakes this client's waiter holding ticket `id` of
+    /// `name`, the head of the line, if it is this client's.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn wake_ticket(&self, name: &LockName, id: i64) {
+        self.line.wake_ticket(name, id);
+    }
+
     pub(crate) fn wake_local(&self, name: &LockName) {
         if self.config.fair {
             // Only the head of the line may take it: of this client's
@@ -194,14 +201,24 @@ impl TableStore {
         self.inner.wake_local(name);
     }
 
-    /// This store just took `name`'s row (a mutex): on MySQL/MariaDB, its
-    /// bell is taken for waiters elsewhere (see `bells.rs`).
-    pub(crate) fn took(&self, name: &LockName) {
+    /// Whether waiters wait on bells (MySQL/MariaDB with `notify`).
+    pub(crate) fn has_bells(&self) -> bool {
+        #[cfg(feature = "mysql")]
+        if self.inner.bells.is_some() {
+            return true;
+        }
+        false
+    }
+
+    /// This store just took `name`'s row (a mutex), after waiting for it
+    /// if `contended`: on MySQL/MariaDB, its bell is taken for waiters
+    /// elsewhere (see `bells.rs`).
+    pub(crate) fn took(&self, name: &LockName, contended: bool) {
         #[cfg(feature = "mysql")]
         if let Some(bells) = &self.inner.bells {
-            bells.take(name.as_str());
+            bells.take(name.as_str(), contended);
         }
-        let _ = name;
+        let _ = (name, contended);
     }
 
     /// This store just freed `name`'s row, or found it was no longer ours:

@@ -68,9 +68,9 @@ pub(crate) fn subject(store: &str) -> Option<Subject> {
     subject_with(store, "")
 }
 
-/// The same store in fair mode, on its own table.
-pub(crate) fn fair_subject(store: &str) -> Option<Subject> {
-    subject_with(store, "fair=true&table=omnilock_fair")
+/// The same store without fairness (`fair=false`), on its own table.
+pub(crate) fn unfair_subject(store: &str) -> Option<Subject> {
+    subject_with(store, "fair=false&table=omnilock_unfair")
 }
 
 /// The store in advisory mode (`GET_LOCK`, `pg_advisory_lock`), on its own
