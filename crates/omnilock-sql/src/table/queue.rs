@@ -341,7 +341,7 @@ impl TableStore {
                 // Dead tickets stop counting when their lease ends; the
                 // sweep only keeps the table small, so one enqueue in 16
                 // runs it.
-                if rand::random::<u8>() % 16 == 0 {
+                if rand::random::<u8>().is_multiple_of(16) {
                     let _ = store.execute(&tickets.sweep, &args).await;
                 }
                 let err = |e| store.err(e);
