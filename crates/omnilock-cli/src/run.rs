@@ -141,12 +141,20 @@ pub(crate) async fn run(store: &str, args: RunArgs) -> u8 {
             Some(wait) => request.timeout(wait),
             None => request,
         };
-        // Dropping the acquire on a signal leaves nothing behind in the store.
+        // Dropping the acquire on a signal leaves nothing behind in the
+        // store: `close` waits for what the dropped acquire gives back (a
+        // fair waiter's place in line) before the runtime goes away.
         tokio::select! {
             guard = request.acquire() => guard.map(Some),
-            signal = signals.next() => return exit::die_of(signal),
+            signal = signals.next() => {
+                locks.close().await;
+                return exit::die_of(signal);
+            }
         }
     };
+    if !matches!(acquired, Ok(Some(_))) {
+        locks.close().await;
+    }
     let guard = match acquired {
         Ok(Some(guard)) => guard,
         Ok(None) => {

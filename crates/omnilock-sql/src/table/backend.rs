@@ -311,6 +311,10 @@ impl Backend for TableStore {
     }
 
     async fn close(&self) {
+        // A fair waiter that gave up leaves its ticket in the background;
+        // left behind, it would stop every try-acquire of the lock until
+        // its lease ran out (a process that exits right after a timeout).
+        self.settle_tickets().await;
         self.stop_background();
         self.inner.pool.close().await;
     }
