@@ -1,7 +1,7 @@
 //! etcd: omnilock's acquire + release (recipe and Lock-RPC modes) against the
-//! raw floor the recipe needs (one `Txn` put-if-absent on a lease + one
-//! revision-fenced `Txn` delete), and etcd's own Lock + Unlock RPC used
-//! directly — all in interleaved batches of the same run, one client,
+//! raw floor (a plain put + delete), the least a safe lock needs (one `Txn`
+//! put-if-absent on a lease + one revision-fenced `Txn` delete), and etcd's
+//! own Lock + Unlock RPC used directly — all in interleaved batches of the same run, one client,
 //! sequential, uncontended. Then 8 clients, each on its own connection
 //! and lease, contend for one lock: etcd's Lock RPC (the peer) against
 //! omnilock's recipe, grants per second and fairness.
@@ -55,8 +55,16 @@ async fn main() {
         .await
         .expect("lockapi");
 
-    let mut samples: [Vec<Duration>; 4] = Default::default();
+    let mut samples: [Vec<Duration>; 5] = Default::default();
     for (_, warmup, per_batch) in batches(iterations) {
+        for _ in 0..per_batch {
+            let started = Instant::now();
+            raw.put("bench/floor/raw", "1", None).await.expect("put");
+            raw.delete("bench/floor/raw", None).await.expect("delete");
+            if !warmup {
+                samples[4].push(started.elapsed());
+            }
+        }
         for _ in 0..per_batch {
             let started = Instant::now();
             let key = "bench/floor/o:me";
@@ -108,11 +116,12 @@ async fn main() {
         ("etcd Lock + Unlock RPC (peer)", contend_rpc(&hosts).await),
         ("omnilock etcd://", contend_omnilock(&url).await),
     ];
-    let floor = p50(&samples[0]).as_secs_f64();
-    println!("| measured (etcd, 3 members) | p50 | p99 | p50 / floor |");
+    let floor = p50(&samples[4]).as_secs_f64();
+    println!("| measured (etcd, 3 members) | p50 | p99 | p50 / raw floor |");
     println!("|---|---|---|---|");
     for (label, s) in [
-        ("floor: Txn put-if-absent + Txn fenced delete", &samples[0]),
+        ("raw floor: put + delete", &samples[4]),
+        ("safe floor: Txn put-if-absent on a lease + Txn fenced delete", &samples[0]),
         ("etcd Lock + Unlock RPC, raw (peer)", &samples[1]),
         ("omnilock etcd:// acquire + release", &samples[2]),
         (

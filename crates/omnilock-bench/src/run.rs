@@ -18,7 +18,7 @@ use crate::exit::{self, fail};
 use crate::report::{charts, json, print_table};
 use crate::workloads::{
     MANY_CLIENTS, SHARED_CLIENTS, contended, contended_apart, floor, handoff, herd, many_held,
-    many_locks, rw, semaphore, uncontended,
+    many_locks, new_names, rw, semaphore, uncontended,
 };
 
 /// The workloads, in the order they run by default. `--workload` is parsed
@@ -29,8 +29,12 @@ use crate::workloads::{
 pub enum Workload {
     /// The store's own cheapest lock-like round trip, without omnilock.
     Floor,
-    /// Acquire and release of a lock nobody else wants.
+    /// Acquire and release of a lock nobody else wants, the same name again
+    /// and again.
     Uncontended,
+    /// The same with a new name every time (a store whose first use of a
+    /// name costs more shows it here).
+    NewNames,
     /// Several clients taking turns on one lock.
     Contended,
     /// The same, each client with its own connection (as separate processes).
@@ -137,6 +141,7 @@ pub(crate) async fn bench(stores: &[String], args: BenchArgs) -> u8 {
                     Workload::Floor if interleaved && probe.is_some() => 0,
                     Workload::Floor
                     | Workload::Uncontended
+                    | Workload::NewNames
                     | Workload::ManyLocks
                     | Workload::Handoff
                     | Workload::Semaphore
@@ -161,7 +166,7 @@ pub(crate) async fn bench(stores: &[String], args: BenchArgs) -> u8 {
                 Workload::ManyHeld => args.held.iter().map(|n| *n as usize).collect(),
                 Workload::ManyLocks => vec![MANY_CLIENTS],
                 Workload::Semaphore | Workload::Rw => vec![SHARED_CLIENTS],
-                Workload::Floor | Workload::Uncontended => vec![1],
+                Workload::Floor | Workload::Uncontended | Workload::NewNames => vec![1],
             };
             // The floor is then measured interleaved with the uncontended
             // run, so that drift on a shared machine hits both alike.
@@ -183,6 +188,7 @@ pub(crate) async fn bench(stores: &[String], args: BenchArgs) -> u8 {
                         let floor = probe.filter(|_| interleaved);
                         uncontended(locks, &name, args.duration, floor).await
                     }
+                    Workload::NewNames => one(new_names(locks, &name, args.duration).await),
                     Workload::Contended => {
                         one(contended(locks, &name, clients, args.duration).await)
                     }

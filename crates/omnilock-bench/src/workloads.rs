@@ -226,6 +226,24 @@ pub(crate) async fn uncontended(
     Ok(rows)
 }
 
+/// One client, acquire + release of a new name each time.
+pub(crate) async fn new_names(
+    locks: &Locks,
+    name: &str,
+    duration: Duration,
+) -> omnilock::Result<Row> {
+    let started = Instant::now();
+    let mut samples = Vec::new();
+    while started.elapsed() < duration {
+        let fresh = format!("{name}/{}", samples.len());
+        let at = Instant::now();
+        let guard = locks.acquire(&fresh).await?;
+        guard.release().await?;
+        samples.push(at.elapsed());
+    }
+    Ok(row(Workload::NewNames, 1, samples, started.elapsed(), None))
+}
+
 /// `clients` tasks (sharing the handle's connection, each acquisition its own
 /// owner) take one lock in turn with an empty critical section; latency is
 /// the wait for each grant.

@@ -1,19 +1,21 @@
 //! SQL databases: MySQL/MariaDB's `Questions` counter (PostgreSQL's
 //! statistics arrive late and SQLite has none) and the floor every SQL lock
 //! needs: an INSERT of a keyed row and a DELETE of it, each its own
-//! autocommit statement, on a table of the probe's own.
+//! autocommit statement, on a table of the probe's own, over a connection
+//! without TLS (the raw cost; omnilock pays TLS when its URL asks for it,
+//! and `sslmode=prefer`, the default, does).
 
 use std::time::Duration;
 
 use omnilock_core::{Error, Result, StoreUrl};
-use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions, MySqlSslMode};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgSslMode};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 use sqlx::{Executor, Row};
 
 use super::random_suffix;
 
-pub(super) const FLOOR_OPS: &str = "INSERT keyed row + DELETE it (autocommit)";
+pub(super) const FLOOR_OPS: &str = "INSERT keyed row + DELETE it (autocommit, no TLS)";
 
 /// The probe's own table, beside omnilock's.
 const TABLE: &str = "omnilock_probe_floor";
@@ -51,7 +53,8 @@ impl SqlProbe {
                     .port(port.unwrap_or(3306))
                     .username(user)
                     .password(password)
-                    .database(url.path());
+                    .database(url.path())
+                    .ssl_mode(MySqlSslMode::Disabled);
                 let pool = MySqlPoolOptions::new()
                     .max_connections(4)
                     .acquire_timeout(Duration::from_secs(5))
@@ -65,7 +68,8 @@ impl SqlProbe {
                     .host(&host)
                     .port(port.unwrap_or(5432))
                     .username(user)
-                    .database(url.path());
+                    .database(url.path())
+                    .ssl_mode(PgSslMode::Disable);
                 if !password.is_empty() {
                     options = options.password(password);
                 }

@@ -151,12 +151,9 @@ pub(crate) struct Queries {
     /// Fair mode's waiting line, when `?fair=true`.
     pub tickets: Option<Tickets>,
     /// Drops one hold, owner- and token-checked. One row affected on
-    /// success (or, when `release_selects_count`, one row whose first
-    /// column is that count).
+    /// success. PostgreSQL's also sends `NOTIFY` when the lock became free
+    /// and someone waits, in the same statement.
     pub release: Statement,
-    /// PostgreSQL's release is a `SELECT` over the `UPDATE` that also sends
-    /// `NOTIFY` when the lock became free, in the same round trip.
-    pub release_selects_count: bool,
     /// Extends a live lease, owner- and token-checked. One row affected on
     /// success; never revives a lock.
     pub renew: Statement,

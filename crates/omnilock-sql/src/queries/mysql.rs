@@ -140,7 +140,6 @@ pub(super) fn queries(table_name: &str, fair: bool) -> Queries {
             ),
             &[Name, Owner, Token],
         ),
-        release_selects_count: false,
         renew: Statement::new(
             format!(
                 "UPDATE {table} SET

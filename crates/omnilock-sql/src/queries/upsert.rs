@@ -114,13 +114,14 @@ pub(super) fn queries(dialect: Dialect, table_name: &str, notify: bool, fair: bo
         } else {
             "$1".to_string()
         };
-        // The channel is the table's name: a checked plain identifier.
+        // The channel is the table's name: a checked plain identifier. The
+        // NOTIFY rides in the RETURNING list (the statement's row count is
+        // what the caller reads): a CTE counting the rows cost a sixth more
+        // server time per uncontended acquire + release (pgbench).
         format!(
-            "WITH released AS ({release} RETURNING owner, waiting_until)
-             SELECT COUNT(*),
-                    COUNT(pg_notify('{table_name}', {payload}))
-                        FILTER (WHERE owner IS NULL AND waiting_until > {now})
-             FROM released"
+            "{release}
+             RETURNING CASE WHEN owner IS NULL AND waiting_until > {now}
+                 THEN pg_notify('{table_name}', {payload}) END"
         )
     } else {
         release
@@ -172,7 +173,6 @@ pub(super) fn queries(dialect: Dialect, table_name: &str, notify: bool, fair: bo
             ),
         }),
         release: Statement::new(release, &[Name, Owner, Token]),
-        release_selects_count: notifies,
         renew: Statement::new(
             format!(
                 "UPDATE {table} SET

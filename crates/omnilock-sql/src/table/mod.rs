@@ -15,7 +15,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use omnilock_core::{Error, LocalWaiters, LockName, Owner, Result, lock_unpoisoned};
-use sqlx::Row;
 use tokio::sync::Notify;
 
 use crate::config::SqlConfig;
@@ -169,16 +168,7 @@ impl TableStore {
             token: token as i64,
             ..Args::default()
         };
-        let released = if queries.release_selects_count {
-            let err = |e| self.err(e);
-            with_pool!(&self.inner.pool, p => {
-                let row = query(&queries.release, &args).fetch_one(p).await.map_err(err)?;
-                row.try_get::<i64, _>(0).map_err(err)? as u64
-            })
-        } else {
-            self.execute(&queries.release, &args).await?
-        };
-        if released == 0 {
+        if self.execute(&queries.release, &args).await? == 0 {
             return Ok(false);
         }
         self.wake_local(name);
