@@ -50,13 +50,74 @@ async fn main() {
             }
         }
     });
+    let mut tuned = etcd_client::Client::connect(
+        &hosts,
+        Some(
+            etcd_client::ConnectOptions::new()
+                .with_connect_timeout(Duration::from_secs(5))
+                .with_keep_alive(Duration::from_secs(5), Duration::from_secs(3))
+                .with_keep_alive_while_idle(true),
+        ),
+    )
+    .await
+    .expect("tuned client");
     let recipe = omnilock::connect(&url).await.expect("recipe");
     let lockapi = omnilock::connect(&format!("{url}?mode=lockapi"))
         .await
         .expect("lockapi");
 
-    let mut samples: [Vec<Duration>; 5] = Default::default();
+    let mut samples: [Vec<Duration>; 6] = Default::default();
+    let mut halves: (Vec<Duration>, Vec<Duration>) = Default::default();
+    let mut raw_halves: (Vec<Duration>, Vec<Duration>) = Default::default();
     for (_, warmup, per_batch) in batches(iterations) {
+        // omnilock's recipe, its two transactions sent by the raw client.
+        for _ in 0..per_batch {
+            let raw = &mut tuned;
+            let started = Instant::now();
+            let (prefix, key) = ("bench/recipe/", "bench/recipe/o:me");
+            let put = Txn::new()
+                .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+                .and_then([
+                    TxnOp::put(key, "1", Some(PutOptions::new().with_lease(lease))),
+                    TxnOp::get(
+                        prefix,
+                        Some(
+                            etcd_client::GetOptions::new()
+                                .with_prefix()
+                                .with_sort(
+                                    etcd_client::SortTarget::Create,
+                                    etcd_client::SortOrder::Descend,
+                                )
+                                .with_limit(2)
+                                .with_keys_only(),
+                        ),
+                    ),
+                ])
+                .or_else([TxnOp::get(key, None)]);
+            let resp = tokio::time::timeout(Duration::from_secs(5), raw.clone().txn(put))
+                .await
+                .unwrap()
+                .expect("put");
+            let put_took = started.elapsed();
+            let rev = resp.header().unwrap().revision();
+            let delete = Txn::new()
+                .when([
+                    Compare::create_revision(key, CompareOp::Equal, rev),
+                    Compare::value(key, CompareOp::Equal, "1"),
+                ])
+                .and_then([TxnOp::delete(key, None)])
+                .or_else([TxnOp::get(key, None)]);
+            let deleted = tokio::time::timeout(Duration::from_secs(5), raw.clone().txn(delete))
+                .await
+                .unwrap()
+                .expect("delete");
+            assert!(deleted.succeeded());
+            if !warmup {
+                samples[5].push(started.elapsed());
+                raw_halves.0.push(put_took);
+                raw_halves.1.push(started.elapsed() - put_took);
+            }
+        }
         for _ in 0..per_batch {
             let started = Instant::now();
             raw.put("bench/floor/raw", "1", None).await.expect("put");
@@ -101,9 +162,14 @@ async fn main() {
             for _ in 0..per_batch {
                 let started = Instant::now();
                 let guard = locks.acquire("bench/uncontended").await.expect("acquire");
+                let acquired = started.elapsed();
                 guard.release().await.expect("release");
                 if !warmup {
                     samples[i].push(started.elapsed());
+                    if i == 2 {
+                        halves.0.push(acquired);
+                        halves.1.push(started.elapsed() - acquired);
+                    }
                 }
             }
         }
@@ -111,6 +177,21 @@ async fn main() {
     for s in samples.iter_mut() {
         s.sort();
     }
+    for s in [
+        &mut halves.0,
+        &mut halves.1,
+        &mut raw_halves.0,
+        &mut raw_halves.1,
+    ] {
+        s.sort();
+    }
+    println!(
+        "acquire p50 {} (raw Txn {}), release p50 {} (raw Txn {})",
+        ms(percentile(&halves.0, 0.5)),
+        ms(percentile(&raw_halves.0, 0.5)),
+        ms(percentile(&halves.1, 0.5)),
+        ms(percentile(&raw_halves.1, 0.5)),
+    );
     let p50 = |s: &[Duration]| percentile(s, 0.5);
     let contended_rows = [
         ("etcd Lock + Unlock RPC (peer)", contend_rpc(&hosts).await),
@@ -121,8 +202,15 @@ async fn main() {
     println!("|---|---|---|---|");
     for (label, s) in [
         ("raw floor: put + delete", &samples[4]),
-        ("safe floor: Txn put-if-absent on a lease + Txn fenced delete", &samples[0]),
+        (
+            "safe floor: Txn put-if-absent on a lease + Txn fenced delete",
+            &samples[0],
+        ),
         ("etcd Lock + Unlock RPC, raw (peer)", &samples[1]),
+        (
+            "omnilock's two recipe Txns, raw client with omnilock's options",
+            &samples[5],
+        ),
         ("omnilock etcd:// acquire + release", &samples[2]),
         (
             "omnilock etcd://?mode=lockapi acquire + release",

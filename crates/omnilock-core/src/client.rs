@@ -82,14 +82,28 @@ impl Locks {
     /// signal and release on drop start here. No await may come between
     /// the grant and this call (a cancellation there is the backend's to
     /// undo).
-    pub(crate) fn guard_for(&self, request: AcquireRequest, grant: ErasedGrant) -> LockGuard {
+    /// The guard of a fresh grant; `lent`: its owner was lent by
+    /// [`Shared::lend_owner`](crate::shared::Shared::lend_owner), and goes
+    /// back after a successful release.
+    pub(crate) fn guard_for(
+        &self,
+        request: AcquireRequest,
+        grant: ErasedGrant,
+        lent: bool,
+    ) -> LockGuard {
         let labels = metrics::Labels::new(
             self.backend_kind(),
             request.name.as_str(),
             self.defaults.metrics_names,
         );
         let metrics = metrics::HoldMetrics::start(&labels, &request.lost);
-        LockGuard::new(Hold::start(self.shared.clone(), request, grant, metrics))
+        LockGuard::new(Hold::start(
+            self.shared.clone(),
+            request,
+            grant,
+            metrics,
+            lent,
+        ))
     }
 
     /// A handle whose acquisitions use `ttl` unless they set their own.

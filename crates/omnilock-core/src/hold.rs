@@ -31,6 +31,9 @@ pub(crate) struct Hold {
     /// renewal task when none runs, go there.
     pub(crate) runtime: Handle,
     pub(crate) metrics: HoldMetrics,
+    /// The owner was lent for this acquisition (none was named): it goes
+    /// back to the handle's spare owners once the release succeeds.
+    lent_owner: bool,
 }
 
 struct HoldState {
@@ -48,6 +51,7 @@ impl Hold {
         request: AcquireRequest,
         grant: ErasedGrant,
         metrics: HoldMetrics,
+        lent_owner: bool,
     ) -> Arc<Self> {
         let runtime = Handle::current();
         let renewal = Renewal::new(request.ttl / 3);
@@ -66,6 +70,7 @@ impl Hold {
             renewal: Mutex::new(renewal),
             runtime,
             metrics,
+            lent_owner,
         });
         hold.shared.renewals.start(&hold);
         hold
@@ -136,6 +141,9 @@ impl Hold {
         })
         .await;
         self.shared.forget(self);
+        if result.is_ok() && self.lent_owner {
+            self.shared.give_back_owner(self.spec.owner.clone());
+        }
         match &result {
             Ok(()) => {
                 tracing::debug!(lock = %self.spec.name, token = self.grant.token, "omnilock released")

@@ -205,7 +205,7 @@ impl MultiLockRequest<'_> {
             requests
                 .into_iter()
                 .zip(grants)
-                .map(|(request, grant)| self.locks.guard_for(request, grant))
+                .map(|(request, grant)| self.locks.guard_for(request, grant, false))
                 .collect(),
         ))
     }

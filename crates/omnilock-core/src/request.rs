@@ -53,7 +53,7 @@ impl<'a> ReadWriteLock<'a> {
 /// [`try_acquire`](Self::try_acquire).
 ///
 /// It takes every [`AcquireOptions`] option; those left unset are the
-/// handle's: its TTL, its owner (else a fresh random one) and its
+/// handle's: its TTL, its owner (else a random one of its own) and its
 /// reentrancy, with no timeout.
 #[must_use = "a lock request does nothing until acquired"]
 pub struct LockRequest<'a> {
@@ -204,9 +204,19 @@ impl LockRequest<'_> {
             (Some(owner), Primitive::Mutex | Primitive::Read | Primitive::Write) => owner.clone(),
             // A semaphore permit is never re-entered.
             (Some(owner), Primitive::Semaphore { .. }) => {
-                return self.in_store(name, owner.clone(), wait).await;
+                return self.in_store(name, owner.clone(), wait, false).await;
             }
-            (None, _) => return self.in_store(name, Owner::random(), wait).await,
+            (None, _) => {
+                let owner = self.locks.shared.lend_owner();
+                let guard = self.in_store(name, owner.clone(), wait, true).await;
+                // A try that found the lock busy left nothing behind; after
+                // an error the store's state is unknown, and the owner is
+                // not lent again.
+                if let Ok(None) = guard {
+                    self.locks.shared.give_back_owner(owner);
+                }
+                return guard;
+            }
         };
         let shared = &self.locks.shared;
         match self.primitive {
@@ -250,7 +260,7 @@ impl LockRequest<'_> {
         {
             return Ok(Some(LockGuard::new(hold)));
         }
-        let guard = self.in_store(name, owner, wait).await?;
+        let guard = self.in_store(name, owner, wait, false).await?;
         if let Some(guard) = &guard {
             *current = Arc::downgrade(guard.hold());
             shared.remember_rw(guard.hold());
@@ -263,6 +273,7 @@ impl LockRequest<'_> {
         name: LockName,
         owner: Owner,
         wait: bool,
+        lent: bool,
     ) -> Result<Option<LockGuard>> {
         let shared = &self.locks.shared;
         let request = AcquireRequest {
@@ -283,6 +294,6 @@ impl LockRequest<'_> {
         };
         // No await between the grant and `Hold::start`: a cancellation here
         // is handled by the backend's own drop path.
-        Ok(grant.map(|grant| self.locks.guard_for(request, grant)))
+        Ok(grant.map(|grant| self.locks.guard_for(request, grant, lent)))
     }
 }

@@ -29,7 +29,17 @@ pub(crate) struct Shared {
     rw_holds: Mutex<HashMap<SlotKey, Weak<Hold>>>,
     /// The renewal schedule of every hold.
     pub(crate) renewals: Arc<Renewals>,
+    /// Owners of acquisitions that named none, free to lend again: each
+    /// came back after a successful release, so no store holds anything of
+    /// theirs. A store that keys its entries by owner (etcd) then writes
+    /// the same few keys again and again, instead of a new key, and a new
+    /// tombstone, per acquisition.
+    spare_owners: Mutex<Vec<Owner>>,
 }
+
+/// The most spare owners a handle keeps: about the number of acquisitions
+/// without an owner it has in flight at once.
+const SPARE_OWNERS: usize = 64;
 
 impl Shared {
     pub(crate) fn new(backend: Arc<dyn DynBackend>) -> Self {
@@ -38,6 +48,24 @@ impl Shared {
             holds: Mutex::new(HashMap::new()),
             rw_holds: Mutex::new(HashMap::new()),
             renewals: Arc::default(),
+            spare_owners: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// An owner for an acquisition that named none: a spare one, or a new
+    /// random one.
+    pub(crate) fn lend_owner(&self) -> Owner {
+        lock_unpoisoned(&self.spare_owners)
+            .pop()
+            .unwrap_or_else(Owner::random)
+    }
+
+    /// `owner`, lent by [`Shared::lend_owner`], has nothing left in the
+    /// store (its hold was released, or its try found the lock busy).
+    pub(crate) fn give_back_owner(&self, owner: Owner) {
+        let mut spare = lock_unpoisoned(&self.spare_owners);
+        if spare.len() < SPARE_OWNERS {
+            spare.push(owner);
         }
     }
 

@@ -464,6 +464,51 @@ async fn mysql_release_wakes_a_waiter_through_the_bell() {
     .await;
 }
 
+/// A hold that is lost (here: broken by another client) lets its bell go
+/// as soon as its store learns of the loss, while its guard still lives:
+/// else every waiter would wait `max_poll` per look until the guard drops.
+#[tokio::test(flavor = "multi_thread")]
+async fn mysql_lost_hold_lets_its_bell_go() {
+    let Some(url) = store_url("MYSQL") else {
+        return;
+    };
+    let table = "bells_lost";
+    let url = with_option(&url, &format!("table={table}"));
+    let (holder, breaker) = (
+        connect(&url).await.expect("connect"),
+        connect(&url).await.expect("connect"),
+    );
+    let admin = raw(&store_url("MYSQL").expect("url")).await;
+    let name = format!("bell-lost-{}", std::process::id());
+    let bell = bell_name(table, &name);
+    let bell_holder = || async {
+        sqlx::query_scalar::<_, Option<i64>>("SELECT IS_USED_LOCK(?)")
+            .bind(bell.clone())
+            .fetch_one(&admin)
+            .await
+            .expect("IS_USED_LOCK")
+    };
+    let guard = holder
+        .lock(&name)
+        .ttl(Duration::from_secs(3))
+        .acquire()
+        .await
+        .expect("acquire");
+    until("the holder's store takes the bell", || async {
+        bell_holder().await.is_some()
+    })
+    .await;
+    assert!(breaker.break_lock(&name).await.expect("break"));
+    tokio::time::timeout(Duration::from_secs(10), guard.lost())
+        .await
+        .expect("the holder learns of the loss at its next renewal");
+    until("the lost hold's bell is let go", || async {
+        bell_holder().await.is_none()
+    })
+    .await;
+    drop(guard);
+}
+
 /// Table mode's bell name for `name` on `table` (FNV-1a over the table, a
 /// zero byte and the name, as the store computes it).
 fn bell_name(table: &str, name: &str) -> String {

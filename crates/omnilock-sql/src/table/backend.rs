@@ -93,8 +93,8 @@ impl Backend for TableStore {
         }
         match self.attempt_detached(request, false, None).await? {
             (Attempt::Taken { token }, started) => {
-                self.took(&request.name, false);
-                Ok(Some(row_grant(token, started + request.ttl)))
+                let bell = self.took(&request.name, false);
+                Ok(Some(row_grant(token, started + request.ttl, bell)))
             }
             (Attempt::Busy { .. }, _) => Ok(None),
         }
@@ -129,8 +129,8 @@ impl Backend for TableStore {
                 .iter()
                 .zip(tokens)
                 .map(|(request, token)| {
-                    self.took(&request.name, false);
-                    row_grant(token, started + request.ttl)
+                    let bell = self.took(&request.name, false);
+                    row_grant(token, started + request.ttl, bell)
                 })
                 .collect()
         }))
@@ -168,8 +168,8 @@ impl Backend for TableStore {
                     if let Some(ticket) = ticket {
                         ticket.granted();
                     }
-                    self.took(&request.name, waited);
-                    return Ok(row_grant(token, started + request.ttl));
+                    let bell = self.took(&request.name, waited);
+                    return Ok(row_grant(token, started + request.ttl, bell));
                 }
                 Ok((Attempt::Busy { .. }, _)) if self.inner.config.fair && ticket.is_none() => {
                     waited = true;
@@ -243,7 +243,7 @@ impl Backend for TableStore {
         // Ours or not any more, the row is done with: so is its bell. (A
         // release that keeps failing leaves the bell taken until the store
         // closes; waiters on the name then look once per `max_poll`.)
-        self.freed(&spec.name);
+        self.freed(spec, grant);
         if released {
             Ok(())
         } else {
@@ -264,6 +264,7 @@ impl Backend for TableStore {
             ..Args::default()
         };
         if self.execute(&self.inner.queries.renew, &args).await? == 0 {
+            self.freed(spec, grant);
             return Err(Error::new(
                 ErrorKind::LockLost,
                 "the lock is no longer held by this owner",

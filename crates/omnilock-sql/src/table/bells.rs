@@ -290,21 +290,22 @@ impl Takes {
         }
     }
 
+    /// When the next take is due (a contended one, queued behind
+    /// uncontended ones, is due at once).
     fn next_due(&self) -> Option<Instant> {
-        self.0.front().map(|(at, _)| *at + TAKE_AFTER)
+        self.0.iter().map(|(at, _)| *at + TAKE_AFTER).min()
     }
 
-    /// The takes due at `now`, removed.
+    /// The takes due at `now`, removed, in the order they came.
     fn due(&mut self, now: Instant) -> Vec<String> {
         let mut due = Vec::new();
-        while let Some((at, _)) = self.0.front() {
-            if *at + TAKE_AFTER > now {
-                break;
+        self.0.retain(|(at, bell)| {
+            let ready = *at + TAKE_AFTER <= now;
+            if ready {
+                due.push(bell.clone());
             }
-            if let Some((_, bell)) = self.0.pop_front() {
-                due.push(bell);
-            }
-        }
+            !ready
+        });
         due
     }
 }
@@ -329,5 +330,11 @@ mod tests {
             !takes.cancel("b"),
             "b is taken now: its free is a statement"
         );
+        // A contended take (due at once) does not wait behind a younger one.
+        let t1 = t0 + TAKE_AFTER;
+        takes.push(t1, "c".into());
+        takes.push(t0, "d".into());
+        assert_eq!(takes.next_due(), Some(t1));
+        assert_eq!(takes.due(t1), ["d"]);
     }
 }

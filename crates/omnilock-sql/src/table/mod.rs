@@ -14,7 +14,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use omnilock_core::{Error, LocalWaiters, LockName, Owner, Result, lock_unpoisoned};
+use omnilock_core::{Error, LocalWaiters, LockName, LockSpec, Owner, Result, lock_unpoisoned};
 use tokio::sync::Notify;
 
 use crate::config::SqlConfig;
@@ -202,23 +202,29 @@ impl TableStore {
 
     /// This store just took `name`'s row (a mutex), after waiting for it
     /// if `contended`: on MySQL/MariaDB, its bell is taken for waiters
-    /// elsewhere (see `bells.rs`).
-    pub(crate) fn took(&self, name: &LockName, contended: bool) {
+    /// elsewhere (see `bells.rs`). True when a bell was asked for, to be
+    /// let go once with the hold.
+    pub(crate) fn took(&self, name: &LockName, contended: bool) -> bool {
         #[cfg(feature = "mysql")]
         if let Some(bells) = &self.inner.bells {
             bells.take(name.as_str(), contended);
+            return true;
         }
         let _ = (name, contended);
+        false
     }
 
-    /// This store just freed `name`'s row, or found it was no longer ours:
-    /// its bell, if taken, is let go.
-    pub(crate) fn freed(&self, name: &LockName) {
+    /// The hold `grant` of `spec` has ended: freed, found no longer ours,
+    /// or lost. Its bell, if it has one still taken, is let go (once).
+    pub(crate) fn freed(&self, spec: &LockSpec, grant: &crate::store::Grant) {
+        if !grant.hold.take_bell() {
+            return;
+        }
         #[cfg(feature = "mysql")]
         if let Some(bells) = &self.inner.bells {
-            bells.free(name.as_str());
+            bells.free(spec.name.as_str());
         }
-        let _ = name;
+        let _ = spec;
     }
 
     /// Waits for `name`'s holder elsewhere to let go. On MySQL/MariaDB, up

@@ -88,10 +88,14 @@ impl TableStore {
         match renewed {
             Ok(held) => holds
                 .iter()
-                .map(|(spec, _)| {
+                .map(|(spec, grant)| {
                     if held.contains(spec.name.as_str()) {
                         Ok(renewed_until)
                     } else {
+                        // Lost: its bell would otherwise stay taken until
+                        // the guard is dropped, and keep every waiter
+                        // waiting `max_poll` per look.
+                        self.freed(spec, grant);
                         Err(Error::new(
                             ErrorKind::LockLost,
                             "the lock is no longer held by this owner",
