@@ -332,6 +332,7 @@ mod tests {
             [
                 "floor",
                 "uncontended",
+                "new-names",
                 "contended",
                 "contended-apart",
                 "many-locks",

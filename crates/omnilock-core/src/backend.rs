@@ -353,6 +353,17 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// What this backend promises.
     fn capabilities(&self) -> Capabilities;
 
+    /// Whether the owner of an acquisition that named none may name a new
+    /// acquisition of the same handle once its hold was released
+    /// successfully (false by default: every such acquisition gets an owner
+    /// of its own). Worth it where entries are keyed by owner and a new
+    /// owner costs the store a new key (etcd). Sound only where a
+    /// successful release leaves nothing of the owner's behind on any
+    /// server.
+    fn reuses_owners(&self) -> bool {
+        false
+    }
+
     /// Takes the lock if it is free (or already held by the same owner).
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant<Self::Hold>>>;
 

@@ -60,6 +60,8 @@ pub trait DynBackend: Send + Sync + fmt::Debug + 'static {
     fn kind(&self) -> &'static str;
     /// [`Backend::capabilities`].
     fn capabilities(&self) -> Capabilities;
+    /// [`Backend::reuses_owners`].
+    fn reuses_owners(&self) -> bool;
     /// [`Backend::try_acquire`].
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<ErasedGrant>>;
     /// [`Backend::acquire`].
@@ -91,6 +93,10 @@ impl<B: Backend> DynBackend for B {
 
     fn capabilities(&self) -> Capabilities {
         Backend::capabilities(self)
+    }
+
+    fn reuses_owners(&self) -> bool {
+        Backend::reuses_owners(self)
     }
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<ErasedGrant>> {

@@ -62,8 +62,8 @@ impl AsRef<str> for LockName {
 /// again at once (reentrancy) unless the acquisition is non-reentrant.
 ///
 /// By default every acquisition gets a random owner of its own, so nothing
-/// is reentrant by accident (a handle lends such an owner again only after
-/// its hold was released). Pass an owner explicitly to nest acquisitions, or use
+/// is reentrant by accident (on etcd, a handle lends such an owner again,
+/// but only after its hold was released). Pass an owner explicitly to nest acquisitions, or use
 /// a stable name so that several processes act as one owner (on backends whose
 /// [`crate::Capabilities::cross_process_reentrancy`] is true).
 ///

@@ -206,17 +206,14 @@ impl LockRequest<'_> {
             (Some(owner), Primitive::Semaphore { .. }) => {
                 return self.in_store(name, owner.clone(), wait, false).await;
             }
-            (None, _) => {
+            // Lent only where the store asks for it, and given back only
+            // by a successful release (`Hold::release_in_store`): a try
+            // that found the lock busy may still be deleting what it put.
+            (None, _) if self.locks.shared.backend.reuses_owners() => {
                 let owner = self.locks.shared.lend_owner();
-                let guard = self.in_store(name, owner.clone(), wait, true).await;
-                // A try that found the lock busy left nothing behind; after
-                // an error the store's state is unknown, and the owner is
-                // not lent again.
-                if let Ok(None) = guard {
-                    self.locks.shared.give_back_owner(owner);
-                }
-                return guard;
+                return self.in_store(name, owner, wait, true).await;
             }
+            (None, _) => return self.in_store(name, Owner::random(), wait, false).await,
         };
         let shared = &self.locks.shared;
         match self.primitive {

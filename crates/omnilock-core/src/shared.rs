@@ -61,7 +61,7 @@ impl Shared {
     }
 
     /// `owner`, lent by [`Shared::lend_owner`], has nothing left in the
-    /// store (its hold was released, or its try found the lock busy).
+    /// store: its hold was released successfully.
     pub(crate) fn give_back_owner(&self, owner: Owner) {
         let mut spare = lock_unpoisoned(&self.spare_owners);
         if spare.len() < SPARE_OWNERS {

@@ -103,6 +103,15 @@ impl Backend for EtcdStore {
         self.backend.capabilities()
     }
 
+    /// A mutex's key names its owner (`o:<owner>`): a new owner per
+    /// acquisition would write a new key, and leave one more deleted key
+    /// for every later read of the lock's range to walk until etcd
+    /// compacts. A released hold's key is deleted, so its owner may come
+    /// back.
+    fn reuses_owners(&self) -> bool {
+        true
+    }
+
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
         self.backend.try_acquire(request).await
     }

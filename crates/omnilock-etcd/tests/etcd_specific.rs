@@ -320,3 +320,33 @@ async fn tls_with_a_client_certificate() {
         assert!(started.elapsed() < Duration::from_secs(5), "{what}: slow");
     }
 }
+
+/// An acquisition that names no owner reuses the owner of one the same
+/// handle released before, so locking one name again and again writes one
+/// key, not a new key (and a deleted key left for every later range read
+/// to walk) per acquisition. Two at once still get two owners, and a hold
+/// that was never released successfully never lends its owner again.
+#[tokio::test(flavor = "multi_thread")]
+async fn anonymous_owners_are_reused_after_a_release() {
+    let locks = connect(&cluster_url()).await.expect("connect");
+    let name = unique_name("reused-owner");
+    let first = locks.acquire(&name).await.expect("acquire");
+    let owner = first.owner().clone();
+    first.release().await.expect("release");
+    let second = locks.acquire(&name).await.expect("acquire again");
+    assert_eq!(second.owner(), &owner, "a released owner is lent again");
+    // Held now: another acquisition of the handle gets an owner of its own.
+    let other = locks
+        .try_acquire(&format!("{name}-other"))
+        .await
+        .expect("try");
+    let other = other.expect("a free lock");
+    assert_ne!(other.owner(), &owner);
+    // Broken, then dropped: the release fails, and the owner is not reused.
+    assert!(locks.break_lock(&name).await.expect("break"));
+    assert!(second.release().await.is_err(), "the broken hold's release");
+    let third = locks.acquire(&name).await.expect("acquire after the break");
+    assert_ne!(third.owner(), &owner, "an owner whose release failed");
+    third.release().await.expect("release");
+    other.release().await.expect("release");
+}
