@@ -404,32 +404,9 @@ async fn mysql_release_wakes_a_waiter_through_the_bell() {
     let Some(url) = store_url("MYSQL") else {
         return;
     };
-    let table = "bells";
-    let url = with_option(&url, &format!("table={table}&max_poll=30s"));
-    let (holder, waiter) = (
-        connect(&url).await.expect("connect"),
-        connect(&url).await.expect("connect"),
-    );
-    let admin = raw(&store_url("MYSQL").expect("url")).await;
-    let name = format!("bell-{}", std::process::id());
-    let bell = bell_name(table, &name);
-    let bell_holder = || async {
-        sqlx::query_scalar::<_, Option<i64>>("SELECT IS_USED_LOCK(?)")
-            .bind(bell.clone())
-            .fetch_one(&admin)
-            .await
-            .expect("IS_USED_LOCK")
-    };
-    let guard = holder
-        .lock(&name)
-        .ttl(Duration::from_secs(60))
-        .acquire()
-        .await
-        .expect("acquire");
-    until("the holder's store takes the bell", || async {
-        bell_holder().await.is_some()
-    })
-    .await;
+    let ring = Bell::held(&url, "bells", "max_poll=30s", Duration::from_secs(60)).await;
+    let (guard, waiter, admin, name) = (ring.guard, ring.other, ring.admin.clone(), ring.name);
+    let bell_holder = || ring_holder(&admin, &ring.bell);
     let waiting = tokio::spawn(async move {
         let guard = waiter
             .lock(&name)
@@ -472,32 +449,9 @@ async fn mysql_lost_hold_lets_its_bell_go() {
     let Some(url) = store_url("MYSQL") else {
         return;
     };
-    let table = "bells_lost";
-    let url = with_option(&url, &format!("table={table}"));
-    let (holder, breaker) = (
-        connect(&url).await.expect("connect"),
-        connect(&url).await.expect("connect"),
-    );
-    let admin = raw(&store_url("MYSQL").expect("url")).await;
-    let name = format!("bell-lost-{}", std::process::id());
-    let bell = bell_name(table, &name);
-    let bell_holder = || async {
-        sqlx::query_scalar::<_, Option<i64>>("SELECT IS_USED_LOCK(?)")
-            .bind(bell.clone())
-            .fetch_one(&admin)
-            .await
-            .expect("IS_USED_LOCK")
-    };
-    let guard = holder
-        .lock(&name)
-        .ttl(Duration::from_secs(3))
-        .acquire()
-        .await
-        .expect("acquire");
-    until("the holder's store takes the bell", || async {
-        bell_holder().await.is_some()
-    })
-    .await;
+    let ring = Bell::held(&url, "bells_lost", "max_poll=250ms", Duration::from_secs(3)).await;
+    let (guard, breaker, name) = (ring.guard, ring.other, ring.name);
+    let bell_holder = || ring_holder(&ring.admin, &ring.bell);
     assert!(breaker.break_lock(&name).await.expect("break"));
     tokio::time::timeout(Duration::from_secs(10), guard.lost())
         .await
@@ -507,6 +461,55 @@ async fn mysql_lost_hold_lets_its_bell_go() {
     })
     .await;
     drop(guard);
+}
+
+/// A MySQL lock held by one client (`guard`), with its bell taken, a second
+/// client of the same table, and an admin pool to look at the bell.
+struct Bell {
+    guard: omnilock_core::LockGuard,
+    other: Locks,
+    admin: AnyPool,
+    name: String,
+    bell: String,
+}
+
+impl Bell {
+    async fn held(url: &str, table: &str, options: &str, ttl: Duration) -> Bell {
+        let url = with_option(url, &format!("table={table}&{options}"));
+        let (holder, other) = (
+            connect(&url).await.expect("connect"),
+            connect(&url).await.expect("connect"),
+        );
+        let admin = raw(&store_url("MYSQL").expect("url")).await;
+        let name = format!("{table}-{}", std::process::id());
+        let bell = bell_name(table, &name);
+        let guard = holder
+            .lock(&name)
+            .ttl(ttl)
+            .acquire()
+            .await
+            .expect("acquire");
+        until("the holder's store takes the bell", || async {
+            ring_holder(&admin, &bell).await.is_some()
+        })
+        .await;
+        Bell {
+            guard,
+            other,
+            admin,
+            name,
+            bell,
+        }
+    }
+}
+
+/// The session that holds `bell`, if any.
+async fn ring_holder(admin: &AnyPool, bell: &str) -> Option<i64> {
+    sqlx::query_scalar::<_, Option<i64>>("SELECT IS_USED_LOCK(?)")
+        .bind(bell.to_string())
+        .fetch_one(admin)
+        .await
+        .expect("IS_USED_LOCK")
 }
 
 /// Table mode's bell name for `name` on `table` (FNV-1a over the table, a
