@@ -38,6 +38,10 @@ use crate::key::Key;
 /// wait for takes its bell at once: others likely wait too.
 const TAKE_AFTER: Duration = Duration::from_millis(5);
 
+/// How long the ringer waits for a connection before it skips an order
+/// (waiters then poll).
+const RINGER_CONNECT: Duration = Duration::from_secs(5);
+
 /// How long the ringer waits for a bell that another session holds: the
 /// previous holder's ringer may not have let go yet, or a waiter passes
 /// through it.
@@ -119,15 +123,21 @@ impl Bells {
         let Ok(_permit) = self.waits.try_acquire() else {
             return Rung::Unavailable;
         };
+        // A server that does not answer must not keep the waiter past its
+        // wait: the connect and the statement are bounded by it (plus a
+        // second for the round trip), and a dropped statement closes its
+        // connection.
+        let bound = timeout + Duration::from_secs(1);
         let popped = lock_unpoisoned(&self.idle).pop();
         let mut conn = match popped {
             Some(conn) => conn,
-            None => match self.options.connect().await {
-                Ok(conn) => conn,
-                Err(err) => {
+            None => match tokio::time::timeout(bound, self.options.connect()).await {
+                Ok(Ok(conn)) => conn,
+                Ok(Err(err)) => {
                     tracing::debug!(error = %err, "omnilock mysql: no connection to wait on a bell; polling");
                     return Rung::Unavailable;
                 }
+                Err(_) => return Rung::Unavailable,
             },
         };
         let bell = self.bell(name);
@@ -135,14 +145,17 @@ impl Bells {
         // held one is waited for, and let go at once by the same
         // statement, so that the next waiter in the database's line wakes
         // too and this session never holds it past the statement.
+        let query = sqlx::query_as("SELECT IS_FREE_LOCK(?), GET_LOCK(?, ?) + RELEASE_LOCK(?)")
+            .bind(&bell)
+            .bind(&bell)
+            .bind(timeout.as_secs_f64())
+            .bind(&bell)
+            .fetch_one(&mut conn);
         let answer: sqlx::Result<(Option<i64>, Option<i64>)> =
-            sqlx::query_as("SELECT IS_FREE_LOCK(?), GET_LOCK(?, ?) + RELEASE_LOCK(?)")
-                .bind(&bell)
-                .bind(&bell)
-                .bind(timeout.as_secs_f64())
-                .bind(&bell)
-                .fetch_one(&mut conn)
-                .await;
+            match tokio::time::timeout(bound, query).await {
+                Ok(answer) => answer,
+                Err(_) => return Rung::Unavailable,
+            };
         match answer {
             Ok((free, got)) => {
                 lock_unpoisoned(&self.idle).push(conn);
@@ -223,7 +236,10 @@ async fn ring(options: MySqlConnectOptions, mut received: mpsc::UnboundedReceive
         };
         for order in statements {
             if conn.is_none() {
-                match options.connect().await {
+                match tokio::time::timeout(RINGER_CONNECT, options.connect())
+                    .await
+                    .unwrap_or_else(|_| Err(sqlx::Error::PoolTimedOut))
+                {
                     Ok(c) => conn = Some(c),
                     Err(err) => {
                         tracing::debug!(error = %err, "omnilock mysql: the bell ringer cannot connect; waiters poll");
