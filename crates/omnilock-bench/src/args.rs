@@ -55,6 +55,13 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
     pub held_ttl: Duration,
 
+    /// Runs every workload this many times over, each repeat's rows (and
+    /// its ratios to the floor and to the peer) kept apart, so that a
+    /// figure can be given as the median of the repeats
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub repeat: u32,
+
     /// Directory for results.json (created if missing)
     #[arg(long, value_name = "DIR")]
     pub out: Option<std::path::PathBuf>,

@@ -14,6 +14,7 @@
 mod args;
 mod exit;
 mod heap;
+mod peers;
 mod plots;
 mod report;
 mod run;

@@ -13,9 +13,11 @@ pub(crate) fn charts(rows: &[Row]) -> Vec<(&'static str, String)> {
             stores.push(&r.store);
         }
     }
+    // The charts show omnilock's first repeat.
     let find = |store: &str, workload: Workload| {
-        rows.iter()
-            .find(move |r| r.store == store && r.workload == workload && r.ops > 0)
+        rows.iter().find(move |r| {
+            r.store == store && r.workload == workload && r.ops > 0 && r.peer.is_none()
+        })
     };
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let mut charts = Vec::new();
@@ -41,7 +43,13 @@ pub(crate) fn charts(rows: &[Row]) -> Vec<(&'static str, String)> {
                 name: s.to_string(),
                 points: rows
                     .iter()
-                    .filter(|r| r.store == *s && r.workload == workload && r.ops > 0)
+                    .filter(|r| {
+                        r.store == *s
+                            && r.workload == workload
+                            && r.ops > 0
+                            && r.peer.is_none()
+                            && r.run == 1
+                    })
                     .filter_map(|r| Some((r.clients as f64, value(r)?)))
                     .collect(),
             })
@@ -130,18 +138,20 @@ fn ms(d: Duration) -> String {
 
 pub(crate) fn print_table(rows: &[Row]) {
     println!(
-        "| store | workload | clients | ops | ops/s | p50 ms | p99 ms | p99.9 ms \
-         | p50/floor | fairness | requests/hand-off | note |"
+        "| run | store | by | workload | clients | ops | ops/s | p50 ms | p99 ms | p99.9 ms \
+         | p50/floor | p50/peer | fairness | requests/hand-off | note |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let opt = |v: Option<f64>, digits: usize| {
         v.map(|v| format!("{v:.digits$}"))
             .unwrap_or_else(|| "-".into())
     };
     for r in rows {
         println!(
-            "| {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.run,
             r.store,
+            by(r),
             r.workload,
             r.clients,
             r.ops,
@@ -150,10 +160,20 @@ pub(crate) fn print_table(rows: &[Row]) {
             ms(r.p99),
             ms(r.p999),
             opt(r.ratio, 2),
+            opt(r.peer_ratio, 2),
             opt(r.fairness, 3),
             opt(r.requests, 2),
             r.note
         );
+    }
+}
+
+/// Who made a row: omnilock, the store's floor (a bare client) or a peer.
+fn by(r: &Row) -> &str {
+    match (&r.peer, r.workload) {
+        (Some(peer), _) => peer,
+        (None, Workload::Floor) => "floor",
+        (None, _) => "omnilock",
     }
 }
 
@@ -162,7 +182,9 @@ pub(crate) fn print_table(rows: &[Row]) {
 pub(crate) fn json(rows: &[Row]) -> String {
     #[derive(serde::Serialize)]
     struct JsonRow<'a> {
+        run: usize,
         store: &'a str,
+        by: &'a str,
         workload: Workload,
         clients: usize,
         ops: usize,
@@ -172,6 +194,7 @@ pub(crate) fn json(rows: &[Row]) -> String {
         p999_ms: f64,
         fairness: Option<f64>,
         ratio_to_floor: Option<f64>,
+        ratio_to_peer: Option<f64>,
         requests_per_handoff: Option<f64>,
         note: &'a str,
     }
@@ -183,7 +206,9 @@ pub(crate) fn json(rows: &[Row]) -> String {
     let json_rows: Vec<JsonRow> = rows
         .iter()
         .map(|r| JsonRow {
+            run: r.run,
             store: &r.store,
+            by: by(r),
             workload: r.workload,
             clients: r.clients,
             ops: r.ops,
@@ -193,6 +218,7 @@ pub(crate) fn json(rows: &[Row]) -> String {
             p999_ms: ms(r.p999),
             fairness: r.fairness.map(|v| round(v, 4)),
             ratio_to_floor: r.ratio.map(|v| round(v, 4)),
+            ratio_to_peer: r.peer_ratio.map(|v| round(v, 4)),
             requests_per_handoff: r.requests.map(|v| round(v, 3)),
             note: &r.note,
         })

@@ -15,10 +15,11 @@ use omnilock_harness::Probe;
 
 use crate::BenchArgs;
 use crate::exit::{self, fail};
+use crate::peers::Peer;
 use crate::report::{charts, json, print_table};
 use crate::workloads::{
     MANY_CLIENTS, SHARED_CLIENTS, contended, contended_apart, floor, handoff, herd, many_held,
-    many_locks, new_names, rw, semaphore, uncontended,
+    many_locks, new_names, peer_handoff, rw, semaphore, uncontended,
 };
 
 /// The workloads, in the order they run by default. `--workload` is parsed
@@ -83,8 +84,15 @@ pub(crate) struct Row {
     pub(crate) p999: Duration,
     /// Jain's fairness index over the clients' grant counts (contended).
     pub(crate) fairness: Option<f64>,
-    /// p50 over the same store's floor p50 (uncontended).
+    /// p50 over the same store's floor p50 (uncontended), in the same run.
     pub(crate) ratio: Option<f64>,
+    /// omnilock's p50 over the peer's (uncontended and handoff), in the
+    /// same run.
+    pub(crate) peer_ratio: Option<f64>,
+    /// The peer library that made this row, if not omnilock.
+    pub(crate) peer: Option<String>,
+    /// Which repeat of the run (`--repeat`) made this row, from 1.
+    pub(crate) run: usize,
     /// Store requests per hand-off, from the store's counters (herd).
     pub(crate) requests: Option<f64>,
     /// What a floor round does, or why a run was skipped.
@@ -104,7 +112,7 @@ pub(crate) async fn bench(stores: &[String], args: BenchArgs) -> u8 {
         return fail(&err.with_operation(omnilock::Operation::Acquire));
     }
     // Connect to every store, and open its probe, before running anything.
-    let mut connected: Vec<(String, &String, Locks, Option<Probe>)> = Vec::new();
+    let mut connected: Vec<(String, &String, Locks, Option<Probe>, Option<Peer>)> = Vec::new();
     for url in stores {
         let locks = match omnilock::connect(url).await {
             Ok(locks) => locks,
@@ -119,7 +127,11 @@ pub(crate) async fn bench(stores: &[String], args: BenchArgs) -> u8 {
             }
             Err(err) => return fail(&err),
         };
-        connected.push((exit::shown(url), url, locks, probe));
+        let peer = match Peer::connect(url).await {
+            Ok(peer) => peer,
+            Err(err) => return fail(&err),
+        };
+        connected.push((exit::shown(url), url, locks, probe, peer));
     }
     if let Some(out) = &args.out
         && let Err(err) = std::fs::create_dir_all(out)
@@ -129,9 +141,11 @@ pub(crate) async fn bench(stores: &[String], args: BenchArgs) -> u8 {
     }
     let interleaved =
         workloads.contains(&Workload::Floor) && workloads.contains(&Workload::Uncontended);
-    let runs: usize = connected
+    let repeats = args.repeat as usize;
+    let runs: usize = repeats
+        * connected
         .iter()
-        .map(|(_, _, _, probe)| {
+        .map(|(_, _, _, probe, _)| {
             workloads
                 .iter()
                 .map(|w| match w {
@@ -149,13 +163,15 @@ pub(crate) async fn bench(stores: &[String], args: BenchArgs) -> u8 {
                 })
                 .sum::<usize>()
         })
-        .sum();
+        .sum::<usize>();
     let mut done = 0;
     let mut rows = Vec::new();
     let mut failed: Option<u8> = None;
     let tag = std::process::id();
-    for (shown, url, locks, probe) in &connected {
-        let probe = probe.as_ref();
+    for (run, (shown, url, locks, probe, peer)) in (1..=repeats)
+        .flat_map(|run| connected.iter().map(move |store| (run, store)))
+    {
+        let (probe, peer) = (probe.as_ref(), peer.as_ref());
         for &workload in &workloads {
             let client_counts: Vec<usize> = match workload {
                 Workload::Contended | Workload::ContendedApart => {
@@ -176,6 +192,11 @@ pub(crate) async fn bench(stores: &[String], args: BenchArgs) -> u8 {
             for clients in client_counts {
                 done += 1;
                 let label = format!("[{done}/{runs}] {shown}: {workload}, {clients} client(s)");
+                let label = if repeats > 1 {
+                    format!("{label}, repeat {run}")
+                } else {
+                    label
+                };
                 // The herd workload runs until its chain completes, not for
                 // the duration.
                 let expected = (workload != Workload::Herd).then_some(args.duration);
@@ -186,7 +207,7 @@ pub(crate) async fn bench(stores: &[String], args: BenchArgs) -> u8 {
                     Workload::Floor => one(floor(probe, args.duration).await),
                     Workload::Uncontended => {
                         let floor = probe.filter(|_| interleaved);
-                        uncontended(locks, &name, args.duration, floor).await
+                        uncontended(locks, &name, args.duration, floor, peer).await
                     }
                     Workload::NewNames => one(new_names(locks, &name, args.duration).await),
                     Workload::Contended => {
@@ -196,7 +217,14 @@ pub(crate) async fn bench(stores: &[String], args: BenchArgs) -> u8 {
                         one(contended_apart(url, &name, clients, args.duration).await)
                     }
                     Workload::ManyLocks => one(many_locks(locks, &name, args.duration).await),
-                    Workload::Handoff => one(handoff(url, &name, args.hold, args.duration).await),
+                    Workload::Handoff => {
+                        match peer_handoff(url, &name, args.hold, args.duration).await {
+                            Ok(peer_row) => handoff(url, &name, args.hold, args.duration)
+                                .await
+                                .map(|row| peer_row.into_iter().chain([row]).collect()),
+                            Err(err) => Err(err),
+                        }
+                    }
                     Workload::Herd => one(herd(locks, probe, &name, clients).await),
                     Workload::Semaphore => one(semaphore(locks, &name, args.duration).await),
                     Workload::Rw => one(rw(locks, &name, args.duration).await),
@@ -227,25 +255,13 @@ pub(crate) async fn bench(stores: &[String], args: BenchArgs) -> u8 {
                 });
                 rows.extend(new.into_iter().map(|mut row| {
                     row.store = shown.clone();
+                    row.run = run;
                     row
                 }));
             }
         }
     }
-    // Each store's uncontended p50 as a ratio of its own floor.
-    let floors: Vec<(String, Duration)> = rows
-        .iter()
-        .filter(|r| r.workload == Workload::Floor && r.ops > 0)
-        .map(|r| (r.store.clone(), r.p50))
-        .collect();
-    for r in rows
-        .iter_mut()
-        .filter(|r| r.workload == Workload::Uncontended)
-    {
-        if let Some((_, floor)) = floors.iter().find(|(s, _)| *s == r.store) {
-            r.ratio = Some(r.p50.as_secs_f64() / floor.as_secs_f64().max(1e-9));
-        }
-    }
+    ratios(&mut rows);
     print_table(&rows);
     if let Some(out) = &args.out {
         let path = out.join("results.json");
@@ -264,6 +280,41 @@ pub(crate) async fn bench(stores: &[String], args: BenchArgs) -> u8 {
         }
     }
     failed.unwrap_or(0)
+}
+
+/// Each store's uncontended p50 (omnilock's and the peer's) as a ratio of
+/// its own floor, and omnilock's uncontended and hand-off p50 as a ratio of
+/// the peer's: always between rows of the same repeat.
+fn ratios(rows: &mut [Row]) {
+    let p50_of = |rows: &[Row], r: &Row, workload: Workload, peer: bool| {
+        rows.iter()
+            .find(|o| {
+                o.store == r.store
+                    && o.run == r.run
+                    && o.workload == workload
+                    && o.peer.is_some() == peer
+                    && o.ops > 0
+            })
+            .map(|o| o.p50.as_secs_f64().max(1e-9))
+    };
+    let ratios: Vec<(Option<f64>, Option<f64>)> = rows
+        .iter()
+        .map(|r| {
+            let p50 = r.p50.as_secs_f64();
+            let floor = (r.workload == Workload::Uncontended)
+                .then(|| p50_of(rows, r, Workload::Floor, false))
+                .flatten();
+            let peer = (r.peer.is_none()
+                && matches!(r.workload, Workload::Uncontended | Workload::Handoff))
+            .then(|| p50_of(rows, r, r.workload, true))
+            .flatten();
+            (floor.map(|f| p50 / f), peer.map(|p| p50 / p))
+        })
+        .collect();
+    for (r, (floor, peer)) in rows.iter_mut().zip(ratios) {
+        r.ratio = floor;
+        r.peer_ratio = peer;
+    }
 }
 
 /// A progress bar on standard error while one run executes: redrawn in place

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use omnilock::Locks;
 use omnilock_harness::Probe;
 
+use crate::peers::Peer;
 use crate::run::{Row, Workload};
 
 /// Clients of the many-locks workload, and the names they spread over.
@@ -181,31 +182,43 @@ async fn join(tasks: Vec<tokio::task::JoinHandle<omnilock::Result<()>>>) -> omni
     Ok(())
 }
 
-/// One client, acquire + release of the same name again and again, as an
-/// application takes its locks. With
-/// `with_floor`, batches of the store's floor round alternate with batches of
-/// acquire + release, and both rows come back: the p50/floor ratio then
-/// compares samples taken in the same minutes.
+/// One client, acquire + release of the same name again and again, in
+/// batches interleaved with the store's floor (`floor`) and the peer
+/// library's lock + unlock of a name of its own (`peer`), so that drift on a
+/// shared machine hits all of them alike. Rows: the floor's, the peer's,
+/// then omnilock's.
 pub(crate) async fn uncontended(
     locks: &Locks,
     name: &str,
     duration: Duration,
     floor: Option<&Probe>,
+    peer: Option<&Peer>,
 ) -> omnilock::Result<Vec<Row>> {
     const BATCH: usize = 20;
-    let measure = floor;
     let started = Instant::now();
-    let (mut samples, mut floor_samples) = (Vec::new(), Vec::new());
-    let (mut lock_time, mut floor_time) = (Duration::ZERO, Duration::ZERO);
+    let (mut samples, mut floor_samples, mut peer_samples) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut lock_time, mut floor_time, mut peer_time) =
+        (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    let peer_name = format!("{name}/peer");
     while started.elapsed() < duration {
-        if let Some(measure) = measure {
+        if let Some(floor) = floor {
             let batch = Instant::now();
             for _ in 0..BATCH {
                 let at = Instant::now();
-                measure.floor_round().await?;
+                floor.floor_round().await?;
                 floor_samples.push(at.elapsed());
             }
             floor_time += batch.elapsed();
+        }
+        if let Some(peer) = peer {
+            let batch = Instant::now();
+            for _ in 0..BATCH {
+                let at = Instant::now();
+                let hold = peer.lock(&peer_name).await?;
+                peer.unlock(hold).await?;
+                peer_samples.push(at.elapsed());
+            }
+            peer_time += batch.elapsed();
         }
         let batch = Instant::now();
         for _ in 0..BATCH {
@@ -217,10 +230,15 @@ pub(crate) async fn uncontended(
         lock_time += batch.elapsed();
     }
     let mut rows = Vec::new();
-    if let Some(measure) = measure {
-        let mut floor = row(Workload::Floor, 1, floor_samples, floor_time, None);
-        floor.note = format!("{} (interleaved with uncontended)", measure.floor_ops());
-        rows.push(floor);
+    if let Some(floor) = floor {
+        let mut row = row(Workload::Floor, 1, floor_samples, floor_time, None);
+        row.note = format!("{} (interleaved with uncontended)", floor.floor_ops());
+        rows.push(row);
+    }
+    if let Some(peer) = peer {
+        let mut row = row(Workload::Uncontended, 1, peer_samples, peer_time, None);
+        row.peer = Some(peer.label());
+        rows.push(row);
     }
     rows.push(row(Workload::Uncontended, 1, samples, lock_time, None));
     Ok(rows)
@@ -449,6 +467,48 @@ pub(crate) async fn handoff(
     Ok(row(Workload::Handoff, 2, samples, elapsed, None))
 }
 
+/// The peer's hand-off, timed as [`handoff`] times omnilock's: two clients
+/// of the peer library, each with its own connections.
+pub(crate) async fn peer_handoff(
+    url: &str,
+    name: &str,
+    hold: Duration,
+    duration: Duration,
+) -> omnilock::Result<Option<Row>> {
+    let (Some(first), Some(second)) = (Peer::connect(url).await?, Peer::connect(url).await?)
+    else {
+        return Ok(None);
+    };
+    let label = first.label();
+    let clients = [Arc::new(first), Arc::new(second)];
+    let name = format!("{name}/peer");
+    let started = Instant::now();
+    let mut samples = Vec::new();
+    let mut held = clients[0].lock(&name).await?;
+    let mut holder = 0;
+    while samples.is_empty() || started.elapsed() < duration {
+        let (peer, name_owned) = (clients[1 - holder].clone(), name.clone());
+        let waiting = tokio::spawn(async move {
+            let hold = peer.lock(&name_owned).await?;
+            Ok::<_, omnilock::Error>((hold, Instant::now()))
+        });
+        tokio::time::sleep(hold).await;
+        let released = Instant::now();
+        clients[holder].unlock(held).await?;
+        let (next, granted) = waiting
+            .await
+            .map_err(|e| omnilock::Error::new(omnilock::ErrorKind::Backend, e.to_string()))??;
+        samples.push(granted - released);
+        held = next;
+        holder = 1 - holder;
+    }
+    let elapsed = started.elapsed();
+    clients[holder].unlock(held).await?;
+    let mut row = row(Workload::Handoff, 2, samples, elapsed, None);
+    row.peer = Some(label);
+    Ok(Some(row))
+}
+
 pub(crate) fn row(
     workload: Workload,
     clients: usize,
@@ -468,6 +528,9 @@ pub(crate) fn row(
         p999: percentile(&samples, 0.999),
         fairness,
         ratio: None,
+        peer_ratio: None,
+        peer: None,
+        run: 1,
         requests: None,
         note: String::new(),
     }
