@@ -62,6 +62,11 @@ pub(crate) struct BenchArgs {
           value_parser = clap::value_parser!(u32).range(1..=100))]
     pub repeat: u32,
 
+    /// Leaves the peer libraries out (rslock, etcd's Lock RPC): omnilock
+    /// and the floor only
+    #[arg(long)]
+    pub no_peers: bool,
+
     /// Directory for results.json (created if missing)
     #[arg(long, value_name = "DIR")]
     pub out: Option<std::path::PathBuf>,

@@ -3,9 +3,20 @@
 use std::time::Duration;
 
 use crate::plots;
-use crate::run::{Row, Workload};
+use crate::run::{By, Row, Workload};
 
-/// The SVG charts of a run: one per workload that produced rows.
+/// Who makes the rows a chart shows for `workload`: the floor's own rows,
+/// omnilock's for every other workload.
+fn expected(workload: Workload) -> By {
+    if workload == Workload::Floor {
+        By::Floor
+    } else {
+        By::Omnilock
+    }
+}
+
+/// The SVG charts of a run (omnilock's first repeat): one per workload that
+/// produced rows.
 pub(crate) fn charts(rows: &[Row]) -> Vec<(&'static str, String)> {
     let mut stores: Vec<&str> = Vec::new();
     for r in rows {
@@ -13,10 +24,9 @@ pub(crate) fn charts(rows: &[Row]) -> Vec<(&'static str, String)> {
             stores.push(&r.store);
         }
     }
-    // The charts show omnilock's first repeat.
     let find = |store: &str, workload: Workload| {
         rows.iter().find(move |r| {
-            r.store == store && r.workload == workload && r.ops > 0 && r.peer.is_none()
+            r.store == store && r.workload == workload && r.ops > 0 && r.by == expected(workload)
         })
     };
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
@@ -47,7 +57,7 @@ pub(crate) fn charts(rows: &[Row]) -> Vec<(&'static str, String)> {
                         r.store == *s
                             && r.workload == workload
                             && r.ops > 0
-                            && r.peer.is_none()
+                            && r.by == By::Omnilock
                             && r.run == 1
                     })
                     .filter_map(|r| Some((r.clients as f64, value(r)?)))
@@ -168,12 +178,12 @@ pub(crate) fn print_table(rows: &[Row]) {
     }
 }
 
-/// Who made a row: omnilock, the store's floor (a bare client) or a peer.
+/// Who made a row, for the table and `results.json`.
 fn by(r: &Row) -> &str {
-    match (&r.peer, r.workload) {
-        (Some(peer), _) => peer,
-        (None, Workload::Floor) => "floor",
-        (None, _) => "omnilock",
+    match &r.by {
+        By::Omnilock => "omnilock",
+        By::Floor => "floor",
+        By::Peer(peer) => peer,
     }
 }
 

@@ -70,6 +70,16 @@ impl serde::Serialize for Workload {
     }
 }
 
+/// Who made a row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum By {
+    Omnilock,
+    /// The store's floor, from a bare client.
+    Floor,
+    /// A peer library (its label).
+    Peer(String),
+}
+
 /// One result row.
 pub(crate) struct Row {
     pub(crate) store: String,
@@ -89,8 +99,8 @@ pub(crate) struct Row {
     /// omnilock's p50 over the peer's (uncontended and handoff), in the
     /// same run.
     pub(crate) peer_ratio: Option<f64>,
-    /// The peer library that made this row, if not omnilock.
-    pub(crate) peer: Option<String>,
+    /// Who made the row: omnilock, a bare client (the floor) or a peer.
+    pub(crate) by: By,
     /// Which repeat of the run (`--repeat`) made this row, from 1.
     pub(crate) run: usize,
     /// Store requests per hand-off, from the store's counters (herd).
@@ -128,6 +138,7 @@ pub(crate) async fn bench(stores: &[String], args: BenchArgs) -> u8 {
             Err(err) => return fail(&err),
         };
         let peer = match Peer::connect(url).await {
+            Ok(_) if args.no_peers => None,
             Ok(peer) => peer,
             Err(err) => return fail(&err),
         };
@@ -218,10 +229,18 @@ pub(crate) async fn bench(stores: &[String], args: BenchArgs) -> u8 {
                     }
                     Workload::ManyLocks => one(many_locks(locks, &name, args.duration).await),
                     Workload::Handoff => {
-                        match peer_handoff(url, &name, args.hold, args.duration).await {
-                            Ok(peer_row) => handoff(url, &name, args.hold, args.duration)
-                                .await
-                                .map(|row| peer_row.into_iter().chain([row]).collect()),
+                        let peer_handoff = async {
+                            match peer {
+                                Some(_) => peer_handoff(url, &name, args.hold, args.duration).await,
+                                None => Ok(None),
+                            }
+                        };
+                        match peer_handoff.await {
+                            Ok(peer_row) => {
+                                handoff(url, &name, args.hold, args.duration, probe)
+                                    .await
+                                    .map(|rows| peer_row.into_iter().chain(rows).collect())
+                            }
                             Err(err) => Err(err),
                         }
                     }
@@ -292,7 +311,7 @@ fn ratios(rows: &mut [Row]) {
                 o.store == r.store
                     && o.run == r.run
                     && o.workload == workload
-                    && o.peer.is_some() == peer
+                    && matches!(o.by, By::Peer(_)) == peer
                     && o.ops > 0
             })
             .map(|o| o.p50.as_secs_f64().max(1e-9))
@@ -304,7 +323,7 @@ fn ratios(rows: &mut [Row]) {
             let floor = (r.workload == Workload::Uncontended)
                 .then(|| p50_of(rows, r, Workload::Floor, false))
                 .flatten();
-            let peer = (r.peer.is_none()
+            let peer = (r.by == By::Omnilock
                 && matches!(r.workload, Workload::Uncontended | Workload::Handoff))
             .then(|| p50_of(rows, r, r.workload, true))
             .flatten();

@@ -7,7 +7,7 @@ use omnilock::Locks;
 use omnilock_harness::Probe;
 
 use crate::peers::Peer;
-use crate::run::{Row, Workload};
+use crate::run::{By, Row, Workload};
 
 /// Clients of the many-locks workload, and the names they spread over.
 pub(crate) const MANY_CLIENTS: usize = 64;
@@ -237,7 +237,7 @@ pub(crate) async fn uncontended(
     }
     if let Some(peer) = peer {
         let mut row = row(Workload::Uncontended, 1, peer_samples, peer_time, None);
-        row.peer = Some(peer.label());
+        row.by = By::Peer(peer.label());
         rows.push(row);
     }
     rows.push(row(Workload::Uncontended, 1, samples, lock_time, None));
@@ -431,16 +431,19 @@ impl Grants {
 /// one holds the lock for `hold` while the other is blocked in `acquire()`.
 /// A sample runs from the start of the holder's `release()` to the return
 /// of the waiter's `acquire()`; then the roles swap, until `duration` is
-/// spent (at least one sample).
+/// spent (at least one sample). With `floor`, each sample is followed by a
+/// floor round after the same idle time (a row of its own): what one round
+/// trip costs a machine that has been idle as long as the holder was.
 pub(crate) async fn handoff(
     url: &str,
     name: &str,
     hold: Duration,
     duration: Duration,
-) -> omnilock::Result<Row> {
+    floor: Option<&Probe>,
+) -> omnilock::Result<Vec<Row>> {
     let clients = [omnilock::connect(url).await?, omnilock::connect(url).await?];
     let started = Instant::now();
-    let mut samples = Vec::new();
+    let (mut samples, mut idle_floor) = (Vec::new(), Vec::new());
     let mut guard = clients[0].acquire(name).await?;
     let mut waiter = 1;
     while samples.is_empty() || started.elapsed() < duration {
@@ -458,13 +461,30 @@ pub(crate) async fn handoff(
         samples.push(granted - released);
         guard = next;
         waiter = 1 - waiter;
+        if let Some(floor) = floor {
+            tokio::time::sleep(hold).await;
+            let at = Instant::now();
+            floor.floor_round().await?;
+            idle_floor.push(at.elapsed());
+        }
     }
     let elapsed = started.elapsed();
     guard.release().await?;
     for locks in clients {
         locks.close().await;
     }
-    Ok(row(Workload::Handoff, 2, samples, elapsed, None))
+    let mut rows = Vec::new();
+    if let Some(floor) = floor {
+        let mut row = row(Workload::Handoff, 1, idle_floor, elapsed, None);
+        row.by = By::Floor;
+        row.note = format!(
+            "{} after {hold:?} idle, as the hand-off's holder is (interleaved with handoff)",
+            floor.floor_ops(),
+        );
+        rows.push(row);
+    }
+    rows.push(row(Workload::Handoff, 2, samples, elapsed, None));
+    Ok(rows)
 }
 
 /// The peer's hand-off, timed as [`handoff`] times omnilock's: two clients
@@ -505,7 +525,7 @@ pub(crate) async fn peer_handoff(
     let elapsed = started.elapsed();
     clients[holder].unlock(held).await?;
     let mut row = row(Workload::Handoff, 2, samples, elapsed, None);
-    row.peer = Some(label);
+    row.by = By::Peer(label);
     Ok(Some(row))
 }
 
@@ -529,7 +549,11 @@ pub(crate) fn row(
         fairness,
         ratio: None,
         peer_ratio: None,
-        peer: None,
+        by: if workload == Workload::Floor {
+            By::Floor
+        } else {
+            By::Omnilock
+        },
         run: 1,
         requests: None,
         note: String::new(),
