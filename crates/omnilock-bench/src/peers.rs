@@ -24,7 +24,7 @@ pub(crate) enum Peer {
         servers: usize,
     },
     EtcdLockRpc {
-        client: Client,
+        client: Box<Client>,
         lease: i64,
         keeper: tokio::task::JoinHandle<()>,
     },
@@ -48,7 +48,11 @@ impl Peer {
             .password()
             .map(|pw| format!(":{}@", pw.expose()))
             .unwrap_or_default();
-        let default_port = if parsed.scheme() == "etcd" { 2379 } else { 6379 };
+        let default_port = if parsed.scheme() == "etcd" {
+            2379
+        } else {
+            6379
+        };
         let hosts: Vec<(String, u16)> = parsed
             .hosts()
             .iter()
@@ -90,14 +94,13 @@ impl Peer {
                 let keeper = tokio::spawn(async move {
                     loop {
                         tokio::time::sleep(TTL / 3).await;
-                        if keeper.keep_alive().await.is_err() || stream.message().await.is_err()
-                        {
+                        if keeper.keep_alive().await.is_err() || stream.message().await.is_err() {
                             return;
                         }
                     }
                 });
                 Ok(Some(Peer::EtcdLockRpc {
-                    client,
+                    client: Box::new(client),
                     lease,
                     keeper,
                 }))

@@ -148,8 +148,8 @@ fn ms(d: Duration) -> String {
 
 pub(crate) fn print_table(rows: &[Row]) {
     println!(
-        "| run | store | by | workload | clients | ops | ops/s | p50 ms | p99 ms | p99.9 ms \
-         | p50/floor | p50/peer | fairness | requests/hand-off | note |"
+        "| store | by | workload | clients | ops | ops/s | p50 ms | p99 ms | p99.9 ms \
+         | p50/floor | p50/peer | fairness | requests/hand-off | note | run |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let opt = |v: Option<f64>, digits: usize| {
@@ -158,8 +158,7 @@ pub(crate) fn print_table(rows: &[Row]) {
     };
     for r in rows {
         println!(
-            "| {} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            r.run,
+            "| {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r.store,
             by(r),
             r.workload,
@@ -173,7 +172,8 @@ pub(crate) fn print_table(rows: &[Row]) {
             opt(r.peer_ratio, 2),
             opt(r.fairness, 3),
             opt(r.requests, 2),
-            r.note
+            r.note,
+            r.run,
         );
     }
 }

@@ -70,6 +70,16 @@ impl serde::Serialize for Workload {
     }
 }
 
+/// One store, connected every way a run measures it.
+struct Connected<'a> {
+    /// The URL without its password.
+    shown: String,
+    url: &'a String,
+    locks: Locks,
+    probe: Option<Probe>,
+    peer: Option<Peer>,
+}
+
 /// Who made a row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum By {
@@ -122,7 +132,7 @@ pub(crate) async fn bench(stores: &[String], args: BenchArgs) -> u8 {
         return fail(&err.with_operation(omnilock::Operation::Acquire));
     }
     // Connect to every store, and open its probe, before running anything.
-    let mut connected: Vec<(String, &String, Locks, Option<Probe>, Option<Peer>)> = Vec::new();
+    let mut connected: Vec<Connected> = Vec::new();
     for url in stores {
         let locks = match omnilock::connect(url).await {
             Ok(locks) => locks,
@@ -142,7 +152,13 @@ pub(crate) async fn bench(stores: &[String], args: BenchArgs) -> u8 {
             Ok(peer) => peer,
             Err(err) => return fail(&err),
         };
-        connected.push((exit::shown(url), url, locks, probe, peer));
+        connected.push(Connected {
+            shown: exit::shown(url),
+            url,
+            locks,
+            probe,
+            peer,
+        });
     }
     if let Some(out) = &args.out
         && let Err(err) = std::fs::create_dir_all(out)
@@ -155,34 +171,35 @@ pub(crate) async fn bench(stores: &[String], args: BenchArgs) -> u8 {
     let repeats = args.repeat as usize;
     let runs: usize = repeats
         * connected
-        .iter()
-        .map(|(_, _, _, probe, _)| {
-            workloads
-                .iter()
-                .map(|w| match w {
-                    Workload::Contended | Workload::ContendedApart => args.clients.len(),
-                    Workload::Herd => args.herd_waiters.len(),
-                    Workload::ManyHeld => args.held.len(),
-                    Workload::Floor if interleaved && probe.is_some() => 0,
-                    Workload::Floor
-                    | Workload::Uncontended
-                    | Workload::NewNames
-                    | Workload::ManyLocks
-                    | Workload::Handoff
-                    | Workload::Semaphore
-                    | Workload::Rw => 1,
-                })
-                .sum::<usize>()
-        })
-        .sum::<usize>();
+            .iter()
+            .map(|Connected { probe, .. }| {
+                workloads
+                    .iter()
+                    .map(|w| match w {
+                        Workload::Contended | Workload::ContendedApart => args.clients.len(),
+                        Workload::Herd => args.herd_waiters.len(),
+                        Workload::ManyHeld => args.held.len(),
+                        Workload::Floor if interleaved && probe.is_some() => 0,
+                        Workload::Floor
+                        | Workload::Uncontended
+                        | Workload::NewNames
+                        | Workload::ManyLocks
+                        | Workload::Handoff
+                        | Workload::Semaphore
+                        | Workload::Rw => 1,
+                    })
+                    .sum::<usize>()
+            })
+            .sum::<usize>();
     let mut done = 0;
     let mut rows = Vec::new();
     let mut failed: Option<u8> = None;
     let tag = std::process::id();
-    for (run, (shown, url, locks, probe, peer)) in (1..=repeats)
-        .flat_map(|run| connected.iter().map(move |store| (run, store)))
-    {
-        let (probe, peer) = (probe.as_ref(), peer.as_ref());
+    for (run, store) in (1..=repeats).flat_map(|run| connected.iter().map(move |c| (run, c))) {
+        let Connected {
+            shown, url, locks, ..
+        } = store;
+        let (probe, peer) = (store.probe.as_ref(), store.peer.as_ref());
         for &workload in &workloads {
             let client_counts: Vec<usize> = match workload {
                 Workload::Contended | Workload::ContendedApart => {
@@ -236,11 +253,9 @@ pub(crate) async fn bench(stores: &[String], args: BenchArgs) -> u8 {
                             }
                         };
                         match peer_handoff.await {
-                            Ok(peer_row) => {
-                                handoff(url, &name, args.hold, args.duration, probe)
-                                    .await
-                                    .map(|rows| peer_row.into_iter().chain(rows).collect())
-                            }
+                            Ok(peer_row) => handoff(url, &name, args.hold, args.duration, probe)
+                                .await
+                                .map(|rows| peer_row.into_iter().chain(rows).collect()),
                             Err(err) => Err(err),
                         }
                     }

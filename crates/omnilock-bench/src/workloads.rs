@@ -495,8 +495,7 @@ pub(crate) async fn peer_handoff(
     hold: Duration,
     duration: Duration,
 ) -> omnilock::Result<Option<Row>> {
-    let (Some(first), Some(second)) = (Peer::connect(url).await?, Peer::connect(url).await?)
-    else {
+    let (Some(first), Some(second)) = (Peer::connect(url).await?, Peer::connect(url).await?) else {
         return Ok(None);
     };
     let label = first.label();

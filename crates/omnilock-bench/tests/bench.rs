@@ -56,7 +56,9 @@ fn bench_compares_stores_and_writes_json() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let table = text(&out.stdout);
     // Per store: floor, uncontended, contended x 2, contended-apart x 2,
-    // many-locks, handoff, herd, semaphore, rw, many-held.
+    // many-locks, handoff, herd, semaphore, rw, many-held; SQLite's
+    // hand-off also has its floor after the same idle time (the in-memory
+    // store has no floor).
     assert_eq!(
         table.lines().filter(|l| l.starts_with("| mem://")).count(),
         12,
@@ -67,12 +69,12 @@ fn bench_compares_stores_and_writes_json() {
             .lines()
             .filter(|l| l.starts_with("| sqlite://"))
             .count(),
-        12,
+        13,
         "{table}"
     );
     let json = std::fs::read_to_string(out_dir.join("results.json")).expect("results.json");
     let rows: Vec<serde_json::Value> = serde_json::from_str(&json).expect("results.json is JSON");
-    assert_eq!(rows.len(), 24, "{json}");
+    assert_eq!(rows.len(), 25, "{json}");
     for row in &rows {
         if row["workload"] == "many-held" {
             // 200 locks held through several renewals, none lost.
@@ -115,6 +117,15 @@ fn bench_compares_stores_and_writes_json() {
     assert!(
         sqlite_uncontended["ratio_to_floor"].is_f64(),
         "{sqlite_uncontended}"
+    );
+    // Its hand-off has the floor beside it, after the same idle time.
+    assert!(
+        rows.iter().any(|r| r["workload"] == "handoff"
+            && r["by"] == "floor"
+            && r["store"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("sqlite://"))),
+        "{json}"
     );
     // The in-memory store has neither floor nor counter: said, not faked.
     assert!(json.contains("no floor probe for this store"), "{json}");
