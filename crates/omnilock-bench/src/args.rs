@@ -67,6 +67,12 @@ pub(crate) struct BenchArgs {
     #[arg(long)]
     pub no_peers: bool,
 
+    /// The `distributed-lock` crate's runner (tools/peer-distributed-lock,
+    /// built with `cargo build --release` there), run as a peer beside
+    /// uncontended and handoff on PostgreSQL, MySQL/MariaDB and Redis
+    #[arg(long, value_name = "PATH")]
+    pub peer_process: Option<std::path::PathBuf>,
+
     /// Directory for results.json (created if missing)
     #[arg(long, value_name = "DIR")]
     pub out: Option<std::path::PathBuf>,

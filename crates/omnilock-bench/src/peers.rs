@@ -169,3 +169,69 @@ impl Drop for Peer {
 fn etcd_error(err: etcd_client::Error) -> Error {
     Error::unavailable(format!("etcd peer: {err}"))
 }
+
+/// The `distributed-lock` crate, run as a process of its own (it needs
+/// sqlx 0.8): `tools/peer-distributed-lock`, built with
+/// `cargo build --release` in that directory and named by
+/// `--peer-process`. Only for the stores it serves.
+pub(crate) struct PeerProcess {
+    pub(crate) program: std::path::PathBuf,
+}
+
+impl PeerProcess {
+    /// Whether the crate has a provider for this URL's store.
+    pub(crate) fn serves(url: &str) -> bool {
+        StoreUrl::parse(url).is_ok_and(|u| {
+            matches!(
+                u.scheme(),
+                "postgres" | "postgresql" | "mysql" | "mariadb" | "redis"
+            )
+        })
+    }
+
+    /// Runs `workload` ("uncontended" or "handoff") for `duration` and
+    /// returns its row; a failure is a row that says why, not an error, so
+    /// that omnilock's rows of the run are kept.
+    pub(crate) async fn row(
+        &self,
+        workload: crate::run::Workload,
+        url: &str,
+        duration: Duration,
+        hold: Duration,
+    ) -> crate::run::Row {
+        let clients = if workload == crate::run::Workload::Handoff {
+            2
+        } else {
+            1
+        };
+        let mut row = crate::workloads::row(workload, clients, Vec::new(), duration, None);
+        row.by = crate::run::By::Peer("distributed-lock 0.2 (a process of its own)".into());
+        let output = tokio::process::Command::new(&self.program)
+            .arg(workload.to_string())
+            .arg(format!("{}ms", duration.as_millis()))
+            .arg(format!("{}ms", hold.as_millis()))
+            .env("PEER_URL", url)
+            .kill_on_drop(true)
+            .output()
+            .await;
+        let output = match output {
+            Ok(output) => output,
+            Err(err) => {
+                row.note = format!("cannot run {}: {err}", self.program.display());
+                return row;
+            }
+        };
+        let parsed: Option<serde_json::Value> = serde_json::from_slice(&output.stdout).ok();
+        let (Some(parsed), true) = (parsed, output.status.success()) else {
+            row.note = String::from_utf8_lossy(&output.stderr).trim().to_string();
+            return row;
+        };
+        let ms = |key: &str| Duration::from_secs_f64(parsed[key].as_f64().unwrap_or(0.0) / 1000.0);
+        row.ops = parsed["ops"].as_u64().unwrap_or(0) as usize;
+        row.per_second = row.ops as f64 / duration.as_secs_f64().max(1e-9);
+        row.p50 = ms("p50_ms");
+        row.p99 = ms("p99_ms");
+        row.p999 = ms("p999_ms");
+        row
+    }
+}

@@ -15,7 +15,7 @@ use omnilock_harness::Probe;
 
 use crate::BenchArgs;
 use crate::exit::{self, fail};
-use crate::peers::Peer;
+use crate::peers::{Peer, PeerProcess};
 use crate::report::{charts, json, print_table};
 use crate::workloads::{
     MANY_CLIENTS, SHARED_CLIENTS, contended, contended_apart, floor, handoff, herd, many_held,
@@ -131,6 +131,16 @@ pub(crate) async fn bench(stores: &[String], args: BenchArgs) -> u8 {
     {
         return fail(&err.with_operation(omnilock::Operation::Acquire));
     }
+    if let Some(program) = &args.peer_process
+        && !program.is_file()
+    {
+        eprintln!(
+            "omnilock-bench: --peer-process {}: no such program (build it with `cargo build \
+             --release` in tools/peer-distributed-lock)",
+            program.display()
+        );
+        return exit::USAGE;
+    }
     // Connect to every store, and open its probe, before running anything.
     let mut connected: Vec<Connected> = Vec::new();
     for url in stores {
@@ -169,6 +179,11 @@ pub(crate) async fn bench(stores: &[String], args: BenchArgs) -> u8 {
     let interleaved =
         workloads.contains(&Workload::Floor) && workloads.contains(&Workload::Uncontended);
     let repeats = args.repeat as usize;
+    let peer_process = args
+        .peer_process
+        .clone()
+        .filter(|_| !args.no_peers)
+        .map(|program| PeerProcess { program });
     let runs: usize = repeats
         * connected
             .iter()
@@ -275,6 +290,20 @@ pub(crate) async fn bench(stores: &[String], args: BenchArgs) -> u8 {
                         .await),
                         Err(err) => Err(err),
                     },
+                };
+                // The peer that runs as a process of its own: after
+                // omnilock's run, in the same repeat.
+                let result = match (&peer_process, workload) {
+                    (Some(process), Workload::Uncontended | Workload::Handoff)
+                        if PeerProcess::serves(url) =>
+                    {
+                        let extra = process.row(workload, url, args.duration, args.hold).await;
+                        result.map(|mut rows| {
+                            rows.push(extra);
+                            rows
+                        })
+                    }
+                    _ => result,
                 };
                 // A run that fails (a store that stalls under 64 new
                 // sessions, say) is a row saying why, and the other runs go
