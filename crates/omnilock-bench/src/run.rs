@@ -19,7 +19,7 @@ use crate::peers::{Peer, PeerProcess};
 use crate::report::{charts, json, print_table};
 use crate::workloads::{
     MANY_CLIENTS, SHARED_CLIENTS, contended, contended_apart, floor, handoff, herd, many_held,
-    many_locks, new_names, peer_handoff, rw, semaphore, uncontended,
+    many_locks, new_names, peer_contended_apart, peer_handoff, rw, semaphore, uncontended,
 };
 
 /// The workloads, in the order they run by default. `--workload` is parsed
@@ -244,7 +244,7 @@ pub(crate) async fn bench(stores: &[String], args: BenchArgs) -> u8 {
                 // the duration.
                 let expected = (workload != Workload::Herd).then_some(args.duration);
                 let _progress = Progress::start(label, expected);
-                let name = format!("omnilock-bench/{tag}/{workload}/{clients}");
+                let name = format!("omnilock-bench/{tag}/{run}/{workload}/{clients}");
                 let one = |row: omnilock::Result<Row>| row.map(|row| vec![row]);
                 let result = match workload {
                     Workload::Floor => one(floor(probe, args.duration).await),
@@ -257,7 +257,18 @@ pub(crate) async fn bench(stores: &[String], args: BenchArgs) -> u8 {
                         one(contended(locks, &name, clients, args.duration).await)
                     }
                     Workload::ContendedApart => {
-                        one(contended_apart(url, &name, clients, args.duration).await)
+                        let peer_row = match peer {
+                            Some(_) => {
+                                peer_contended_apart(url, &name, clients, args.duration).await
+                            }
+                            None => Ok(None),
+                        };
+                        match peer_row {
+                            Ok(peer_row) => contended_apart(url, &name, clients, args.duration)
+                                .await
+                                .map(|row| peer_row.into_iter().chain([row]).collect()),
+                            Err(err) => Err(err),
+                        }
                     }
                     Workload::ManyLocks => one(many_locks(locks, &name, args.duration).await),
                     Workload::Handoff => {

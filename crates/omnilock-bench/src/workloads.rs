@@ -407,6 +407,67 @@ async fn contend(
     Ok(row)
 }
 
+/// The peer library's [`contended_apart`]: `clients` clients of the peer,
+/// each with its own connections, take one lock in turn; `None` when the
+/// store has no in-process peer.
+pub(crate) async fn peer_contended_apart(
+    url: &str,
+    name: &str,
+    clients: usize,
+    duration: Duration,
+) -> omnilock::Result<Option<Row>> {
+    let mut peers = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        match Peer::connect(url).await? {
+            Some(peer) => peers.push(Arc::new(peer)),
+            None => return Ok(None),
+        }
+    }
+    let label = peers[0].label();
+    let name = format!("{name}/peer");
+    let waits = Arc::new(Mutex::new(Vec::new()));
+    let counts = Arc::new(Mutex::new(Grants {
+        per_client: vec![0; clients],
+        last: None,
+        handoffs: 0,
+    }));
+    let started = Instant::now();
+    let deadline = tokio::time::Instant::from_std(started + duration);
+    let mut tasks = Vec::new();
+    for (client, peer) in peers.iter().enumerate() {
+        let (peer, name) = (peer.clone(), name.clone());
+        let (waits, counts) = (waits.clone(), counts.clone());
+        tasks.push(tokio::spawn(async move {
+            while started.elapsed() < duration {
+                let at = Instant::now();
+                let Ok(held) = tokio::time::timeout_at(deadline, peer.lock(&name)).await else {
+                    break;
+                };
+                let held = held?;
+                waits.lock().unwrap().push(at.elapsed());
+                counts.lock().unwrap().granted(client);
+                peer.unlock(held).await?;
+            }
+            Ok::<_, omnilock::Error>(())
+        }));
+    }
+    join(tasks).await?;
+    let elapsed = started.elapsed();
+    let grants = std::mem::take(&mut *counts.lock().unwrap());
+    let samples = std::mem::take(&mut *waits.lock().unwrap());
+    let mut row = row(
+        Workload::ContendedApart,
+        clients,
+        samples,
+        elapsed,
+        Some(jain(&grants.per_client)),
+    );
+    row.by = By::Peer(label);
+    let per_second = grants.handoffs as f64 / elapsed.as_secs_f64();
+    row.note = format!("{per_second:.0} hand-offs/s (grants to another client than the last)");
+    Ok(Some(row))
+}
+
 /// Who got a contended lock, and how often it changed hands.
 #[derive(Default)]
 struct Grants {
