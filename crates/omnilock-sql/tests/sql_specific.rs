@@ -393,6 +393,86 @@ async fn advisory_try_after_its_shared_session_was_killed() {
     }
 }
 
+/// omnilock's pool pings a connection only after a second of idleness, so a
+/// statement can meet a connection the server has just dropped. Each of
+/// them then fails once as `Unavailable` and is left behind: a release and
+/// a waiting acquire go through on other connections, a try-acquire either
+/// goes through or says `Unavailable`, and exclusion holds throughout.
+/// PostgreSQL only: its backends can be picked out by the last statement
+/// they ran (this test's table), so that the kill spares every other test
+/// running beside it under the same user.
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_connections_dropped_by_the_server_are_left_behind() {
+    let Some(url) = store_url("POSTGRES") else {
+        panic!("OMNILOCK_TEST_POSTGRES_URL is not set");
+    };
+    let table = "omnilock_dropped_pool";
+    let url = with_option(&url, &format!("table={table}&pool=3"));
+    let (ours, other) = (
+        connect(&url).await.expect("connect"),
+        connect(&url).await.expect("connect"),
+    );
+    let admin = raw(&url).await;
+    // Every backend whose last statement named the table (both clients'),
+    // except the one asking.
+    let kill = || async {
+        let killed: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+              WHERE query LIKE '%omnilock_dropped_pool%' AND pid <> pg_backend_pid()) AS k",
+        )
+        .fetch_one(&admin)
+        .await
+        .expect("terminate");
+        assert!(killed >= 1, "no connection of the stores was found to drop");
+    };
+    let name = format!("dropped/{}", std::process::id());
+
+    let guard = ours.acquire(&name).await.expect("acquire");
+    kill().await;
+    guard
+        .release()
+        .await
+        .expect("a release on a dropped connection is retried");
+    let theirs = other
+        .try_acquire(&name)
+        .await
+        .expect("try_acquire")
+        .expect("the release freed the lock");
+
+    kill().await;
+    let waiting = tokio::spawn({
+        let (ours, name) = (ours.clone(), name.clone());
+        async move { ours.acquire(&name).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiting.is_finished(),
+        "granted while another holds the lock"
+    );
+    theirs.release().await.expect("release");
+    let guard = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("the waiting acquire finished")
+        .expect("task")
+        .expect("a waiting acquire on dropped connections is retried");
+    guard.release().await.expect("release");
+
+    // A try-acquire meets each dropped connection at most once: it reports
+    // `Unavailable` and the next try takes another.
+    kill().await;
+    for attempt in 0.. {
+        match ours.try_acquire(&name).await {
+            Ok(Some(guard)) => {
+                guard.release().await.expect("release");
+                break;
+            }
+            Ok(None) => panic!("a free lock reported busy"),
+            Err(err) => assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}"),
+        }
+        assert!(attempt < 4, "a dropped connection was used twice");
+    }
+}
+
 /// MySQL/MariaDB table mode pushes a mutex's hand-off: the holder's store
 /// takes the lock's wake-up `GET_LOCK` (its bell) while it holds the row, a
 /// waiter blocks on that bell inside the database, and the release wakes
