@@ -54,6 +54,13 @@ async fn pass_along(n: usize) -> u64 {
             .expect("all waiters served")
             .expect("task");
     }
+    // Every release has published by now, but a waiter blocked in the
+    // server is served by the push onto its list, which can beat the
+    // message: wait for the messages to arrive (a herd would send more).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while store.wakeups() - before < n as u64 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     store.wakeups() - before
 }
 

@@ -104,6 +104,40 @@ impl Scripts {
         Ok((Acquired::decode(answer), confirmed))
     }
 
+    /// `acquire.lua` for a waiter that blocks in the server first: `BLPOP`
+    /// on the waiter's wake-up list (`<queue key>:<entry>`, which a release
+    /// pushes onto for the head of the line) for up to `block`, and the
+    /// attempt right behind it in one pipeline on `conn`, a connection of
+    /// the waiter's own. The server runs the attempt the moment the waiter
+    /// is unblocked, or when `block` runs out. An attempt the server no
+    /// longer has the script for is `NOSCRIPT`, left to the caller.
+    pub(crate) async fn acquire_after_wake(
+        &self,
+        conn: &mut redis::aio::MultiplexedConnection,
+        keys: &Keys,
+        req: &Acquire<'_>,
+        block: Duration,
+    ) -> redis::RedisResult<Acquired> {
+        let mut wait = redis::cmd("BLPOP");
+        wait.arg(format!("{}:{}", keys.queue, req.entry))
+            .arg(format!("{:.3}", block.as_secs_f64().max(0.001)));
+        let mut eval = evalsha(
+            &self.acquire,
+            &[&keys.lock, &keys.fence, &keys.queue, &keys.timeouts],
+        );
+        eval.arg(req.owner)
+            .arg(ms(req.ttl))
+            .arg(u8::from(req.reentrant))
+            .arg(req.entry)
+            .arg(ms(req.entry_lease))
+            .arg(req.channel_prefix)
+            .arg(req.call);
+        let mut pipe = redis::pipe();
+        pipe.add_command(wait).ignore().add_command(eval);
+        let (answer,): ((i64, i64),) = pipe.query_async(conn).await?;
+        Ok(Acquired::decode(answer))
+    }
+
     /// `acquire_all.lua`: `lock_all` in one step, on one server (the keys
     /// of different names share no slot in a cluster). KEYS: lock, fence,
     /// queue, timeouts of each part, parts in name order. ARGV: owner,

@@ -102,6 +102,8 @@ impl Backend for RedisStore {
         let mut backoff = Backoff::new(Duration::from_millis(10), recheck);
         let mut unconfirmed = false;
         let mut by_message = true;
+        // An attempt already made by a wait blocked in the server.
+        let mut made: Option<Result<(Attempt, Instant)>> = None;
         loop {
             let woken = notify.notified();
             tokio::pin!(woken);
@@ -116,7 +118,12 @@ impl Backend for RedisStore {
                 }
                 unconfirmed = false;
             }
-            let delay = match self.attempt_detached(request, &entry, &call, true).await {
+            let attempt = match made.take() {
+                Some(made) => made,
+                None => self.attempt_detached(request, &entry, &call, true).await,
+            };
+            let mut busy = false;
+            let delay = match attempt {
                 Ok((Attempt::Taken(token), started)) => {
                     place.granted = true;
                     if !by_message {
@@ -135,6 +142,7 @@ impl Backend for RedisStore {
                     }
                     request.waiting.raise();
                     backoff.reset();
+                    busy = true;
                     // Re-check in case a wake-up is lost, jittered so that
                     // waiters do not poll together; and at the holder's
                     // expiry, if it dies without releasing.
@@ -157,6 +165,12 @@ impl Backend for RedisStore {
                 Err(err) if err.is_retryable() => backoff.next_delay(),
                 Err(err) => return Err(err),
             };
+            if busy && self.blocks_in_server(request) {
+                made = self.attempt_after_wake(request, &entry, &call, delay).await;
+                if made.is_some() {
+                    continue;
+                }
+            }
             by_message = tokio::select! {
                 _ = &mut woken => true,
                 _ = tokio::time::sleep(delay) => false,

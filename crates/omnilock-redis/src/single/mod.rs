@@ -29,6 +29,7 @@ use crate::wake::shards::{LINGER, ShardWakeups};
 use crate::wake::{self, WakeTarget};
 
 mod backend;
+mod blocking;
 mod counted;
 mod rounds;
 mod wakeups;
@@ -68,6 +69,9 @@ struct Inner {
     waiters: Mutex<HashMap<String, Arc<Notify>>>,
     wakeups: AtomicU64,
     listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Idle connections for waiters that block in the server
+    /// (`blocking.rs`).
+    blockers: Mutex<Vec<redis::aio::MultiplexedConnection>>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -189,6 +193,7 @@ impl RedisStore {
                 waiters: Mutex::new(HashMap::new()),
                 wakeups: AtomicU64::new(0),
                 listener: Mutex::new(None),
+                blockers: Mutex::new(Vec::new()),
             }),
         };
         let weak = Arc::downgrade(&store.inner);

@@ -69,6 +69,18 @@ impl RedisStore {
             }
         };
         let (answer, confirmed) = answer.map_err(|e| inner.node.err(e))?;
+        self.settle(request, entry, answer, confirmed)
+    }
+
+    /// What an acquire script's answer means for this attempt (with
+    /// `wait_replicas`, `confirmed` replicas acknowledged it).
+    pub(super) fn settle(
+        &self,
+        request: &AcquireRequest,
+        entry: &str,
+        answer: Acquired,
+        confirmed: Option<u32>,
+    ) -> Result<Attempt> {
         match answer {
             Acquired::Taken(token) => {
                 if let Err(err) = self.check_confirmed(confirmed) {

@@ -3,6 +3,7 @@ local call = ARGV[7] or ''
 local function leave()
   if ARGV[4] ~= '' and redis.call('ZREM', KEYS[4], ARGV[4]) == 1 then
     redis.call('LREM', KEYS[3], 1, ARGV[4])
+    redis.call('DEL', KEYS[3] .. ':' .. ARGV[4])
   end
 end
 local ttl = tonumber(ARGV[2])

@@ -48,9 +48,20 @@ local function notify(channel_prefix, entry)
   if string.sub(channel_prefix, 1, 1) == '{' then publish = 'SPUBLISH' end
   redis.pcall(publish, channel_prefix .. client, entry)
 end
+-- One server (not a cluster, whose channel prefix starts with the lock's
+-- hash tag): the head may be blocked in BLPOP on its own list, with its
+-- next attempt queued right behind on the same connection. A push
+-- unblocks it, and the server runs that attempt at once. Kept a minute
+-- for a waiter that is between two waits; its next attempt deletes it.
 local function wake(queue, timeouts, channel_prefix)
   local head = live_head(queue, timeouts)
-  if head then notify(channel_prefix, head) end
+  if not head then return end
+  notify(channel_prefix, head)
+  if string.sub(channel_prefix, 1, 1) ~= '{' then
+    local list = queue .. ':' .. head
+    redis.call('LPUSH', list, '1')
+    redis.call('PEXPIRE', list, 60000)
+  end
 end
 -- The next fencing token, as a string. It never goes below the server's
 -- clock in microseconds, so it keeps rising when the fence counter is lost
