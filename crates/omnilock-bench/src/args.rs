@@ -62,8 +62,8 @@ pub(crate) struct BenchArgs {
           value_parser = clap::value_parser!(u32).range(1..=100))]
     pub repeat: u32,
 
-    /// Leaves the peer libraries out (rslock, etcd's Lock RPC): omnilock
-    /// and the floor only
+    /// Leaves the peer libraries out (rslock, etcd's Lock RPC, and the
+    /// `--peer-process` one): omnilock and the floor only
     #[arg(long)]
     pub no_peers: bool,
 

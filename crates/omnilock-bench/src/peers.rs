@@ -206,32 +206,66 @@ impl PeerProcess {
         };
         let mut row = crate::workloads::row(workload, clients, Vec::new(), duration, None);
         row.by = crate::run::By::Peer("distributed-lock 0.2 (a process of its own)".into());
-        let output = tokio::process::Command::new(&self.program)
+        let run = tokio::process::Command::new(&self.program)
             .arg(workload.to_string())
             .arg(format!("{}ms", duration.as_millis()))
             .arg(format!("{}ms", hold.as_millis()))
             .env("PEER_URL", url)
             .kill_on_drop(true)
-            .output()
-            .await;
-        let output = match output {
-            Ok(output) => output,
-            Err(err) => {
+            .output();
+        // The peer connects, runs for `duration` (a hand-off also holds),
+        // and ends; one that hangs is killed (`kill_on_drop`).
+        let limit = duration * 2 + hold + Duration::from_secs(60);
+        let output = match tokio::time::timeout(limit, run).await {
+            Ok(Ok(output)) => output,
+            Ok(Err(err)) => {
                 row.note = format!("cannot run {}: {err}", self.program.display());
                 return row;
+            }
+            Err(_) => {
+                row.note = format!("the peer did not finish within {limit:?}; stopped");
+                return row;
+            }
+        };
+        // Its first line of complaint, without the password it was given.
+        let complaint = || {
+            let text = String::from_utf8_lossy(&output.stderr);
+            let line = text.lines().next().unwrap_or("").trim().to_string();
+            let line = match StoreUrl::parse(url)
+                .ok()
+                .and_then(|u| u.password().cloned())
+            {
+                Some(pw) if !pw.expose().is_empty() => line.replace(pw.expose(), "***"),
+                _ => line,
+            };
+            if line.is_empty() {
+                format!("the peer failed ({})", output.status)
+            } else {
+                line
             }
         };
         let parsed: Option<serde_json::Value> = serde_json::from_slice(&output.stdout).ok();
         let (Some(parsed), true) = (parsed, output.status.success()) else {
-            row.note = String::from_utf8_lossy(&output.stderr).trim().to_string();
+            row.note = complaint();
             return row;
         };
-        let ms = |key: &str| Duration::from_secs_f64(parsed[key].as_f64().unwrap_or(0.0) / 1000.0);
-        row.ops = parsed["ops"].as_u64().unwrap_or(0) as usize;
+        let ms = |key: &str| {
+            parsed[key]
+                .as_f64()
+                .and_then(|v| Duration::try_from_secs_f64(v / 1000.0).ok())
+        };
+        let (Some(p50), Some(p99), Some(p999), Some(ops)) = (
+            ms("p50_ms"),
+            ms("p99_ms"),
+            ms("p999_ms"),
+            parsed["ops"].as_u64(),
+        ) else {
+            row.note = "the peer's answer is not what it should be".to_string();
+            return row;
+        };
+        row.ops = ops as usize;
         row.per_second = row.ops as f64 / duration.as_secs_f64().max(1e-9);
-        row.p50 = ms("p50_ms");
-        row.p99 = ms("p99_ms");
-        row.p999 = ms("p999_ms");
+        (row.p50, row.p99, row.p999) = (p50, p99, p999);
         row
     }
 }

@@ -70,6 +70,24 @@ impl serde::Serialize for Workload {
     }
 }
 
+/// The row of a peer's run that failed: omnilock's run goes on.
+fn failed_peer(
+    workload: Workload,
+    clients: usize,
+    peer: Option<&Peer>,
+    err: &omnilock::Error,
+) -> Row {
+    let mut row = crate::workloads::failed(workload, clients, err);
+    row.by = By::Peer(peer.map_or_else(|| "peer".to_string(), Peer::label));
+    row
+}
+
+/// An executable file.
+fn is_program(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
 /// One store, connected every way a run measures it.
 struct Connected<'a> {
     /// The URL without its password.
@@ -132,13 +150,17 @@ pub(crate) async fn bench(stores: &[String], args: BenchArgs) -> u8 {
         return fail(&err.with_operation(omnilock::Operation::Acquire));
     }
     if let Some(program) = &args.peer_process
-        && !program.is_file()
+        && !is_program(program)
     {
         eprintln!(
-            "omnilock-bench: --peer-process {}: no such program (build it with `cargo build \
-             --release` in tools/peer-distributed-lock)",
+            "omnilock-bench: --peer-process {}: not a program that can be run (build it with \
+             `cargo build --release` in tools/peer-distributed-lock)",
             program.display()
         );
+        return exit::USAGE;
+    }
+    if args.duration.is_zero() {
+        eprintln!("omnilock-bench: --duration must be longer than 0");
         return exit::USAGE;
     }
     // Connect to every store, and open its probe, before running anything.
@@ -263,12 +285,12 @@ pub(crate) async fn bench(stores: &[String], args: BenchArgs) -> u8 {
                             }
                             None => Ok(None),
                         };
-                        match peer_row {
-                            Ok(peer_row) => contended_apart(url, &name, clients, args.duration)
-                                .await
-                                .map(|row| peer_row.into_iter().chain([row]).collect()),
-                            Err(err) => Err(err),
-                        }
+                        let peer_row = peer_row.unwrap_or_else(|err| {
+                            Some(failed_peer(Workload::ContendedApart, clients, peer, &err))
+                        });
+                        contended_apart(url, &name, clients, args.duration)
+                            .await
+                            .map(|row| peer_row.into_iter().chain([row]).collect())
                     }
                     Workload::ManyLocks => one(many_locks(locks, &name, args.duration).await),
                     Workload::Handoff => {
@@ -278,12 +300,12 @@ pub(crate) async fn bench(stores: &[String], args: BenchArgs) -> u8 {
                                 None => Ok(None),
                             }
                         };
-                        match peer_handoff.await {
-                            Ok(peer_row) => handoff(url, &name, args.hold, args.duration, probe)
-                                .await
-                                .map(|rows| peer_row.into_iter().chain(rows).collect()),
-                            Err(err) => Err(err),
-                        }
+                        let peer_row = peer_handoff.await.unwrap_or_else(|err| {
+                            Some(failed_peer(Workload::Handoff, 2, peer, &err))
+                        });
+                        handoff(url, &name, args.hold, args.duration, probe)
+                            .await
+                            .map(|rows| peer_row.into_iter().chain(rows).collect())
                     }
                     Workload::Herd => one(herd(locks, probe, &name, clients).await),
                     Workload::Semaphore => one(semaphore(locks, &name, args.duration).await),

@@ -200,22 +200,34 @@ pub(crate) async fn uncontended(
     let (mut lock_time, mut floor_time, mut peer_time) =
         (Duration::ZERO, Duration::ZERO, Duration::ZERO);
     let peer_name = format!("{name}/peer");
+    // A floor or a peer that fails (rights its client lacks, say) is a row
+    // that says why; omnilock's run goes on.
+    let (mut floor_failed, mut peer_failed) = (None, None);
     while started.elapsed() < duration {
-        if let Some(floor) = floor {
+        if let (Some(floor), None) = (floor, &floor_failed) {
             let batch = Instant::now();
             for _ in 0..BATCH {
                 let at = Instant::now();
-                floor.floor_round().await?;
+                if let Err(err) = floor.floor_round().await {
+                    floor_failed = Some(err);
+                    break;
+                }
                 floor_samples.push(at.elapsed());
             }
             floor_time += batch.elapsed();
         }
-        if let Some(peer) = peer {
+        if let (Some(peer), None) = (peer, &peer_failed) {
             let batch = Instant::now();
             for _ in 0..BATCH {
                 let at = Instant::now();
-                let hold = peer.lock(&peer_name).await?;
-                peer.unlock(hold).await?;
+                let round = async {
+                    let hold = peer.lock(&peer_name).await?;
+                    peer.unlock(hold).await
+                };
+                if let Err(err) = round.await {
+                    peer_failed = Some(err);
+                    break;
+                }
                 peer_samples.push(at.elapsed());
             }
             peer_time += batch.elapsed();
@@ -232,12 +244,18 @@ pub(crate) async fn uncontended(
     let mut rows = Vec::new();
     if let Some(floor) = floor {
         let mut row = row(Workload::Floor, 1, floor_samples, floor_time, None);
-        row.note = format!("{} (interleaved with uncontended)", floor.floor_ops());
+        row.note = match floor_failed {
+            None => format!("{} (interleaved with uncontended)", floor.floor_ops()),
+            Some(err) => format!("failed: {err}"),
+        };
         rows.push(row);
     }
     if let Some(peer) = peer {
         let mut row = row(Workload::Uncontended, 1, peer_samples, peer_time, None);
         row.by = By::Peer(peer.label());
+        if let Some(err) = peer_failed {
+            row.note = format!("failed: {err}");
+        }
         rows.push(row);
     }
     rows.push(row(Workload::Uncontended, 1, samples, lock_time, None));
@@ -505,6 +523,7 @@ pub(crate) async fn handoff(
     let clients = [omnilock::connect(url).await?, omnilock::connect(url).await?];
     let started = Instant::now();
     let (mut samples, mut idle_floor) = (Vec::new(), Vec::new());
+    let mut floor_failed = None;
     let mut guard = clients[0].acquire(name).await?;
     let mut waiter = 1;
     while samples.is_empty() || started.elapsed() < duration {
@@ -522,11 +541,13 @@ pub(crate) async fn handoff(
         samples.push(granted - released);
         guard = next;
         waiter = 1 - waiter;
-        if let Some(floor) = floor {
+        if let (Some(floor), None) = (floor, &floor_failed) {
             tokio::time::sleep(hold).await;
             let at = Instant::now();
-            floor.floor_round().await?;
-            idle_floor.push(at.elapsed());
+            match floor.floor_round().await {
+                Ok(()) => idle_floor.push(at.elapsed()),
+                Err(err) => floor_failed = Some(err),
+            }
         }
     }
     let elapsed = started.elapsed();
@@ -538,10 +559,13 @@ pub(crate) async fn handoff(
     if let Some(floor) = floor {
         let mut row = row(Workload::Handoff, 1, idle_floor, elapsed, None);
         row.by = By::Floor;
-        row.note = format!(
-            "{} after {hold:?} idle, as the hand-off's holder is (interleaved with handoff)",
-            floor.floor_ops(),
-        );
+        row.note = match floor_failed {
+            None => format!(
+                "{} after {hold:?} idle, as the hand-off's holder is (interleaved with handoff)",
+                floor.floor_ops(),
+            ),
+            Some(err) => format!("failed: {err}"),
+        };
         rows.push(row);
     }
     rows.push(row(Workload::Handoff, 2, samples, elapsed, None));

@@ -277,14 +277,17 @@ impl Target {
                 sqlx::pool::PoolOptions::new()
                     .max_connections(config.pool_size)
                     .acquire_timeout(config.connect_timeout)
-                    // sqlx pings every connection it hands out: a second
-                    // round trip per statement, and after a wait (a
-                    // hand-off) a slow one. Only a connection idle long
-                    // enough for the server or a firewall to have dropped
-                    // it is pinged first (HikariCP's rule); one that fails
-                    // is closed and another taken. A statement on a
+                    // sqlx pings every connection it hands out: a round
+                    // trip on the caller's path before each statement, and
+                    // after a wait (a hand-off) a slow one. (The ping when
+                    // a connection goes back stays: sqlx runs it in the
+                    // background.) Only a connection idle long enough for
+                    // the server or a firewall to have dropped it is
+                    // pinged first (HikariCP's rule); one that fails is
+                    // closed and another taken. A statement on a
                     // connection that broke sooner fails as `Unavailable`,
-                    // which acquire and release retry.
+                    // which a waiting acquire, a release and the renewal
+                    // retry.
                     .test_before_acquire(false)
                     .before_acquire(ping_if_idle)
             };

@@ -85,6 +85,9 @@ fn duration(text: &str) -> Result<Duration, Failure> {
             .unwrap_or(text.len()),
     );
     let n: u64 = number.parse()?;
+    if n == 0 {
+        return Err(format!("bad duration {text}: it must be longer than 0").into());
+    }
     match unit {
         "ms" => Ok(Duration::from_millis(n)),
         "s" | "" => Ok(Duration::from_secs(n)),
@@ -163,6 +166,9 @@ async fn main() -> std::process::ExitCode {
             }
             other => return Err(format!("unknown workload {other}").into()),
         };
+        if samples.is_empty() {
+            return Err("no acquisition completed in the time given".into());
+        }
         samples.sort();
         let at = |p: f64| samples[((samples.len() - 1) as f64 * p).round() as usize];
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;

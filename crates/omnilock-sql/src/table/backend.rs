@@ -173,10 +173,22 @@ impl Backend for TableStore {
                 }
                 Ok((Attempt::Busy { .. }, _)) if self.inner.config.fair && ticket.is_none() => {
                     waited = true;
-                    ticket = Some(self.enqueue(request).await?);
-                    request.waiting.raise();
-                    // Look again at once: the lock may have freed meanwhile.
-                    continue;
+                    match self.enqueue(request).await {
+                        Ok(queued) => {
+                            ticket = Some(queued);
+                            request.waiting.raise();
+                            // Look again at once: the lock may have freed
+                            // meanwhile.
+                            continue;
+                        }
+                        // Taking a place in line is retried like a look.
+                        Err(err) if err.is_retryable() => {
+                            tracing::debug!(error = %err, lock = %request.name, "omnilock sql: cannot join the line yet; retrying");
+                            let delay = backoff.next_delay();
+                            (delay, delay)
+                        }
+                        Err(err) => return Err(err),
+                    }
                 }
                 Ok((Attempt::Busy { remaining }, _)) => {
                     waited = true;
