@@ -136,28 +136,8 @@ impl Hold {
         self.shared.renewals.stop(self);
         let deadline = tokio::time::Instant::from_std(self.valid_until());
         let backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
-        // A release that failed on the way (a dropped connection) may have
-        // been done by the store all the same, only its answer lost: then
-        // the retry finds the lock no longer ours. That is the release
-        // done, not a lock taken over.
-        let failed_on_the_way = std::sync::atomic::AtomicBool::new(false);
-        let result = retry(backoff, deadline, || async {
-            let released = self.backend().release(&self.spec, &self.grant).await;
-            match released {
-                Err(err) if err.kind() == ErrorKind::NotOwner
-                    && failed_on_the_way.load(std::sync::atomic::Ordering::Relaxed) =>
-                {
-                    tracing::debug!(lock = %self.spec.name, "omnilock: a retried release found the lock gone: taken as done by the earlier try");
-                    Ok(())
-                }
-                Err(err) => {
-                    if err.is_retryable() {
-                        failed_on_the_way.store(true, std::sync::atomic::Ordering::Relaxed);
-                    }
-                    Err(err)
-                }
-                ok => ok,
-            }
+        let result = retry(backoff, deadline, || {
+            self.backend().release(&self.spec, &self.grant)
         })
         .await;
         self.shared.forget(self);
