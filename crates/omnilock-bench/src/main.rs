@@ -14,6 +14,7 @@
 mod args;
 mod exit;
 mod heap;
+mod peer_runs;
 mod peers;
 mod plots;
 mod report;

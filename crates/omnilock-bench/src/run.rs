@@ -15,11 +15,12 @@ use omnilock_harness::Probe;
 
 use crate::BenchArgs;
 use crate::exit::{self, fail};
+use crate::peer_runs::{peer_contended_apart, peer_handoff};
 use crate::peers::{Peer, PeerProcess};
 use crate::report::{charts, json, print_table};
 use crate::workloads::{
     MANY_CLIENTS, SHARED_CLIENTS, contended, contended_apart, floor, handoff, herd, many_held,
-    many_locks, new_names, peer_contended_apart, peer_handoff, rw, semaphore, uncontended,
+    many_locks, new_names, rw, semaphore, uncontended,
 };
 
 /// The workloads, in the order they run by default. `--workload` is parsed

@@ -174,7 +174,9 @@ fn skipped(workload: Workload, clients: usize, why: &str) -> Row {
     row
 }
 
-async fn join(tasks: Vec<tokio::task::JoinHandle<omnilock::Result<()>>>) -> omnilock::Result<()> {
+pub(crate) async fn join(
+    tasks: Vec<tokio::task::JoinHandle<omnilock::Result<()>>>,
+) -> omnilock::Result<()> {
     for task in tasks {
         task.await
             .map_err(|e| omnilock::Error::new(omnilock::ErrorKind::Backend, e.to_string()))??;
@@ -379,17 +381,11 @@ async fn contend(
     take: for<'a> fn(&'a Locks, &str, u64) -> omnilock::LockRequest<'a>,
 ) -> omnilock::Result<Row> {
     let clients = handles.len();
-    let waits = Arc::new(Mutex::new(Vec::new()));
-    let counts = Arc::new(Mutex::new(Grants {
-        per_client: vec![0; clients],
-        last: None,
-        handoffs: 0,
-    }));
+    let tally = Tally::new(clients);
     let started = Instant::now();
     let mut tasks = Vec::new();
     for (client, locks) in handles.iter().enumerate() {
-        let (locks, name) = (locks.clone(), name.to_string());
-        let (waits, counts) = (waits.clone(), counts.clone());
+        let (locks, name, tally) = (locks.clone(), name.to_string(), tally.clone());
         tasks.push(tokio::spawn(async move {
             // Clients start at different rounds, so writes are spread out.
             let mut round = client as u64;
@@ -399,8 +395,7 @@ async fn contend(
                 let Some(guard) = until(started + duration, acquire).await? else {
                     break;
                 };
-                waits.lock().unwrap().push(at.elapsed());
-                counts.lock().unwrap().granted(client);
+                tally.granted(client, at.elapsed());
                 guard.release().await?;
                 round += 1;
             }
@@ -408,87 +403,17 @@ async fn contend(
         }));
     }
     join(tasks).await?;
-    let elapsed = started.elapsed();
-    let grants = std::mem::take(&mut *counts.lock().unwrap());
-    let samples = std::mem::take(&mut *waits.lock().unwrap());
-    let mut row = row(
-        workload,
-        clients,
-        samples,
-        elapsed,
-        Some(jain(&grants.per_client)),
-    );
-    if matches!(workload, Workload::Contended | Workload::ContendedApart) {
-        let per_second = grants.handoffs as f64 / elapsed.as_secs_f64();
-        row.note = format!("{per_second:.0} hand-offs/s (grants to another client than the last)");
-    }
-    Ok(row)
+    Ok(tally.row(workload, clients, started.elapsed()))
 }
 
-/// The peer library's [`contended_apart`]: `clients` clients of the peer,
-/// each with its own connections, take one lock in turn; `None` when the
-/// store has no in-process peer.
-pub(crate) async fn peer_contended_apart(
-    url: &str,
-    name: &str,
-    clients: usize,
-    duration: Duration,
-) -> omnilock::Result<Option<Row>> {
-    let mut peers = Vec::with_capacity(clients);
-    for _ in 0..clients {
-        match Peer::connect(url).await? {
-            Some(peer) => peers.push(Arc::new(peer)),
-            None => return Ok(None),
-        }
-    }
-    let label = peers[0].label();
-    let name = format!("{name}/peer");
-    let waits = Arc::new(Mutex::new(Vec::new()));
-    let counts = Arc::new(Mutex::new(Grants {
-        per_client: vec![0; clients],
-        last: None,
-        handoffs: 0,
-    }));
-    let started = Instant::now();
-    let deadline = tokio::time::Instant::from_std(started + duration);
-    let mut tasks = Vec::new();
-    for (client, peer) in peers.iter().enumerate() {
-        let (peer, name) = (peer.clone(), name.clone());
-        let (waits, counts) = (waits.clone(), counts.clone());
-        tasks.push(tokio::spawn(async move {
-            while started.elapsed() < duration {
-                let at = Instant::now();
-                let Ok(held) = tokio::time::timeout_at(deadline, peer.lock(&name)).await else {
-                    break;
-                };
-                let held = held?;
-                waits.lock().unwrap().push(at.elapsed());
-                counts.lock().unwrap().granted(client);
-                peer.unlock(held).await?;
-            }
-            Ok::<_, omnilock::Error>(())
-        }));
-    }
-    join(tasks).await?;
-    let elapsed = started.elapsed();
-    let grants = std::mem::take(&mut *counts.lock().unwrap());
-    let samples = std::mem::take(&mut *waits.lock().unwrap());
-    let mut row = row(
-        Workload::ContendedApart,
-        clients,
-        samples,
-        elapsed,
-        Some(jain(&grants.per_client)),
-    );
-    row.by = By::Peer(label);
-    let per_second = grants.handoffs as f64 / elapsed.as_secs_f64();
-    row.note = format!("{per_second:.0} hand-offs/s (grants to another client than the last)");
-    Ok(Some(row))
-}
+/// The bookkeeping of a contended run, shared by its clients: each grant's
+/// wait, who got it, and how often the lock changed hands.
+#[derive(Clone)]
+pub(crate) struct Tally(Arc<Mutex<Grants>>);
 
-/// Who got a contended lock, and how often it changed hands.
 #[derive(Default)]
 struct Grants {
+    waits: Vec<Duration>,
     per_client: Vec<u64>,
     last: Option<usize>,
     /// Grants to a client other than the previous one: a waiter served, not
@@ -496,13 +421,37 @@ struct Grants {
     handoffs: u64,
 }
 
-impl Grants {
-    fn granted(&mut self, client: usize) {
-        self.per_client[client] += 1;
-        if self.last.is_some_and(|last| last != client) {
-            self.handoffs += 1;
+impl Tally {
+    pub(crate) fn new(clients: usize) -> Tally {
+        Tally(Arc::new(Mutex::new(Grants {
+            per_client: vec![0; clients],
+            ..Grants::default()
+        })))
+    }
+
+    /// `client` was granted the lock after waiting `waited`.
+    pub(crate) fn granted(&self, client: usize, waited: Duration) {
+        let mut grants = self.0.lock().unwrap();
+        grants.waits.push(waited);
+        grants.per_client[client] += 1;
+        if grants.last.is_some_and(|last| last != client) {
+            grants.handoffs += 1;
         }
-        self.last = Some(client);
+        grants.last = Some(client);
+    }
+
+    /// The run's row: the waits, grants/s and fairness; for one lock
+    /// (contended, contended-apart), hand-offs/s in the note.
+    pub(crate) fn row(&self, workload: Workload, clients: usize, elapsed: Duration) -> Row {
+        let grants = std::mem::take(&mut *self.0.lock().unwrap());
+        let fairness = Some(jain(&grants.per_client));
+        let mut row = row(workload, clients, grants.waits, elapsed, fairness);
+        if matches!(workload, Workload::Contended | Workload::ContendedApart) {
+            let per_second = grants.handoffs as f64 / elapsed.as_secs_f64();
+            row.note =
+                format!("{per_second:.0} hand-offs/s (grants to another client than the last)");
+        }
+        row
     }
 }
 
@@ -570,47 +519,6 @@ pub(crate) async fn handoff(
     }
     rows.push(row(Workload::Handoff, 2, samples, elapsed, None));
     Ok(rows)
-}
-
-/// The peer's hand-off, timed as [`handoff`] times omnilock's: two clients
-/// of the peer library, each with its own connections.
-pub(crate) async fn peer_handoff(
-    url: &str,
-    name: &str,
-    hold: Duration,
-    duration: Duration,
-) -> omnilock::Result<Option<Row>> {
-    let (Some(first), Some(second)) = (Peer::connect(url).await?, Peer::connect(url).await?) else {
-        return Ok(None);
-    };
-    let label = first.label();
-    let clients = [Arc::new(first), Arc::new(second)];
-    let name = format!("{name}/peer");
-    let started = Instant::now();
-    let mut samples = Vec::new();
-    let mut held = clients[0].lock(&name).await?;
-    let mut holder = 0;
-    while samples.is_empty() || started.elapsed() < duration {
-        let (peer, name_owned) = (clients[1 - holder].clone(), name.clone());
-        let waiting = tokio::spawn(async move {
-            let hold = peer.lock(&name_owned).await?;
-            Ok::<_, omnilock::Error>((hold, Instant::now()))
-        });
-        tokio::time::sleep(hold).await;
-        let released = Instant::now();
-        clients[holder].unlock(held).await?;
-        let (next, granted) = waiting
-            .await
-            .map_err(|e| omnilock::Error::new(omnilock::ErrorKind::Backend, e.to_string()))??;
-        samples.push(granted - released);
-        held = next;
-        holder = 1 - holder;
-    }
-    let elapsed = started.elapsed();
-    clients[holder].unlock(held).await?;
-    let mut row = row(Workload::Handoff, 2, samples, elapsed, None);
-    row.by = By::Peer(label);
-    Ok(Some(row))
 }
 
 pub(crate) fn row(

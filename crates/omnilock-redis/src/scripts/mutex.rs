@@ -89,17 +89,7 @@ impl Scripts {
         req: &Acquire<'_>,
         wait: Option<WaitReplicas>,
     ) -> redis::RedisResult<(Acquired, Option<u32>)> {
-        let mut eval = evalsha(
-            &self.acquire,
-            &[&keys.lock, &keys.fence, &keys.queue, &keys.timeouts],
-        );
-        eval.arg(req.owner)
-            .arg(ms(req.ttl))
-            .arg(u8::from(req.reentrant))
-            .arg(req.entry)
-            .arg(ms(req.entry_lease))
-            .arg(req.channel_prefix)
-            .arg(req.call);
+        let eval = self.acquire_eval(keys, req);
         let (answer, confirmed) = run(conn, &self.acquire, eval, wait).await?;
         Ok((Acquired::decode(answer), confirmed))
     }
@@ -121,6 +111,15 @@ impl Scripts {
         let mut wait = redis::cmd("BLPOP");
         wait.arg(format!("{}:{}", keys.queue, req.entry))
             .arg(format!("{:.3}", block.as_secs_f64().max(0.001)));
+        let eval = self.acquire_eval(keys, req);
+        let mut pipe = redis::pipe();
+        pipe.add_command(wait).ignore().add_command(eval);
+        let (answer,): ((i64, i64),) = pipe.query_async(conn).await?;
+        Ok(Acquired::decode(answer))
+    }
+
+    /// The `EVALSHA` of `acquire.lua` for `req` (see [`Scripts::acquire`]).
+    fn acquire_eval(&self, keys: &Keys, req: &Acquire<'_>) -> redis::Cmd {
         let mut eval = evalsha(
             &self.acquire,
             &[&keys.lock, &keys.fence, &keys.queue, &keys.timeouts],
@@ -132,10 +131,7 @@ impl Scripts {
             .arg(ms(req.entry_lease))
             .arg(req.channel_prefix)
             .arg(req.call);
-        let mut pipe = redis::pipe();
-        pipe.add_command(wait).ignore().add_command(eval);
-        let (answer,): ((i64, i64),) = pipe.query_async(conn).await?;
-        Ok(Acquired::decode(answer))
+        eval
     }
 
     /// `acquire_all.lua`: `lock_all` in one step, on one server (the keys

@@ -7,7 +7,8 @@
 //! message. The `BLPOP` timeout is the waiter's periodic re-check.
 //!
 //! Each blocked waiter needs a connection of its own (a blocked connection
-//! serves nobody else); they are kept for reuse, a few at most. A cluster
+//! serves nobody else): at most 32 waiters of a store block at once, and a
+//! few idle connections are kept for reuse. A cluster
 //! keeps to its sharded messages, and `wait_replicas` to the command
 //! connection, whose `WAIT` must follow the script on the same connection.
 
@@ -17,6 +18,32 @@ use super::*;
 
 /// Idle blocking connections kept for the next waiter.
 const KEPT: usize = 4;
+
+/// Waiters of one store blocked in the server at once, each on a connection
+/// of its own; further waiters wait for their message, so that a crowd of
+/// waiters in one process cannot open a crowd of connections.
+const MOST_BLOCKED: usize = 32;
+
+/// One waiter's place among the [`MOST_BLOCKED`]; given back when dropped
+/// (its round done, in the background if its caller went away).
+struct BlockedSlot(Arc<Inner>);
+
+impl BlockedSlot {
+    fn take(inner: &Arc<Inner>) -> Option<BlockedSlot> {
+        let taken = inner.blocked.fetch_add(1, Ordering::AcqRel);
+        if taken >= MOST_BLOCKED {
+            inner.blocked.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(BlockedSlot(inner.clone()))
+    }
+}
+
+impl Drop for BlockedSlot {
+    fn drop(&mut self) {
+        self.0.blocked.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 impl RedisStore {
     /// Whether a waiter of `request` may block in the server.
@@ -29,8 +56,9 @@ impl RedisStore {
     /// Blocks up to `block` for `entry`'s wake-up, then runs the acquire
     /// attempt `call`, to completion even if the caller goes away (a grant
     /// for nobody is released, a place in line taken again is left).
-    /// `None` when no blocking connection could be had: the caller waits
-    /// for its message instead.
+    /// `None` when no blocking connection could be had, or
+    /// [`MOST_BLOCKED`] waiters of this store are blocked already: the
+    /// caller waits for its message instead.
     pub(super) async fn attempt_after_wake(
         &self,
         request: &AcquireRequest,
@@ -38,6 +66,7 @@ impl RedisStore {
         call: &str,
         block: Duration,
     ) -> Option<Result<(Attempt, Instant)>> {
+        let slot = BlockedSlot::take(&self.inner)?;
         let conn = self.blocking_conn().await?;
         let (store, undo) = (self.clone(), self.clone());
         let (call_request, undo_request) = (request.clone(), request.clone());
@@ -45,6 +74,7 @@ impl RedisStore {
         let undo_entry = entry.clone();
         let result = complete_or_undo(
             async move {
+                let _slot = slot;
                 let started = Instant::now();
                 store
                     .blocked_round(conn, &call_request, &entry, &call, block)
@@ -151,19 +181,5 @@ impl RedisStore {
         if kept.len() < KEPT {
             kept.push(conn);
         }
-    }
-
-    /// Takes `entry` out of the line of `request`'s lock (waking the next
-    /// when the lock is free).
-    pub(super) async fn leave_line(&self, request: &AcquireRequest, entry: &str) -> Result<()> {
-        let inner = &self.inner;
-        let keys = self.keys(&request.name);
-        let mut conn = inner.node.conn_for(&keys.lock);
-        let channel_prefix = inner.channel_prefix(&keys.lock);
-        inner
-            .scripts
-            .cancel(&mut conn, &keys, entry, &channel_prefix)
-            .await
-            .map_err(|e| inner.node.err(e))
     }
 }

@@ -4,7 +4,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -72,6 +72,8 @@ struct Inner {
     /// Idle connections for waiters that block in the server
     /// (`blocking.rs`).
     blockers: Mutex<Vec<redis::aio::MultiplexedConnection>>,
+    /// Waiters blocked in the server now (`blocking.rs`).
+    blocked: AtomicUsize,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -194,6 +196,7 @@ impl RedisStore {
                 wakeups: AtomicU64::new(0),
                 listener: Mutex::new(None),
                 blockers: Mutex::new(Vec::new()),
+                blocked: AtomicUsize::new(0),
             }),
         };
         let weak = Arc::downgrade(&store.inner);

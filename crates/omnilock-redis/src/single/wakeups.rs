@@ -141,6 +141,24 @@ pub(super) async fn check_same_server(node: &Node, channel: &str) -> Result<()> 
 }
 
 impl RedisStore {
+    /// Takes `entry` out of the line of `request`'s lock, or gives back the
+    /// semaphore's or read-write lock's entry (waking the next when the
+    /// lock is free).
+    pub(super) async fn leave_line(&self, request: &AcquireRequest, entry: &str) -> Result<()> {
+        if Counted::of(request.primitive).is_some() {
+            return self.cancel_counted(request, entry).await;
+        }
+        let inner = &self.inner;
+        let keys = self.keys(&request.name);
+        let mut conn = inner.node.conn_for(&keys.lock);
+        let channel_prefix = inner.channel_prefix(&keys.lock);
+        inner
+            .scripts
+            .cancel(&mut conn, &keys, entry, &channel_prefix)
+            .await
+            .map_err(|e| inner.node.err(e))
+    }
+
     /// In a cluster, marks `place`'s channel for a new subscription.
     pub(super) fn suspect_channel(&self, place: &Place) {
         if let (WakeChannels::PerLock(shards), Some(channel)) =
@@ -202,20 +220,7 @@ impl Drop for Place {
             (self.store.clone(), self.request.clone(), self.entry.clone());
         retry_in_background(move || {
             let (store, request, entry) = (store.clone(), request.clone(), entry.clone());
-            async move {
-                if Counted::of(request.primitive).is_some() {
-                    return store.cancel_counted(&request, &entry).await;
-                }
-                let inner = &store.inner;
-                let keys = store.keys(&request.name);
-                let mut conn = inner.node.conn_for(&keys.lock);
-                let channel_prefix = inner.channel_prefix(&keys.lock);
-                inner
-                    .scripts
-                    .cancel(&mut conn, &keys, &entry, &channel_prefix)
-                    .await
-                    .map_err(|e| inner.node.err(e))
-            }
+            async move { store.leave_line(&request, &entry).await }
         });
     }
 }
