@@ -166,3 +166,181 @@ async fn every_scheme_is_known_to_connect() {
         }
     }
 }
+
+/// The rows of the Markdown table whose header line starts with `header`,
+/// each split into its cells (the separator row left out).
+fn table_rows(page: &str, header: &str) -> Vec<Vec<String>> {
+    let mut lines = page.lines().skip_while(|line| !line.starts_with(header));
+    let mut rows = Vec::new();
+    while let Some(line) = lines.next().filter(|line| line.starts_with('|')) {
+        let cells: Vec<String> = line
+            .trim()
+            .trim_matches('|')
+            .split('|')
+            .map(|cell| cell.trim().to_string())
+            .collect();
+        if !cells.iter().all(|cell| cell.chars().all(|c| c == '-')) {
+            rows.push(cells);
+        }
+    }
+    assert!(!rows.is_empty(), "no table headed {header:?}");
+    rows
+}
+
+/// The `code spans` of a Markdown cell.
+fn code_spans(cell: &str) -> Vec<&str> {
+    cell.split('`').skip(1).step_by(2).collect()
+}
+
+/// The test store for a URL pattern of the capability matrix, such as
+/// `postgres://…?fair=false`: the test URL of its kind, under the pattern's
+/// scheme, with the pattern's options added.
+/// `None` for a scheme without a test store of its own.
+#[cfg(feature = "full")]
+fn matrix_url(pattern: &str, sqlite_dir: &std::path::Path) -> Option<String> {
+    let (scheme, rest) = pattern.split_once("://").expect("a scheme");
+    let options = rest.split_once('?').map(|(_, options)| options);
+    let base = match scheme {
+        "mem" => "mem://".to_string(),
+        "sqlite" => format!("sqlite://{}/matrix.db", sqlite_dir.display()),
+        _ => {
+            let store = match scheme {
+                "etcd" => "ETCD",
+                "etcds" => "ETCD_TLS",
+                "zk" | "zookeeper" => "ZK",
+                "redis" => "REDIS",
+                "rediss" => "REDIS_TLS",
+                "redis+sentinel" => "REDIS_SENTINEL",
+                "redis+cluster" => "REDIS_CLUSTER",
+                "rediss+cluster" => "REDIS_CLUSTER_TLS",
+                // No Sentinel over TLS among the test stores: its
+                // capabilities come from the same code as `redis+sentinel`.
+                "rediss+sentinel" => return None,
+                "redlock" => "REDLOCK",
+                "postgres" | "postgresql" => "POSTGRES",
+                "mysql" | "mariadb" => "MYSQL",
+                other => panic!("the capability matrix names {other}://, which has no test store"),
+            };
+            let url = omnilock_testkit::store_url(store)
+                .unwrap_or_else(|| panic!("OMNILOCK_TEST_{store}_URL is not set"));
+            let (_, after) = url.split_once("://").expect("a test URL has a scheme");
+            format!("{scheme}://{after}")
+        }
+    };
+    Some(match options {
+        None => base,
+        Some(options) if base.contains('?') => format!("{base}&{options}"),
+        Some(options) => format!("{base}?{options}"),
+    })
+}
+
+/// docs/semantics.md §7's matrix is the product's spec: every row is
+/// connected to a real store of that kind (and mode), and each flag must be
+/// what `capabilities()` reports. Every scheme has a row, and every flag a
+/// column. docs/observability.md's `store` label values are the kinds these
+/// stores report.
+#[cfg(feature = "full")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_capability_matrix_is_what_stores_report() {
+    let rows = table_rows(&read("docs/semantics.md"), "| store URL |");
+    let flags: Vec<&str> = omnilock::Capabilities::default()
+        .flags()
+        .iter()
+        .map(|(flag, _)| *flag)
+        .collect();
+    assert_eq!(
+        rows[0][1..],
+        flags,
+        "the matrix's columns are not the flags"
+    );
+    let sqlite_dir = std::env::temp_dir().join(format!("omnilock-matrix-{}", std::process::id()));
+    std::fs::create_dir_all(&sqlite_dir).expect("a directory for SQLite");
+    let mut wrong = Vec::new();
+    let mut schemes = std::collections::BTreeSet::new();
+    let mut kinds = std::collections::BTreeSet::new();
+    for row in &rows[1..] {
+        for pattern in code_spans(&row[0]) {
+            schemes.insert(pattern.split("://").next().unwrap_or_default().to_string());
+            let Some(url) = matrix_url(pattern, &sqlite_dir) else {
+                continue;
+            };
+            let locks = omnilock::connect(&url)
+                .await
+                .unwrap_or_else(|e| panic!("{pattern}: cannot connect: {e}"));
+            kinds.insert(locks.backend_kind());
+            for ((flag, on), cell) in locks.capabilities().flags().iter().zip(&row[1..]) {
+                let documented = match cell.as_str() {
+                    "yes" => true,
+                    "no" => false,
+                    other => panic!("{pattern} {flag}: {other:?} is neither yes nor no"),
+                };
+                if documented != *on {
+                    wrong.push(format!(
+                        "{pattern} {flag}: the docs say {cell}, the store says {on}"
+                    ));
+                }
+            }
+            locks.close().await;
+        }
+    }
+    let _ = std::fs::remove_dir_all(&sqlite_dir);
+    assert!(
+        wrong.is_empty(),
+        "docs/semantics.md §7 disagrees with the stores:\n{}",
+        wrong.join("\n")
+    );
+    for (scheme, _) in omnilock::SCHEMES {
+        assert!(
+            schemes.contains(*scheme),
+            "the capability matrix has no row for {scheme}://"
+        );
+    }
+    let labels = table_rows(&read("docs/observability.md"), "| label |");
+    let store = labels
+        .iter()
+        .find(|row| row[0] == "`store`")
+        .expect("observability.md documents the `store` label");
+    // The values are the spans that are a kind's shape (not the method).
+    let documented: std::collections::BTreeSet<&str> = code_spans(&store[2])
+        .into_iter()
+        .filter(|span| span.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+        .collect();
+    let reported: std::collections::BTreeSet<&str> = kinds.into_iter().collect();
+    assert_eq!(
+        documented, reported,
+        "docs/observability.md's `store` label values are not the stores' kinds"
+    );
+}
+
+/// Every "Rust 1.N" in the user docs is the workspace's `rust-version`.
+#[test]
+fn the_docs_name_the_msrv_the_manifest_declares() {
+    let msrv = env!("CARGO_PKG_RUST_VERSION");
+    assert!(!msrv.is_empty(), "the manifest declares no rust-version");
+    let mut pages = vec!["README.md".to_string(), "src/lib.rs".to_string()];
+    for dir in ["docs", "docs/backends"] {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+        for entry in std::fs::read_dir(&path).expect("the docs directory") {
+            let name = entry.expect("a docs entry").file_name();
+            let name = name.to_string_lossy();
+            if name.ends_with(".md") {
+                pages.push(format!("{dir}/{name}"));
+            }
+        }
+    }
+    let mut wrong = Vec::new();
+    for page in &pages {
+        let text = read(page);
+        for (at, _) in text.match_indices("Rust 1.") {
+            let version: String = text[at + 5..]
+                .chars()
+                .take_while(|c| c.is_ascii_digit() || *c == '.')
+                .collect();
+            let version = version.trim_end_matches('.');
+            if version != msrv && !msrv.starts_with(&format!("{version}.")) {
+                wrong.push(format!("{page}: Rust {version}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "the MSRV is {msrv}, yet: {wrong:?}");
+}

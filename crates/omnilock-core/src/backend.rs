@@ -64,6 +64,58 @@ pub struct Capabilities {
     pub atomic_lock_all: bool,
 }
 
+impl Capabilities {
+    /// Every flag by its field name, in the order the struct declares
+    /// them: for a report (a health page, a table in the docs) that must
+    /// not miss a flag added later.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> omnilock_core::Result<()> {
+    /// let locks = omnilock_core::Locks::new(omnilock_core::MemStore::new());
+    /// for (flag, on) in locks.capabilities().flags() {
+    ///     println!("{flag}: {}", if on { "yes" } else { "no" });
+    /// }
+    /// assert!(locks.capabilities().flags().contains(&("fencing", true)));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn flags(&self) -> [(&'static str, bool); 13] {
+        // Destructured without `..`: a new field breaks this until it is
+        // listed.
+        let Capabilities {
+            fair,
+            push_wakeups,
+            fencing,
+            cross_process_reentrancy,
+            lease_renewal,
+            cross_process,
+            break_lock,
+            holder,
+            election,
+            survives_failover,
+            semaphore,
+            rw_lock,
+            atomic_lock_all,
+        } = *self;
+        [
+            ("fair", fair),
+            ("push_wakeups", push_wakeups),
+            ("fencing", fencing),
+            ("cross_process_reentrancy", cross_process_reentrancy),
+            ("lease_renewal", lease_renewal),
+            ("cross_process", cross_process),
+            ("break_lock", break_lock),
+            ("holder", holder),
+            ("election", election),
+            ("survives_failover", survives_failover),
+            ("semaphore", semaphore),
+            ("rw_lock", rw_lock),
+            ("atomic_lock_all", atomic_lock_all),
+        ]
+    }
+}
+
 /// A read-write lock's capacity, and a writer's weight: readers never add
 /// up to it, and stores that compute in doubles (Lua) keep it exact.
 pub const RW_CAPACITY: u64 = 1 << 40;
