@@ -19,7 +19,7 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Every store gives the same semantics (see `docs/semantics.md`): mutual
+//! Every store gives the same semantics (see [docs/semantics.md](https://github.com/omnilock/omnilock/blob/main/docs/semantics.md)): mutual
 //! exclusion, release by the owner only, leases with automatic renewal, a
 //! lost-lock signal, fencing tokens, reentrancy, and FIFO fairness where the
 //! store allows it. [`Locks::capabilities`] reports honestly what a store
@@ -62,7 +62,7 @@
 //! the [`metrics`](https://docs.rs/metrics) facade to whatever recorder the
 //! application installs (a Prometheus or OpenTelemetry exporter), labelled
 //! by store and, on request ([`Locks::with_metrics_names`]), by lock name.
-//! `docs/observability.md` lists the series; the module `omnilock::metrics`
+//! [docs/observability.md](https://github.com/omnilock/omnilock/blob/main/docs/observability.md) lists the series; the module `omnilock::metrics`
 //! (with the feature) has their names.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]

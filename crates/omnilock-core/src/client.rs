@@ -134,7 +134,7 @@ impl Locks {
     /// every distinct lock name becomes a series of its own in the metrics
     /// exporter, so turn it on only for a bounded set of names. Without the
     /// cargo feature `metrics` there are no metrics and this changes nothing.
-    /// See `docs/observability.md`.
+    /// See [docs/observability.md](https://github.com/omnilock/omnilock/blob/main/docs/observability.md).
     ///
     /// ```
     /// let locks = omnilock_core::Locks::new(omnilock_core::MemStore::new());

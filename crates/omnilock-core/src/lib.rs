@@ -6,7 +6,7 @@
 //! Applications normally use the `omnilock` facade crate and its `connect`
 //! function; backend crates depend on this one.
 //!
-//! The guarantees are written out in `docs/semantics.md`; the conformance
+//! The guarantees are written out in [docs/semantics.md](https://github.com/omnilock/omnilock/blob/main/docs/semantics.md); the conformance
 //! suite in `omnilock-testkit` checks each of them on every backend.
 //!
 //! ```

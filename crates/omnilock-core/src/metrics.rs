@@ -1,7 +1,7 @@
 //! Metrics through the [`metrics`](https://docs.rs/metrics) facade (cargo
 //! feature `metrics`), so any exporter (Prometheus, OpenTelemetry, ...)
 //! installed as the recorder sees them. Every series is described in
-//! `docs/observability.md`.
+//! [docs/observability.md](https://github.com/omnilock/omnilock/blob/main/docs/observability.md).
 //!
 //! All instrumentation lives here; the rest of core calls the small
 //! functions below. Without the feature they are empty and inlined, so the

@@ -17,7 +17,7 @@ pub enum Mode {
     /// etcd's own lock protocol, the one `etcdctl lock` (client-side) and
     /// the Lock RPC (server-side) run: one lease per acquisition, keys named
     /// by lease ID. omnilock runs it client-side: it never waits inside the
-    /// Lock RPC (see `docs/backends/etcd.md`).
+    /// Lock RPC (see [docs/backends/etcd.md](https://github.com/omnilock/omnilock/blob/main/docs/backends/etcd.md)).
     LockApi,
 }
 

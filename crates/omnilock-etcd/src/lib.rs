@@ -2,7 +2,7 @@
 //! by create revision, a watch on the predecessor only, owner-fenced release,
 //! the create revision as fencing token. Or, with `?mode=lockapi`, etcd's own
 //! lock protocol (`etcdctl lock`'s keys, a lease per acquisition). See
-//! `docs/backends/etcd.md` for the protocol and what breaks it.
+//! [docs/backends/etcd.md](https://github.com/omnilock/omnilock/blob/main/docs/backends/etcd.md) for the protocol and what breaks it.
 
 mod builder;
 mod config;

@@ -28,7 +28,7 @@ use recipe::RecipeStore;
 /// release and renewal name.
 type Grant = omnilock_core::Grant<Held>;
 
-/// Locks in an etcd cluster (v3 API). See `docs/backends/etcd.md`. Open it
+/// Locks in an etcd cluster (v3 API). See [docs/backends/etcd.md](https://github.com/omnilock/omnilock/blob/main/docs/backends/etcd.md). Open it
 /// from a URL as below, or on the application's own client with
 /// [`EtcdStore::builder`].
 ///

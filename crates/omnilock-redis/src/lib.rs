@@ -3,7 +3,7 @@
 //! through Redis Cluster (`redis+cluster://`) or through Sentinel
 //! (`redis+sentinel://`); and Redlock over N independent nodes
 //! (`redlock://`).
-//! See `docs/backends/redis.md` for the protocol and what breaks it.
+//! See [docs/backends/redis.md](https://github.com/omnilock/omnilock/blob/main/docs/backends/redis.md) for the protocol and what breaks it.
 //!
 //! Open a store from a URL (`omnilock::connect("redis://...")`), or on the
 //! application's own clients with [`RedisStore::builder`] and

@@ -151,7 +151,7 @@ impl SqlStoreBuilder {
     /// Advisory mode (`?mode=advisory`, MySQL/MariaDB and PostgreSQL):
     /// mutexes are the database's session locks. Their sessions are opened
     /// with the pool's connect options but are not the pool's: each held
-    /// lock keeps one (see `docs/backends/sql.md`, *Advisory mode*).
+    /// lock keeps one (see [docs/backends/sql.md](https://github.com/omnilock/omnilock/blob/main/docs/backends/sql.md), *Advisory mode*).
     pub fn advisory(mut self, advisory: bool) -> Self {
         self.advisory = advisory;
         self

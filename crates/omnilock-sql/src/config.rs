@@ -108,7 +108,7 @@ pub struct SqlConfig {
     /// database's own session lock (`GET_LOCK`, `pg_advisory_lock`), held
     /// on a connection of its own; `?mode=table` (the default) is a row of
     /// the lock table. Semaphores and read-write locks stay on the tables
-    /// in both modes. See `docs/backends/sql.md`, *Advisory mode*.
+    /// in both modes. See [docs/backends/sql.md](https://github.com/omnilock/omnilock/blob/main/docs/backends/sql.md), *Advisory mode*.
     pub advisory: bool,
     /// Advisory mode: how many sessions (connections) a store opens before
     /// held locks share them (`?sessions=`, default 64). Below it every

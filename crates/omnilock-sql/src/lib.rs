@@ -1,7 +1,7 @@
 //! SQL databases as lock stores: MySQL/MariaDB, PostgreSQL and SQLite.
 //!
 //! One row per lock in a table with a unique key on the lock name (see
-//! `docs/backends/sql.md` for the schema). Acquire is one atomic statement
+//! [docs/backends/sql.md](https://github.com/omnilock/omnilock/blob/main/docs/backends/sql.md) for the schema). Acquire is one atomic statement
 //! that takes the lock only if it is free, expired by the database's clock, or
 //! already held by the same owner (the hold count rises). Release and renewal
 //! are owner- and token-checked. The fencing token is a per-name counter kept

@@ -101,7 +101,7 @@ impl std::fmt::Debug for SqlStore {
 impl SqlStore {
     /// Connects, checks the database answers, creates the lock tables if
     /// they are missing (unless `create_table=false`) and checks their
-    /// layout (see `docs/backends/sql.md`).
+    /// layout (see [docs/backends/sql.md](https://github.com/omnilock/omnilock/blob/main/docs/backends/sql.md)).
     ///
     /// The first connection is opened on its own, not through the pool, so
     /// that what stops it (a refused connection, a file that is not a

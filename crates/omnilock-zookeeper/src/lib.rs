@@ -1,7 +1,7 @@
 //! ZooKeeper as a lock store: ephemeral-sequential nodes under a container
 //! node per lock, a watch on the predecessor only, the node's czxid as
 //! fencing token, the session timeout as lease. See
-//! `docs/backends/zookeeper.md`.
+//! [docs/backends/zookeeper.md](https://github.com/omnilock/omnilock/blob/main/docs/backends/zookeeper.md).
 
 mod builder;
 mod config;

@@ -32,7 +32,7 @@ const NODE: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'.')
     .remove(b'~');
 
-/// Locks in a ZooKeeper ensemble. See `docs/backends/zookeeper.md`. Open it
+/// Locks in a ZooKeeper ensemble. See [docs/backends/zookeeper.md](https://github.com/omnilock/omnilock/blob/main/docs/backends/zookeeper.md). Open it
 /// from a URL as below, or on the application's own client and session with
 /// [`ZkStore::builder`].
 ///

@@ -69,7 +69,7 @@ impl LockApiStore {
     /// waiting happens here, on our own watch of the predecessor, never in
     /// the server's Lock RPC: etcd 3.4's server-side wait shares one
     /// in-process watch stream per member, which a burst of cancelled
-    /// waiters deadlocks for good (docs/backends/etcd.md, `mass_cancel`).
+    /// waiters deadlocks for good ([docs/backends/etcd.md](https://github.com/omnilock/omnilock/blob/main/docs/backends/etcd.md), `mass_cancel`).
     async fn acquire_mutex(&self, request: &AcquireRequest, wait: bool) -> Result<Option<Grant>> {
         let session = self.leases.take(&self.base.etcd, request.ttl).await?;
         // Revoking the lease deletes whatever key it got, at any stage.

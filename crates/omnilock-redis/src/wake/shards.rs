@@ -5,7 +5,7 @@
 //! the message goes to the master that ran the script (and its replicas)
 //! and never over the cluster bus. A broadcast `PUBLISH` reaches every node
 //! instead, and measured 4–40 ms at p99 from one node to another on
-//! loopback against 0.35–0.52 ms for `SPUBLISH` (docs/backends/redis.md).
+//! loopback against 0.35–0.52 ms for `SPUBLISH` ([docs/backends/redis.md](https://github.com/omnilock/omnilock/blob/main/docs/backends/redis.md)).
 //!
 //! The price is a subscription per lock waited on. A client subscribes when
 //! its first waiter on a lock queues, and keeps the subscription while it
