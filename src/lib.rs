@@ -1,7 +1,7 @@
 //! # omnilock
 //!
 //! One distributed-lock API over the stores applications already run: etcd,
-//! ZooKeeper, Redis (one instance or Redlock), MySQL/MariaDB, PostgreSQL,
+//! ZooKeeper, Redis (one server, Cluster, Sentinel or Redlock), MySQL/MariaDB, PostgreSQL,
 //! SQLite, and an in-memory store. Pick stores with cargo features and a URL;
 //! the code stays the same.
 //!

@@ -219,7 +219,9 @@ impl SqlStoreBuilder {
             table: self.table,
             max_poll: self.max_poll,
             connect_timeout: self.connect_timeout,
-            pool_size: 0,
+            // The application's pool size: MySQL/MariaDB's waiters block on
+            // bells on as many connections of their own (see `bells.rs`).
+            pool_size: max_connections(&self.pool),
             create_table: self.create_table,
             notify,
             waiting_mark: config::waiting_mark(self.max_poll),
@@ -261,6 +263,11 @@ async fn prepare_on_pool(pool: &Pool, config: &SqlConfig, queries: &Queries) -> 
 }
 
 /// What errors name: the server's `host:port`, or the SQLite file.
+/// How many connections the application's pool may open.
+fn max_connections(pool: &Pool) -> u32 {
+    crate::conn::with_pool!(pool, p => p.options().get_max_connections())
+}
+
 fn place(pool: &Pool) -> String {
     match pool {
         #[cfg(feature = "sqlite")]

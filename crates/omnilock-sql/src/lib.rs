@@ -5,9 +5,12 @@
 //! that takes the lock only if it is free, expired by the database's clock, or
 //! already held by the same owner (the hold count rises). Release and renewal
 //! are owner- and token-checked. The fencing token is a per-name counter kept
-//! in the row, so it survives release and takeover. Waiters poll with
-//! exponential backoff and jitter; within one process a release wakes a
-//! local waiter at once.
+//! in the row, so it survives release and takeover. By default waiters take
+//! a ticket and are served in request order (`?fair=false` turns the line
+//! off); they are woken by PostgreSQL's `NOTIFY` or, on MySQL/MariaDB, by a
+//! wake-up `GET_LOCK`, and poll as a safety net (SQLite only polls). With
+//! `?mode=advisory` a mutex is the database's own session lock
+//! (`pg_advisory_lock`, `GET_LOCK`) instead of a row.
 //!
 //! ```no_run
 //! # #[tokio::main(flavor = "current_thread")]

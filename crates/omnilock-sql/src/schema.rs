@@ -1,5 +1,5 @@
-//! The lock tables: created on first use, checked, and migrated from older
-//! layouts, all under one DDL lock per database, so that any number of
+//! The lock tables: created on first use and checked, under one DDL lock
+//! per database, so that any number of
 //! clients using a fresh database at once never race on the catalog.
 //!
 //! - PostgreSQL: a transaction holding `pg_advisory_xact_lock(DDL_LOCK_KEY)`.
@@ -9,8 +9,8 @@
 //!   also tells at connect time whether the file can be written at all.
 //!
 //! Every name a lock is looked up by must compare byte for byte. The check
-//! refuses (or, for omnilock's own older MySQL layout, migrates) tables whose
-//! `name` or `owner` columns fold names together: MySQL `VARCHAR` with a PAD
+//! refuses tables whose `name` or `owner` columns fold names together (the
+//! error names the `ALTER TABLE` that fixes them): MySQL `VARCHAR` with a PAD
 //! SPACE collation (every `utf8mb4` collation before MySQL 8's `_0900_`
 //! ones, `utf8mb4_bin` included, ignores trailing spaces), PostgreSQL
 //! `CHAR(n)` or a nondeterministic collation, SQLite `COLLATE NOCASE`/`RTRIM`.
@@ -34,11 +34,11 @@ use crate::queries::{Queries, ident, queue_names, schema as statements};
 #[cfg(feature = "postgres")]
 const DDL_LOCK_KEY: i64 = 0x6f6d_6e69_6c6f_636b;
 
-/// How long a client waits for another one's table creation or migration.
+/// How long a client waits for another one's table creation.
 pub(crate) const DDL_WAIT: Duration = Duration::from_secs(60);
 
-/// Creates the tables if allowed and missing, then checks (and on MySQL, if
-/// allowed, migrates) their layout; on `conn`, a connection that the caller
+/// Creates the tables if allowed and missing, then checks their layout; on
+/// `conn`, a connection that the caller
 /// closes on error (which also frees the DDL lock).
 pub(crate) async fn prepare(conn: Conn<'_>, config: &SqlConfig, queries: &Queries) -> Result<()> {
     let err = |e| map_err(e, config);
@@ -86,7 +86,7 @@ pub(crate) async fn prepare(conn: Conn<'_>, config: &SqlConfig, queries: &Querie
                         .map_err(err)?;
                 if got != Some(1) {
                     return Err(Error::unavailable(format!(
-                        "another client kept the table lock of {} for {DDL_WAIT:?} (creating or migrating {})",
+                        "another client kept the table lock of {} for {DDL_WAIT:?} (creating {})",
                         config.place, config.table
                     )));
                 }
@@ -113,9 +113,8 @@ fn tables(config: &SqlConfig) -> [String; 2] {
 }
 
 /// MySQL/MariaDB: `name` and `owner` must be `VARBINARY` (or `VARCHAR` with
-/// a NO PAD binary collation). omnilock's older layout, `VARCHAR(256)
-/// COLLATE utf8mb4_bin`, is converted in place when omnilock manages the
-/// tables; otherwise the error names the statement to run.
+/// a NO PAD binary collation); otherwise the error names the statement that
+/// converts them.
 #[cfg(feature = "mysql")]
 async fn check_mysql(conn: &mut sqlx::MySqlConnection, config: &SqlConfig) -> Result<()> {
     let [table, queue] = tables(config);
@@ -137,33 +136,15 @@ async fn check_mysql(conn: &mut sqlx::MySqlConnection, config: &SqlConfig) -> Re
             folding.push((name, described));
         }
     }
-    for (name, described) in folding {
+    if let Some((name, described)) = folding.into_iter().next() {
         let owner_null = if name == table { "NULL" } else { "NOT NULL" };
         let alter = statements::mysql_exact_columns(&name, owner_null);
-        if !config.create_table {
-            return Err(Error::config(format!(
-                "table {name}: column {described}, which ignores trailing spaces, so distinct \
-                 lock names would share a lock; convert it (`{alter}`) or connect once with \
-                 create_table=true to let omnilock do it"
-            )));
-        }
-        tracing::warn!(table = %name, "omnilock: converting the name and owner columns to VARBINARY(256) (older layout)");
-        conn.execute(AssertSqlSafe(alter.clone()))
-            .await
-            .map_err(|e| migration_failed(e, config, &name, &alter))?;
+        return Err(Error::config(format!(
+            "table {name}: column {described}, which ignores trailing spaces, so distinct \
+             lock names would share a lock; convert it with: {alter}"
+        )));
     }
     Ok(())
-}
-
-#[cfg(feature = "mysql")]
-fn migration_failed(e: sqlx::Error, config: &SqlConfig, table: &str, alter: &str) -> Error {
-    let cause = map_err(e, config);
-    Error::config(format!(
-        "table {table} has omnilock's older layout and converting it failed ({}); \
-         run `{alter}` as a user allowed to ALTER it",
-        cause.message()
-    ))
-    .with_cause(cause)
 }
 
 /// PostgreSQL: `CHAR(n)` ignores trailing spaces and a nondeterministic

@@ -478,47 +478,63 @@ async fn postgres_connections_dropped_by_the_server_are_left_behind() {
 /// waiter blocks on that bell inside the database, and the release wakes
 /// it at once. With `max_poll=30s` and a one-minute lease the waiter's
 /// wait on the bell lasts 30 s, so a grant within 10 s of the release can
-/// only be the push. The holder lets the bell go with the row.
+/// only be the push. The holder lets the bell go with the row. The waiter
+/// is a URL client, then a store on the application's own pool.
 #[tokio::test(flavor = "multi_thread")]
 async fn mysql_release_wakes_a_waiter_through_the_bell() {
     let Some(url) = store_url("MYSQL") else {
         return;
     };
-    let ring = Bell::held(&url, "bells", "max_poll=30s", Duration::from_secs(60)).await;
-    let (guard, waiter, admin, name) = (ring.guard, ring.other, ring.admin.clone(), ring.name);
-    let bell_holder = || ring_holder(&admin, &ring.bell);
-    let waiting = tokio::spawn(async move {
-        let guard = waiter
-            .lock(&name)
-            .ttl(Duration::from_secs(60))
-            .acquire()
+    for application_pool in [false, true] {
+        let ring = Bell::held(&url, "bells", "max_poll=30s", Duration::from_secs(60)).await;
+        let (guard, admin, name) = (ring.guard, ring.admin.clone(), ring.name);
+        let waiter = if application_pool {
+            let pool = sqlx::MySqlPool::connect(&url).await.expect("pool");
+            SqlStore::builder(pool)
+                .table("bells")
+                .max_poll(Duration::from_secs(30))
+                .build()
+                .await
+                .expect("a store on the application's pool")
+        } else {
+            ring.other
+        };
+        let bell_holder = || ring_holder(&admin, &ring.bell);
+        let waiting = tokio::spawn(async move {
+            let guard = waiter
+                .lock(&name)
+                .ttl(Duration::from_secs(60))
+                .acquire()
+                .await
+                .expect("the waiter's acquire");
+            (guard, std::time::Instant::now())
+        });
+        until("the waiter blocks on the bell", || async {
+            let waits: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST
+                 WHERE STATE = 'User lock' AND INFO LIKE 'SELECT IS_FREE_LOCK%'",
+            )
+            .fetch_one(&admin)
             .await
-            .expect("the waiter's acquire");
-        (guard, std::time::Instant::now())
-    });
-    until("the waiter blocks on the bell", || async {
-        let waits: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM information_schema.PROCESSLIST
-             WHERE STATE = 'User lock' AND INFO LIKE 'SELECT IS_FREE_LOCK%'",
-        )
-        .fetch_one(&admin)
-        .await
-        .expect("PROCESSLIST");
-        waits > 0
-    })
-    .await;
-    let released = std::time::Instant::now();
-    guard.release().await.expect("release");
-    let (next, granted) = tokio::time::timeout(Duration::from_secs(10), waiting)
-        .await
-        .expect("the waiter was not woken within 10 s of the release")
-        .expect("the waiter's task");
-    assert!(granted.duration_since(released) < Duration::from_secs(10));
-    next.release().await.expect("the waiter's release");
-    until("the bell is let go with the last hold", || async {
-        bell_holder().await.is_none()
-    })
-    .await;
+            .expect("PROCESSLIST");
+            waits > 0
+        })
+        .await;
+        let released = std::time::Instant::now();
+        guard.release().await.expect("release");
+        let (next, granted) = tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .unwrap_or_else(|_| {
+                panic!("application pool {application_pool}: the waiter was not woken within 10 s of the release")
+            })
+            .expect("the waiter's task");
+        assert!(granted.duration_since(released) < Duration::from_secs(10));
+        next.release().await.expect("the waiter's release");
+        until("the bell is let go with the last hold", || async {
+            bell_holder().await.is_none()
+        })
+        .await;
+    }
 }
 
 /// A hold that is lost (here: broken by another client) lets its bell go

@@ -46,17 +46,18 @@ async fn trailing_spaces_are_distinct(url: &str, label: &str) {
     plain.release().await.expect("release");
 }
 
-/// omnilock's older MySQL layout (`VARCHAR(256) COLLATE utf8mb4_bin`, which
-/// pads trailing spaces) is refused with `create_table=false`, naming the
-/// statement to run, and converted in place otherwise: tokens survive, and
-/// names differing only in trailing spaces become distinct locks.
+/// A MySQL table whose names pad trailing spaces (`VARCHAR(256) COLLATE
+/// utf8mb4_bin`) is refused, whether or not omnilock manages the tables,
+/// and the error names the statement that fixes it: once it has run, the
+/// table's rows (and so their tokens) carry on, and names differing only in
+/// trailing spaces are distinct locks.
 #[tokio::test(flavor = "multi_thread")]
-async fn older_mysql_layout_is_migrated_or_refused() {
+async fn a_padding_mysql_table_is_refused_with_its_fix() {
     let Some(url) = store_url("MYSQL") else {
         return;
     };
     let pool = raw(&url).await;
-    let table = unique("old_layout");
+    let table = unique("padding");
     drop_tables(&pool, &table).await;
     let text = "VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin";
     for statement in [
@@ -74,29 +75,44 @@ async fn older_mysql_layout_is_migrated_or_refused() {
     ] {
         pool.execute(sqlx::AssertSqlSafe(statement.clone()))
             .await
-            .expect("old layout");
+            .expect("a padding table");
     }
 
     let managed = with_option(&url, &format!("table={table}&fair=true"));
-    let err = connect(&with_option(&managed, "create_table=false"))
-        .await
-        .expect_err("the older layout with create_table=false");
-    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
-    let shown = err.to_string();
-    assert!(shown.contains("trailing spaces"), "{shown}");
-    assert!(shown.contains("ALTER TABLE"), "{shown}");
-    assert!(shown.contains(&table), "{shown}");
-    assert!(!shown.contains('\n'), "{shown}");
-
-    // Several clients at once: one converts, the others wait for it.
-    let connects = (0..4).map(|_| {
-        let url = managed.clone();
-        tokio::spawn(async move { connect(&url).await })
-    });
-    for result in futures_util::future::join_all(connects).await {
-        result
-            .expect("task")
-            .expect("connect converts the older layout");
+    for url in [with_option(&managed, "create_table=false"), managed.clone()] {
+        // Refused until every folding table is fixed: one ALTER per table.
+        let mut fixed = 0;
+        loop {
+            let err = match connect(&url).await {
+                Ok(_) => break,
+                Err(err) => err,
+            };
+            assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+            let shown = err.to_string();
+            assert!(shown.contains("trailing spaces"), "{shown}");
+            assert!(!shown.contains('\n'), "{shown}");
+            let alter = shown
+                .split_once("convert it with: ")
+                .map(|(_, statement)| statement)
+                .filter(|statement| statement.starts_with("ALTER TABLE"))
+                .unwrap_or_else(|| panic!("no statement in {shown}"));
+            if url.contains("create_table=false") {
+                // Refused alike with and without create_table: check the
+                // managed URL before fixing anything.
+                let managed_err = connect(&managed)
+                    .await
+                    .expect_err("refused when managed too");
+                assert_eq!(managed_err.to_string(), shown);
+            }
+            pool.execute(sqlx::AssertSqlSafe(alter.to_string()))
+                .await
+                .expect("the statement the error names");
+            fixed += 1;
+            assert!(fixed <= 2, "still refused after {fixed} fixes: {shown}");
+        }
+        if fixed > 0 {
+            assert_eq!(fixed, 2, "the lock table and its line both fold");
+        }
     }
     let types: Vec<(String, String)> = sqlx::query_as(
         "SELECT CAST(CONCAT(TABLE_NAME, '.', COLUMN_NAME) AS CHAR), CAST(DATA_TYPE AS CHAR)
@@ -118,9 +134,9 @@ async fn older_mysql_layout_is_migrated_or_refused() {
         .await
         .expect("try")
         .expect("free");
-    assert_eq!(guard.token(), 8, "the token did not survive the conversion");
+    assert_eq!(guard.token(), 8, "the token did not survive the fix");
     guard.release().await.expect("release");
-    trailing_spaces_are_distinct(&managed, "mysql after the conversion").await;
+    trailing_spaces_are_distinct(&managed, "mysql after the fix").await;
     drop_tables(&pool, &table).await;
 }
 

@@ -1,7 +1,7 @@
 //! The statements that set up and check the lock tables (see
 //! `crate::schema`): the DDL lock each dialect takes, the catalog queries
-//! that find columns which fold lock names together, the conversion of
-//! omnilock's older MySQL layout, and SQLite's write probe. The tables'
+//! that find columns which fold lock names together, the MySQL statement
+//! that fixes such columns (named in the refusal), and SQLite's write probe. The tables'
 //! `CREATE` statements are each dialect's (`Queries::create`).
 
 #[allow(unused_imports)]

@@ -11,7 +11,7 @@
 //!
 //! The bell is only a hint: the row decides who holds the lock, always. A
 //! holder whose bell is not taken (yet, or at all: its ringer's connection
-//! failed, or it runs an older omnilock) leaves its waiters to poll as
+//! failed) leaves its waiters to poll as
 //! before, which they notice because the bell is free when they come to
 //! wait on it. A holder that crashes frees its bell with its connection,
 //! so its waiters look at once and wait for the lease to run out.
