@@ -27,7 +27,7 @@ async fn instance(
     terms: usize,
     led: Arc<Notify>,
 ) -> omnilock::Result<Vec<u64>> {
-    let election = locks.election("scheduler")?;
+    let election = locks.election("scheduler");
     let mut served = Vec::new();
     while served.len() < terms {
         let me = election.campaign(id).await?;
@@ -81,7 +81,7 @@ async fn main() -> omnilock::Result<()> {
     for expect_next in [true, false] {
         tokio::time::sleep(Duration::from_millis(350)).await;
         let leader = operator
-            .election("scheduler")?
+            .election("scheduler")
             .leader()
             .await?
             .expect("someone leads");

@@ -317,17 +317,8 @@ async fn the_capability_matrix_is_what_stores_report() {
 fn the_docs_name_the_msrv_the_manifest_declares() {
     let msrv = env!("CARGO_PKG_RUST_VERSION");
     assert!(!msrv.is_empty(), "the manifest declares no rust-version");
-    let mut pages = vec!["README.md".to_string(), "src/lib.rs".to_string()];
-    for dir in ["docs", "docs/backends"] {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
-        for entry in std::fs::read_dir(&path).expect("the docs directory") {
-            let name = entry.expect("a docs entry").file_name();
-            let name = name.to_string_lossy();
-            if name.ends_with(".md") {
-                pages.push(format!("{dir}/{name}"));
-            }
-        }
-    }
+    let mut pages = user_pages();
+    pages.push("src/lib.rs".to_string());
     let mut wrong = Vec::new();
     for page in &pages {
         let text = read(page);
@@ -343,4 +334,85 @@ fn the_docs_name_the_msrv_the_manifest_declares() {
         }
     }
     assert!(wrong.is_empty(), "the MSRV is {msrv}, yet: {wrong:?}");
+}
+
+/// The user pages: the README and every page under docs/.
+fn user_pages() -> Vec<String> {
+    let mut pages = vec!["README.md".to_string()];
+    for dir in ["docs", "docs/backends"] {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+        for entry in std::fs::read_dir(&path).expect("the docs directory") {
+            let name = entry.expect("a docs entry").file_name();
+            let name = name.to_string_lossy();
+            if name.ends_with(".md") {
+                pages.push(format!("{dir}/{name}"));
+            }
+        }
+    }
+    pages
+}
+
+/// The user pages speak of the product, not of how it was made: no commit
+/// hashes, no issue numbers of this project, no dated change notes. (History
+/// is in CHANGELOG.md. Upstream issues are cited as `owner/repo#N` or
+/// "etcd issue N", with a link.)
+#[test]
+fn the_user_pages_carry_no_history() {
+    let mut found = Vec::new();
+    for page in user_pages() {
+        let text = read(&page);
+        for (n, line) in text.lines().enumerate() {
+            let at = format!("{page}:{}", n + 1);
+            let lower = line.to_lowercase();
+            for phrase in [
+                "until 2026",
+                "since 2026",
+                "before 2026",
+                "after 2026",
+                "the issue's",
+                "scratch",
+                "our machines",
+                "first version",
+                "earlier version",
+            ] {
+                if lower.contains(phrase) {
+                    found.push(format!("{at}: \"{phrase}\""));
+                }
+            }
+            // A commit hash: a word of 7 to 40 hex digits, letters and
+            // digits both (so neither a number nor an English word).
+            for word in line.split(|c: char| !c.is_ascii_alphanumeric()) {
+                let hex = word
+                    .chars()
+                    .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c));
+                if (7..=40).contains(&word.len())
+                    && hex
+                    && word.chars().any(|c| c.is_ascii_digit())
+                    && word.chars().any(|c| c.is_ascii_alphabetic())
+                {
+                    found.push(format!("{at}: commit-like {word}"));
+                }
+            }
+            // "#18": an issue number after a space or parenthesis. Anchors
+            // (`#7-fairness`) go on with a dash, upstream `owner/repo#N` has
+            // a name before the `#`.
+            let bytes = line.as_bytes();
+            for (i, _) in line.match_indices('#') {
+                let before = i.checked_sub(1).map(|j| bytes[j]);
+                let digits = line[i + 1..]
+                    .chars()
+                    .take_while(char::is_ascii_digit)
+                    .count();
+                let after = line[i + 1 + digits..].chars().next();
+                if digits > 0 && matches!(before, None | Some(b' ' | b'(')) && after != Some('-') {
+                    found.push(format!("{at}: issue-like {}", &line[i..i + 1 + digits]));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "history in the user pages:\n{}",
+        found.join("\n")
+    );
 }

@@ -13,22 +13,23 @@ use crate::{Leader, Operation, Result};
 
 impl Locks {
     /// A leader election named `name` on this store: the blocking
-    /// counterpart of [`crate::Locks::election`] (same store requirements:
-    /// see [`Capabilities::election`]).
+    /// counterpart of [`crate::Locks::election`] (lazy like it: an invalid
+    /// name is an error from the first call that uses it; same store
+    /// requirements: see [`Capabilities::election`]).
     ///
     /// ```
     /// let locks = omnilock::blocking::connect("mem://")?;
-    /// let election = locks.election("scheduler")?;
+    /// let election = locks.election("scheduler");
     /// let leadership = election.campaign("10.0.0.7:8080")?;
     /// assert_eq!(election.leader()?.map(|l| l.value), Some("10.0.0.7:8080".to_string()));
     /// leadership.resign()?;
     /// # Ok::<(), omnilock::Error>(())
     /// ```
-    pub fn election(&self, name: &str) -> Result<Election> {
-        Ok(Election {
-            inner: self.inner.election(name)?,
+    pub fn election(&self, name: &str) -> Election {
+        Election {
+            inner: self.inner.election(name),
             runtime: self.runtime.clone(),
-        })
+        }
     }
 }
 
@@ -38,7 +39,7 @@ impl Locks {
 ///
 /// ```
 /// let locks = omnilock::blocking::connect("mem://")?;
-/// let election = locks.election("scheduler")?;
+/// let election = locks.election("scheduler");
 /// assert!(election.leader()?.is_none());
 /// # Ok::<(), omnilock::Error>(())
 /// ```
@@ -55,7 +56,7 @@ impl Election {
     /// ```
     /// use std::time::Duration;
     /// let locks = omnilock::blocking::connect("mem://")?;
-    /// let election = locks.election("jobs")?.with_poll_interval(Duration::from_millis(20));
+    /// let election = locks.election("jobs").with_poll_interval(Duration::from_millis(20));
     /// let mut observer = election.observe();
     /// assert!(observer.changed()?.is_none()); // nobody leads yet
     /// # Ok::<(), omnilock::Error>(())
@@ -73,7 +74,7 @@ impl Election {
     ///
     /// ```
     /// let locks = omnilock::blocking::connect("mem://")?;
-    /// let leadership = locks.election("jobs")?.campaign("worker-1")?;
+    /// let leadership = locks.election("jobs").campaign("worker-1")?;
     /// assert!(leadership.is_leader());
     /// # Ok::<(), omnilock::Error>(())
     /// ```
@@ -86,7 +87,7 @@ impl Election {
     /// ```
     /// use std::time::Duration;
     /// let locks = omnilock::blocking::connect("mem://")?;
-    /// let election = locks.election("jobs")?;
+    /// let election = locks.election("jobs");
     /// let leader = election.campaign("worker-1")?;
     /// let err = election.candidate("worker-2").timeout(Duration::from_millis(50)).campaign().unwrap_err();
     /// assert_eq!(err.kind(), omnilock::ErrorKind::Timeout);
@@ -104,7 +105,7 @@ impl Election {
     ///
     /// ```
     /// let locks = omnilock::blocking::connect("mem://")?;
-    /// let election = locks.election("jobs")?;
+    /// let election = locks.election("jobs");
     /// let me = election.campaign("worker-1")?;
     /// let leader = election.leader()?.expect("someone leads");
     /// assert_eq!(leader.term, me.term());
@@ -122,7 +123,7 @@ impl Election {
     ///
     /// ```
     /// let locks = omnilock::blocking::connect("mem://")?;
-    /// let election = locks.election("jobs")?;
+    /// let election = locks.election("jobs");
     /// let me = election.campaign("worker-1")?;
     /// let mut observer = election.observe();
     /// let leader = observer.changed()?.expect("someone leads");
@@ -155,7 +156,7 @@ impl fmt::Debug for Election {
 /// ```
 /// use std::time::Duration;
 /// let locks = omnilock::blocking::connect("mem://")?;
-/// let election = locks.election("jobs")?;
+/// let election = locks.election("jobs");
 /// let leadership = election.candidate("worker-1").timeout(Duration::from_secs(5)).campaign()?;
 /// assert!(leadership.is_leader());
 /// # Ok::<(), omnilock::Error>(())
@@ -171,7 +172,7 @@ impl Candidate<'_> {
         ttl, timeout, on_wait, options;
         inner(inner): "omnilock",
         "let locks = omnilock::blocking::connect(\"mem://\").unwrap(); \
-         let election = locks.election(\"jobs\").unwrap();",
+         let election = locks.election(\"jobs\");",
         "election.candidate(\"worker-2\")"
     }
 
@@ -179,7 +180,7 @@ impl Candidate<'_> {
     ///
     /// ```
     /// let locks = omnilock::blocking::connect("mem://")?;
-    /// let leadership = locks.election("e")?.candidate("v").campaign()?;
+    /// let leadership = locks.election("e").candidate("v").campaign()?;
     /// assert_eq!(leadership.value(), "v");
     /// # Ok::<(), omnilock::Error>(())
     /// ```
@@ -208,7 +209,7 @@ impl fmt::Debug for Candidate<'_> {
 /// ```
 /// use std::time::Duration;
 /// let locks = omnilock::blocking::connect("mem://")?;
-/// let leadership = locks.election("e")?.campaign("me")?;
+/// let leadership = locks.election("e").campaign("me")?;
 /// let lost = leadership.lost_receiver();
 /// assert!(lost.recv_timeout(Duration::from_millis(10)).is_err()); // still leading
 /// leadership.resign()?;
@@ -224,7 +225,7 @@ impl Leadership {
     ///
     /// ```
     /// let locks = omnilock::blocking::connect("mem://")?;
-    /// assert_eq!(locks.election("e")?.campaign("me")?.value(), "me");
+    /// assert_eq!(locks.election("e").campaign("me")?.value(), "me");
     /// # Ok::<(), omnilock::Error>(())
     /// ```
     pub fn value(&self) -> &str {
@@ -236,7 +237,7 @@ impl Leadership {
     ///
     /// ```
     /// let locks = omnilock::blocking::connect("mem://")?;
-    /// let election = locks.election("e")?;
+    /// let election = locks.election("e");
     /// let first = election.campaign("a")?.term();
     /// let second = election.campaign("b")?.term();
     /// assert!(second > first);
@@ -250,7 +251,7 @@ impl Leadership {
     ///
     /// ```
     /// let locks = omnilock::blocking::connect("mem://")?;
-    /// assert!(locks.election("e")?.campaign("me")?.is_leader());
+    /// assert!(locks.election("e").campaign("me")?.is_leader());
     /// # Ok::<(), omnilock::Error>(())
     /// ```
     pub fn is_leader(&self) -> bool {
@@ -261,7 +262,7 @@ impl Leadership {
         lost_receiver, on_lost;
         "let locks = omnilock::blocking::connect(\"mem://\")?;\n\
          let name = \"election/e\";\n\
-         let held = locks.election(\"e\")?.campaign(\"me\")?;"
+         let held = locks.election(\"e\").campaign(\"me\")?;"
     }
 
     /// Steps down and waits for the store to confirm; the next candidate in
@@ -269,7 +270,7 @@ impl Leadership {
     ///
     /// ```
     /// let locks = omnilock::blocking::connect("mem://")?;
-    /// let election = locks.election("e")?;
+    /// let election = locks.election("e");
     /// election.campaign("me")?.resign()?;
     /// assert!(election.leader()?.is_none());
     /// # Ok::<(), omnilock::Error>(())
@@ -299,7 +300,7 @@ impl fmt::Debug for Leadership {
 ///
 /// ```
 /// let locks = omnilock::blocking::connect("mem://")?;
-/// let election = locks.election("jobs")?;
+/// let election = locks.election("jobs");
 /// let me = election.campaign("worker-1")?;
 /// for change in election.observe() {
 ///     let leader = change?;
@@ -318,14 +319,17 @@ pub struct Observer {
 
 impl Observer {
     /// Waits for the next change: `Some(leader)`, or `None` when nobody
-    /// leads. The first call returns the state at the start. Errors:
-    /// [`ErrorKind::Unavailable`] once the observation has stopped;
-    /// [`ErrorKind::WouldDeadlock`] inside an async runtime.
+    /// leads, or the error a read of the store gave (see
+    /// [`crate::Election::observe`]: a retryable error is answered once
+    /// and the observation goes on; one that cannot pass, such as
+    /// `Unsupported` on a store without elections, ends it and is returned
+    /// by every later call). The first call returns the state at the start.
+    /// Errors also: [`ErrorKind::WouldDeadlock`] inside an async runtime.
     ///
     /// ```
     /// use std::time::Duration;
     /// let locks = omnilock::blocking::connect("mem://")?;
-    /// let election = locks.election("jobs")?.with_poll_interval(Duration::from_millis(10));
+    /// let election = locks.election("jobs").with_poll_interval(Duration::from_millis(10));
     /// let mut observer = election.observe();
     /// assert!(observer.changed()?.is_none()); // the start: nobody leads
     /// let me = election.campaign("worker-1")?;
@@ -337,17 +341,31 @@ impl Observer {
     pub fn changed(&mut self) -> Result<Option<Leader>> {
         self.runtime.block_on(None, self.inner.changed())?
     }
+
+    /// Whether the observation has ended: `changed` has returned the error
+    /// that ended it, and returns it again on every call.
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let mut observer = locks.election("bad\nname").observe();
+    /// assert!(observer.changed().is_err());
+    /// assert!(observer.has_ended());
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn has_ended(&self) -> bool {
+        self.inner.has_ended()
+    }
 }
 
-/// Each item is what [`Observer::changed`] returns; the iterator ends when
-/// the observation has stopped.
+/// Each item is what [`Observer::changed`] returns. After the error that
+/// ends the observation (returned once), the iterator ends.
 impl Iterator for Observer {
     type Item = Result<Option<Leader>>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        match self.changed() {
-            Err(err) if err.kind() == crate::ErrorKind::Unavailable => None,
-            change => Some(change),
+        if self.inner.has_ended() {
+            return None;
         }
+        Some(self.changed())
     }
 }

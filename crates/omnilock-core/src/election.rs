@@ -1,7 +1,9 @@
-//! Leader election on any fair store: the same recipe as the lock.
+//! Leader election on every store that can say who holds a lock: the same
+//! recipe as the lock.
 //!
-//! Candidates queue for the lock `election/<name>` (FIFO on fair stores, so
-//! the next in line takes over); the holder leads. A candidate's value (an
+//! Candidates queue for the lock `election/<name>`; the holder leads. On a
+//! fair store the longest-waiting candidate takes over, elsewhere any
+//! waiting one may. A candidate's value (an
 //! address, an ID) travels in its owner, `leader:<nonce>:<value>`, so anyone
 //! can read who leads from the store ([`Backend::holder`](crate::Backend::holder))
 //! without a second key to keep in step. The leader's term is its fencing
@@ -16,7 +18,7 @@ use tokio::task::JoinHandle;
 use crate::client::Locks;
 use crate::error::{Error, ErrorKind, Result};
 use crate::guard::LockGuard;
-use crate::name::{LockName, MAX_NAME_BYTES, Owner};
+use crate::name::{MAX_NAME_BYTES, Owner};
 use crate::options::AcquireOptions;
 
 const OWNER_TAG: &str = "leader:";
@@ -32,7 +34,7 @@ pub const MAX_ELECTION_VALUE_BYTES: usize = MAX_NAME_BYTES - OWNER_TAG.len() - 1
 /// # async fn main() -> omnilock_core::Result<()> {
 /// use omnilock_core::{Locks, MemStore};
 /// let locks = Locks::new(MemStore::new());
-/// let election = locks.election("scheduler")?;
+/// let election = locks.election("scheduler");
 /// let leadership = election.campaign("10.0.0.7:8080").await?;
 /// let leader = election.leader().await?.expect("someone leads");
 /// assert_eq!(leader.value, "10.0.0.7:8080");
@@ -61,6 +63,7 @@ pub struct Leader {
 /// with [`resign`](Leadership::resign), on drop (resigning in the
 /// background), or when the store says it is lost ([`lost`](Leadership::lost)).
 #[derive(Debug)]
+#[must_use = "dropping a Leadership resigns at once"]
 pub struct Leadership {
     guard: LockGuard,
     value: String,
@@ -108,13 +111,14 @@ impl Leadership {
 /// use std::time::Duration;
 /// use omnilock_core::{ErrorKind, Locks, MemStore};
 /// let locks = Locks::new(MemStore::new());
-/// let election = locks.election("jobs")?;
+/// let election = locks.election("jobs");
 /// let leader = election.campaign("worker-1").await?;
 /// let late = election.candidate("worker-2").timeout(Duration::from_millis(50));
 /// assert_eq!(late.campaign().await.unwrap_err().kind(), ErrorKind::Timeout);
 /// leader.resign().await?;
 /// # Ok(()) }
 /// ```
+#[must_use = "a candidate does nothing until `campaign` is awaited"]
 pub struct Candidate<'a> {
     election: &'a Election,
     value: String,
@@ -135,7 +139,7 @@ impl Candidate<'_> {
         ttl, timeout, on_wait, options;
         options(options): "omnilock_core",
         "let locks = omnilock_core::Locks::new(omnilock_core::MemStore::new()); \
-         let election = locks.election(\"jobs\").unwrap();",
+         let election = locks.election(\"jobs\");",
         "election.candidate(\"worker-2\")"
     }
 
@@ -176,14 +180,12 @@ impl Candidate<'_> {
 }
 
 impl Election {
-    pub(crate) fn new(locks: Locks, name: &str) -> Result<Self> {
-        let lock = format!("election/{name}");
-        LockName::new(&lock)?;
-        Ok(Election {
+    pub(crate) fn new(locks: Locks, name: &str) -> Self {
+        Election {
             locks,
-            lock,
+            lock: format!("election/{name}"),
             poll: Duration::from_millis(100),
-        })
+        }
     }
 
     /// How often [`observe`](Election::observe) reads the leader (default
@@ -217,49 +219,104 @@ impl Election {
         }))
     }
 
-    /// Follows the leader: a receiver whose value changes each time another
-    /// leader (or none) is seen. It reads the store every poll interval, so
-    /// it sees every leadership that lasts longer than that; a jump in
-    /// [`Leader::term`] of more than one new leader means a shorter one was
-    /// missed. Dropping the [`Observer`] stops it.
+    /// Follows the leader: an [`Observer`] whose [`changed`](Observer::changed)
+    /// answers each time another leader (or none) is seen. It reads the
+    /// store every poll interval, so it sees every leadership that lasts
+    /// longer than that; a jump in [`Leader::term`] of more than one new
+    /// leader means a shorter one was missed. A failed read is an answer
+    /// too: `changed()` returns the error, once per run of failures, and the
+    /// observation goes on (the next answer is the leader once the store
+    /// answers again). An error that cannot pass (a store without
+    /// [`Capabilities::election`](crate::Capabilities::election) answers
+    /// `Unsupported`, an invalid name `InvalidName`) ends the observation,
+    /// and `changed()` returns it from then on. Dropping the [`Observer`]
+    /// stops it.
     pub fn observe(&self) -> Observer {
         let (tx, rx) = watch::channel(None);
         let election = self.clone();
         let task = tokio::spawn(async move {
-            let mut last: Option<Option<u64>> = None;
+            // What was last sent: a term (or none) or a failure.
+            let mut last: Option<std::result::Result<Option<u64>, ErrorKind>> = None;
             loop {
-                if let Ok(leader) = election.leader().await {
-                    let term = leader.as_ref().map(|l| l.term);
-                    if last != Some(term) {
-                        last = Some(term);
-                        if tx.send(Some(leader)).is_err() {
-                            return;
-                        }
+                let read = election.leader().await;
+                let seen = read
+                    .as_ref()
+                    .map(|l| l.as_ref().map(|l| l.term))
+                    .map_err(|e| e.kind());
+                let ends = read.as_ref().is_err_and(|e| !e.is_retryable());
+                if last != Some(seen) {
+                    last = Some(seen);
+                    if tx.send(Some(read)).is_err() {
+                        return;
                     }
+                }
+                if ends {
+                    return;
                 }
                 tokio::time::sleep(election.poll).await;
             }
         });
-        Observer { rx, task }
+        Observer {
+            rx,
+            task,
+            ended: None,
+        }
     }
 }
 
 /// A running observation of an election; see [`Election::observe`].
 #[derive(Debug)]
 pub struct Observer {
-    rx: watch::Receiver<Option<Option<Leader>>>,
+    rx: watch::Receiver<Option<Result<Option<Leader>>>>,
     task: JoinHandle<()>,
+    /// The error that ended the observation, once `changed` returned it.
+    ended: Option<Error>,
 }
 
 impl Observer {
-    /// The next change: `Some(leader)` or `None` when nobody leads. The first
-    /// call returns the state at the start.
+    /// The next change: `Some(leader)` or `None` when nobody leads, or the
+    /// error a read of the store gave. The first call returns the state at
+    /// the start. Once the observation has ended (see
+    /// [`Election::observe`]), every call returns the error that ended it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> omnilock_core::Result<()> {
+    /// use omnilock_core::{Locks, MemStore};
+    /// let locks = Locks::new(MemStore::new());
+    /// let mut observer = locks.election("jobs").observe();
+    /// assert!(observer.changed().await?.is_none()); // the start: nobody leads
+    /// let bad = locks.election("bad\nname").observe().changed().await;
+    /// assert_eq!(bad.unwrap_err().kind(), omnilock_core::ErrorKind::InvalidName);
+    /// # Ok(()) }
+    /// ```
     pub async fn changed(&mut self) -> Result<Option<Leader>> {
-        self.rx
-            .changed()
-            .await
-            .map_err(|_| Error::new(ErrorKind::Unavailable, "the observer stopped"))?;
-        Ok(self.rx.borrow_and_update().clone().flatten())
+        if let Some(err) = &self.ended {
+            return Err(err.clone());
+        }
+        if self.rx.changed().await.is_err() {
+            // The task stopped without an error to say why (it panicked).
+            let err = Error::new(ErrorKind::Unavailable, "the observer stopped");
+            self.ended = Some(err.clone());
+            return Err(err);
+        }
+        let read = self
+            .rx
+            .borrow_and_update()
+            .clone()
+            .unwrap_or_else(|| Ok(None));
+        if let Err(err) = &read
+            && !err.is_retryable()
+        {
+            self.ended = Some(err.clone());
+        }
+        read
+    }
+
+    /// Whether the observation has ended: `changed` has returned the error
+    /// that ended it, and returns it again on every call.
+    pub fn has_ended(&self) -> bool {
+        self.ended.is_some()
     }
 }
 
@@ -270,11 +327,14 @@ impl Drop for Observer {
 }
 
 impl Locks {
-    /// An election named `name` on this store. Elections need a fair store
-    /// for "the next in line takes over" and one that can say who holds a
-    /// lock ([`Backend::holder`](crate::Backend::holder)); on others,
-    /// `leader()` answers `Unsupported`.
-    pub fn election(&self, name: &str) -> Result<Election> {
+    /// An election named `name` on this store. Like [`lock`](Locks::lock),
+    /// it does nothing yet: an invalid name is an `InvalidName` error from
+    /// the first call that uses it. It works where
+    /// [`Capabilities::election`](crate::Capabilities::election) is true;
+    /// elsewhere `leader()` answers `Unsupported` and `observe()` ends with
+    /// that error. The longest-waiting candidate takes over only on a
+    /// [`fair`](crate::Capabilities::fair) store.
+    pub fn election(&self, name: &str) -> Election {
         Election::new(self.clone(), name)
     }
 }
@@ -313,7 +373,7 @@ mod tests {
     #[tokio::test]
     async fn election_value_limit_is_exact() {
         let locks = Locks::new(MemStore::new());
-        let election = locks.election("limits").unwrap();
+        let election = locks.election("limits");
         let longest = "v".repeat(MAX_ELECTION_VALUE_BYTES);
         let leadership = election.campaign(&longest).await.unwrap();
         assert_eq!(leadership.value(), longest);
@@ -335,7 +395,7 @@ mod tests {
     #[tokio::test]
     async fn campaign_timeout_is_typed_and_withdraws() {
         let locks = Locks::new(MemStore::new());
-        let election = locks.election("timeout").unwrap();
+        let election = locks.election("timeout");
         let leader = election.campaign("a").await.unwrap();
         let err = election
             .candidate("b")

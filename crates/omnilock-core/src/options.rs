@@ -429,7 +429,7 @@ mod tests {
                 .iter()
                 .all(|part| part.ttl() == Duration::from_secs(40))
         );
-        let leader = locks.election("e").unwrap();
+        let leader = locks.election("e");
         let leader = leader
             .candidate("me")
             .options(long)
@@ -444,7 +444,7 @@ mod tests {
         assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
         assert!(err.to_string().contains("`reentrant`"), "{err}");
         let mine = AcquireOptions::new().owner(&Owner::random());
-        let election = locks.election("f").unwrap();
+        let election = locks.election("f");
         let err = election.candidate("me").options(mine).campaign().await;
         assert_eq!(err.unwrap_err().kind(), ErrorKind::InvalidConfig);
     }

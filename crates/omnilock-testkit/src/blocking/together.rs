@@ -134,10 +134,7 @@ pub(crate) fn blocking_lock_all_lost_fires(subject: &BlockingSubject) {
 pub(crate) fn blocking_election(subject: &BlockingSubject) {
     let [a, b] = subject.clients();
     let name = unique("election").replace('/', "-");
-    let (ea, eb) = (
-        a.election(&name).expect("election"),
-        b.election(&name).expect("election"),
-    );
+    let (ea, eb) = (a.election(&name), b.election(&name));
     let first = ea.campaign("a").expect("the first candidate leads");
     assert!(first.is_leader());
     let leader = eb.leader().expect("leader").expect("someone leads");
@@ -186,11 +183,9 @@ pub(crate) fn blocking_observe_follows_the_leader(subject: &BlockingSubject) {
     let name = unique("observe").replace('/', "-");
     let election = a
         .election(&name)
-        .expect("election")
         .with_poll_interval(Duration::from_millis(20));
     let observer = b
         .election(&name)
-        .expect("election")
         .with_poll_interval(Duration::from_millis(20))
         .observe();
     let (changes_tx, changes) = mpsc::channel();

@@ -18,7 +18,8 @@ pub(crate) static SCENARIOS: &[Scenario] = &[
 
 /// The `holder` and `election` flags against the calls they name: claimed,
 /// the call answers; not claimed, it answers `Unsupported` (never a wrong
-/// answer, never a different error).
+/// answer, never a different error, never a silent wait: an election's
+/// observer answers too).
 pub(crate) async fn capabilities_tell_the_truth(subject: &Subject) {
     let locks = subject.client().await;
     let caps = locks.capabilities();
@@ -34,7 +35,7 @@ pub(crate) async fn capabilities_tell_the_truth(subject: &Subject) {
         }
         Err(e) => panic!("{label}: holder(): {e}"),
     }
-    let election = locks.election(&unique("caps")).expect("an election handle");
+    let election = locks.election(&unique("caps"));
     match election.leader().await {
         Ok(None) => assert!(caps.election, "{label}: elections work, yet election=false"),
         Ok(Some(_)) => panic!("{label}: an election never held has a leader"),
@@ -45,6 +46,32 @@ pub(crate) async fn capabilities_tell_the_truth(subject: &Subject) {
             )
         }
         Err(e) => panic!("{label}: leader(): {e}"),
+    }
+    // An observer answers at once either way: the start where elections
+    // work, `Unsupported` (for good) where they do not; it never hangs.
+    let mut observer = election.observe();
+    let first = tokio::time::timeout(Duration::from_secs(10), observer.changed())
+        .await
+        .unwrap_or_else(|_| panic!("{label}: observe() gave no first answer in 10 s"));
+    match first {
+        Ok(None) => assert!(
+            caps.election,
+            "{label}: observe() works, yet election=false"
+        ),
+        Ok(Some(_)) => panic!("{label}: an election never held has a leader"),
+        Err(e) if e.kind() == ErrorKind::Unsupported => {
+            assert!(
+                !caps.election,
+                "{label}: election=true, yet observe() is unsupported"
+            );
+            assert!(
+                observer.has_ended(),
+                "{label}: Unsupported did not end the observation"
+            );
+            let again = observer.changed().await.expect_err("the same answer again");
+            assert_eq!(again.kind(), ErrorKind::Unsupported, "{label}: {again}");
+        }
+        Err(e) => panic!("{label}: observe(): {e}"),
     }
 }
 

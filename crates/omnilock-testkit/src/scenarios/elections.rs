@@ -42,7 +42,7 @@ async fn queue_candidate(
     value: &str,
 ) -> tokio::task::JoinHandle<omnilock_core::Result<omnilock_core::Leadership>> {
     let (queued_tx, queued_rx) = oneshot::channel();
-    let election = locks.election(election).expect("election");
+    let election = locks.election(election);
     let value = value.to_string();
     let task = tokio::spawn(async move {
         election
@@ -65,11 +65,10 @@ async fn queue_candidate(
 pub(crate) async fn election_one_leader_at_a_time(subject: &Subject) {
     let name = unique("election");
     let [a, b, c, reader] = <[Locks; 4]>::try_from(clients(subject, 4).await).unwrap();
-    let watch = reader.election(&name).expect("election");
+    let watch = reader.election(&name);
     assert_eq!(watch.leader().await.expect("leader"), None);
     let first = a
         .election(&name)
-        .unwrap()
         .campaign("10.0.0.1:80")
         .await
         .expect("first leader");
@@ -114,7 +113,6 @@ pub(crate) async fn election_candidate_gives_up_after_its_timeout(subject: &Subj
     let [a, b, c] = <[Locks; 3]>::try_from(clients(subject, 3).await).unwrap();
     let leader = a
         .election(&name)
-        .unwrap()
         .campaign("leader")
         .await
         .expect("first leader");
@@ -122,7 +120,6 @@ pub(crate) async fn election_candidate_gives_up_after_its_timeout(subject: &Subj
     let started = Instant::now();
     let err = b
         .election(&name)
-        .unwrap()
         .candidate("impatient")
         .timeout(patience)
         .campaign()
@@ -136,7 +133,7 @@ pub(crate) async fn election_candidate_gives_up_after_its_timeout(subject: &Subj
         "{err}"
     );
     assert_eq!(err.backend(), Some(b.backend_kind()), "{err}");
-    let watch = c.election(&name).expect("election");
+    let watch = c.election(&name);
     assert_eq!(
         watch.leader().await.expect("leader").map(|l| l.value),
         Some("leader".to_string()),
@@ -170,21 +167,14 @@ pub(crate) async fn election_longest_value_round_trips(subject: &Subject) {
     assert_eq!(longest.len(), max);
     let leader = a
         .election(&name)
-        .unwrap()
         .campaign(&longest)
         .await
         .expect("the longest value campaigns");
-    let seen = reader
-        .election(&name)
-        .unwrap()
-        .leader()
-        .await
-        .expect("leader");
+    let seen = reader.election(&name).leader().await.expect("leader");
     assert_eq!(seen.map(|l| l.value), Some(longest.clone()));
     leader.resign().await.expect("resign");
     let err = a
         .election(&name)
-        .unwrap()
         .campaign(&format!("{longest}v"))
         .await
         .expect_err("one byte too long");
@@ -209,7 +199,6 @@ pub(crate) async fn election_successor_takes_over_when_leader_dies(subject: &Sub
             let locks = victim.client().await;
             let leadership = locks
                 .election(&victim_name)
-                .unwrap()
                 .candidate("doomed")
                 .ttl(ttl)
                 .campaign()
@@ -238,12 +227,7 @@ pub(crate) async fn election_successor_takes_over_when_leader_dies(subject: &Sub
         "the successor led {waited:?} after the leader died (TTL {ttl:?})"
     );
     let reader = subject.client().await;
-    let now = reader
-        .election(&name)
-        .unwrap()
-        .leader()
-        .await
-        .expect("leader");
+    let now = reader.election(&name).leader().await.expect("leader");
     assert_eq!(now.map(|l| l.value), Some("heir".to_string()));
     heir.resign().await.expect("resign");
 }
@@ -254,7 +238,6 @@ pub(crate) async fn election_observers_see_every_change(subject: &Subject) {
     let clients = clients(subject, 3).await;
     let mut observer = clients[0]
         .election(&name)
-        .unwrap()
         .with_poll_interval(Duration::from_millis(20))
         .observe();
     assert_eq!(
@@ -268,7 +251,6 @@ pub(crate) async fn election_observers_see_every_change(subject: &Subject) {
     for (i, value) in values.iter().enumerate() {
         let leadership = clients[1 + i % 2]
             .election(&name)
-            .unwrap()
             .campaign(value)
             .await
             .expect("campaign");
