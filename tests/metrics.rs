@@ -255,6 +255,57 @@ async fn scenario(url: String, names: bool, mut tally: Tally) {
     }
 }
 
+/// `lock_all` is counted like single acquisitions: one grant (and one
+/// latency) per part, whether the store took the set in one step or part by
+/// part, and one timeout when the whole call runs out of time.
+async fn lock_all_scenario(url: String, mut tally: Tally) {
+    let a = omnilock::connect(&url).await.expect("connect");
+    let b = omnilock::connect(&url).await.expect("connect");
+    let (x, y) = (unique("all-x"), unique("all-y"));
+    omnilock::metrics::describe();
+
+    // Both free: in one step where the store has one.
+    let both = a.lock_all([&x, &y]).acquire().await.expect("lock_all");
+    assert_eq!(tally.counter(GRANTS_TOTAL), 2, "one grant per part");
+    assert_eq!(
+        tally.samples(ACQUIRE_SECONDS).len(),
+        2,
+        "one latency per part"
+    );
+    assert_eq!(tally.gauge(HELD), 2.0);
+
+    // Busy: the whole call times out once.
+    let err = b
+        .lock_all([&x, &y])
+        .timeout(Duration::from_millis(50))
+        .acquire()
+        .await
+        .expect_err("busy");
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    assert_eq!(tally.counter(TIMEOUTS_TOTAL), 1, "one timeout per call");
+    assert_eq!(tally.counter(GRANTS_TOTAL), 2);
+
+    both.release().await.expect("release");
+    assert_eq!(tally.gauge(HELD), 0.0);
+}
+
+fn run_lock_all(url: String) {
+    let recorder = DebuggingRecorder::new();
+    let tally = Tally::new(recorder.snapshotter());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    metrics::with_local_recorder(&recorder, || {
+        runtime.block_on(lock_all_scenario(url, tally));
+    });
+}
+
+#[test]
+fn mem_lock_all_series() {
+    run_lock_all(format!("mem://{}", unique("all").replace('/', "-")));
+}
+
 #[test]
 fn mem_series_without_names() {
     run(
@@ -288,5 +339,10 @@ mod sqlite {
     #[test]
     fn sqlite_series_with_names() {
         super::run(url(), true);
+    }
+
+    #[test]
+    fn sqlite_lock_all_series() {
+        super::run_lock_all(url());
     }
 }

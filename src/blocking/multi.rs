@@ -12,8 +12,9 @@ use crate::{Operation, Result};
 impl Locks {
     /// Starts taking every lock in `names` as one: all or nothing, in one
     /// global order (sorted by name), so two callers asking for the same
-    /// names in different orders never deadlock. The names must be valid
-    /// lock names, at least one, none twice (checked by `acquire` and
+    /// names in different orders never deadlock. `names` is any list of
+    /// names (an array, a slice, a `Vec<String>`, an iterator); they must be
+    /// valid lock names, at least one, none twice (checked by `acquire` and
     /// `try_acquire`).
     ///
     /// ```
@@ -24,7 +25,11 @@ impl Locks {
     /// both.release()?;
     /// # Ok::<(), omnilock::Error>(())
     /// ```
-    pub fn lock_all(&self, names: &[&str]) -> MultiLockRequest<'_> {
+    pub fn lock_all<I>(&self, names: I) -> MultiLockRequest<'_>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
         MultiLockRequest {
             locks: self,
             inner: self.inner.lock_all(names),

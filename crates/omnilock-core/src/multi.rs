@@ -28,8 +28,9 @@ use crate::name::{LockName, Owner};
 use crate::options::AcquireOptions;
 
 impl Locks {
-    /// Starts taking every lock in `names` as one: all or nothing. The
-    /// names must be valid lock names, at least one, none twice.
+    /// Starts taking every lock in `names` as one: all or nothing. `names`
+    /// is any list of names (an array, a slice, a `Vec<String>`, an
+    /// iterator); they must be valid lock names, at least one, none twice.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -41,9 +42,16 @@ impl Locks {
     /// let both = locks.lock_all(&["account/17", "account/4"]).acquire().await?;
     /// assert_eq!(both.guards().len(), 2);
     /// both.release().await?;
+    /// let accounts: Vec<String> = (1..=3).map(|n| format!("account/{n}")).collect();
+    /// let all = locks.lock_all(&accounts).acquire().await?;
+    /// assert_eq!(all.guards().len(), 3);
     /// # Ok(()) }
     /// ```
-    pub fn lock_all(&self, names: &[&str]) -> MultiLockRequest<'_> {
+    pub fn lock_all<I>(&self, names: I) -> MultiLockRequest<'_>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
         MultiLockRequest {
             locks: self,
             names: sorted_names(names),
@@ -53,14 +61,18 @@ impl Locks {
 }
 
 /// Valid, distinct names in the one global order.
-fn sorted_names(names: &[&str]) -> Result<Vec<LockName>> {
-    if names.is_empty() {
+fn sorted_names<I>(names: I) -> Result<Vec<LockName>>
+where
+    I: IntoIterator,
+    I::Item: AsRef<str>,
+{
+    let mut parsed = names
+        .into_iter()
+        .map(|name| LockName::new(name.as_ref()))
+        .collect::<Result<Vec<_>>>()?;
+    if parsed.is_empty() {
         return Err(Error::config("lock_all needs at least one lock name"));
     }
-    let mut parsed = names
-        .iter()
-        .map(|name| LockName::new(name))
-        .collect::<Result<Vec<_>>>()?;
     parsed.sort_by(|a, b| a.as_str().cmp(b.as_str()));
     if let Some(twice) = parsed.windows(2).find(|w| w[0] == w[1]) {
         return Err(Error::config(format!(
@@ -97,33 +109,46 @@ impl MultiLockRequest<'_> {
     /// Cancellation-safe: dropping the future gives back the parts taken so
     /// far (in the background, as dropped guards do).
     pub async fn acquire(self) -> Result<MultiGuard> {
-        let timeout = self.options.timeout;
-        let backend = self.locks.backend_kind();
-        let taking = self.take(true);
-        let taken = match timeout {
-            None => taking.await,
-            Some(limit) => tokio::time::timeout(limit, taking)
-                .await
-                .unwrap_or_else(|_| {
-                    Err(Error::new(
-                        ErrorKind::Timeout,
-                        format!("locks not all acquired within {limit:?}"),
-                    ))
-                }),
-        };
-        let taken =
-            taken.map_err(|e| e.with_backend(backend).with_operation(Operation::Acquire))?;
+        let taken = self.bounded(true, Operation::Acquire).await?;
         Ok(taken.expect("a waiting acquire returns guards or an error"))
     }
 
     /// Takes every part only if none needs waiting: `Ok(None)` when one is
-    /// busy, and then none is held when this returns.
+    /// busy, and then none is held when this returns. A `timeout` bounds
+    /// the whole call here too (a slow or unreachable store).
     pub async fn try_acquire(self) -> Result<Option<MultiGuard>> {
+        self.bounded(false, Operation::TryAcquire).await
+    }
+
+    /// [`take`](Self::take) within the timeout, if one is set; a timeout is
+    /// counted once for the whole call.
+    async fn bounded(self, wait: bool, operation: Operation) -> Result<Option<MultiGuard>> {
         let backend = self.locks.backend_kind();
-        self.take(false).await.map_err(|e| {
-            e.with_backend(backend)
-                .with_operation(Operation::TryAcquire)
-        })
+        let labels = match &self.names {
+            Ok(names) => names.first().map(|first| {
+                let with_name = self.locks.defaults.metrics_names;
+                crate::metrics::Labels::new(backend, first.as_str(), with_name)
+            }),
+            Err(_) => None,
+        };
+        let timeout = self.options.timeout;
+        let taking = self.take(wait);
+        let taken = match timeout {
+            None => taking.await,
+            Some(limit) => match tokio::time::timeout(limit, taking).await {
+                Ok(taken) => taken,
+                Err(_) => {
+                    if let Some(labels) = &labels {
+                        crate::metrics::timed_out(labels);
+                    }
+                    Err(Error::new(
+                        ErrorKind::Timeout,
+                        format!("locks not all acquired within {limit:?}"),
+                    ))
+                }
+            },
+        };
+        taken.map_err(|e| e.with_backend(backend).with_operation(operation))
     }
 
     async fn take(mut self, wait: bool) -> Result<Option<MultiGuard>> {
@@ -192,6 +217,7 @@ impl MultiLockRequest<'_> {
                 })
             })
             .collect();
+        let started = std::time::Instant::now();
         let Some(grants) = self.locks.backend().try_acquire_all(&requests).await? else {
             return Ok(None);
         };
@@ -205,7 +231,19 @@ impl MultiLockRequest<'_> {
             requests
                 .into_iter()
                 .zip(grants)
-                .map(|(request, grant)| self.locks.guard_for(request, grant, false))
+                .map(|(request, grant)| {
+                    // Counted as a grant per part, as the parts taken one
+                    // by one are (through their own requests).
+                    let labels = crate::metrics::Labels::new(
+                        self.locks.backend_kind(),
+                        request.name.as_str(),
+                        self.locks.defaults.metrics_names,
+                    );
+                    let (no_wait, _) =
+                        crate::metrics::WaitClock::watch(crate::signal::WaitNotice::none());
+                    crate::metrics::granted(&labels, started, &no_wait);
+                    self.locks.guard_for(request, grant, false)
+                })
                 .collect(),
         ))
     }

@@ -37,8 +37,9 @@ macro_rules! option_doc {
         "Gives up waiting after `timeout` with \
          [`ErrorKind::Timeout`](crate::ErrorKind::Timeout), leaving nothing \
          held or queued (of several locks, those already taken are given \
-         back; a candidacy is withdrawn). By default it waits as long as it \
-         takes."
+         back; a candidacy is withdrawn). A `try_acquire` never waits for a \
+         holder, and the timeout bounds the whole call there (a slow or \
+         unreachable store). By default it waits as long as it takes."
     };
     (on_wait) => {
         "Calls `callback` once, when the acquire starts to wait because the \

@@ -127,7 +127,9 @@ impl LockRequest<'_> {
         let labels = self.labels(&name);
         let (wait_clock, waiting) = metrics::WaitClock::watch(self.options.waiting());
         self.options.waiting = Some(waiting);
-        let timeout = self.options.timeout.filter(|_| wait);
+        // A try never waits for a holder, but a slow or unreachable store
+        // must not keep it past its timeout either.
+        let timeout = self.options.timeout;
         let attempt = self.attempt(name, wait).instrument(span);
         let result = match timeout {
             None => attempt.await,
@@ -292,5 +294,75 @@ impl LockRequest<'_> {
         // No await between the grant and `Hold::start`: a cancellation here
         // is handled by the backend's own drop path.
         Ok(grant.map(|grant| self.locks.guard_for(request, grant, lent)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use async_trait::async_trait;
+
+    use crate::backend::{AcquireRequest, Backend, Capabilities, Grant, LockSpec};
+    use crate::error::{ErrorKind, Result};
+    use crate::{Locks, MemStore};
+
+    /// The in-memory store, whose try-acquire never answers (a store that
+    /// stopped answering).
+    #[derive(Debug, Default)]
+    struct SilentTries(MemStore);
+
+    #[async_trait]
+    impl Backend for SilentTries {
+        type Hold = <MemStore as Backend>::Hold;
+        fn kind(&self) -> &'static str {
+            "mem"
+        }
+        fn capabilities(&self) -> Capabilities {
+            self.0.capabilities()
+        }
+        async fn try_acquire(&self, _: &AcquireRequest) -> Result<Option<Grant<Self::Hold>>> {
+            std::future::pending().await
+        }
+        async fn acquire(&self, request: &AcquireRequest) -> Result<Grant<Self::Hold>> {
+            self.0.acquire(request).await
+        }
+        async fn release(&self, spec: &LockSpec, grant: &Grant<Self::Hold>) -> Result<()> {
+            self.0.release(spec, grant).await
+        }
+        async fn renew(&self, spec: &LockSpec, grant: &Grant<Self::Hold>) -> Result<Instant> {
+            self.0.renew(spec, grant).await
+        }
+    }
+
+    /// A try-acquire never waits for a holder, and its timeout bounds the
+    /// call when the store does not answer: it is honoured, not ignored.
+    #[tokio::test]
+    async fn a_try_acquire_keeps_to_its_timeout() {
+        let locks = Locks::new(SilentTries::default());
+        let started = Instant::now();
+        let err = tokio::time::timeout(
+            Duration::from_secs(10),
+            locks
+                .lock("silent")
+                .timeout(Duration::from_millis(50))
+                .try_acquire(),
+        )
+        .await
+        .expect("the try kept to its timeout")
+        .expect_err("a store that does not answer");
+        assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+        assert!(started.elapsed() < Duration::from_secs(10));
+        let err = tokio::time::timeout(
+            Duration::from_secs(10),
+            locks
+                .lock_all(["silent/a", "silent/b"])
+                .timeout(Duration::from_millis(50))
+                .try_acquire(),
+        )
+        .await
+        .expect("lock_all's try kept to its timeout")
+        .expect_err("a store that does not answer");
+        assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
     }
 }

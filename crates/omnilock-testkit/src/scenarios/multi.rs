@@ -252,7 +252,11 @@ pub(crate) async fn lock_all_lost_fires_when_a_part_is_lost(subject: &Subject) {
 pub(crate) async fn lock_all_rejects_bad_input(subject: &Subject) {
     let locks = subject.client().await;
     let name = unique("all-bad");
-    let err = locks.lock_all(&[]).acquire().await.expect_err("no names");
+    let err = locks
+        .lock_all(&[] as &[&str])
+        .acquire()
+        .await
+        .expect_err("no names");
     assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
     let err = locks
         .lock_all(&[&name, &name])
