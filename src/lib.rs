@@ -153,6 +153,12 @@ pub async fn connect(url: &str) -> Result<Locks> {
     }
 }
 
+/// The README's library examples, compiled and run with the crate's doc
+/// tests, so that the front page cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeExamples;
+
 /// Every scheme [`connect`] knows, aliases included, with the cargo feature
 /// it needs (`None`: always built in).
 ///

@@ -121,8 +121,10 @@ HOME) on one machine with no server. Without HOME, give --store.
 
 Exit status of `run`: the command's own (128+N if it died of signal N; 126
 not executable, 127 not found); 75 lock not acquired in time (-E to change);
-64 bad arguments, name or URL; 69 store unreachable or failing; 70 lock lost
-while the command ran (its process group gets SIGTERM first).
+64 bad arguments, name or URL; 65 a semaphore in use with another --permits;
+69 store unreachable or failing; 70 lock lost while the command ran (its
+process group gets SIGTERM first); 77 credentials refused or access denied;
+78 TLS failed (a certificate that does not verify).
 Without a terminal the command runs in its own process group: the lock is
 kept until the whole group has exited, and the group dies with omnilock
 (SIGKILL included). In a terminal it stays in omnilock's job. A *paused*

@@ -31,6 +31,13 @@ pub(crate) fn raise_if_asked() {
 
 /// Bad arguments, lock name or store URL (EX_USAGE).
 pub(crate) const USAGE: u8 = 64;
+/// The request contradicts the lock's other users: a semaphore asked for
+/// with another number of permits (EX_DATAERR).
+pub(crate) const DATAERR: u8 = 65;
+/// The store refused the credentials or denied access (EX_NOPERM).
+pub(crate) const NOPERM: u8 = 77;
+/// TLS failed for good: a certificate that does not verify (EX_CONFIG).
+pub(crate) const CONFIG: u8 = 78;
 /// The store is unreachable or failed (EX_UNAVAILABLE).
 pub(crate) const UNAVAILABLE: u8 = 69;
 /// The lock was lost while the command ran (EX_SOFTWARE).
@@ -42,15 +49,19 @@ pub(crate) const TEMPFAIL: u8 = 75;
 pub(crate) fn code_for(err: &Error) -> u8 {
     match err.kind() {
         ErrorKind::InvalidName | ErrorKind::InvalidConfig | ErrorKind::Unsupported => USAGE,
+        ErrorKind::Conflict => DATAERR,
+        ErrorKind::Auth => NOPERM,
+        ErrorKind::Tls => CONFIG,
         ErrorKind::Timeout => TEMPFAIL,
         ErrorKind::Unavailable | ErrorKind::Backend => UNAVAILABLE,
         _ => SOFTWARE,
     }
 }
 
-/// Prints one line for `err` and returns its exit status.
+/// Prints one line for `err`, its causes after it, and returns its exit
+/// status.
 pub(crate) fn fail(err: &Error) -> u8 {
-    eprintln!("omnilock: {err}");
+    eprintln!("omnilock: {err:#}");
     code_for(err)
 }
 
@@ -60,4 +71,49 @@ pub(crate) fn shown(store: &str) -> String {
     StoreUrl::parse(store)
         .map(|url| url.to_string())
         .unwrap_or_else(|_| "(invalid store URL)".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/semantics.md §9 says which status each kind exits with; the
+    /// table and [`code_for`] agree, for every kind.
+    #[test]
+    fn the_documented_exit_statuses_are_the_ones_used() {
+        let page = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/semantics.md");
+        let text = std::fs::read_to_string(&page).expect("docs/semantics.md");
+        let kinds = [
+            ErrorKind::InvalidName,
+            ErrorKind::InvalidConfig,
+            ErrorKind::Auth,
+            ErrorKind::Tls,
+            ErrorKind::Conflict,
+            ErrorKind::Timeout,
+            ErrorKind::Unavailable,
+            ErrorKind::NotOwner,
+            ErrorKind::LockLost,
+            ErrorKind::WouldDeadlock,
+            ErrorKind::Unsupported,
+            ErrorKind::Backend,
+        ];
+        let rows: Vec<Vec<&str>> = text
+            .lines()
+            .skip_while(|line| !line.starts_with("| kind | means |"))
+            .skip(2)
+            .take_while(|line| line.starts_with('|'))
+            .map(|line| line.trim_matches('|').split('|').map(str::trim).collect())
+            .collect();
+        assert_eq!(rows.len(), kinds.len(), "one row per kind");
+        for kind in kinds {
+            let name = format!("`{kind:?}`");
+            let row = rows
+                .iter()
+                .find(|row| row[0] == name)
+                .unwrap_or_else(|| panic!("no row for {name}"));
+            let documented: u8 = row[3].parse().expect("an exit status");
+            let err = Error::new(kind, "x");
+            assert_eq!(code_for(&err), documented, "{name}");
+        }
+    }
 }

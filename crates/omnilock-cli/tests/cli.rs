@@ -128,6 +128,26 @@ fn passwords_never_printed() {
     assert_ne!(out.status.code(), Some(0));
 }
 
+/// A refused password exits 77 (EX_NOPERM), not 64 "bad arguments": the
+/// URL is well formed and the password was right once. The message says
+/// what was refused and never shows the password.
+#[test]
+fn refused_credentials_exit_77() {
+    let url = omnilock_testkit::store_url("REDIS").expect("OMNILOCK_TEST_REDIS_URL");
+    let password = omnilock::raw::StoreUrl::parse(&url)
+        .expect("the test URL")
+        .password()
+        .expect("the test Redis has a password")
+        .expose()
+        .to_string();
+    let wrong = url.replacen(&password, "not-the-password", 1);
+    let out = run_at(&wrong, &["job", "--", "true"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(77), "{stderr}");
+    assert!(stderr.contains("refused the credentials"), "{stderr}");
+    assert!(!stderr.contains("not-the-password"), "{stderr}");
+}
+
 #[test]
 fn busy_lock_exits_75() {
     let dir = scratch("busy");

@@ -24,13 +24,51 @@ pub enum ErrorKind {
     Unsupported,
     /// A non-reentrant acquire by the owner that already holds the lock.
     WouldDeadlock,
+    /// The store refused the credentials (a wrong or rotated password, an
+    /// unknown user) or denied this user the lock's keys, nodes or tables.
+    /// Not retryable: the same credentials get the same answer.
+    Auth,
+    /// The TLS handshake failed for good: the server's certificate does not
+    /// verify against the CA given (or names another host), the client's
+    /// certificate is refused, or the server offers no TLS where the URL
+    /// requires it. Not retryable.
+    Tls,
+    /// The request contradicts what the lock's other users declared: a
+    /// semaphore asked for with another number of permits than the one it
+    /// is in use with. Nothing changed; every user must ask alike.
+    Conflict,
     /// The store answered with an error omnilock does not classify further.
     Backend,
 }
 
 impl ErrorKind {
-    /// A short stable name, used in messages and logs.
+    /// A short stable name in `snake_case`, safe as a metric label or a
+    /// JSON value (`"invalid_name"`, `"unavailable"`, ...).
+    ///
+    /// ```
+    /// use omnilock_core::ErrorKind;
+    /// assert_eq!(ErrorKind::WouldDeadlock.as_str(), "would_deadlock");
+    /// assert_eq!(ErrorKind::WouldDeadlock.to_string(), "would deadlock");
+    /// ```
     pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidName => "invalid_name",
+            ErrorKind::InvalidConfig => "invalid_config",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::NotOwner => "not_owner",
+            ErrorKind::LockLost => "lock_lost",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::Unsupported => "unsupported",
+            ErrorKind::WouldDeadlock => "would_deadlock",
+            ErrorKind::Auth => "auth",
+            ErrorKind::Tls => "tls",
+            ErrorKind::Conflict => "conflict",
+            ErrorKind::Backend => "backend",
+        }
+    }
+
+    /// The kind in words, as messages show it (its `Display`).
+    fn phrase(self) -> &'static str {
         match self {
             ErrorKind::InvalidName => "invalid lock name",
             ErrorKind::InvalidConfig => "invalid configuration",
@@ -40,6 +78,9 @@ impl ErrorKind {
             ErrorKind::Unavailable => "store unavailable",
             ErrorKind::Unsupported => "unsupported",
             ErrorKind::WouldDeadlock => "would deadlock",
+            ErrorKind::Auth => "access refused",
+            ErrorKind::Tls => "TLS failed",
+            ErrorKind::Conflict => "conflict",
             ErrorKind::Backend => "backend error",
         }
     }
@@ -52,7 +93,7 @@ impl ErrorKind {
 
 impl fmt::Display for ErrorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.write_str(self.phrase())
     }
 }
 
@@ -143,6 +184,29 @@ impl Error {
     /// Shorthand for [`ErrorKind::Unavailable`] (retryable).
     pub fn unavailable(message: impl Into<String>) -> Self {
         Error::new(ErrorKind::Unavailable, message)
+    }
+
+    /// Shorthand for [`ErrorKind::Auth`].
+    pub fn auth(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Auth, message)
+    }
+
+    /// Shorthand for [`ErrorKind::Tls`].
+    pub fn tls(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Tls, message)
+    }
+
+    /// The `Conflict` answer to a semaphore asked for with `asked` permits
+    /// while it is in use with `recorded`; every backend uses it so users
+    /// see one message.
+    pub fn permits_conflict(recorded: u64, asked: u64) -> Self {
+        Error::new(
+            ErrorKind::Conflict,
+            format!(
+                "the semaphore is in use with {recorded} permits, not {asked}: every user \
+                 must ask for the same number"
+            ),
+        )
     }
 
     /// The `NotOwner` answer to a release by someone who no longer holds the
@@ -268,8 +332,14 @@ impl fmt::Display for Error {
         if !context.is_empty() {
             write!(f, " ({})", context.join(", "))?;
         }
-        if let Some(cause) = &self.cause {
-            write!(f, ": {cause}")?;
+        // The cause is `source()`'s: shown by `{:#}` only, so that a report
+        // that walks the chain (anyhow's `{:#}`) shows each cause once.
+        if f.alternate() {
+            let mut cause = std::error::Error::source(self);
+            while let Some(error) = cause {
+                write!(f, ": {error}")?;
+                cause = error.source();
+            }
         }
         Ok(())
     }
@@ -335,11 +405,53 @@ mod tests {
         assert!(lost.underlying().is_none());
     }
 
+    /// `Display` shows the error itself; the cause is `source()`, and `{:#}`
+    /// adds the whole chain, each cause once.
     #[test]
-    fn cause_is_shown_and_chained() {
+    fn cause_is_chained_not_repeated() {
         let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
         let err = Error::unavailable("cannot connect").with_cause(io);
-        assert!(err.to_string().ends_with(": refused"));
-        assert!(std::error::Error::source(&err).is_some());
+        assert_eq!(err.to_string(), "store unavailable: cannot connect");
+        assert_eq!(
+            std::error::Error::source(&err).map(|c| c.to_string()),
+            Some("refused".to_string())
+        );
+        assert_eq!(
+            format!("{err:#}"),
+            "store unavailable: cannot connect: refused"
+        );
+        let lost = err.into_lock_lost();
+        assert_eq!(
+            format!("{lost:#}"),
+            "lock lost: store unavailable while the lock was held: \
+             store unavailable: cannot connect: refused"
+        );
+    }
+
+    /// Every kind's label is `snake_case`, and distinct.
+    #[test]
+    fn kind_labels_are_label_safe() {
+        let kinds = [
+            ErrorKind::InvalidName,
+            ErrorKind::InvalidConfig,
+            ErrorKind::Timeout,
+            ErrorKind::NotOwner,
+            ErrorKind::LockLost,
+            ErrorKind::Unavailable,
+            ErrorKind::Unsupported,
+            ErrorKind::WouldDeadlock,
+            ErrorKind::Auth,
+            ErrorKind::Tls,
+            ErrorKind::Conflict,
+            ErrorKind::Backend,
+        ];
+        let labels: std::collections::BTreeSet<&str> = kinds.iter().map(|k| k.as_str()).collect();
+        assert_eq!(labels.len(), kinds.len());
+        for label in labels {
+            assert!(
+                label.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
+                "{label}"
+            );
+        }
     }
 }

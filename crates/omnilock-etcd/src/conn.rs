@@ -187,7 +187,7 @@ pub(crate) fn classify(e: etcd_client::Error, shown: &str) -> Error {
             || lower.contains("user name not found") =>
         {
             (
-                ErrorKind::InvalidConfig,
+                ErrorKind::Auth,
                 format!("etcd {shown} refused the credentials (user name or password)"),
             )
         }
@@ -200,10 +200,9 @@ pub(crate) fn classify(e: etcd_client::Error, shown: &str) -> Error {
             Code::Unknown if lower.contains("transport") || lower.contains("connect") => {
                 (ErrorKind::Unavailable, format!("etcd {shown}"))
             }
-            Code::PermissionDenied | Code::Unauthenticated => (
-                ErrorKind::InvalidConfig,
-                format!("etcd {shown} denied the request"),
-            ),
+            Code::PermissionDenied | Code::Unauthenticated => {
+                (ErrorKind::Auth, format!("etcd {shown} denied the request"))
+            }
             _ if lower.contains("leader changed") || lower.contains("no leader") => {
                 (ErrorKind::Unavailable, format!("etcd {shown}"))
             }
@@ -217,10 +216,18 @@ pub(crate) fn classify(e: etcd_client::Error, shown: &str) -> Error {
         }
         _ => (ErrorKind::Backend, format!("etcd {shown}")),
     };
-    Error::new(kind, message).with_cause(Cause {
-        reason: reason(&e),
-        client: e,
-    })
+    let reason = reason(&e);
+    // A certificate that does not verify stays so however often one
+    // retries; it is wrapped in a transport error like a refused connection.
+    let kind =
+        if kind == ErrorKind::Unavailable && reason.to_ascii_lowercase().contains("certificate") {
+            ErrorKind::Tls
+        } else {
+            kind
+        };
+    // The reason in the message; the client's own error (the whole gRPC
+    // status) is the cause, for `{:#}` and `source()`.
+    Error::new(kind, format!("{message}: {reason}")).with_cause(e)
 }
 
 /// The longest reason worth a line; the full error is one `source()` away.
@@ -293,26 +300,6 @@ fn one_line(text: &str) -> String {
     }
 }
 
-/// An etcd client error shown as its short reason; the client's full error
-/// (gRPC status, metadata, transport chain) is its `source()`.
-#[derive(Debug)]
-struct Cause {
-    reason: String,
-    client: etcd_client::Error,
-}
-
-impl std::fmt::Display for Cause {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.reason)
-    }
-}
-
-impl std::error::Error for Cause {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.client)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -331,14 +318,17 @@ mod tests {
             "etcdserver: authentication failed, invalid user ID or password",
         );
         let err = classify(etcd_client::Error::GRpcStatus(status), "h:1");
-        assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+        assert_eq!(err.kind(), ErrorKind::Auth);
         assert_eq!(
             err.to_string(),
-            "invalid configuration: etcd h:1 refused the credentials (user name or password): \
+            "access refused: etcd h:1 refused the credentials (user name or password): \
              authentication failed, invalid user ID or password"
         );
         let cause = std::error::Error::source(&err).expect("cause");
-        assert!(cause.source().is_some(), "the client's error is kept");
+        assert!(
+            cause.downcast_ref::<etcd_client::Error>().is_some(),
+            "the client's error is kept"
+        );
 
         let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
         let status = tonic::Status::from_error(Box::new(refused));

@@ -8,10 +8,10 @@
 use std::time::Duration;
 
 use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, Identity, TlsOptions};
-use omnilock_core::StoreUrl;
+use omnilock_core::{ErrorKind, StoreUrl};
 use omnilock_etcd::{EtcdConfig, EtcdStore, Mode};
 use omnilock_testkit::fixtures::{
-    assert_refused, assert_same_refusal, assert_unreachable, byo_subject, take_and_release,
+    assert_refused_as, assert_same_refusal, assert_unreachable, byo_subject, take_and_release,
     unique_name,
 };
 use omnilock_testkit::{Subject, assert_builder_refuses, store_url};
@@ -113,7 +113,7 @@ async fn keys_and_leases_follow_the_builder() {
 
 /// Credentials only the application's client has: on the member with
 /// authentication the client with them locks, and one without them is
-/// refused with a clear `InvalidConfig`.
+/// refused with a clear `Auth` error.
 async fn credentials_come_from_the_client() {
     let Some(mut config) = settings("ETCD_AUTH") else {
         return;
@@ -129,7 +129,7 @@ async fn credentials_come_from_the_client() {
         .await
         .expect("client without credentials");
     let refused = EtcdStore::builder(anonymous).build().await;
-    assert_refused(refused, "refused the credentials");
+    assert_refused_as(refused, ErrorKind::Auth, "refused the credentials");
 }
 
 /// A TLS client with a client certificate (mutual TLS) that only the

@@ -57,12 +57,12 @@ async fn unreachable_endpoints_are_unavailable_within_the_connect_timeout() {
 }
 
 #[tokio::test]
-async fn wrong_credentials_are_a_clear_config_error() {
+async fn wrong_credentials_are_a_clear_auth_error() {
     let url = store_url("ETCD_AUTH").expect("OMNILOCK_TEST_ETCD_AUTH_URL");
     let wrong = url.replace("omnilock-test-pw", "not-the-pw");
     assert_ne!(url, wrong);
     let err = connect(&wrong).await.expect_err("wrong password");
-    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    assert_eq!(err.kind(), ErrorKind::Auth, "{err}");
     let text = format!("{err} {err:?}");
     assert!(text.contains("credentials"), "{text}");
     assert!(!text.contains("not-the-pw"), "leaks the password: {text}");
@@ -73,7 +73,7 @@ async fn wrong_credentials_are_a_clear_config_error() {
         Err(err) => Err(err),
     };
     let err = outcome.expect_err("auth is enabled on that member");
-    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    assert_eq!(err.kind(), ErrorKind::Auth, "{err}");
 }
 
 /// Checks an error message (issue 13, finding 8): one line, short, naming
@@ -101,12 +101,14 @@ async fn errors_are_one_short_line_naming_the_endpoint_and_the_cause() {
         .expect_err("nothing listens there");
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
     assert_one_clear_line(&err, "etcd 127.0.0.1:1", "connection refused", "s3cret-pw");
-    // The cause chain keeps the etcd client's own error.
+    // The cause is the etcd client's own error, and `{:#}` shows it after
+    // the line.
     let cause = std::error::Error::source(&err).expect("a cause");
     assert!(
-        cause.source().is_some(),
+        cause.downcast_ref::<etcd_client::Error>().is_some(),
         "the client's error is kept: {err:?}"
     );
+    assert!(format!("{err:#}").starts_with(&format!("{err}: ")), "{err:#}");
 
     let err = connect("etcd://locker:s3cret-pw@127.0.0.1:1,127.0.0.1:9/x?connect_timeout=2s")
         .await
@@ -127,7 +129,7 @@ async fn errors_are_one_short_line_naming_the_endpoint_and_the_cause() {
         .to_string();
     let wrong = url.replace("omnilock-test-pw", "not-the-pw");
     let err = connect(&wrong).await.expect_err("wrong password");
-    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    assert_eq!(err.kind(), ErrorKind::Auth, "{err}");
     assert_one_clear_line(&err, &endpoint, "authentication failed", "not-the-pw");
 }
 
@@ -311,10 +313,7 @@ async fn tls_with_a_client_certificate() {
         let started = Instant::now();
         let err = connect(&bad).await.expect_err(what);
         assert!(
-            matches!(
-                err.kind(),
-                ErrorKind::Unavailable | ErrorKind::InvalidConfig
-            ),
+            matches!(err.kind(), ErrorKind::Unavailable | ErrorKind::Tls),
             "{what}: {err}"
         );
         assert!(started.elapsed() < Duration::from_secs(5), "{what}: slow");

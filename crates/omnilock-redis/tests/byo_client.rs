@@ -7,10 +7,11 @@
 
 use std::time::Duration;
 
-use omnilock_core::{HostPort, StoreUrl};
+use omnilock_core::{ErrorKind, HostPort, StoreUrl};
 use omnilock_redis::{RedisStore, RedlockStore};
 use omnilock_testkit::fixtures::{
-    assert_refused, assert_same_refusal, assert_unreachable, take_and_release, unique_name,
+    assert_refused, assert_refused_as, assert_same_refusal, assert_unreachable, take_and_release,
+    unique_name,
 };
 use omnilock_testkit::{Subject, assert_builder_refuses, store_url};
 use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo};
@@ -273,7 +274,7 @@ async fn builders_check_options_like_urls() {
 }
 
 /// The credentials are the client's only: an ACL user's client locks; the
-/// same client with a wrong password is `InvalidConfig`, without the password.
+/// same client with a wrong password is `Auth`, without the password.
 async fn credentials_come_from_the_client() {
     let Some(acl) = single_client("REDIS_ACL", 0) else {
         return;
@@ -297,7 +298,7 @@ async fn credentials_come_from_the_client() {
     let refused = RedisStore::builder(redis::Client::open(info).unwrap())
         .build()
         .await;
-    let err = assert_refused(refused, "credentials");
+    let err = assert_refused_as(refused, ErrorKind::Auth, "credentials");
     let shown = format!("{err} {err:?}");
     assert!(!shown.contains("not-the-password"), "{shown}");
 }

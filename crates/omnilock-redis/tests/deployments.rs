@@ -229,12 +229,12 @@ async fn sentinel_credentials_are_the_sentinels_own() {
     );
     assert_ne!(wrong, url, "the test URL carries sentinel_password");
     let err = connect(&wrong).await.expect_err("wrong sentinel password");
-    assert_clear(&err, ErrorKind::InvalidConfig, "sentinel_password");
+    assert_clear(&err, ErrorKind::Auth, "sentinel_password");
     assert!(!err.to_string().contains("wrong-pw"));
     // The data nodes' password is checked on its own.
     let wrong_data = url.replace(&format!(":{PASSWORD}@"), ":wrong-data-pw@");
     let err = connect(&wrong_data).await.expect_err("wrong data password");
-    assert_clear(&err, ErrorKind::InvalidConfig, "credentials");
+    assert_clear(&err, ErrorKind::Auth, "credentials");
     assert!(!err.to_string().contains("wrong-data-pw"));
 }
 
@@ -437,7 +437,7 @@ async fn tls_cluster_locks_and_wakes() {
     let err = connect(&without_ca)
         .await
         .expect_err("untrusted certificate");
-    assert_clear(&err, ErrorKind::InvalidConfig, "tls_ca");
+    assert_clear(&err, ErrorKind::Tls, "tls_ca");
 }
 
 /// The client port of every node of the cluster `seed` belongs to.
@@ -499,5 +499,5 @@ async fn cluster_acl_user_without_shard_channels_is_refused() {
     assert_ne!(as_user, url, "the URL names the user");
     let err = connect(&as_user).await.expect_err("no shard channels");
     acl(vec!["DELUSER".into(), user.clone()]).await;
-    assert_clear(&err, ErrorKind::InvalidConfig, "&{omnilock*");
+    assert_clear(&err, ErrorKind::Auth, "&{omnilock*");
 }

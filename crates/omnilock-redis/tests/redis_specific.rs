@@ -174,7 +174,7 @@ async fn credentials_and_unreachable_nodes() {
         omnilock_redis::connect(RedisConfig::from_url(&StoreUrl::parse(&wrong).unwrap()).unwrap())
             .await
             .expect_err("wrong password");
-    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    assert_eq!(err.kind(), ErrorKind::Auth, "{err}");
     let shown = format!("{err} {err:?}");
     assert!(shown.contains("credentials"), "{shown}");
     assert!(
@@ -229,11 +229,11 @@ async fn acl_user() {
         omnilock_redis::connect(RedisConfig::from_url(&StoreUrl::parse(&wrong).unwrap()).unwrap())
             .await
             .expect_err("wrong password");
-    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    assert_eq!(err.kind(), ErrorKind::Auth, "{err}");
 }
 
 /// TLS: a client that does not trust the server's certificate cannot connect
-/// (`InvalidConfig` naming `tls_ca`: a setting to fix, not an outage to wait
+/// (`Tls` naming `tls_ca`: a setting to fix, not an outage to wait
 /// out; no panic); the one given the CA can (the conformance suite runs over
 /// TLS too).
 #[tokio::test(flavor = "multi_thread")]
@@ -247,7 +247,7 @@ async fn tls_needs_a_trusted_certificate() {
     )
     .await
     .expect_err("the test CA is not in the system store");
-    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    assert_eq!(err.kind(), ErrorKind::Tls, "{err}");
     assert!(err.to_string().contains("tls_ca"), "{err}");
     let locks =
         omnilock_redis::connect(RedisConfig::from_url(&StoreUrl::parse(&url).unwrap()).unwrap())

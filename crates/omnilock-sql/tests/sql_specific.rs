@@ -190,7 +190,7 @@ async fn wrong_password_and_missing_database() {
             .to_string();
         let wrong = url.replacen(&password, "not-the-password", 1);
         let err = connect(&wrong).await.expect_err("wrong password");
-        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{store}: {err}");
+        assert_eq!(err.kind(), ErrorKind::Auth, "{store}: {err}");
         let shown = format!("{err} {err:?}");
         assert!(shown.contains("credentials"), "{store}: {shown}");
         assert!(!shown.contains("not-the-password"), "{store}: {shown}");

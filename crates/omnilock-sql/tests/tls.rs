@@ -42,10 +42,7 @@ async fn verify_full_against_the_wrong_host_name_is_a_certificate_error() {
         let err = connect(&wrong).await.map(|_| ()).unwrap_err();
         let text = format!("{err} {err:?}");
         assert!(
-            matches!(
-                err.kind(),
-                ErrorKind::InvalidConfig | ErrorKind::Unavailable
-            ),
+            matches!(err.kind(), ErrorKind::Tls | ErrorKind::Unavailable),
             "{store}: {err}"
         );
         assert!(
@@ -69,7 +66,7 @@ async fn a_tls_only_account_over_plain_tcp_is_told_why() {
         let plain = with_options(&url, "sslmode=disable");
         let err = connect(&plain).await.map(|_| ()).unwrap_err();
         let text = format!("{err} {err:?}");
-        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{store}: {err}");
+        assert_eq!(err.kind(), ErrorKind::Auth, "{store}: {err}");
         assert!(text.contains("TLS"), "{store}: says TLS: {err}");
         assert!(text.contains("127.0.0.1"), "{store}: names the host: {err}");
         assert!(
@@ -87,7 +84,7 @@ async fn an_untrusted_certificate_fails_verify_ca() {
             .await
             .map(|_| ())
             .unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{store}: {err}");
+        assert_eq!(err.kind(), ErrorKind::Tls, "{store}: {err}");
         assert!(err.to_string().contains("certificate"), "{store}: {err}");
         // `require` encrypts without verifying: it connects.
         works(
@@ -116,7 +113,7 @@ async fn client_certificates_log_in() {
             .await
             .map(|_| ())
             .unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{store}: {err}");
+        assert_eq!(err.kind(), ErrorKind::Auth, "{store}: {err}");
         assert!(err.to_string().contains("certificate"), "{store}: {err}");
         assert!(!format!("{err:?}").contains(PASSWORD), "{store}: {err:?}");
     }

@@ -61,13 +61,18 @@ pub async fn assert_unreachable<T>(
 }
 
 /// `result` is refused with `InvalidConfig` and a message containing
-/// `words` (a builder's option checks, credentials a server refused).
-/// Returns the error.
+/// `words` (a builder's option checks). Returns the error.
 pub fn assert_refused<T>(result: Result<T>, words: &str) -> Error {
+    assert_refused_as(result, ErrorKind::InvalidConfig, words)
+}
+
+/// `result` is refused with `kind` and a message containing `words` (for
+/// example `Auth` for credentials a server refused). Returns the error.
+pub fn assert_refused_as<T>(result: Result<T>, kind: ErrorKind, words: &str) -> Error {
     let Err(err) = result else {
         panic!("accepted what should be refused ({words})");
     };
-    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{words}: {err}");
+    assert_eq!(err.kind(), kind, "{words}: {err}");
     assert!(err.to_string().contains(words), "{words}: {err}");
     err
 }

@@ -113,12 +113,12 @@ pub(crate) fn classify(e: zookeeper_client::Error, shown: &str) -> Error {
         _ if connection_trouble(&e) => ErrorKind::Unavailable,
         E::NoHosts | E::Throttled | E::SessionMoved => ErrorKind::Unavailable,
         E::AuthFailed => {
-            return Error::config(format!(
+            return Error::auth(format!(
                 "ZooKeeper at {shown} refused the credentials (user name or password)"
             ));
         }
         E::NoAuth => {
-            return Error::config(format!(
+            return Error::auth(format!(
                 "ZooKeeper at {shown} denied access to the lock nodes (their ACL requires other credentials)"
             ));
         }

@@ -248,10 +248,10 @@ impl ZkStore {
                 .and_then(|n| n.parse::<u32>().ok());
             match recorded {
                 Some(recorded) if recorded != permits => {
-                    return Err(Error::config(format!(
-                        "the semaphore is in use with {recorded} permits, not {permits}: \
-                         every user must ask for the same number"
-                    )));
+                    return Err(Error::permits_conflict(
+                        u64::from(recorded),
+                        u64::from(permits),
+                    ));
                 }
                 Some(_) => return Ok(()),
                 None => continue,

@@ -72,7 +72,7 @@ async fn lock_nodes_carry_the_acl_of_the_credentials() {
             Err(err) => Err(err),
         };
         let err = outcome.expect_err("breaking needs the credentials");
-        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+        assert_eq!(err.kind(), ErrorKind::Auth, "{err}");
         let text = format!("{err} {err:?}");
         assert!(!text.contains("not-the-pw"), "leaks the password: {text}");
     }

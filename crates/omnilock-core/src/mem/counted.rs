@@ -111,10 +111,7 @@ impl CountedLocks {
         if queue.capacity != capacity {
             let recorded = queue.capacity;
             self.tidy(&key);
-            return Err(Error::config(format!(
-                "the semaphore is in use with {recorded} permits, not {capacity}: every \
-                 user must ask for the same number"
-            )));
+            return Err(Error::permits_conflict(recorded, capacity));
         }
         let (tx, rx) = oneshot::channel();
         queue.entries.push(Entry {

@@ -69,11 +69,7 @@ impl Counted {
             .filter(|kv| kv.create_revision() != rev)
             .find_map(|kv| parse(kv).map(|(_, c)| c).filter(|c| *c != self.0.capacity));
         if let Some(recorded) = disagreeing {
-            return Err(Error::config(format!(
-                "the semaphore is in use with {recorded} permits, not {}: every user \
-                 must ask for the same number",
-                self.0.capacity
-            )));
+            return Err(Error::permits_conflict(recorded, self.0.capacity));
         }
         let mut used = 0u64;
         let mut previous: Option<(&KeyValue, bool)> = None;

@@ -291,11 +291,11 @@ pub(crate) fn ensure_crypto_provider() {
 pub(crate) fn map_err(e: RedisError, address: &str) -> Error {
     let code = e.code().unwrap_or("");
     let error = if refused_credentials(&e) {
-        Error::config(format!(
+        Error::auth(format!(
             "Redis at {address} refused the credentials (user name or password)"
         ))
     } else if let Some(reason) = tls_refusal(&e) {
-        Error::config(format!(
+        Error::tls(format!(
             "the TLS handshake with Redis at {address} failed: {reason} (give the CA that \
              signed the server's certificate with ?tls_ca=, and a host name the \
              certificate names)"

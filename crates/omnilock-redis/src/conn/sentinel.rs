@@ -470,7 +470,7 @@ fn sentinel_error(e: redis::RedisError, address: &str) -> Error {
     let refused = refused_credentials(&e);
     let mapped = map_err(e, address);
     if refused {
-        return Error::config(format!(
+        return Error::auth(format!(
             "the sentinel at {address} refused the credentials: give the sentinels' own with \
              sentinel_username= and sentinel_password= (the URL's user and password are the \
              data nodes')"

@@ -101,11 +101,10 @@ impl RedisStore {
                 Ok(Attempt::Taken(token))
             }
             Acquired::HeldNotReentrant => Err(Error::would_deadlock()),
-            Acquired::CapacityMismatch(recorded) => Err(Error::config(format!(
-                "the semaphore is in use with {recorded} permits, not {}: every user must ask \
-                 for the same number",
-                Counted::of(request.primitive).map_or(0, |c| c.capacity())
-            ))),
+            Acquired::CapacityMismatch(recorded) => Err(Error::permits_conflict(
+                recorded as u64,
+                Counted::of(request.primitive).map_or(0, |c| c.capacity()),
+            )),
             Acquired::EntryReleased => Err(Error::new(
                 ErrorKind::Backend,
                 "this acquisition's entry was already released",

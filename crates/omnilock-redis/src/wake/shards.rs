@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use omnilock_core::{Error, Result, lock_unpoisoned};
+use omnilock_core::{Error, ErrorKind, Result, lock_unpoisoned};
 use redis::PushInfo;
 use redis::cluster_async::ClusterConnection;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
@@ -89,11 +89,20 @@ impl ShardWakeups {
             if refused.is_retryable() {
                 return refused;
             }
-            Error::config(format!(
-                "{address} refused a sharded subscription (SSUBSCRIBE {probe}): wake-ups need \
-                 Redis 7 or later, and an ACL user needs the channels &{{{}*",
-                config.options.prefix
-            ))
+            // An ACL user without the channels is refused access; an
+            // older server has no sharded channels at all.
+            let kind = match refused.kind() {
+                ErrorKind::Auth => ErrorKind::Auth,
+                _ => ErrorKind::InvalidConfig,
+            };
+            Error::new(
+                kind,
+                format!(
+                    "{address} refused a sharded subscription (SSUBSCRIBE {probe}): wake-ups \
+                     need Redis 7 or later, and an ACL user needs the channels &{{{}*",
+                    config.options.prefix
+                ),
+            )
         })?;
         shards.unsubscribe(&probe).await;
         Ok((shards, receiver))

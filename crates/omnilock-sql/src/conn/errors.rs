@@ -100,23 +100,23 @@ pub(crate) fn map_err(err: sqlx::Error, config: &SqlConfig) -> Error {
                 // pg_hba.conf: a `hostssl` line only, or a `hostnossl ...
                 // reject` line, for this account.
                 (Dialect::Postgres, "28000") if message.contains("no encryption") => {
-                    Error::config(format!(
+                    Error::auth(format!(
                         "the database at {place} accepts this account only over TLS \
                          (connect with sslmode=require or stronger)"
                     ))
                 }
                 (Dialect::Postgres, "28000") if message.contains("certificate") => {
-                    Error::config(format!(
+                    Error::auth(format!(
                         "the database at {place} wants a valid client certificate for this \
                          account (options sslcert and sslkey)"
                     ))
                 }
-                (Dialect::Postgres, "28P01" | "28000") => Error::config(format!(
+                (Dialect::Postgres, "28P01" | "28000") => Error::auth(format!(
                     "the database at {place} refused the credentials (user name or password)"
                 )),
                 // MySQL says "access denied" alike for a wrong password and
                 // for an account that requires TLS or a client certificate.
-                (Dialect::MySql, "28000") => Error::config(format!(
+                (Dialect::MySql, "28000") => Error::auth(format!(
                     "the database at {place} refused the credentials (user name or password; \
                      or the account requires TLS{} or a client certificate: sslcert, sslkey)",
                     match config.tls.mode {
@@ -164,17 +164,17 @@ pub(crate) fn map_err(err: sqlx::Error, config: &SqlConfig) -> Error {
 
 /// A failed TLS handshake. A certificate that does not verify, or a server
 /// without TLS when the URL requires it, stays so however often one retries:
-/// `InvalidConfig`, naming the host and the reason (rustls's words, which
+/// `Tls`, naming the host and the reason (rustls's words, which
 /// never hold the password). Anything else may pass: `Unavailable`.
 fn tls_error(why: &str, place: &str) -> Error {
     let lower = why.to_ascii_lowercase();
     if lower.contains("certificate") || lower.contains("notvalidforname") {
-        Error::config(format!(
+        Error::tls(format!(
             "TLS with the database at {place}: the server's certificate does not verify ({why}); \
              check the host name in the URL and sslrootcert, or relax sslmode"
         ))
     } else if lower.contains("not support") {
-        Error::config(format!(
+        Error::tls(format!(
             "the database at {place} does not offer TLS, which sslmode requires"
         ))
     } else {

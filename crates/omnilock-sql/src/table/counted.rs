@@ -96,11 +96,7 @@ impl TableStore {
                         .map_err(err)?;
                     if let Some(other) = other {
                         let recorded: i64 = other.try_get(0).map_err(err)?;
-                        return Err(Error::config(format!(
-                            "the semaphore is in use with {recorded} permits, not {}: every \
-                             user must ask for the same number",
-                            share.capacity
-                        )));
+                        return Err(Error::permits_conflict(recorded as u64, share.capacity));
                     }
                     if !wait {
                         // A try: only beside holders, nobody waiting, if it fits.

@@ -196,7 +196,7 @@ pub(crate) async fn semaphore_full_refuses_until_release(subject: &Subject) {
 }
 
 /// A client asking with another permits count than the one recorded gets
-/// `InvalidConfig` (try and wait alike), which changes nothing; once the
+/// `Conflict` (try and wait alike), which changes nothing; once the
 /// semaphore is unused, a new count may be recorded.
 pub(crate) async fn semaphore_permits_mismatch_rejected(subject: &Subject) {
     let name = unique("semaphore-mismatch");
@@ -217,7 +217,7 @@ pub(crate) async fn semaphore_permits_mismatch_rejected(subject: &Subject) {
                 .map(|_| ())
                 .expect_err("3 permits")
         };
-        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+        assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
         let message = err.to_string();
         assert!(
             message.contains('2') && message.contains('3'),
