@@ -108,7 +108,10 @@ async fn errors_are_one_short_line_naming_the_endpoint_and_the_cause() {
         cause.downcast_ref::<etcd_client::Error>().is_some(),
         "the client's error is kept: {err:?}"
     );
-    assert!(format!("{err:#}").starts_with(&format!("{err}: ")), "{err:#}");
+    assert!(
+        format!("{err:#}").starts_with(&format!("{err}: ")),
+        "{err:#}"
+    );
 
     let err = connect("etcd://locker:s3cret-pw@127.0.0.1:1,127.0.0.1:9/x?connect_timeout=2s")
         .await

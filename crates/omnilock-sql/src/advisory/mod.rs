@@ -69,7 +69,15 @@ pub(crate) struct AdvisoryStore {
     /// try goes to one of them; a session that waited joins them once
     /// granted.
     shared: Mutex<Vec<Arc<Shared>>>,
+    /// Sessions being opened at once, at most [`OPENING_AT_ONCE`]: a burst
+    /// of acquisitions (a hundred locks taken side by side) queues for
+    /// connections instead of opening them all at once, each a TLS
+    /// handshake and a server process, and timing out together.
+    opening: tokio::sync::Semaphore,
 }
+
+/// How many sessions a store opens at the same time.
+const OPENING_AT_ONCE: usize = 8;
 
 impl std::fmt::Debug for AdvisoryStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -89,6 +97,7 @@ impl AdvisoryStore {
             table,
             target,
             shared: Mutex::new(Vec::new()),
+            opening: tokio::sync::Semaphore::new(OPENING_AT_ONCE),
         }
     }
 

@@ -94,6 +94,11 @@ impl AdvisoryStore {
     /// A new session that ends itself once idle for `ttl`.
     pub(super) async fn open(&self, ttl: Duration) -> Result<Session> {
         let config = self.table.config();
+        // The turn to open is waited for outside the connect timeout: it
+        // is a queue in this process, not a server that does not answer.
+        let _turn = self.opening.acquire().await.map_err(|_| {
+            Error::unavailable("the store is closed").with_backend(config.dialect.kind())
+        })?;
         let conn = tokio::time::timeout(config.connect_timeout, self.target.connect_one(config))
             .await
             .map_err(|_| {

@@ -4,9 +4,9 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use omnilock_core::{AcquireRequest, Error, ErrorKind, LockSpec, Result};
+use omnilock_core::{AcquireRequest, Backoff, Error, ErrorKind, LockSpec, Result};
 
 use super::AdvisoryStore;
 use super::session::{Session, SessionConn};
@@ -89,11 +89,28 @@ impl AdvisoryStore {
         })
     }
 
-    /// Waits for the lock: a try, and if busy a wait inside the database on
-    /// a session of its own, which then joins the shared ones. Dropped
-    /// while waiting, that session is killed, which ends the wait and frees
-    /// the lock if it was granted meanwhile.
+    /// Waits for the lock, as [`take_once`](Self::take_once), again after a
+    /// failure that may pass (a session that could not be opened in time, a
+    /// connection dropped), as table mode's waits do: a waiting acquire
+    /// ends with its grant, its timeout, or an error that stays.
     pub(super) async fn take(&self, request: &AcquireRequest) -> Result<Grant> {
+        let mut backoff = Backoff::new(Duration::from_millis(10), Duration::from_secs(1));
+        loop {
+            match self.take_once(request).await {
+                Err(err) if err.is_retryable() => {
+                    tracing::debug!(error = %err, lock = %request.name, "omnilock advisory: a wait failed; retrying");
+                    tokio::time::sleep(backoff.next_delay()).await;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    /// One wait: a try, and if busy a wait inside the database on a session
+    /// of its own, which then joins the shared ones. Dropped while waiting,
+    /// or failing, that session is killed, which ends the wait and frees
+    /// the lock if it was granted meanwhile.
+    async fn take_once(&self, request: &AcquireRequest) -> Result<Grant> {
         if let Some(grant) = self.try_take(request).await? {
             return Ok(grant);
         }
