@@ -14,7 +14,17 @@ use crate::signal::{LostNotifier, WaitNotice};
 
 /// What a backend can promise. Conformance scenarios run only where claimed,
 /// and users can check before relying on a property.
+///
+/// More flags may come, so a backend builds its claims from
+/// [`Capabilities::none`] with the `with_*` setters:
+///
+/// ```
+/// use omnilock_core::Capabilities;
+/// let caps = Capabilities::none().with_fair(true).with_fencing(true);
+/// assert!(caps.fair && caps.fencing && !caps.holder);
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Capabilities {
     /// Waiters are granted the lock in the order they asked (FIFO).
     pub fair: bool,
@@ -64,7 +74,55 @@ pub struct Capabilities {
     pub atomic_lock_all: bool,
 }
 
+/// `with_<flag>(on)` for each flag: the claims with that one set.
+macro_rules! capability_setters {
+    ($($flag:ident => $setter:ident),* $(,)?) => {
+        $(
+            #[doc = concat!("These claims with [`", stringify!($flag), "`](Self::", stringify!($flag), ") set to `on`.")]
+            pub const fn $setter(mut self, on: bool) -> Self {
+                self.$flag = on;
+                self
+            }
+        )*
+    };
+}
+
 impl Capabilities {
+    /// No claims at all: every flag false.
+    pub const fn none() -> Self {
+        Capabilities {
+            fair: false,
+            push_wakeups: false,
+            fencing: false,
+            cross_process_reentrancy: false,
+            lease_renewal: false,
+            cross_process: false,
+            break_lock: false,
+            holder: false,
+            election: false,
+            survives_failover: false,
+            semaphore: false,
+            rw_lock: false,
+            atomic_lock_all: false,
+        }
+    }
+
+    capability_setters! {
+        fair => with_fair,
+        push_wakeups => with_push_wakeups,
+        fencing => with_fencing,
+        cross_process_reentrancy => with_cross_process_reentrancy,
+        lease_renewal => with_lease_renewal,
+        cross_process => with_cross_process,
+        break_lock => with_break_lock,
+        holder => with_holder,
+        election => with_election,
+        survives_failover => with_survives_failover,
+        semaphore => with_semaphore,
+        rw_lock => with_rw_lock,
+        atomic_lock_all => with_atomic_lock_all,
+    }
+
     /// Every flag by its field name, in the order the struct declares
     /// them: for a report (a health page, a table in the docs) that must
     /// not miss a flag added later.
@@ -124,6 +182,7 @@ pub const RW_CAPACITY: u64 = 1 << 40;
 /// weight against the capacity, under the grant rule every store follows
 /// (see [`Backend`] and [`Primitive::share`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Share {
     /// `sem` or `rw`: the key family the entries live under.
     pub family: &'static str,
@@ -138,6 +197,7 @@ pub struct Share {
 /// the mutex `a`, the semaphore `a` and the read-write lock `a` are three
 /// unrelated things.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum Primitive {
     /// The lock: one holder (who may re-enter it).
     #[default]
@@ -146,7 +206,7 @@ pub enum Primitive {
     /// acquisition is a permit of its own (never reentrant); fencing tokens
     /// rise across all permits of the name. The store records `permits`
     /// while the semaphore has holders or waiters, and refuses a different
-    /// number with `InvalidConfig`.
+    /// number with `Conflict`.
     Semaphore {
         /// How many holders the semaphore admits at once (at least 1).
         permits: u32,
@@ -265,6 +325,7 @@ pub struct LockSpec {
 /// # Ok::<(), omnilock_core::Error>(())
 /// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct AcquireRequest {
     /// The hold asked for.
     pub spec: LockSpec,
@@ -313,6 +374,7 @@ impl Deref for AcquireRequest {
 /// stands, and `hold`, the backend's own state for releasing and renewing
 /// it ([`Backend::Hold`]: a key, a node path, a revision). Core never looks
 /// inside `hold`.
+#[non_exhaustive]
 pub struct Grant<H = ()> {
     /// The fencing token (see [`Capabilities::fencing`]).
     pub token: u64,
@@ -357,11 +419,19 @@ impl<H> fmt::Debug for Grant<H> {
 
 /// Who holds a lock, as the store sees it (see [`Backend::holder`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Holder {
     /// The holder's owner.
     pub owner: Owner,
     /// The holder's fencing token.
     pub token: u64,
+}
+
+impl Holder {
+    /// The holder `owner` with fencing token `token`.
+    pub fn new(owner: Owner, token: u64) -> Self {
+        Holder { owner, token }
+    }
 }
 
 /// A store that can hold locks.

@@ -52,6 +52,7 @@ pub struct Election {
 
 /// Who leads: the value it campaigned with and its term (its fencing token).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Leader {
     /// The value the leader campaigned with.
     pub value: String,

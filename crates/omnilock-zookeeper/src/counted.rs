@@ -59,6 +59,12 @@ impl ZkStore {
             }
             Primitive::Write => self.take_side(&session, request, &path, true, wait).await?,
             Primitive::Mutex => unreachable!("the mutex is not counted"),
+            other => {
+                return Err(omnilock_core::Error::new(
+                    omnilock_core::ErrorKind::Unsupported,
+                    format!("ZooKeeper has no {}", other.describe()),
+                ));
+            }
         };
         Ok(taken.map(|(node, czxid, waited)| {
             let checked = if waited { Instant::now() } else { started };

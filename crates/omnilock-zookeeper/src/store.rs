@@ -288,22 +288,21 @@ impl Backend for ZkStore {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            fair: true,
-            push_wakeups: true,
-            fencing: true,
-            cross_process_reentrancy: false,
-            lease_renewal: true,
-            cross_process: true,
-            break_lock: true,
-            holder: true,
-            election: true,
+        Capabilities::none()
+            .with_fair(true)
+            .with_push_wakeups(true)
+            .with_fencing(true)
+            .with_cross_process_reentrancy(false)
+            .with_lease_renewal(true)
+            .with_cross_process(true)
+            .with_break_lock(true)
+            .with_holder(true)
+            .with_election(true)
             // ZAB: a node is committed on a quorum of the ensemble.
-            survives_failover: true,
-            semaphore: true,
-            rw_lock: true,
-            atomic_lock_all: false,
-        }
+            .with_survives_failover(true)
+            .with_semaphore(true)
+            .with_rw_lock(true)
+            .with_atomic_lock_all(false)
     }
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
@@ -461,10 +460,7 @@ impl Backend for ZkStore {
             match call_raw(&self.ctx, session.client.get_data(&path)).await? {
                 Ok((data, stat)) => {
                     let owner = Owner::new(&String::from_utf8_lossy(&data))?;
-                    return Ok(Some(Holder {
-                        owner,
-                        token: stat.czxid as u64,
-                    }));
+                    return Ok(Some(Holder::new(owner, stat.czxid as u64)));
                 }
                 // Released between the two reads: look again.
                 Err(zookeeper_client::Error::NoNode) => continue,

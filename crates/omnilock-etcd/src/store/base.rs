@@ -112,22 +112,21 @@ impl Base {
 /// who holds a lock (hence elections) and a one-step `lock_all` need it;
 /// etcd's lock protocol names its keys after leases.
 pub(super) fn capabilities(owners_in_keys: bool) -> Capabilities {
-    Capabilities {
-        fair: true,
-        push_wakeups: true,
-        fencing: true,
-        cross_process_reentrancy: owners_in_keys,
-        lease_renewal: true,
-        cross_process: true,
-        break_lock: true,
-        holder: owners_in_keys,
-        election: owners_in_keys,
+    Capabilities::none()
+        .with_fair(true)
+        .with_push_wakeups(true)
+        .with_fencing(true)
+        .with_cross_process_reentrancy(owners_in_keys)
+        .with_lease_renewal(true)
+        .with_cross_process(true)
+        .with_break_lock(true)
+        .with_holder(owners_in_keys)
+        .with_election(owners_in_keys)
         // Raft: a grant is committed on a majority of members.
-        survives_failover: true,
-        semaphore: true,
-        rw_lock: true,
-        atomic_lock_all: owners_in_keys,
-    }
+        .with_survives_failover(true)
+        .with_semaphore(true)
+        .with_rw_lock(true)
+        .with_atomic_lock_all(owners_in_keys)
 }
 
 /// What a waiting acquire answers: its grant (a waiting acquisition never

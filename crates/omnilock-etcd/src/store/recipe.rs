@@ -218,10 +218,7 @@ impl Backend for RecipeStore {
             Some(owner) => owner,
             None => Owner::new(&format!("lease:{}", key.rsplit('/').next().unwrap_or("?")))?,
         };
-        Ok(Some(Holder {
-            owner,
-            token: kv.create_revision() as u64,
-        }))
+        Ok(Some(Holder::new(owner, kv.create_revision() as u64)))
     }
 
     async fn close(&self) {

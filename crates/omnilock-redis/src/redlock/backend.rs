@@ -11,25 +11,24 @@ impl Backend for RedlockStore {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
+        Capabilities::none()
             // First come, first served by ticket: the nodes' median clock
             // when the waiter first found the lock busy.
-            fair: true,
-            push_wakeups: true,
-            fencing: false,
-            cross_process_reentrancy: true,
-            lease_renewal: true,
-            cross_process: true,
-            break_lock: true,
-            holder: false,
-            election: false,
+            .with_fair(true)
+            .with_push_wakeups(true)
+            .with_fencing(false)
+            .with_cross_process_reentrancy(true)
+            .with_lease_renewal(true)
+            .with_cross_process(true)
+            .with_break_lock(true)
+            .with_holder(false)
+            .with_election(false)
             // A node restarted without persistence can hand a majority
             // to a second client (docs/backends/redis.md#redlock).
-            survives_failover: false,
-            semaphore: false,
-            rw_lock: false,
-            atomic_lock_all: false,
-        }
+            .with_survives_failover(false)
+            .with_semaphore(false)
+            .with_rw_lock(false)
+            .with_atomic_lock_all(false)
     }
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {

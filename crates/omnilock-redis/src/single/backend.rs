@@ -12,26 +12,27 @@ impl Backend for RedisStore {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            fair: true,
-            push_wakeups: true,
-            fencing: true,
-            cross_process_reentrancy: true,
-            lease_renewal: true,
-            cross_process: true,
-            break_lock: true,
-            holder: true,
-            election: true,
+        Capabilities::none()
+            .with_fair(true)
+            .with_push_wakeups(true)
+            .with_fencing(true)
+            .with_cross_process_reentrancy(true)
+            .with_lease_renewal(true)
+            .with_cross_process(true)
+            .with_break_lock(true)
+            .with_holder(true)
+            .with_election(true)
             // Replication is asynchronous, persistence optional.
-            survives_failover: false,
-            semaphore: true,
-            rw_lock: true,
+            .with_survives_failover(false)
+            .with_semaphore(true)
+            .with_rw_lock(true)
             // One script over every part's keys: one server or Sentinel's
             // master. A cluster keeps each name in its own slot, and
             // `wait_replicas` confirms one lock per write.
-            atomic_lock_all: matches!(self.inner.channels, WakeChannels::PerClient { .. })
-                && self.inner.options.wait_replicas.is_none(),
-        }
+            .with_atomic_lock_all(
+                matches!(self.inner.channels, WakeChannels::PerClient { .. })
+                    && self.inner.options.wait_replicas.is_none(),
+            )
     }
 
     async fn try_acquire_all(&self, requests: &[AcquireRequest]) -> Result<Option<Vec<Grant>>> {
@@ -267,10 +268,10 @@ impl Backend for RedisStore {
             .await
             .map_err(|e| self.inner.node.err(e))?;
         match (owner, token) {
-            (Some(owner), Some(token)) => Ok(Some(omnilock_core::Holder {
-                owner: omnilock_core::Owner::new(&owner)?,
+            (Some(owner), Some(token)) => Ok(Some(omnilock_core::Holder::new(
+                omnilock_core::Owner::new(&owner)?,
                 token,
-            })),
+            ))),
             _ => Ok(None),
         }
     }

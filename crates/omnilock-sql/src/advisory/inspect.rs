@@ -79,12 +79,7 @@ impl AdvisoryStore {
             #[allow(unreachable_patterns)]
             _ => None,
         };
-        row.map(|(owner, token)| {
-            Ok(Holder {
-                owner: Owner::new(&owner)?,
-                token: token as u64,
-            })
-        })
-        .transpose()
+        row.map(|(owner, token)| Ok(Holder::new(Owner::new(&owner)?, token as u64)))
+            .transpose()
     }
 }

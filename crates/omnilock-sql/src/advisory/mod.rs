@@ -120,20 +120,19 @@ impl Backend for AdvisoryStore {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
+        // The table's, but for what a session lock changes: the database
+        // hands a mutex to its waiter, but semaphores and read-write locks
+        // stay on the tables, where only PostgreSQL's NOTIFY pushes, so the
+        // table's `push_wakeups` claim covers every primitive.
+        self.table
+            .capabilities()
             // Each hold is a session of its own, and one owner's second
             // session waits like anyone else's.
-            cross_process_reentrancy: false,
+            .with_cross_process_reentrancy(false)
             // Advisory locks live in the server's memory: a restart frees
             // them (and ends their sessions, so holders are told).
-            survives_failover: false,
-            atomic_lock_all: false,
-            // The rest is the table's: the database hands a mutex to its
-            // waiter, but semaphores and read-write locks stay on the
-            // tables, where only PostgreSQL's NOTIFY pushes, so the table's
-            // `push_wakeups` claim covers every primitive.
-            ..self.table.capabilities()
-        }
+            .with_survives_failover(false)
+            .with_atomic_lock_all(false)
     }
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {

@@ -65,26 +65,25 @@ impl Backend for TableStore {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            fair: self.inner.config.fair,
+        Capabilities::none()
+            .with_fair(self.inner.config.fair)
             // MySQL/MariaDB's bells push mutex hand-offs only; its
             // semaphores and read-write locks poll.
-            push_wakeups: self.inner.config.listens(),
-            fencing: true,
-            cross_process_reentrancy: true,
-            lease_renewal: true,
-            cross_process: true,
-            break_lock: true,
-            holder: true,
-            election: true,
+            .with_push_wakeups(self.inner.config.listens())
+            .with_fencing(true)
+            .with_cross_process_reentrancy(true)
+            .with_lease_renewal(true)
+            .with_cross_process(true)
+            .with_break_lock(true)
+            .with_holder(true)
+            .with_election(true)
             // A committed row survives a restart of the server; a
             // failover to an asynchronous replica is outside what the
             // library sees (docs/backends/sql.md).
-            survives_failover: true,
-            semaphore: true,
-            rw_lock: true,
-            atomic_lock_all: true,
-        }
+            .with_survives_failover(true)
+            .with_semaphore(true)
+            .with_rw_lock(true)
+            .with_atomic_lock_all(true)
     }
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
@@ -315,10 +314,10 @@ impl Backend for TableStore {
             }
         });
         row.map(|(owner, token)| {
-            Ok(omnilock_core::Holder {
-                owner: omnilock_core::Owner::new(&owner)?,
-                token: token as u64,
-            })
+            Ok(omnilock_core::Holder::new(
+                omnilock_core::Owner::new(&owner)?,
+                token as u64,
+            ))
         })
         .transpose()
     }
