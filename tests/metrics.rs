@@ -114,6 +114,12 @@ fn unique(prefix: &str) -> String {
 
 /// Runs the scenario on `url` with the recorder installed for this thread.
 fn run(url: String, names: bool) {
+    with_recorder(|tally| scenario(url, names, tally));
+}
+
+/// Runs `scenario` on a current-thread runtime with a recorder of its own
+/// installed for this thread; the scenario reads it through its `Tally`.
+fn with_recorder<F: std::future::Future<Output = ()>>(scenario: impl FnOnce(Tally) -> F) {
     let recorder = DebuggingRecorder::new();
     let tally = Tally::new(recorder.snapshotter());
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -121,7 +127,7 @@ fn run(url: String, names: bool) {
         .build()
         .expect("runtime");
     metrics::with_local_recorder(&recorder, || {
-        runtime.block_on(scenario(url, names, tally));
+        runtime.block_on(scenario(tally));
     });
 }
 
@@ -290,15 +296,7 @@ async fn lock_all_scenario(url: String, mut tally: Tally) {
 }
 
 fn run_lock_all(url: String) {
-    let recorder = DebuggingRecorder::new();
-    let tally = Tally::new(recorder.snapshotter());
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    metrics::with_local_recorder(&recorder, || {
-        runtime.block_on(lock_all_scenario(url, tally));
-    });
+    with_recorder(|tally| lock_all_scenario(url, tally));
 }
 
 #[test]

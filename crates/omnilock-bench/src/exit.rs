@@ -21,7 +21,7 @@ pub(crate) fn code_for(err: &Error) -> u8 {
 
 /// Prints one line for `err` and returns its exit status.
 pub(crate) fn fail(err: &Error) -> u8 {
-    eprintln!("omnilock-bench: {err:#}");
+    eprintln!("omnilock-bench: {err}");
     code_for(err)
 }
 

@@ -58,10 +58,16 @@ pub(crate) fn code_for(err: &Error) -> u8 {
     }
 }
 
-/// Prints one line for `err`, its causes after it, and returns its exit
-/// status.
+/// Prints one line for `err` and returns its exit status. A classified
+/// error's message says what happened in the operator's words; an error
+/// the store answered that omnilock does not classify (`Backend`) shows its
+/// causes too, since the store's own words are all there is.
 pub(crate) fn fail(err: &Error) -> u8 {
-    eprintln!("omnilock: {err:#}");
+    if err.kind() == ErrorKind::Backend {
+        eprintln!("omnilock: {err:#}");
+    } else {
+        eprintln!("omnilock: {err}");
+    }
     code_for(err)
 }
 
