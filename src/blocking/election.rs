@@ -51,7 +51,8 @@ pub struct Election {
 
 impl Election {
     /// This election with [`observe`](Self::observe) reading the leader every
-    /// `poll` (default 100 ms, at least 10 ms).
+    /// `poll` (default 100 ms, at least 10 ms) on a store without a watch
+    /// (etcd and ZooKeeper wait on their watch instead).
     ///
     /// ```
     /// use std::time::Duration;
@@ -116,10 +117,12 @@ impl Election {
     }
 
     /// Follows the leader: an [`Observer`] whose [`changed`](Observer::changed)
-    /// blocks until another leader (or none) is seen. It reads the store
-    /// every poll interval (see [`with_poll_interval`](Self::with_poll_interval)),
-    /// on the handle's runtime; dropping the observer stops it. Does not
-    /// block, so it may be called anywhere.
+    /// blocks until another leader (or none) is seen. It waits on the
+    /// store's watch where there is one (etcd, ZooKeeper) and elsewhere
+    /// reads the store every poll interval (see
+    /// [`with_poll_interval`](Self::with_poll_interval)), on the handle's
+    /// runtime; dropping the observer stops it. Does not block, so it may be
+    /// called anywhere.
     ///
     /// ```
     /// let locks = omnilock::blocking::connect("mem://")?;
@@ -131,7 +134,7 @@ impl Election {
     /// # Ok::<(), omnilock::Error>(())
     /// ```
     pub fn observe(&self) -> Observer {
-        // The async observer starts its polling task on the current runtime.
+        // The async observer starts its task on the current runtime.
         let _entered = self.runtime.tokio().enter();
         Observer {
             inner: self.inner.observe(),

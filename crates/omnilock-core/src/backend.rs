@@ -548,7 +548,22 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         ))
     }
 
+    /// A watch of who holds `name`: a future that completes once the
+    /// holder may have changed since this call (completing without a
+    /// change is allowed; missing one is not). Set before the caller reads
+    /// [`Backend::holder`], so a change between the read and the wait wakes
+    /// the wait. `Ok(None)` (the default) where the store has no watch: the
+    /// caller then reads again at intervals. Election observers use it.
+    async fn watch_holder(&self, name: &LockName) -> Result<Option<HolderChange>> {
+        let _ = name;
+        Ok(None)
+    }
+
     /// Closes connections and background tasks. Guards still alive lose
     /// their locks.
     async fn close(&self) {}
 }
+
+/// What [`Backend::watch_holder`] returns: completes when the holder may
+/// have changed.
+pub type HolderChange = futures_util::future::BoxFuture<'static, ()>;

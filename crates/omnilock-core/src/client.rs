@@ -282,6 +282,16 @@ impl Locks {
         backend.holder(&name).await.map_err(context)
     }
 
+    /// A watch of who holds `name` (see
+    /// [`Backend::watch_holder`](crate::Backend::watch_holder)); `None`
+    /// where the store has none.
+    pub(crate) async fn watch_holder(&self, name: &str) -> Result<Option<crate::HolderChange>> {
+        let backend = &self.shared.backend;
+        let context = |e: Error| e.with_backend(backend.kind()).with_lock(name);
+        let name = LockName::new(name).map_err(context)?;
+        backend.watch_holder(&name).await.map_err(context)
+    }
+
     /// Closes the store's connections; guards still alive lose their locks.
     pub async fn close(&self) {
         self.shared.backend.close().await;

@@ -9,7 +9,9 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 
-use crate::backend::{AcquireRequest, Backend, Capabilities, Grant, Holder, LockSpec};
+use crate::backend::{
+    AcquireRequest, Backend, Capabilities, Grant, Holder, HolderChange, LockSpec,
+};
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::LockName;
 
@@ -81,6 +83,8 @@ pub trait DynBackend: Send + Sync + fmt::Debug + 'static {
     async fn break_lock(&self, name: &LockName) -> Result<bool>;
     /// [`Backend::holder`].
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>>;
+    /// [`Backend::watch_holder`].
+    async fn watch_holder(&self, name: &LockName) -> Result<Option<HolderChange>>;
     /// [`Backend::close`].
     async fn close(&self);
 }
@@ -145,6 +149,10 @@ impl<B: Backend> DynBackend for B {
 
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
         Backend::holder(self, name).await
+    }
+
+    async fn watch_holder(&self, name: &LockName) -> Result<Option<HolderChange>> {
+        Backend::watch_holder(self, name).await
     }
 
     async fn close(&self) {

@@ -23,6 +23,10 @@ use crate::options::AcquireOptions;
 
 const OWNER_TAG: &str = "leader:";
 
+/// How long an observer waits on a store's watch before it reads the
+/// leader anyway.
+const WATCH_RESYNC: Duration = Duration::from_secs(10);
+
 /// The longest value a candidate may announce, in bytes: what an owner may
 /// hold ([`MAX_NAME_BYTES`]) less the `leader:<16 hex digits>:` around it.
 pub const MAX_ELECTION_VALUE_BYTES: usize = MAX_NAME_BYTES - OWNER_TAG.len() - 16 - 1;
@@ -189,8 +193,9 @@ impl Election {
         }
     }
 
-    /// How often [`observe`](Election::observe) reads the leader (default
-    /// 100 ms).
+    /// How often [`observe`](Election::observe) reads the leader on a
+    /// store without a watch (default 100 ms; etcd and ZooKeeper wait on
+    /// their watch instead).
     pub fn with_poll_interval(mut self, poll: Duration) -> Self {
         self.poll = poll.max(Duration::from_millis(10));
         self
@@ -221,10 +226,13 @@ impl Election {
     }
 
     /// Follows the leader: an [`Observer`] whose [`changed`](Observer::changed)
-    /// answers each time another leader (or none) is seen. It reads the
-    /// store every poll interval, so it sees every leadership that lasts
-    /// longer than that; a jump in [`Leader::term`] of more than one new
-    /// leader means a shorter one was missed. A failed read is an answer
+    /// answers each time another leader (or none) is seen. On a store with
+    /// a watch (etcd, ZooKeeper) it waits on the watch and reads the leader
+    /// when the store reports a change; elsewhere it reads every poll
+    /// interval, so it sees every leadership that lasts longer than that.
+    /// Either way it reports what it reads, so a jump in [`Leader::term`]
+    /// of more than one new leader means a shorter one came and went
+    /// between two reads. A failed read is an answer
     /// too: `changed()` returns the error, once per run of failures, and the
     /// observation goes on (the next answer is the leader once the store
     /// answers again). An error that cannot pass (a store without
@@ -239,6 +247,9 @@ impl Election {
             // What was last sent: a term (or none) or a failure.
             let mut last: Option<std::result::Result<Option<u64>, ErrorKind>> = None;
             loop {
+                // The watch is set before the read, so a change between
+                // the two wakes the wait below.
+                let change = election.locks.watch_holder(&election.lock).await;
                 let read = election.leader().await;
                 let seen = read
                     .as_ref()
@@ -254,7 +265,14 @@ impl Election {
                 if ends {
                     return;
                 }
-                tokio::time::sleep(election.poll).await;
+                match change {
+                    // A watch that never fires (a connection gone quiet)
+                    // costs at most one read per `WATCH_RESYNC`.
+                    Ok(Some(change)) => {
+                        let _ = tokio::time::timeout(WATCH_RESYNC, change).await;
+                    }
+                    Ok(None) | Err(_) => tokio::time::sleep(election.poll).await,
+                }
             }
         });
         Observer {

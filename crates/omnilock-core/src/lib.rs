@@ -52,7 +52,8 @@ mod sync;
 mod url;
 
 pub use backend::{
-    AcquireRequest, Backend, Capabilities, Grant, Holder, LockSpec, Primitive, RW_CAPACITY, Share,
+    AcquireRequest, Backend, Capabilities, Grant, Holder, HolderChange, LockSpec, Primitive,
+    RW_CAPACITY, Share,
 };
 pub use client::{DEFAULT_TTL, Locks, MAX_TTL, MIN_TTL, check_ttl};
 pub use detach::{CompleteOrUndo, complete_or_undo};

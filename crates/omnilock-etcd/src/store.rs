@@ -14,7 +14,8 @@ mod recipe;
 use std::{fmt, sync::Arc, time::Instant};
 
 use omnilock_core::{
-    AcquireRequest, Backend, Capabilities, Holder, LockName, LockSpec, Locks, Result, async_trait,
+    AcquireRequest, Backend, Capabilities, Holder, HolderChange, LockName, LockSpec, Locks, Result,
+    async_trait,
 };
 
 use crate::builder::EtcdBuilder;
@@ -142,6 +143,10 @@ impl Backend for EtcdStore {
 
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
         self.backend.holder(name).await
+    }
+
+    async fn watch_holder(&self, name: &LockName) -> Result<Option<HolderChange>> {
+        self.backend.watch_holder(name).await
     }
 
     async fn close(&self) {

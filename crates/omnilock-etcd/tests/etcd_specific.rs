@@ -7,7 +7,10 @@ use std::time::{Duration, Instant};
 
 use omnilock_core::{ErrorKind, Locks, Owner, StoreUrl};
 use omnilock_etcd::EtcdConfig;
-use omnilock_testkit::fixtures::{assert_unreachable, eventually, time_out_waiters, unique_name};
+use omnilock_testkit::fixtures::{
+    assert_observer_follows_the_watch, assert_unreachable, eventually, time_out_waiters,
+    unique_name,
+};
 use omnilock_testkit::store_url;
 
 const PATIENCE: Duration = Duration::from_secs(20);
@@ -351,4 +354,10 @@ async fn anonymous_owners_are_reused_after_a_release() {
     assert_ne!(third.owner(), &owner, "an owner whose release failed");
     third.release().await.expect("release");
     other.release().await.expect("release");
+}
+
+#[tokio::test]
+async fn an_election_observer_waits_on_the_watch() {
+    let locks = connect(&cluster_url()).await.expect("connect");
+    assert_observer_follows_the_watch(&locks, Duration::from_secs(5)).await;
 }

@@ -203,3 +203,40 @@ pub async fn queue_handoff_chain(
     }
     chain
 }
+
+/// Checks that an election observer on `locks` follows the store's watch:
+/// with a poll interval of an hour, it still reports a new leader, a
+/// resignation and the next leader, each within `within`.
+pub async fn assert_observer_follows_the_watch(locks: &Locks, within: Duration) {
+    let election = locks
+        .election(&unique_name("watched"))
+        .with_poll_interval(Duration::from_secs(3600));
+    let mut observer = election.observe();
+    assert!(
+        next_change(&mut observer, within).await.is_none(),
+        "nobody leads at the start"
+    );
+    let first = election.campaign("first").await.expect("campaign");
+    let seen = next_change(&mut observer, within).await.expect("a leader");
+    assert_eq!((seen.value.as_str(), seen.term), ("first", first.term()));
+    first.resign().await.expect("resign");
+    assert!(
+        next_change(&mut observer, within).await.is_none(),
+        "nobody leads after the resignation"
+    );
+    let second = election.campaign("second").await.expect("campaign");
+    let seen = next_change(&mut observer, within).await.expect("a leader");
+    assert_eq!((seen.value.as_str(), seen.term), ("second", second.term()));
+    second.resign().await.expect("resign");
+}
+
+/// The observer's next answer, within `within`.
+async fn next_change(
+    observer: &mut omnilock_core::Observer,
+    within: Duration,
+) -> Option<omnilock_core::Leader> {
+    tokio::time::timeout(within, observer.changed())
+        .await
+        .expect("the observer reports the change within the limit")
+        .expect("the observer reads the store")
+}

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use omnilock_core::{
-    AcquireRequest, Backend, Backoff, Capabilities, Error, ErrorKind, Holder, LockName, LockSpec,
-    Owner, Primitive, Result, SessionsPerTtl, async_trait, complete_or_undo,
+    AcquireRequest, Backend, Backoff, Capabilities, Error, ErrorKind, Holder, HolderChange,
+    LockName, LockSpec, Owner, Primitive, Result, SessionsPerTtl, async_trait, complete_or_undo,
 };
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use zookeeper_client::{Client, MultiReadResult, SessionState};
@@ -467,6 +467,33 @@ impl Backend for ZkStore {
                 Err(e) => return Err(classify(e, &self.ctx.shown)),
             }
         }
+    }
+
+    async fn watch_holder(&self, name: &LockName) -> Result<Option<HolderChange>> {
+        let session = self.any_session().await?;
+        let lock_path = self.lock_path(name.as_str())?;
+        // The holder is the first contender among the lock node's
+        // children, so a change of holder is a change of children; a lock
+        // node not made yet is watched for its creation.
+        let watcher = match call_raw(
+            &self.ctx,
+            session.client.list_and_watch_children(&lock_path),
+        )
+        .await?
+        {
+            Ok((_, watcher)) => watcher,
+            Err(zookeeper_client::Error::NoNode) => {
+                match call_raw(&self.ctx, session.client.check_and_watch_stat(&lock_path)).await? {
+                    Ok((_, watcher)) => watcher,
+                    Err(e) => return Err(classify(e, &self.ctx.shown)),
+                }
+            }
+            Err(e) => return Err(classify(e, &self.ctx.shown)),
+        };
+        // A session that ends fires the watch too (the caller reads again).
+        Ok(Some(Box::pin(async move {
+            watcher.changed().await;
+        })))
     }
 
     /// From a URL, closes omnilock's sessions. On the application's

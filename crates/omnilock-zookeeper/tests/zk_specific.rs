@@ -4,7 +4,10 @@
 use std::time::Duration;
 
 use omnilock_core::{ErrorKind, Locks, StoreUrl};
-use omnilock_testkit::fixtures::{assert_unreachable, eventually, time_out_waiters, unique_name};
+use omnilock_testkit::fixtures::{
+    assert_observer_follows_the_watch, assert_unreachable, eventually, time_out_waiters,
+    unique_name,
+};
 use omnilock_testkit::store_url;
 use omnilock_zookeeper::ZkConfig;
 
@@ -177,4 +180,10 @@ async fn names_shaped_like_lock_nodes_are_refused() {
     let name = format!("{}-lock-0000000001", "0".repeat(32));
     let err = locks.try_acquire(&name).await.expect_err("refused");
     assert_eq!(err.kind(), ErrorKind::InvalidName, "{err}");
+}
+
+#[tokio::test]
+async fn an_election_observer_waits_on_the_watch() {
+    let locks = connect(&ensemble_url()).await.expect("connect");
+    assert_observer_follows_the_watch(&locks, Duration::from_secs(5)).await;
 }

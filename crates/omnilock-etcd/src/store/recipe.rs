@@ -7,10 +7,10 @@
 use std::fmt;
 use std::time::Instant;
 
-use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, WatchOptions};
 use omnilock_core::{
-    AcquireRequest, Backend, Capabilities, Error, ErrorKind, Holder, LockName, LockSpec, Owner,
-    Result, async_trait,
+    AcquireRequest, Backend, Capabilities, Error, ErrorKind, Holder, HolderChange, LockName,
+    LockSpec, Owner, Result, async_trait,
 };
 
 use super::base::{Base, capabilities, granted};
@@ -219,6 +219,23 @@ impl Backend for RecipeStore {
             None => Owner::new(&format!("lease:{}", key.rsplit('/').next().unwrap_or("?")))?,
         };
         Ok(Some(Holder::new(owner, kv.create_revision() as u64)))
+    }
+
+    async fn watch_holder(&self, name: &LockName) -> Result<Option<HolderChange>> {
+        // Any change in the lock's queue wakes it: the holder is its
+        // oldest key, so a change of holder is a change in the queue.
+        let lock_prefix = self.base.etcd.lock_prefix(name.as_str());
+        let options = WatchOptions::new().with_prefix();
+        let (mut watching, _) = self
+            .base
+            .etcd
+            .watch_from_now(lock_prefix.into_bytes(), options)
+            .await?;
+        Ok(Some(Box::pin(async move {
+            // An error or a watch etcd ended wakes the caller too: it
+            // reads again, and watches again.
+            let _ = watching.fired().await;
+        })))
     }
 
     async fn close(&self) {
