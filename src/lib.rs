@@ -76,6 +76,8 @@ pub use omnilock_core::{
 
 pub mod blocking;
 
+pub use omnilock_core::fence;
+
 use omnilock_core::{StoreUrl, check_ttl};
 
 /// For backend authors and tools, not for applications: the [`Backend`]
@@ -158,6 +160,11 @@ pub async fn connect(url: &str) -> Result<Locks> {
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeExamples;
+
+/// docs/fencing.md's Rust blocks, compiled as doctests like the README's.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/fencing.md")]
+pub struct FencingExamples;
 
 /// Every scheme [`connect`] knows, aliases included, with the cargo feature
 /// it needs (`None`: always built in).

@@ -114,6 +114,25 @@ impl LockGuard {
         self.inner().hold_count()
     }
 
+    /// Whether this guard's hold is still the lock's in the store (its
+    /// fencing token is the holder's now); `false` at once once the lost
+    /// signal has fired. Mutexes on stores with
+    /// [`Capabilities::check`](crate::Capabilities::check).
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let guard = locks.acquire("ledger")?;
+    /// assert!(guard.check()?);
+    /// assert!(locks.break_lock("ledger")?);
+    /// assert!(!guard.check()?);
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn check(&self) -> crate::Result<bool> {
+        self.holding
+            .runtime()
+            .block_on(None, self.inner().check())?
+    }
+
     super::holding::holding_methods! {
         is_held, safe_until, lost_receiver, on_lost, release;
         "let locks = omnilock::blocking::connect(\"mem://\")?;\n\

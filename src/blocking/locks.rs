@@ -247,6 +247,25 @@ impl Locks {
         self.runtime.block_on(None, self.inner.holder(name))?
     }
 
+    /// Whether `token` is still the fencing token of the holder of the
+    /// mutex `name`, asked of the store: `false` once its hold was
+    /// released, lost, broken or ran out, or another holder took over.
+    /// [`ErrorKind::Unsupported`] where
+    /// [`Capabilities::check`](crate::Capabilities::check) is false.
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let guard = locks.acquire("ledger")?;
+    /// let token = guard.token();
+    /// assert!(locks.check("ledger", token)?);
+    /// guard.release()?;
+    /// assert!(!locks.check("ledger", token)?);
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn check(&self, name: &str, token: u64) -> Result<bool> {
+        self.runtime.block_on(None, self.inner.check(name, token))?
+    }
+
     /// Closes the store's connections; guards still alive lose their locks.
     /// The runtime stops once the last handle and guard are dropped.
     ///

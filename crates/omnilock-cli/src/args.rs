@@ -125,6 +125,8 @@ not executable, 127 not found); 75 lock not acquired in time (-E to change);
 69 store unreachable or failing; 70 lock lost while the command ran (its
 process group gets SIGTERM first); 77 credentials refused or access denied;
 78 TLS failed (a certificate that does not verify).
+Exit status of `write`: 0 written; 73 refused, a later holder wrote since;
+74 input or file not readable or writable; 64 no token.
 Without a terminal the command runs in its own process group: the lock is
 kept until the whole group has exited, and the group dies with omnilock
 (SIGKILL included). In a terminal it stays in omnilock's job. A *paused*
@@ -159,6 +161,30 @@ pub(crate) enum Command {
     /// Remove lock NAME whatever its owner (administrative; the holder is
     /// told its lock was lost).
     Break(BreakArgs),
+    /// Replace FILE with stdin, fenced: refused (exit 73, FILE unchanged)
+    /// when a holder with a higher fencing token has written FILE since.
+    ///
+    /// For a job under `omnilock run`, whose lock may be lost while it runs
+    /// (a pause, a partition): `omnilock run NAME -- sh -c 'make-report |
+    /// omnilock write report.csv'` writes report.csv only while no later
+    /// holder of NAME has. The token is $OMNILOCK_TOKEN, which `run` sets,
+    /// or --token. The highest token is kept in FILE.fence, and writers
+    /// take turns on FILE.fence.lock (flock), so this fences the processes
+    /// of one machine that all write FILE this way. Needs no store.
+    /// Exit status: 0 written; 73 refused (stale token); 74 stdin or FILE
+    /// could not be read or written; 64 no token.
+    Write(WriteArgs),
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct WriteArgs {
+    /// The fencing token [default: $OMNILOCK_TOKEN]
+    #[arg(long, value_name = "N")]
+    pub token: Option<u64>,
+
+    /// The file to replace (atomically, by rename)
+    #[arg(value_name = "FILE")]
+    pub path: PathBuf,
 }
 
 #[derive(Args, Debug)]

@@ -34,6 +34,11 @@ pub(crate) const USAGE: u8 = 64;
 /// The request contradicts the lock's other users: a semaphore asked for
 /// with another number of permits (EX_DATAERR).
 pub(crate) const DATAERR: u8 = 65;
+/// A fenced write was refused: a later holder has written since
+/// (EX_CANTCREAT: the output cannot be created).
+pub(crate) const CANTCREAT: u8 = 73;
+/// Reading the input or writing the output failed (EX_IOERR).
+pub(crate) const IOERR: u8 = 74;
 /// The store refused the credentials or denied access (EX_NOPERM).
 pub(crate) const NOPERM: u8 = 77;
 /// TLS failed for good: a certificate that does not verify (EX_CONFIG).
@@ -50,6 +55,7 @@ pub(crate) fn code_for(err: &Error) -> u8 {
     match err.kind() {
         ErrorKind::InvalidName | ErrorKind::InvalidConfig | ErrorKind::Unsupported => USAGE,
         ErrorKind::Conflict => DATAERR,
+        ErrorKind::StaleToken => CANTCREAT,
         ErrorKind::Auth => NOPERM,
         ErrorKind::Tls => CONFIG,
         ErrorKind::Timeout => TEMPFAIL,
@@ -95,6 +101,7 @@ mod tests {
             ErrorKind::Auth,
             ErrorKind::Tls,
             ErrorKind::Conflict,
+            ErrorKind::StaleToken,
             ErrorKind::Timeout,
             ErrorKind::Unavailable,
             ErrorKind::NotOwner,

@@ -3,13 +3,16 @@
 //! Exit status (sysexits-style, so scripts can tell cases apart):
 //! the command's own status when it ran; 75 when the lock was not acquired
 //! in time; 64 for bad arguments, lock names or store URLs; 69 when the store
-//! is unreachable; 70 when the lock was lost while the command ran.
+//! is unreachable; 70 when the lock was lost while the command ran; 73
+//! when `write` refused a stale fencing token. docs/semantics.md has the
+//! full table.
 
 mod args;
 mod child;
 mod demo;
 mod exit;
 mod run;
+mod write;
 
 use std::process::ExitCode;
 
@@ -50,6 +53,11 @@ fn main() -> ExitCode {
         }
     };
     let code = runtime.block_on(async move {
+        // `write` needs no store.
+        let command = match cli.command {
+            args::Command::Write(w) => return write::write(w).await,
+            command => command,
+        };
         let store = match cli.store {
             Some(store) => store,
             None => match args::default_store() {
@@ -61,16 +69,17 @@ fn main() -> ExitCode {
             },
         };
         // `run` checks its own arguments first and prepares the store after.
-        if !matches!(cli.command, args::Command::Run(_))
+        if !matches!(command, args::Command::Run(_))
             && let Err(message) = args::prepare_default(&store)
         {
             eprintln!("omnilock: {message}");
             return exit::UNAVAILABLE;
         }
-        match cli.command {
+        match command {
             args::Command::Run(run) => run::run(&store, run).await,
             args::Command::Demo(demo) => demo::demo(&store, demo).await,
             args::Command::Break(b) => run::break_lock(&store, &b.name).await,
+            args::Command::Write(w) => write::write(w).await,
         }
     });
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));

@@ -72,6 +72,13 @@ pub struct Capabilities {
     /// script), one round trip for the whole set; busy sets are then waited
     /// for part by part in the global order, as on every store.
     pub atomic_lock_all: bool,
+    /// [`Locks::check`](crate::Locks::check) and
+    /// [`LockGuard::check`](crate::LockGuard::check) answer exactly whether
+    /// a mutex's fencing token is still the holder's (Chubby's
+    /// `CheckSequencer`): `false` after a release, a loss, an expiry, a
+    /// break or a later holder, never `true` for a stale token. Without it,
+    /// they answer `Unsupported`.
+    pub check: bool,
 }
 
 /// `with_<flag>(on)` for each flag: the claims with that one set.
@@ -104,6 +111,7 @@ impl Capabilities {
             semaphore: false,
             rw_lock: false,
             atomic_lock_all: false,
+            check: false,
         }
     }
 
@@ -121,6 +129,7 @@ impl Capabilities {
         semaphore => with_semaphore,
         rw_lock => with_rw_lock,
         atomic_lock_all => with_atomic_lock_all,
+        check => with_check,
     }
 
     /// Every flag by its field name, in the order the struct declares
@@ -138,7 +147,7 @@ impl Capabilities {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn flags(&self) -> [(&'static str, bool); 13] {
+    pub fn flags(&self) -> [(&'static str, bool); 14] {
         // Destructured without `..`: a new field breaks this until it is
         // listed.
         let Capabilities {
@@ -155,6 +164,7 @@ impl Capabilities {
             semaphore,
             rw_lock,
             atomic_lock_all,
+            check,
         } = *self;
         [
             ("fair", fair),
@@ -170,6 +180,7 @@ impl Capabilities {
             ("semaphore", semaphore),
             ("rw_lock", rw_lock),
             ("atomic_lock_all", atomic_lock_all),
+            ("check", check),
         ]
     }
 }
@@ -546,6 +557,18 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
             ErrorKind::Unsupported,
             "this backend cannot say who holds a lock",
         ))
+    }
+
+    /// Whether `token` is the fencing token of the mutex `name`'s holder
+    /// now, read from the store. Asked only of stores that claim
+    /// [`Capabilities::check`]. The default reads [`Backend::holder`]:
+    /// exact where tokens are never issued twice for a name (every store
+    /// that claims `fencing`) and a lease that ran out is no holder.
+    async fn check(&self, name: &LockName, token: u64) -> Result<bool> {
+        Ok(self
+            .holder(name)
+            .await?
+            .is_some_and(|holder| holder.token == token))
     }
 
     /// A watch of who holds `name`: a future that completes once the

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::backend::{AcquireRequest, Capabilities, Primitive};
 use crate::dyn_backend::{DynBackend, ErasedGrant};
-use crate::error::{Error, Operation, Result};
+use crate::error::{Error, ErrorKind, Operation, Result};
 use crate::guard::LockGuard;
 use crate::hold::Hold;
 use crate::metrics;
@@ -280,6 +280,42 @@ impl Locks {
         let context = |e: Error| e.with_backend(backend.kind()).with_lock(name);
         let name = LockName::new(name).map_err(context)?;
         backend.holder(&name).await.map_err(context)
+    }
+
+    /// Whether `token` is still the fencing token of the holder of the
+    /// mutex `name`, asked of the store (Chubby's `CheckSequencer`): for a
+    /// resource that cannot keep the highest token itself, the service in
+    /// front of it asks before each write. `false` once the hold it came
+    /// from was released, lost, broken or ran out, and when another holder
+    /// took over; never `true` for a stale token. The answer is about the
+    /// moment the store read it: a write after it is safe only for as long
+    /// as the lease still runs (a [guarded write](https://github.com/omnilock/omnilock/blob/main/docs/fencing.md)
+    /// closes that gap). `Unsupported` where
+    /// [`Capabilities::check`](crate::Capabilities::check) is false.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> omnilock_core::Result<()> {
+    /// use omnilock_core::{Locks, MemStore};
+    /// let locks = Locks::new(MemStore::new());
+    /// let guard = locks.acquire("ledger").await?;
+    /// let token = guard.token(); // travels with the request to the service
+    /// assert!(locks.check("ledger", token).await?);
+    /// guard.release().await?;
+    /// assert!(!locks.check("ledger", token).await?);
+    /// # Ok(()) }
+    /// ```
+    pub async fn check(&self, name: &str, token: u64) -> Result<bool> {
+        let backend = &self.shared.backend;
+        let context = |e: Error| e.with_backend(backend.kind()).with_lock(name);
+        let name = LockName::new(name).map_err(context)?;
+        if !backend.capabilities().check {
+            return Err(context(Error::new(
+                ErrorKind::Unsupported,
+                "this store cannot say whether a fencing token still holds the lock",
+            )));
+        }
+        backend.check(&name, token).await.map_err(context)
     }
 
     /// A watch of who holds `name` (see

@@ -83,6 +83,8 @@ pub trait DynBackend: Send + Sync + fmt::Debug + 'static {
     async fn break_lock(&self, name: &LockName) -> Result<bool>;
     /// [`Backend::holder`].
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>>;
+    /// [`Backend::check`].
+    async fn check(&self, name: &LockName, token: u64) -> Result<bool>;
     /// [`Backend::watch_holder`].
     async fn watch_holder(&self, name: &LockName) -> Result<Option<HolderChange>>;
     /// [`Backend::close`].
@@ -149,6 +151,10 @@ impl<B: Backend> DynBackend for B {
 
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
         Backend::holder(self, name).await
+    }
+
+    async fn check(&self, name: &LockName, token: u64) -> Result<bool> {
+        Backend::check(self, name, token).await
     }
 
     async fn watch_holder(&self, name: &LockName) -> Result<Option<HolderChange>> {

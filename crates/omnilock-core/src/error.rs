@@ -37,6 +37,11 @@ pub enum ErrorKind {
     /// semaphore asked for with another number of permits than the one it
     /// is in use with. Nothing changed; every user must ask alike.
     Conflict,
+    /// A fenced write carried a fencing token lower than one the resource
+    /// has already accepted: a later holder took the lock and wrote since,
+    /// so this holder's lock is gone. Nothing was written, and retrying with
+    /// the same token gets the same answer (see [`Error::tokens`]).
+    StaleToken,
     /// The store answered with an error omnilock does not classify further.
     Backend,
 }
@@ -63,6 +68,7 @@ impl ErrorKind {
             ErrorKind::Auth => "auth",
             ErrorKind::Tls => "tls",
             ErrorKind::Conflict => "conflict",
+            ErrorKind::StaleToken => "stale_token",
             ErrorKind::Backend => "backend",
         }
     }
@@ -81,6 +87,7 @@ impl ErrorKind {
             ErrorKind::Auth => "access refused",
             ErrorKind::Tls => "TLS failed",
             ErrorKind::Conflict => "conflict",
+            ErrorKind::StaleToken => "stale fencing token",
             ErrorKind::Backend => "backend error",
         }
     }
@@ -160,6 +167,8 @@ pub struct Error {
     lock: Option<String>,
     retryable: bool,
     cause: Option<Cause>,
+    /// A `StaleToken` error's tokens: the one offered, the highest seen.
+    tokens: Option<(u64, u64)>,
 }
 
 impl Error {
@@ -173,6 +182,7 @@ impl Error {
             lock: None,
             retryable: kind.default_retryable(),
             cause: None,
+            tokens: None,
         }
     }
 
@@ -207,6 +217,35 @@ impl Error {
                  must ask for the same number"
             ),
         )
+    }
+
+    /// The `StaleToken` answer of a fenced resource to a write with token
+    /// `offered` after one with the higher token `highest`.
+    ///
+    /// ```
+    /// use omnilock_core::{Error, ErrorKind};
+    /// let err = Error::stale_token(7, 9);
+    /// assert_eq!(err.kind(), ErrorKind::StaleToken);
+    /// assert_eq!(err.tokens(), Some((7, 9)));
+    /// assert!(!err.is_retryable());
+    /// ```
+    pub fn stale_token(offered: u64, highest: u64) -> Self {
+        let mut err = Error::new(
+            ErrorKind::StaleToken,
+            format!(
+                "fencing token {offered} is older than {highest}, which has written since: \
+                 the lock was lost and taken over, so nothing was written"
+            ),
+        );
+        err.tokens = Some((offered, highest));
+        err
+    }
+
+    /// For a [`ErrorKind::StaleToken`] error, the token the refused write
+    /// carried and the highest the resource had accepted before, in that
+    /// order.
+    pub fn tokens(&self) -> Option<(u64, u64)> {
+        self.tokens
     }
 
     /// The `NotOwner` answer to a release by someone who no longer holds the
@@ -304,6 +343,7 @@ impl Error {
             operation: self.operation,
             lock: self.lock.clone(),
             retryable: false,
+            tokens: None,
             cause: Some(Arc::new(self)),
         }
     }
@@ -355,6 +395,7 @@ impl fmt::Debug for Error {
             .field("lock", &self.lock)
             .field("retryable", &self.retryable)
             .field("cause", &self.cause.as_ref().map(|c| c.to_string()))
+            .field("tokens", &self.tokens)
             .finish()
     }
 }
@@ -443,6 +484,7 @@ mod tests {
             ErrorKind::Auth,
             ErrorKind::Tls,
             ErrorKind::Conflict,
+            ErrorKind::StaleToken,
             ErrorKind::Backend,
         ];
         let labels: std::collections::BTreeSet<&str> = kinds.iter().map(|k| k.as_str()).collect();

@@ -5,7 +5,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, Result};
+use crate::backend::Primitive;
+use crate::error::{Error, ErrorKind, Result};
 use crate::hold::Hold;
 use crate::name::{LockName, Owner};
 
@@ -104,6 +105,38 @@ impl LockGuard {
         let backend = self.hold.backend().kind();
         let lock = self.hold.spec.name.as_str().to_string();
         async move { fired.await.with_backend(backend).with_lock(lock) }
+    }
+
+    /// Whether this guard's hold is still the lock's in the store: its
+    /// fencing token is the holder's now (see [`Locks::check`](crate::Locks::check)).
+    /// `false` at once, without asking, once the lost signal has fired.
+    /// Mutexes only: a semaphore permit or a side of a read-write lock
+    /// answers `Unsupported`, as does a store without
+    /// [`Capabilities::check`](crate::Capabilities::check).
+    pub async fn check(&self) -> Result<bool> {
+        let backend = self.hold.backend();
+        let spec = &self.hold.spec;
+        let context = |e: Error| e.with_backend(backend.kind()).with_lock(spec.name.as_str());
+        if spec.primitive != Primitive::Mutex {
+            return Err(context(Error::new(
+                ErrorKind::Unsupported,
+                "check answers for mutexes only, not for a semaphore permit or a side of a \
+                 read-write lock",
+            )));
+        }
+        if !backend.capabilities().check {
+            return Err(context(Error::new(
+                ErrorKind::Unsupported,
+                "this store cannot say whether a fencing token still holds the lock",
+            )));
+        }
+        if !self.is_held() {
+            return Ok(false);
+        }
+        backend
+            .check(&spec.name, self.token())
+            .await
+            .map_err(context)
     }
 
     /// Releases this hold; the last hold of an acquisition releases the lock

@@ -34,6 +34,7 @@ mod driver;
 mod dyn_backend;
 mod election;
 mod error;
+pub mod fence;
 mod guard;
 mod hold;
 mod local;

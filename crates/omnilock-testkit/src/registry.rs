@@ -107,6 +107,8 @@ pub enum Claim {
     SemaphoreAndRwLock,
     /// `Capabilities::atomic_lock_all`.
     AtomicLockAll,
+    /// `Capabilities::check`.
+    Check,
     /// The subject has a request counter ([`Subject::with_request_counter`])
     /// that counts (does not answer `Unsupported`).
     RequestCounter,
@@ -128,6 +130,7 @@ impl Claim {
             Claim::RwLock => caps.rw_lock,
             Claim::SemaphoreAndRwLock => caps.semaphore && caps.rw_lock,
             Claim::AtomicLockAll => caps.atomic_lock_all,
+            Claim::Check => caps.check,
             Claim::RequestCounter => return None,
         })
     }
@@ -162,6 +165,7 @@ impl Claim {
             Claim::RwLock => "not claimed: read-write lock",
             Claim::SemaphoreAndRwLock => "not claimed: semaphore and read-write lock",
             Claim::AtomicLockAll => "not claimed: an atomic lock_all step",
+            Claim::Check => "not claimed: check",
             Claim::RequestCounter => "not claimed: a request counter",
         }
     }

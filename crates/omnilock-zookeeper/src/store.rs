@@ -297,6 +297,7 @@ impl Backend for ZkStore {
             .with_cross_process(true)
             .with_break_lock(true)
             .with_holder(true)
+            .with_check(true)
             .with_election(true)
             // ZAB: a node is committed on a quorum of the ensemble.
             .with_survives_failover(true)

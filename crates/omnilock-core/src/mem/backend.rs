@@ -30,6 +30,7 @@ impl Backend for MemStore {
             semaphore: true,
             rw_lock: true,
             atomic_lock_all: true,
+            check: true,
         }
     }
 

@@ -121,6 +121,7 @@ pub(super) fn capabilities(owners_in_keys: bool) -> Capabilities {
         .with_cross_process(true)
         .with_break_lock(true)
         .with_holder(owners_in_keys)
+        .with_check(owners_in_keys)
         .with_election(owners_in_keys)
         // Raft: a grant is committed on a majority of members.
         .with_survives_failover(true)

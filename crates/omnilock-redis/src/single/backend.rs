@@ -21,6 +21,7 @@ impl Backend for RedisStore {
             .with_cross_process(true)
             .with_break_lock(true)
             .with_holder(true)
+            .with_check(true)
             .with_election(true)
             // Replication is asynchronous, persistence optional.
             .with_survives_failover(false)

@@ -76,6 +76,7 @@ impl Backend for TableStore {
             .with_cross_process(true)
             .with_break_lock(true)
             .with_holder(true)
+            .with_check(true)
             .with_election(true)
             // A committed row survives a restart of the server; a
             // failover to an asynchronous replica is outside what the

@@ -17,6 +17,12 @@ pub(crate) static SCENARIOS: &[Scenario] = &[
     scenario!(release_is_not_a_loss),
     scenario!(stale_release_is_not_owner, Claim::BreakLock),
     scenario!(fencing_tokens_increase, Claim::FencingTokens),
+    scenario!(
+        check_is_true_only_for_the_holders_token,
+        Claim::Check,
+        Claim::BreakLock
+    ),
+    scenario!(check_is_false_once_the_lease_ran_out, Claim::Check),
 ];
 
 /// A holder that vanishes without releasing (its runtime is gone, as if the
@@ -208,4 +214,112 @@ pub(crate) async fn fencing_tokens_increase(subject: &Subject) {
             drop(guard);
         }
     }
+}
+
+/// `check` is true for the holder's token only, seen from any client, and
+/// false for the same token after a release, beside a later holder, after
+/// a break, and for a token never issued; a semaphore permit answers
+/// `Unsupported` where the store has semaphores.
+pub(crate) async fn check_is_true_only_for_the_holders_token(subject: &Subject) {
+    let name = unique("check");
+    let [a, b] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
+    let first = a.acquire(&name).await.expect("acquire");
+    let t1 = first.token();
+    assert!(
+        first.check().await.expect("check"),
+        "the holder's own check"
+    );
+    assert!(
+        b.check(&name, t1).await.expect("check"),
+        "another client's check"
+    );
+    assert!(
+        !b.check(&name, t1 + 1_000_000).await.expect("check"),
+        "a token never issued"
+    );
+    first.release().await.expect("release");
+    assert!(
+        !b.check(&name, t1).await.expect("check"),
+        "after the release"
+    );
+
+    let second = b.acquire(&name).await.expect("acquire");
+    let t2 = second.token();
+    assert!(b.check(&name, t2).await.expect("check"));
+    assert!(
+        !a.check(&name, t1).await.expect("check"),
+        "beside a later holder"
+    );
+
+    assert!(
+        a.break_lock(&name).await.expect("break"),
+        "the lock was held"
+    );
+    assert!(
+        !a.check(&name, t2).await.expect("check"),
+        "after a break, asked anew"
+    );
+    assert!(
+        !second.check().await.expect("check"),
+        "after a break, by the guard"
+    );
+    // The broken guard's release has nothing to give back; either answer
+    // leaves the lock free.
+    let _ = second.release().await;
+
+    if caps(subject).await.semaphore {
+        let permits = format!("{name}-permits");
+        let permit = a.semaphore(&permits, 2).acquire().await.expect("permit");
+        let err = permit
+            .check()
+            .await
+            .expect_err("a permit cannot be checked");
+        assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+        permit.release().await.expect("release");
+    }
+}
+
+/// A holder that vanishes (its process dies) keeps `check` true only until
+/// its lease runs out: once the TTL has passed with no renewal, its token
+/// is no longer the holder's, though nobody else took the lock.
+pub(crate) async fn check_is_false_once_the_lease_ran_out(subject: &Subject) {
+    let name = unique("check-expiry");
+    let ttl = Duration::from_secs(2);
+    let observer = subject.client().await;
+    let (token_tx, token_rx) = std::sync::mpsc::channel();
+    let acquired_at = abandon(subject, {
+        let name = name.clone();
+        move |locks| {
+            Box::pin(async move {
+                let guard = locks.lock(&name).ttl(ttl).acquire().await;
+                if let Ok(guard) = &guard {
+                    let _ = token_tx.send(guard.token());
+                }
+                guard
+            })
+        }
+    });
+    let token = token_rx.recv().expect("the vanished holder's token");
+    // Read before the lease can have run out (a slow machine may be past
+    // it already; then only the later answers are checked).
+    if acquired_at.elapsed() < ttl / 2 {
+        assert!(
+            observer.check(&name, token).await.expect("check"),
+            "the vanished holder's lease still runs"
+        );
+    }
+    let deadline = acquired_at + ttl + PATIENCE;
+    while observer.check(&name, token).await.expect("check") {
+        assert!(
+            Instant::now() < deadline,
+            "check still true {:?} after the holder vanished (TTL {ttl:?})",
+            acquired_at.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        acquired_at.elapsed() >= ttl.saturating_sub(Duration::from_millis(500)),
+        "check turned false {:?} after the acquisition, before the TTL of {ttl:?} ran out",
+        acquired_at.elapsed()
+    );
 }
