@@ -174,3 +174,25 @@ fn under_run_the_token_comes_from_the_environment() {
     assert_eq!(late.status.code(), Some(73), "{}", text(&late.stderr));
     assert_eq!(contents(&file), "second\n");
 }
+
+/// A replaced file keeps its permissions: a report made private stays so.
+#[test]
+fn the_replaced_file_keeps_its_permissions() {
+    use std::os::unix::fs::PermissionsExt;
+    let file = scratch("permissions").join("private.txt");
+    assert_eq!(
+        write(&file, &["--token", "1"], "one\n").status.code(),
+        Some(0)
+    );
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    assert_eq!(
+        write(&file, &["--token", "2"], "two\n").status.code(),
+        Some(0)
+    );
+    let mode = std::fs::metadata(&file)
+        .expect("metadata")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "mode {mode:o}");
+    assert_eq!(contents(&file), "two\n");
+}

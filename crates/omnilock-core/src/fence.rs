@@ -29,6 +29,7 @@ use crate::error::{Error, ErrorKind, Result};
 /// never the other way round. Writers that bypass this type (or a network
 /// file system without working `flock`) are not fenced.
 ///
+/// A replaced file keeps its permissions; its owner becomes the writer.
 /// The calls block on file I/O; in async code, run them with
 /// `tokio::task::spawn_blocking`.
 ///
@@ -157,6 +158,11 @@ fn replace(path: &Path, contents: &[u8]) -> io::Result<()> {
     let temporary = dir.join(temporary);
     let written = (|| {
         let mut file = File::create(&temporary)?;
+        // The replacement keeps the replaced file's permissions (a report
+        // made readable to a group stays so); its owner is the writer.
+        if let Ok(existing) = fs::metadata(path) {
+            file.set_permissions(existing.permissions())?;
+        }
         file.write_all(contents)?;
         file.sync_all()?;
         fs::rename(&temporary, path)

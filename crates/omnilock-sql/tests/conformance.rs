@@ -45,7 +45,10 @@ pub fn pool_subject(store: &str) -> Option<Subject> {
                 SqlStore::builder(pool).table(table).build().await
             }
         })
-        .with_url(url),
+        .with_url(url)
+        // The grant statements are the URL subject's; what the
+        // application's pool adds is the connections.
+        .connection_variant(),
     )
 }
 

@@ -47,6 +47,8 @@ pub struct Subject {
     url: Option<String>,
     connect: Arc<ConnectFn>,
     count: Option<Arc<CountFn>>,
+    /// See [`Subject::connection_variant`].
+    variant: bool,
 }
 
 impl Subject {
@@ -61,6 +63,7 @@ impl Subject {
             url: None,
             connect: Arc::new(move || Box::pin(connect())),
             count: None,
+            variant: false,
         }
     }
 
@@ -84,6 +87,28 @@ impl Subject {
         match &self.count {
             Some(count) => Some(count().await),
             None => None,
+        }
+    }
+
+    /// Marks this subject as another way to reach a store that a full
+    /// subject of the suite also tests with the same grant statements (over
+    /// TLS, on the application's own pool): every scenario runs on it, but
+    /// the ones that repeat an operation hundreds of times for statistical
+    /// strength (`mutual_exclusion`) run a quarter of their rounds, since
+    /// what such a subject adds is its connections, which every scenario
+    /// exercises.
+    pub fn connection_variant(mut self) -> Self {
+        self.variant = true;
+        self
+    }
+
+    /// `full` rounds, or a quarter of them (at least one) on a
+    /// [`connection_variant`](Subject::connection_variant).
+    pub(crate) fn rounds(&self, full: usize) -> usize {
+        if self.variant {
+            (full / 4).max(1)
+        } else {
+            full
         }
     }
 

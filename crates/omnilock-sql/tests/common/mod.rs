@@ -82,7 +82,9 @@ pub(crate) fn advisory_subject(store: &str) -> Option<Subject> {
 /// The store through a TLS-only account, on its own table (scenarios that
 /// run at the same time on one database use fixed lock names).
 pub(crate) fn tls_subject(store: &str) -> Option<Subject> {
-    subject_with(&format!("{store}_TLS"), "table=omnilock_tls")
+    // The grant statements are the plain subject's; what TLS adds is the
+    // connections.
+    subject_with(&format!("{store}_TLS"), "table=omnilock_tls").map(Subject::connection_variant)
 }
 
 fn subject_with(store: &str, options: &str) -> Option<Subject> {

@@ -22,19 +22,20 @@ pub(crate) static SCENARIOS: &[Scenario] = &[
 ];
 
 /// 32 tasks over 4 clients each increment a shared non-atomic counter 20
-/// times under the lock: the result is exactly 640 and no two tasks are ever
-/// inside at once.
+/// times under the lock (5 times on a connection variant): the result is
+/// exactly 32 × the rounds and no two tasks are ever inside at once.
 pub(crate) async fn mutual_exclusion(subject: &Subject) {
     let name = unique("exclusion");
     let clients = clients(subject, 4).await;
     let counter = Arc::new(AtomicU64::new(0));
     let inside = Arc::new(AtomicUsize::new(0));
+    let rounds = subject.rounds(20);
     let mut tasks = Vec::new();
     for i in 0..32 {
         let locks = clients[i % clients.len()].clone();
         let (name, counter, inside) = (name.clone(), counter.clone(), inside.clone());
         tasks.push(tokio::spawn(async move {
-            for _ in 0..20 {
+            for _ in 0..rounds {
                 let guard = locks
                     .lock(&name)
                     .timeout(Duration::from_secs(120))
@@ -58,7 +59,7 @@ pub(crate) async fn mutual_exclusion(subject: &Subject) {
     for task in tasks {
         task.await.expect("worker task");
     }
-    assert_eq!(counter.load(Ordering::SeqCst), 640);
+    assert_eq!(counter.load(Ordering::SeqCst), 32 * rounds as u64);
 }
 
 /// try-acquire on a held lock returns "not acquired" at once; a waiting
