@@ -126,7 +126,7 @@ not executable, 127 not found); 75 lock not acquired in time (-E to change);
 process group gets SIGTERM first); 77 credentials refused or access denied;
 78 TLS failed (a certificate that does not verify).
 Exit status of `write`: 0 written; 73 refused, a later holder wrote since;
-74 input or file not readable or writable; 64 no token.
+74 input or file not readable or writable; 64 no token, or FILE is a directory.
 Without a terminal the command runs in its own process group: the lock is
 kept until the whole group has exited, and the group dies with omnilock
 (SIGKILL included). In a terminal it stays in omnilock's job. A *paused*
@@ -172,7 +172,7 @@ pub(crate) enum Command {
     /// take turns on FILE.fence.lock (flock), so this fences the processes
     /// of one machine that all write FILE this way. Needs no store.
     /// Exit status: 0 written; 73 refused (stale token); 74 stdin or FILE
-    /// could not be read or written; 64 no token.
+    /// could not be read or written; 64 no token, or FILE is a directory.
     Write(WriteArgs),
 }
 

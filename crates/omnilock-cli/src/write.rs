@@ -38,8 +38,13 @@ pub(crate) async fn write(args: WriteArgs) -> u8 {
             eprintln!("omnilock: {err}");
             exit::CANTCREAT
         }
+        // The message already names the OS's reason.
+        Ok(Err(err)) if err.kind() == ErrorKind::InvalidConfig => {
+            eprintln!("omnilock: {err}");
+            exit::USAGE
+        }
         Ok(Err(err)) => {
-            eprintln!("omnilock: {err:#}");
+            eprintln!("omnilock: {err}");
             exit::IOERR
         }
         Err(err) => {

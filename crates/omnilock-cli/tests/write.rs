@@ -196,3 +196,21 @@ fn the_replaced_file_keeps_its_permissions() {
     assert_eq!(mode & 0o777, 0o600, "mode {mode:o}");
     assert_eq!(contents(&file), "two\n");
 }
+
+/// A path that cannot be written is refused with a status of its own and
+/// leaves nothing beside it; the OS's reason is said once.
+#[test]
+fn an_unwritable_path_is_refused_cleanly() {
+    let dir = scratch("unwritable");
+    let out = write(&dir, &["--token", "1"], "x\n");
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("is a directory"));
+    let fence = dir.with_extension("fence");
+    assert!(!fence.exists(), "nothing is created beside a directory");
+
+    let missing = dir.join("no-such-dir").join("file");
+    let out = write(&missing, &["--token", "1"], "x\n");
+    assert_eq!(out.status.code(), Some(74), "{}", text(&out.stderr));
+    let message = text(&out.stderr);
+    assert_eq!(message.matches("No such file").count(), 1, "{message}");
+}

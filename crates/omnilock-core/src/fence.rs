@@ -88,6 +88,14 @@ impl FencedFile {
     /// the highest token that wrote it before; otherwise changes nothing and
     /// fails with [`ErrorKind::StaleToken`] (see [`Error::tokens`]).
     pub fn write(&self, token: u64, contents: &[u8]) -> Result<()> {
+        // Before anything is created beside it: a directory cannot be
+        // replaced by a file.
+        if self.path.is_dir() {
+            return Err(Error::config(format!(
+                "{} is a directory, not a file to write",
+                self.path.display()
+            )));
+        }
         let _turn = self.turn()?;
         if let Some(highest) = self.read_fence()?
             && token < highest

@@ -205,8 +205,8 @@ pub async fn queue_handoff_chain(
 }
 
 /// Checks that an election observer on `locks` follows the store's watch:
-/// with a poll interval of an hour, it still reports a new leader, a
-/// resignation and the next leader, each within `within`.
+/// with a poll interval of an hour, it still reports each of two leaders in
+/// turn and each resignation, within `within`.
 pub async fn assert_observer_follows_the_watch(locks: &Locks, within: Duration) {
     let election = locks
         .election(&unique_name("watched"))
@@ -216,18 +216,16 @@ pub async fn assert_observer_follows_the_watch(locks: &Locks, within: Duration) 
         next_change(&mut observer, within).await.is_none(),
         "nobody leads at the start"
     );
-    let first = election.campaign("first").await.expect("campaign");
-    let seen = next_change(&mut observer, within).await.expect("a leader");
-    assert_eq!((seen.value.as_str(), seen.term), ("first", first.term()));
-    first.resign().await.expect("resign");
-    assert!(
-        next_change(&mut observer, within).await.is_none(),
-        "nobody leads after the resignation"
-    );
-    let second = election.campaign("second").await.expect("campaign");
-    let seen = next_change(&mut observer, within).await.expect("a leader");
-    assert_eq!((seen.value.as_str(), seen.term), ("second", second.term()));
-    second.resign().await.expect("resign");
+    for value in ["first", "second"] {
+        let leader = election.campaign(value).await.expect("campaign");
+        let seen = next_change(&mut observer, within).await.expect("a leader");
+        assert_eq!((seen.value.as_str(), seen.term), (value, leader.term()));
+        leader.resign().await.expect("resign");
+        assert!(
+            next_change(&mut observer, within).await.is_none(),
+            "nobody leads after {value} resigned"
+        );
+    }
 }
 
 /// The observer's next answer, within `within`.
