@@ -134,6 +134,7 @@ async fn wakeups_survive_a_lost_subscription() {
         .await
         .expect("connect");
     let mut admin = raw(&node_clients(&url, 1)[0]).await;
+    let before_kill = pubsub_client_ids(&mut admin).await;
     let killed: i64 = redis::cmd("CLIENT")
         .arg("KILL")
         .arg("TYPE")
@@ -150,7 +151,13 @@ async fn wakeups_survive_a_lost_subscription() {
             .query_async(&mut admin)
             .await
             .unwrap();
-        if subscribers == 1 {
+        // The server may free a killed client after answering the kill, so
+        // the old subscription can still count here: wait for a new one.
+        let renewed = pubsub_client_ids(&mut admin)
+            .await
+            .iter()
+            .any(|id| !before_kill.contains(id));
+        if subscribers == 1 && renewed {
             break;
         }
         assert!(std::time::Instant::now() < deadline, "never re-subscribed");
@@ -168,12 +175,33 @@ async fn wakeups_survive_a_lost_subscription() {
         .expect("served")
         .expect("task")
         .expect("acquire");
+    // The waiter blocked in the server may be served before the release's
+    // message arrives: wait for the message itself.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while store.wakeups() == before && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert_eq!(
         store.wakeups() - before,
         1,
         "the release's message did not arrive"
     );
     guard.release().await.expect("release");
+}
+
+/// The ids of the server's pub/sub connections (`CLIENT LIST TYPE pubsub`).
+async fn pubsub_client_ids(admin: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(admin)
+        .await
+        .unwrap();
+    list.lines()
+        .filter_map(|line| line.split(' ').find_map(|field| field.strip_prefix("id=")))
+        .map(str::to_owned)
+        .collect()
 }
 
 /// A holder whose key survives on fewer than a majority of nodes (here: 2

@@ -102,13 +102,21 @@ pub(crate) async fn renewal_keeps_lock(subject: &Subject) {
     }
 }
 
-/// `count` locks `<name>/<i>` held by `locks`, taken side by side.
+/// `count` locks `<name>/<i>` held by `locks`, taken 4 at a time.
+///
+/// Not all at once (the default SQL pool has 8 connections): the first
+/// locks' renewals would queue for a connection behind the rest of the
+/// acquisitions, and under CI load that queue outlasted a 2 s lease
+/// (PostgreSQL, once).
 async fn hold_many(locks: &Locks, name: &str, ttl: Duration, count: usize) -> Vec<LockGuard> {
+    use futures_util::StreamExt;
     let acquisitions = (0..count).map(|index| {
         let name = format!("{name}/{index}");
         async move { locks.lock(&name).ttl(ttl).acquire().await }
     });
-    futures_util::future::join_all(acquisitions)
+    futures_util::stream::iter(acquisitions)
+        .buffered(4)
+        .collect::<Vec<_>>()
         .await
         .into_iter()
         .collect::<Result<_, _>>()
