@@ -112,11 +112,13 @@ pub(crate) async fn rw_readers_share_writers_exclude(subject: &Subject) {
     reader.release().await.expect("release");
 }
 
-/// 32 tasks on 4 clients, one in four a writer: no reader is ever inside
-/// with a writer and no two writers are ever together.
+/// 32 tasks on 4 clients, 4 rounds each (1 on a connection variant), one
+/// in four a writer: no reader is ever inside with a writer and no two
+/// writers are ever together.
 pub(crate) async fn rw_readers_never_overlap_a_writer(subject: &Subject) {
     let name = unique("rw-overlap");
     let clients = clients(subject, 4).await;
+    let rounds = subject.rounds(4);
     let readers = Arc::new(AtomicUsize::new(0));
     let writing = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
@@ -124,7 +126,7 @@ pub(crate) async fn rw_readers_never_overlap_a_writer(subject: &Subject) {
         let locks = clients[i % clients.len()].clone();
         let (name, readers, writing) = (name.clone(), readers.clone(), writing.clone());
         tasks.push(tokio::spawn(async move {
-            for round in 0..4 {
+            for round in 0..rounds {
                 let side = if (i + round) % 4 == 0 {
                     Side::Write
                 } else {

@@ -83,21 +83,22 @@ async fn take_freed_permit(what: &str, locks: &Locks, name: &str, permits: u32) 
     permit.release().await.expect("release");
 }
 
-/// 32 tasks on 4 clients take permits of a 3-permit semaphore again and
-/// again: never more than 3 inside at once, and 3 at once do happen (the
-/// first holders wait for it).
+/// 32 tasks on 4 clients take permits of a 3-permit semaphore 4 times each
+/// (once on a connection variant): never more than 3 inside at once, and 3
+/// at once do happen (the first holders wait for it).
 pub(crate) async fn semaphore_permits_never_exceeded(subject: &Subject) {
     const PERMITS: u32 = 3;
     let name = unique("semaphore");
     let clients = clients(subject, 4).await;
     let inside = Arc::new(AtomicUsize::new(0));
     let most = Arc::new(AtomicUsize::new(0));
+    let rounds = subject.rounds(4);
     let mut tasks = Vec::new();
     for i in 0..32 {
         let locks = clients[i % clients.len()].clone();
         let (name, inside, most) = (name.clone(), inside.clone(), most.clone());
         tasks.push(tokio::spawn(async move {
-            for _ in 0..4 {
+            for _ in 0..rounds {
                 let permit = locks
                     .semaphore(&name, PERMITS)
                     .timeout(Duration::from_secs(120))
