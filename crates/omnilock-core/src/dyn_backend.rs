@@ -37,9 +37,13 @@ impl ErasedGrant {
     /// The backend's own grant: a [`ErrorKind::Backend`] error for a grant
     /// another backend made.
     fn typed<H: 'static>(&self) -> Result<&Grant<H>> {
-        self.grant
-            .downcast_ref()
+        self.downcast()
             .ok_or_else(|| Error::new(ErrorKind::Backend, "grant from another backend"))
+    }
+
+    /// The backend's own grant, if it carries `H`.
+    pub(crate) fn downcast<H: 'static>(&self) -> Option<&Grant<H>> {
+        self.grant.downcast_ref()
     }
 }
 

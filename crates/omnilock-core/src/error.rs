@@ -233,8 +233,8 @@ impl Error {
         let mut err = Error::new(
             ErrorKind::StaleToken,
             format!(
-                "fencing token {offered} is older than {highest}, which has written since: \
-                 the lock was lost and taken over, so nothing was written"
+                "fencing token {offered} is older than {highest}: the lock was lost and \
+                 taken over since, so nothing was written"
             ),
         );
         err.tokens = Some((offered, highest));

@@ -69,6 +69,31 @@ impl LockGuard {
         self.hold.grant.token
     }
 
+    /// What is held: a mutex, a semaphore permit, a side of a read-write lock.
+    pub fn primitive(&self) -> Primitive {
+        self.hold.spec.primitive
+    }
+
+    /// The store's own record of this hold, for a store crate's extensions
+    /// that work on the lock in the store itself (a SQL transaction that
+    /// keeps the lock's row, for example). `None` when the guard was not
+    /// granted by a store whose grants carry `H`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> omnilock_core::Result<()> {
+    /// use omnilock_core::{Locks, LostNotifier, MemStore};
+    /// let locks = Locks::new(MemStore::new());
+    /// let guard = locks.acquire("inventory").await?;
+    /// // A memory grant carries the hold's lost signal, and nothing else.
+    /// assert!(guard.store_grant::<LostNotifier>().is_some());
+    /// assert!(guard.store_grant::<String>().is_none());
+    /// # Ok(()) }
+    /// ```
+    pub fn store_grant<H: 'static>(&self) -> Option<&crate::Grant<H>> {
+        self.hold.grant.downcast()
+    }
+
     /// The lease TTL.
     pub fn ttl(&self) -> Duration {
         self.hold.spec.ttl

@@ -23,11 +23,15 @@ pub struct SqlHold(pub(crate) HoldKind);
 
 /// The kinds of [`SqlHold`].
 pub(crate) enum HoldKind {
-    /// A mutex's row: owner and token are all a release needs. True while
-    /// the hold's bell (MySQL/MariaDB, see `table/bells.rs`) is still to be
-    /// let go: it goes once, at the release or at the loss, whichever
-    /// comes first.
-    Row(std::sync::atomic::AtomicBool),
+    /// A mutex's row: owner and token are all a release needs. `bell` is
+    /// true while the hold's bell (MySQL/MariaDB, see `table/bells.rs`) is
+    /// still to be let go: it goes once, at the release or at the loss,
+    /// whichever comes first. `store`: the table the row is in, for a
+    /// guarded transaction (`guarded.rs`).
+    Row {
+        bell: std::sync::atomic::AtomicBool,
+        store: TableStore,
+    },
     /// A semaphore's or read-write lock's entry row.
     Entry(i64),
     /// An advisory lock, held by a database session.
@@ -61,18 +65,20 @@ fn not_this_kind() -> Error {
 /// A grant of a SQL store.
 pub(crate) type Grant = omnilock_core::Grant<SqlHold>;
 
-/// A grant on a lock row; `bell`: its store took the lock's bell for it.
-pub(crate) fn row_grant(token: u64, valid_until: Instant, bell: bool) -> Grant {
-    omnilock_core::Grant::new(token, valid_until).with_hold(SqlHold(HoldKind::Row(
-        std::sync::atomic::AtomicBool::new(bell),
-    )))
+/// A grant on a lock row of `store`; `bell`: the store took the lock's
+/// bell for it.
+pub(crate) fn row_grant(store: &TableStore, token: u64, valid_until: Instant, bell: bool) -> Grant {
+    omnilock_core::Grant::new(token, valid_until).with_hold(SqlHold(HoldKind::Row {
+        bell: std::sync::atomic::AtomicBool::new(bell),
+        store: store.clone(),
+    }))
 }
 
 impl SqlHold {
     /// Whether this hold's bell is still to be let go; true at most once.
     pub(crate) fn take_bell(&self) -> bool {
         match &self.0 {
-            HoldKind::Row(bell) => bell.swap(false, std::sync::atomic::Ordering::SeqCst),
+            HoldKind::Row { bell, .. } => bell.swap(false, std::sync::atomic::Ordering::SeqCst),
             _ => false,
         }
     }

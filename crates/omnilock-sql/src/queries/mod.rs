@@ -163,6 +163,13 @@ pub(crate) struct Queries {
     pub break_lock: Statement,
     /// The live holder's owner and token.
     pub holder: Statement,
+    /// A guarded transaction's check (see `guarded.rs`): the token of the
+    /// lock's row if `owner` holds it with `token` and its lease is live,
+    /// the row locked against change until the transaction ends (SQLite:
+    /// the database's write lock).
+    pub keep: Statement,
+    /// The token in the lock's row, held or not.
+    pub token_of: Statement,
     /// Semaphores and read-write locks.
     pub counted: Counted,
     /// Opens a transaction that takes locks (see [`counted::begin`]).

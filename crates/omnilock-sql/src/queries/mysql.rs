@@ -163,5 +163,16 @@ pub(super) fn queries(table_name: &str, fair: bool) -> Queries {
             ),
             &[Name],
         ),
+        // `LOCK IN SHARE MODE` rather than `FOR SHARE`: MariaDB and MySQL
+        // 5.7 know only the older spelling.
+        keep: Statement::new(
+            format!(
+                "SELECT token FROM {table}
+                 WHERE name = ? AND owner = ? AND token = ? AND expires_at > {now}
+                 LOCK IN SHARE MODE"
+            ),
+            &[Name, Owner, Token],
+        ),
+        token_of: Statement::new(format!("SELECT token FROM {table} WHERE name = ?"), &[Name]),
     }
 }

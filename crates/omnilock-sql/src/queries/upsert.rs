@@ -196,5 +196,23 @@ pub(super) fn queries(dialect: Dialect, table_name: &str, notify: bool, fair: bo
             ),
             &[Name],
         ),
+        // SQLite has no row locks: a write that changes nothing takes the
+        // database's write lock, which other writers wait for.
+        keep: Statement::new(
+            match dialect {
+                Dialect::Sqlite => format!(
+                    "UPDATE {table} SET token = token
+                     WHERE name = $1 AND owner = $2 AND token = $3 AND expires_at > {now}
+                     RETURNING token"
+                ),
+                _ => format!(
+                    "SELECT token FROM {table}
+                     WHERE name = $1 AND owner = $2 AND token = $3 AND expires_at > {now}
+                     FOR SHARE"
+                ),
+            },
+            &[Name, Owner, Token],
+        ),
+        token_of: Statement::new(format!("SELECT token FROM {table} WHERE name = $1"), &[Name]),
     }
 }

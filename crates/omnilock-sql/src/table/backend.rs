@@ -94,7 +94,7 @@ impl Backend for TableStore {
         match self.attempt_detached(request, false, None).await? {
             (Attempt::Taken { token }, started) => {
                 let bell = self.took(&request.name, false);
-                Ok(Some(row_grant(token, started + request.ttl, bell)))
+                Ok(Some(row_grant(self, token, started + request.ttl, bell)))
             }
             (Attempt::Busy { .. }, _) => Ok(None),
         }
@@ -130,7 +130,7 @@ impl Backend for TableStore {
                 .zip(tokens)
                 .map(|(request, token)| {
                     let bell = self.took(&request.name, false);
-                    row_grant(token, started + request.ttl, bell)
+                    row_grant(self, token, started + request.ttl, bell)
                 })
                 .collect()
         }))
@@ -169,7 +169,7 @@ impl Backend for TableStore {
                         ticket.granted();
                     }
                     let bell = self.took(&request.name, waited);
-                    return Ok(row_grant(token, started + request.ttl, bell));
+                    return Ok(row_grant(self, token, started + request.ttl, bell));
                 }
                 Ok((Attempt::Busy { .. }, _)) if self.inner.config.fair && ticket.is_none() => {
                     waited = true;

@@ -1,0 +1,262 @@
+//! Guarded transactions (`TxGuard`): an application's writes in its own
+//! transaction commit only while its lock is held, on each SQL database,
+//! through the application's own pool.
+
+mod common;
+
+use std::time::Duration;
+
+use omnilock_core::{ErrorKind, Locks};
+use omnilock_sql::{SqlStore, TxGuard};
+use omnilock_testkit::store_url;
+
+use common::{connect, unique, with_option};
+
+/// The application's pool on a test store's database, with the lock table
+/// `table` on it, and a second client of the same table elsewhere (another
+/// process, as far as the lock can tell).
+macro_rules! app {
+    (POSTGRES, $url:expr, $table:expr) => {{
+        let pool = sqlx::PgPool::connect($url).await.expect("pool");
+        app!(@locks pool, $url, $table)
+    }};
+    (MYSQL, $url:expr, $table:expr) => {{
+        let pool = sqlx::MySqlPool::connect($url).await.expect("pool");
+        app!(@locks pool, $url, $table)
+    }};
+    (SQLITE, $url:expr, $table:expr) => {{
+        let pool = sqlx::sqlite::SqlitePoolOptions::new()
+            .after_connect(|conn, _| {
+                Box::pin(async move {
+                    use sqlx::Executor;
+                    for pragma in omnilock_sql::SQLITE_PRAGMAS {
+                        conn.execute(*pragma).await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect(&format!("{}?mode=rwc", $url))
+            .await
+            .expect("pool");
+        app!(@locks pool, $url, $table)
+    }};
+    (@locks $pool:expr, $url:expr, $table:expr) => {{
+        let pool = $pool;
+        let locks = SqlStore::builder(pool.clone())
+            .table($table)
+            .build()
+            .await
+            .expect("store on the application's pool");
+        let other = connect(&with_option($url, &format!("table={}", $table)))
+            .await
+            .expect("another client");
+        (pool, locks, other)
+    }};
+}
+
+/// Runs `$check!(STORE, pool, locks, other, app_table, lock_name)` on every
+/// SQL test store, each with tables of its own.
+macro_rules! on_every_database {
+    ($check:ident) => {
+        on_every_database!(@one POSTGRES, $check);
+        on_every_database!(@one MYSQL, $check);
+        on_every_database!(@one SQLITE, $check);
+    };
+    (@one $store:ident, $check:ident) => {
+        if let Some(url) = store_url(stringify!($store)) {
+            let table = unique("guarded_locks");
+            let app_table = unique("guarded_app");
+            let (pool, locks, other) = app!($store, &url, &table);
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "CREATE TABLE {app_table} (id INTEGER PRIMARY KEY, token BIGINT NOT NULL)"
+            )))
+            .execute(&pool)
+            .await
+            .expect("the application's table");
+            $check!($store, pool, locks, other, app_table, unique("ledger"));
+        }
+    };
+}
+
+/// The application's write, in its transaction: one row with `token`.
+macro_rules! write_row {
+    ($tx:expr, $app_table:expr, $token:expr) => {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO {} (id, token) VALUES (1, {})",
+            $app_table, $token
+        )))
+        .execute(&mut *$tx)
+        .await
+    };
+}
+
+/// How many rows the application's table has.
+macro_rules! rows {
+    ($pool:expr, $app_table:expr) => {{
+        let (count,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT COUNT(*) FROM {}",
+            $app_table
+        )))
+        .fetch_one(&$pool)
+        .await
+        .expect("count");
+        count
+    }};
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guarded_transaction_commits_while_the_lock_is_held() {
+    macro_rules! check {
+        ($store:ident, $pool:ident, $locks:ident, $other:ident, $app_table:ident, $name:expr) => {{
+            let guard = $locks.acquire(&$name).await.expect("acquire");
+            let mut tx = $pool.begin().await.expect("begin");
+            let kept = TxGuard::new(&guard).expect("a table-mode mutex");
+            kept.keep(&mut *tx).await.expect("the lock is the guard's");
+            write_row!(tx, $app_table, guard.token()).expect("write");
+            tx.commit().await.expect("commit");
+            assert_eq!(rows!($pool, $app_table), 1, "{}", stringify!($store));
+            guard.release().await.expect("release");
+            let _ = &$other;
+        }};
+    }
+    on_every_database!(check);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guarded_transaction_is_refused_once_another_holder_took_the_lock() {
+    macro_rules! check {
+        ($store:ident, $pool:ident, $locks:ident, $other:ident, $app_table:ident, $name:expr) => {{
+            let name = $name;
+            let guard = $locks.acquire(&name).await.expect("acquire");
+            let kept = TxGuard::new(&guard).expect("a table-mode mutex");
+            assert!($other.break_lock(&name).await.expect("break"));
+            let later = $other.acquire(&name).await.expect("the next holder");
+            let mut tx = $pool.begin().await.expect("begin");
+            let err = kept.keep(&mut *tx).await.expect_err("a stale guard");
+            assert_eq!(
+                err.kind(),
+                ErrorKind::StaleToken,
+                "{}: {err}",
+                stringify!($store)
+            );
+            assert_eq!(err.tokens(), Some((guard.token(), later.token())));
+            tx.rollback().await.expect("rollback");
+            assert_eq!(rows!($pool, $app_table), 0);
+            later.release().await.expect("release");
+        }};
+    }
+    on_every_database!(check);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guarded_transaction_is_refused_once_the_lock_is_released() {
+    macro_rules! check {
+        ($store:ident, $pool:ident, $locks:ident, $other:ident, $app_table:ident, $name:expr) => {{
+            let guard = $locks.acquire(&$name).await.expect("acquire");
+            let kept = TxGuard::new(&guard).expect("a table-mode mutex");
+            guard.release().await.expect("release");
+            let mut tx = $pool.begin().await.expect("begin");
+            let err = kept.keep(&mut *tx).await.expect_err("a released guard");
+            assert_eq!(
+                err.kind(),
+                ErrorKind::LockLost,
+                "{}: {err}",
+                stringify!($store)
+            );
+            let _ = &$other;
+        }};
+    }
+    on_every_database!(check);
+}
+
+/// The lock cannot change hands while a guarded transaction is open: a
+/// break from another client waits for its commit.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_takeover_waits_for_the_guarded_transaction() {
+    macro_rules! check {
+        ($store:ident, $pool:ident, $locks:ident, $other:ident, $app_table:ident, $name:expr) => {{
+            let name = $name;
+            let guard = $locks.acquire(&name).await.expect("acquire");
+            let mut tx = $pool.begin().await.expect("begin");
+            TxGuard::new(&guard)
+                .expect("a table-mode mutex")
+                .keep(&mut *tx)
+                .await
+                .expect("the lock is the guard's");
+            let other: Locks = $other.clone();
+            let breaker_name = name.clone();
+            let mut breaking = tokio::spawn(async move { other.break_lock(&breaker_name).await });
+            // A break that does not wait finishes in milliseconds.
+            let early = tokio::time::timeout(Duration::from_millis(500), &mut breaking).await;
+            assert!(
+                early.is_err(),
+                "{}: the lock was broken inside the guarded transaction: {early:?}",
+                stringify!($store)
+            );
+            write_row!(tx, $app_table, guard.token()).expect("write");
+            tx.commit().await.expect("commit");
+            let broke = tokio::time::timeout(Duration::from_secs(30), breaking)
+                .await
+                .expect("the break goes on after the commit")
+                .expect("task")
+                .expect("break");
+            assert!(
+                broke,
+                "{}: the break found the lock held",
+                stringify!($store)
+            );
+            assert_eq!(rows!($pool, $app_table), 1);
+            assert_eq!(
+                guard.release().await.unwrap_err().kind(),
+                ErrorKind::NotOwner
+            );
+        }};
+    }
+    on_every_database!(check);
+}
+
+/// What a guarded transaction cannot guard says so: a semaphore permit, a
+/// lock of advisory mode, a connection to another kind of database.
+#[tokio::test(flavor = "multi_thread")]
+async fn what_cannot_be_guarded_is_refused_clearly() {
+    let Some(url) = store_url("POSTGRES") else {
+        return;
+    };
+    let locks = connect(&url).await.expect("connect");
+    let permit = locks
+        .semaphore(&unique("permits"), 2)
+        .acquire()
+        .await
+        .expect("permit");
+    let err = TxGuard::new(&permit).expect_err("a permit");
+    assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+    permit.release().await.expect("release");
+
+    let advisory = connect(&with_option(&url, "mode=advisory"))
+        .await
+        .expect("advisory mode");
+    let guard = advisory
+        .acquire(&unique("advisory"))
+        .await
+        .expect("acquire");
+    let err = TxGuard::new(&guard).expect_err("advisory mode");
+    assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+    assert!(err.to_string().contains("advisory"), "{err}");
+    guard.release().await.expect("release");
+
+    let Some(sqlite) = store_url("SQLITE") else {
+        return;
+    };
+    let guard = locks.acquire(&unique("elsewhere")).await.expect("acquire");
+    let elsewhere = sqlx::SqlitePool::connect(&format!("{sqlite}?mode=rwc"))
+        .await
+        .expect("pool");
+    let mut tx = elsewhere.begin().await.expect("begin");
+    let err = TxGuard::new(&guard)
+        .expect("a table-mode mutex")
+        .keep(&mut *tx)
+        .await
+        .expect_err("a SQLite transaction for a PostgreSQL lock");
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    guard.release().await.expect("release");
+}
