@@ -7,12 +7,14 @@
 mod builder;
 mod config;
 mod conn;
+mod guarded;
 mod queue;
 mod session;
 mod store;
 
 pub use builder::EtcdBuilder;
 pub use config::{EtcdConfig, EtcdOptions, Mode};
+pub use guarded::is_owner;
 
 /// The etcd-client crate this backend is built on, so that an application
 /// names the same version when it builds the client for

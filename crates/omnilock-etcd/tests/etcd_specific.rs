@@ -361,3 +361,70 @@ async fn an_election_observer_waits_on_the_watch() {
     let locks = connect(&cluster_url()).await.expect("connect");
     assert_observer_follows_the_watch(&locks, Duration::from_secs(5)).await;
 }
+
+/// A user's `Txn` guarded by `is_owner` applies while the guard holds its
+/// mutex, and not once the hold has ended: not after a release, not when
+/// the same client takes the lock again (an anonymous owner is reused, so
+/// the key's name is the same and only its create revision tells the holds
+/// apart), not after another client took it. Both modes.
+#[tokio::test]
+async fn a_txn_guarded_by_is_owner_applies_only_while_the_lock_is_held() {
+    use omnilock_etcd::etcd_client::{Txn, TxnOp};
+    let client = raw().await;
+    for mode in ["recipe", "lockapi"] {
+        let url = format!("{}?mode={mode}", cluster_url());
+        let (a, b) = (connect(&url).await.unwrap(), connect(&url).await.unwrap());
+        let name = format!("guarded/{}/{mode}", std::process::id());
+        let key = format!("omnilock-test-app/{}/{mode}", std::process::id());
+        let write = |compare, value: &str| {
+            Txn::new()
+                .when([compare])
+                .and_then([TxnOp::put(key.clone(), value, None)])
+        };
+        let applied = |txn| {
+            let mut kv = client.kv_client();
+            async move { kv.txn(txn).await.expect("txn").succeeded() }
+        };
+
+        let first = a.acquire(&name).await.expect("acquire");
+        let first_owner = omnilock_etcd::is_owner(&first).expect("a mutex");
+        assert!(applied(write(first_owner.clone(), "first")).await, "{mode}");
+        first.release().await.expect("release");
+        assert!(
+            !applied(write(first_owner.clone(), "released")).await,
+            "{mode}"
+        );
+
+        let again = a.acquire(&name).await.expect("acquire again");
+        assert!(
+            !applied(write(first_owner.clone(), "earlier hold")).await,
+            "{mode}: an ended hold's compare held for the same client's next hold"
+        );
+        let again_owner = omnilock_etcd::is_owner(&again).expect("a mutex");
+        assert!(
+            applied(write(again_owner.clone(), "second")).await,
+            "{mode}"
+        );
+        again.release().await.expect("release");
+
+        let other = b.acquire(&name).await.expect("another client");
+        assert!(!applied(write(again_owner, "stale")).await, "{mode}");
+        let (_, value) = keys_under(&client, &key).await.pop().expect("the key");
+        assert_eq!(value, "second", "{mode}: a stale Txn wrote");
+        other.release().await.expect("release");
+        client
+            .kv_client()
+            .delete(key, None)
+            .await
+            .expect("clean up");
+    }
+    let locks = connect(&cluster_url()).await.unwrap();
+    let permit = locks
+        .semaphore(&format!("guarded-permits/{}", std::process::id()), 2)
+        .acquire()
+        .await
+        .expect("permit");
+    let err = omnilock_etcd::is_owner(&permit).expect_err("a permit");
+    assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+    permit.release().await.expect("release");
+}

@@ -7,12 +7,14 @@ mod builder;
 mod config;
 mod conn;
 mod counted;
+mod guarded;
 mod queue;
 mod session;
 mod store;
 
 pub use builder::ZkBuilder;
 pub use config::{ZkConfig, ZkOptions};
+pub use guarded::check_owner;
 
 pub use store::{Held as ZkHold, ZkStore};
 /// The zookeeper-client crate this backend is built on, so that an

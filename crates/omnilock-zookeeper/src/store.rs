@@ -66,13 +66,20 @@ enum Sessions {
     Given(Arc<Session>),
 }
 
-/// What a ZooKeeper grant carries to release and renew it (its node);
-/// opaque outside the crate.
+/// What a ZooKeeper grant carries to release and renew it: its node, which
+/// [`crate::check_owner`] checks.
 pub struct Held {
     path: String,
     czxid: i64,
     session: Arc<Session>,
     ticket: u64,
+}
+
+impl Held {
+    /// The hold's lock node (a name no other acquisition has).
+    pub fn path(&self) -> &str {
+        &self.path
+    }
 }
 
 impl std::fmt::Debug for ZkStore {

@@ -187,3 +187,66 @@ async fn an_election_observer_waits_on_the_watch() {
     let locks = connect(&ensemble_url()).await.expect("connect");
     assert_observer_follows_the_watch(&locks, Duration::from_secs(5)).await;
 }
+
+/// A user's `multi` with `check_owner` applies while the guard holds its
+/// mutex, and not once the hold has ended: not after a release, not when
+/// the same client takes the lock again, not after another client took it.
+#[tokio::test]
+async fn a_multi_checked_by_check_owner_applies_only_while_the_lock_is_held() {
+    let client = raw().await;
+    let url = ensemble_url();
+    let (a, b) = (connect(&url).await.unwrap(), connect(&url).await.unwrap());
+    let name = format!("guarded/{}", std::process::id());
+    let node = format!("/omnilock-test-app-{}", std::process::id());
+    client
+        .create(
+            &node,
+            b"",
+            &zookeeper_client::CreateMode::Persistent
+                .with_acls(zookeeper_client::Acls::anyone_all()),
+        )
+        .await
+        .expect("the application's node");
+    let write = |guard: &omnilock_core::LockGuard, value: &'static [u8]| {
+        let mut writer = client.new_multi_writer();
+        omnilock_zookeeper::check_owner(&mut writer, guard).expect("a mutex");
+        writer.add_set_data(&node, value, None).expect("set");
+        async move { writer.commit().await.is_ok() }
+    };
+
+    let first = a.acquire(&name).await.expect("acquire");
+    assert!(write(&first, b"first").await);
+    // A release consumes the guard: this writer is built while it holds,
+    // and committed after.
+    let mut ended = client.new_multi_writer();
+    omnilock_zookeeper::check_owner(&mut ended, &first).expect("a mutex");
+    ended.add_set_data(&node, b"released", None).expect("set");
+    first.release().await.expect("release");
+    assert!(
+        ended.commit().await.is_err(),
+        "a released hold's check passed"
+    );
+
+    let again = a.acquire(&name).await.expect("acquire again");
+    let mut stale = client.new_multi_writer();
+    omnilock_zookeeper::check_owner(&mut stale, &again).expect("a mutex");
+    stale.add_set_data(&node, b"stale", None).expect("set");
+    assert!(write(&again, b"second").await);
+    again.release().await.expect("release");
+    let other = b.acquire(&name).await.expect("another client");
+    assert!(stale.commit().await.is_err(), "a stale check passed");
+    let (data, _) = client.get_data(&node).await.expect("read");
+    assert_eq!(data, b"second", "a stale multi wrote");
+    other.release().await.expect("release");
+    client.delete(&node, None).await.expect("clean up");
+
+    let permit = a
+        .semaphore(&format!("guarded-permits/{}", std::process::id()), 2)
+        .acquire()
+        .await
+        .expect("permit");
+    let mut writer = client.new_multi_writer();
+    let err = omnilock_zookeeper::check_owner(&mut writer, &permit).expect_err("a permit");
+    assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+    permit.release().await.expect("release");
+}

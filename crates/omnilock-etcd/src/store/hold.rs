@@ -18,8 +18,8 @@ use crate::session::Session;
 /// Holds checked by one renewal `Txn` at most.
 const RENEW_BATCH: usize = 64;
 
-/// What an etcd grant carries to release and renew it (its key and
-/// revision); opaque outside the crate.
+/// What an etcd grant carries to release and renew it: its key and the
+/// key's create revision, which [`crate::is_owner`] compares.
 pub struct Held {
     pub(super) key: String,
     pub(super) rev: i64,
@@ -28,6 +28,19 @@ pub struct Held {
     /// Set when the key lives on another client's lease: the same owner
     /// re-entered a lock it holds in another process.
     pub(super) foreign_lease: Option<i64>,
+}
+
+impl Held {
+    /// The key this hold acquired, in full (with the store's prefix).
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The revision at which the key was created: while the key exists
+    /// with it, the hold is the lock's.
+    pub fn create_revision(&self) -> i64 {
+        self.rev
+    }
 }
 
 /// The grant of the key created at `rev` on `session`'s lease (or, with

@@ -1,0 +1,54 @@
+//! Guarded writes in ZooKeeper: the check that makes an application's own
+//! `multi` apply only while its lock is held.
+
+use omnilock_core::{Error, ErrorKind, LockGuard, Primitive, Result};
+use zookeeper_client::MultiWriter;
+
+use crate::store::Held;
+
+/// Adds to `writer` (an application's own `multi`) a check that passes only
+/// while `guard` holds its mutex: the guard's lock node still exists,
+/// unchanged. Each acquisition has a node of its own (a unique, sequential
+/// name), which the lock's loss (session expiry, a break, the release)
+/// deletes. The `multi`'s other operations then apply in one atomic step
+/// with the check, or none does (`commit` fails, the check's result
+/// `Error::NoNode`).
+///
+/// Mutexes of a ZooKeeper store, on a client with the store's chroot (no
+/// chroot for a store opened from a URL). `Unsupported` for a semaphore
+/// permit, a side of a read-write lock, or a guard of another store.
+///
+/// ```no_run
+/// # async fn demo(client: omnilock_zookeeper::zookeeper_client::Client) -> Result<(), Box<dyn std::error::Error>> {
+/// use omnilock_core::Locks;
+/// # let locks: Locks = todo!();
+/// let guard = locks.acquire("config/publisher").await?;
+/// let mut writer = client.new_multi_writer();
+/// omnilock_zookeeper::check_owner(&mut writer, &guard)?;
+/// writer.add_set_data("/app/config", b"v42", None)?;
+/// // Err(..) once the lock was lost, and nothing was written.
+/// let applied = writer.commit().await.is_ok();
+/// # let _ = applied; Ok(()) }
+/// ```
+pub fn check_owner(writer: &mut MultiWriter<'_>, guard: &LockGuard) -> Result<()> {
+    let unsupported = |why: &str| {
+        Error::new(
+            ErrorKind::Unsupported,
+            format!("an owner check needs {why}"),
+        )
+        .with_lock(guard.name().as_str())
+    };
+    if guard.primitive() != Primitive::Mutex {
+        return Err(unsupported(
+            "a mutex, not a semaphore permit or a side of a read-write lock",
+        ));
+    }
+    let held = guard
+        .store_grant::<Held>()
+        .ok_or_else(|| unsupported("a lock of a ZooKeeper store"))?;
+    // omnilock never changes a lock node's data: version 0 is the node as
+    // created, and no later node can have this node's name.
+    writer
+        .add_check_version(held.hold.path(), 0)
+        .map_err(|e| Error::config(format!("cannot check the lock's node: {e}")))
+}
