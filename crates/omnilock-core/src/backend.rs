@@ -79,6 +79,13 @@ pub struct Capabilities {
     /// break or a later holder, never `true` for a stale token. Without it,
     /// they answer `Unsupported`.
     pub check: bool,
+    /// A write in the store itself can be made conditional on holding a
+    /// mutex, in one atomic step with the check: SQL table mode's
+    /// `sql::TxGuard` (the application's own transaction), etcd's
+    /// `etcd::is_owner` (a compare for its own `Txn`), ZooKeeper's
+    /// `zookeeper::check_owner` (a check in its own `multi`). See
+    /// docs/fencing.md.
+    pub guarded_write: bool,
 }
 
 /// `with_<flag>(on)` for each flag: the claims with that one set.
@@ -112,6 +119,7 @@ impl Capabilities {
             rw_lock: false,
             atomic_lock_all: false,
             check: false,
+            guarded_write: false,
         }
     }
 
@@ -130,6 +138,7 @@ impl Capabilities {
         rw_lock => with_rw_lock,
         atomic_lock_all => with_atomic_lock_all,
         check => with_check,
+        guarded_write => with_guarded_write,
     }
 
     /// Every flag by its field name, in the order the struct declares
@@ -147,7 +156,7 @@ impl Capabilities {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn flags(&self) -> [(&'static str, bool); 14] {
+    pub fn flags(&self) -> [(&'static str, bool); 15] {
         // Destructured without `..`: a new field breaks this until it is
         // listed.
         let Capabilities {
@@ -165,6 +174,7 @@ impl Capabilities {
             rw_lock,
             atomic_lock_all,
             check,
+            guarded_write,
         } = *self;
         [
             ("fair", fair),
@@ -181,6 +191,7 @@ impl Capabilities {
             ("rw_lock", rw_lock),
             ("atomic_lock_all", atomic_lock_all),
             ("check", check),
+            ("guarded_write", guarded_write),
         ]
     }
 }

@@ -5,9 +5,11 @@
 //! options say. (`OMNILOCK_TEST_ETCD_URL`, `OMNILOCK_TEST_ETCD_AUTH_URL`,
 //! `OMNILOCK_TEST_ETCD_TLS_URL`)
 
+mod common;
+
 use std::time::Duration;
 
-use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, Identity, TlsOptions};
+use etcd_client::{Client, GetOptions};
 use omnilock_core::{ErrorKind, StoreUrl};
 use omnilock_etcd::{EtcdConfig, EtcdStore, Mode};
 use omnilock_testkit::fixtures::{
@@ -15,6 +17,8 @@ use omnilock_testkit::fixtures::{
     unique_name,
 };
 use omnilock_testkit::{Subject, assert_builder_refuses, store_url};
+
+use common::app_client;
 
 /// The settings in `OMNILOCK_TEST_<store>_URL`, read only to learn where
 /// the test cluster is and what it needs.
@@ -24,32 +28,11 @@ fn settings(store: &str) -> Option<EtcdConfig> {
 }
 
 /// The application's client, built with etcd-client alone.
-async fn app_client(config: &EtcdConfig) -> Result<Client, etcd_client::Error> {
-    let mut options = ConnectOptions::new();
-    if let (Some(user), Some(password)) = (&config.username, &config.password) {
-        options = options.with_user(user.clone(), password.expose());
-    }
-    if config.tls {
-        let mut tls = TlsOptions::new();
-        if let Some(ca) = &config.tls_ca {
-            tls = tls.ca_certificate(Certificate::from_pem(std::fs::read(ca).unwrap()));
-        }
-        if let Some((cert, key)) = &config.tls_identity {
-            tls = tls.identity(Identity::from_pem(
-                std::fs::read(cert).unwrap(),
-                std::fs::read(key).unwrap(),
-            ));
-        }
-        options = options.with_tls(tls);
-    }
-    Client::connect(&config.endpoints, Some(options)).await
-}
-
 fn subject(store: &str, mode: Mode) -> Option<Subject> {
-    Some(byo_subject(
-        store,
-        settings(store)?,
-        move |config| async move {
+    let config = settings(store)?;
+    let writes = common::guarded::opener(config.clone());
+    Some(
+        byo_subject(store, config, move |config| async move {
             let client = app_client(&config)
                 .await
                 .map_err(|e| omnilock_core::Error::unavailable(e.to_string()))?;
@@ -58,8 +41,9 @@ fn subject(store: &str, mode: Mode) -> Option<Subject> {
                 .mode(mode)
                 .build()
                 .await
-        },
-    ))
+        })
+        .with_guarded_writes(writes),
+    )
 }
 
 omnilock_testkit::conformance_main! {

@@ -168,7 +168,7 @@ impl TxGuard {
             token: self.token as i64,
             ..Args::default()
         };
-        let conn: &mut dyn Any = conn;
+        let conn: &mut (dyn Any + Send) = conn;
         let (kept, latest) = self.run(conn, keep, token_of, &args).await?;
         let context = |e: Error| {
             e.with_backend(inner.config.dialect.kind())
@@ -192,7 +192,7 @@ impl TxGuard {
     /// Runs `keep` on `conn`, and `token_of` when it found nothing.
     async fn run(
         &self,
-        conn: &mut dyn Any,
+        conn: &mut (dyn Any + Send),
         keep: &Statement,
         token_of: &Statement,
         args: &Args<'_>,

@@ -45,6 +45,13 @@ pub fn pool_subject(store: &str) -> Option<Subject> {
                 SqlStore::builder(pool).table(table).build().await
             }
         })
+        .with_guarded_writes({
+            let url = url.clone();
+            move || {
+                let url = url.clone();
+                async move { common::guarded::open(&url).await }
+            }
+        })
         .with_url(url)
         // The grant statements are the URL subject's; what the
         // application's pool adds is the connections.

@@ -30,6 +30,7 @@ use omnilock_core::{Locks, Result};
 #[cfg(feature = "blocking")]
 pub mod blocking;
 pub mod fixtures;
+pub mod guarded;
 pub mod registry;
 pub mod scenarios;
 pub mod suite;
@@ -38,6 +39,10 @@ pub use tokio;
 
 type ConnectFn = dyn Fn() -> Pin<Box<dyn Future<Output = Result<Locks>> + Send>> + Send + Sync;
 type CountFn = dyn Fn() -> Pin<Box<dyn Future<Output = Result<u64>> + Send>> + Send + Sync;
+type GuardedFn =
+    dyn Fn() -> Pin<Box<dyn Future<Output = Arc<dyn GuardedWrites>> + Send>> + Send + Sync;
+
+pub use guarded::{GuardedWrite, GuardedWrites};
 
 /// The store under test: a label and a way to open independent clients to
 /// it, and for the herd scenarios a way to count the requests it served.
@@ -47,6 +52,7 @@ pub struct Subject {
     url: Option<String>,
     connect: Arc<ConnectFn>,
     count: Option<Arc<CountFn>>,
+    guarded: Option<Arc<GuardedFn>>,
     /// See [`Subject::connection_variant`].
     variant: bool,
 }
@@ -63,7 +69,29 @@ impl Subject {
             url: None,
             connect: Arc::new(move || Box::pin(connect())),
             count: None,
+            guarded: None,
             variant: false,
+        }
+    }
+
+    /// Gives the guarded-write scenarios a way to write in the store
+    /// itself under a lock, opened by `open` in each scenario's runtime. A
+    /// store that claims `guarded_write` on a subject without one fails
+    /// those scenarios.
+    pub fn with_guarded_writes<F, Fut>(mut self, open: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Arc<dyn GuardedWrites>> + Send + 'static,
+    {
+        self.guarded = Some(Arc::new(move || Box::pin(open())));
+        self
+    }
+
+    /// The subject's guarded writes (see [`Subject::with_guarded_writes`]).
+    pub async fn guarded_writes(&self) -> Option<Arc<dyn GuardedWrites>> {
+        match &self.guarded {
+            Some(open) => Some(open().await),
+            None => None,
         }
     }
 

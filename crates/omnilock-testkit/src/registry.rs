@@ -109,6 +109,8 @@ pub enum Claim {
     AtomicLockAll,
     /// `Capabilities::check`.
     Check,
+    /// `Capabilities::guarded_write`.
+    GuardedWrite,
     /// The subject has a request counter ([`Subject::with_request_counter`])
     /// that counts (does not answer `Unsupported`).
     RequestCounter,
@@ -131,6 +133,7 @@ impl Claim {
             Claim::SemaphoreAndRwLock => caps.semaphore && caps.rw_lock,
             Claim::AtomicLockAll => caps.atomic_lock_all,
             Claim::Check => caps.check,
+            Claim::GuardedWrite => caps.guarded_write,
             Claim::RequestCounter => return None,
         })
     }
@@ -166,6 +169,7 @@ impl Claim {
             Claim::SemaphoreAndRwLock => "not claimed: semaphore and read-write lock",
             Claim::AtomicLockAll => "not claimed: an atomic lock_all step",
             Claim::Check => "not claimed: check",
+            Claim::GuardedWrite => "not claimed: guarded writes",
             Claim::RequestCounter => "not claimed: a request counter",
         }
     }
@@ -205,6 +209,7 @@ pub static CONFORMANCE: &[&[Scenario]] = &[
     scenarios::reentrancy::SCENARIOS,
     scenarios::contract::SCENARIOS,
     scenarios::leases::SCENARIOS,
+    scenarios::guarded::SCENARIOS,
     scenarios::names::SCENARIOS,
     scenarios::release::SCENARIOS,
     scenarios::multi::SCENARIOS,

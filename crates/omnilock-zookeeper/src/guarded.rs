@@ -31,24 +31,47 @@ use crate::store::Held;
 /// # let _ = applied; Ok(()) }
 /// ```
 pub fn check_owner(writer: &mut MultiWriter<'_>, guard: &LockGuard) -> Result<()> {
-    let unsupported = |why: &str| {
-        Error::new(
-            ErrorKind::Unsupported,
-            format!("an owner check needs {why}"),
-        )
-        .with_lock(guard.name().as_str())
-    };
-    if guard.primitive() != Primitive::Mutex {
-        return Err(unsupported(
-            "a mutex, not a semaphore permit or a side of a read-write lock",
-        ));
+    OwnerCheck::new(guard)?.add_to(writer)
+}
+
+/// What [`check_owner`] checks, kept apart from the guard: build it while
+/// the guard holds, add it to a `multi` later (the check then fails if the
+/// hold has ended meanwhile).
+#[derive(Debug, Clone)]
+pub struct OwnerCheck {
+    path: String,
+}
+
+impl OwnerCheck {
+    /// The check of `guard`'s hold. `Unsupported` for a semaphore permit, a
+    /// side of a read-write lock, or a guard of another store.
+    pub fn new(guard: &LockGuard) -> Result<Self> {
+        let unsupported = |why: &str| {
+            Error::new(
+                ErrorKind::Unsupported,
+                format!("an owner check needs {why}"),
+            )
+            .with_lock(guard.name().as_str())
+        };
+        if guard.primitive() != Primitive::Mutex {
+            return Err(unsupported(
+                "a mutex, not a semaphore permit or a side of a read-write lock",
+            ));
+        }
+        let held = guard
+            .store_grant::<Held>()
+            .ok_or_else(|| unsupported("a lock of a ZooKeeper store"))?;
+        Ok(OwnerCheck {
+            path: held.hold.path().to_string(),
+        })
     }
-    let held = guard
-        .store_grant::<Held>()
-        .ok_or_else(|| unsupported("a lock of a ZooKeeper store"))?;
-    // omnilock never changes a lock node's data: version 0 is the node as
-    // created, and no later node can have this node's name.
-    writer
-        .add_check_version(held.hold.path(), 0)
-        .map_err(|e| Error::config(format!("cannot check the lock's node: {e}")))
+
+    /// Adds the check to `writer`.
+    pub fn add_to(&self, writer: &mut MultiWriter<'_>) -> Result<()> {
+        // omnilock never changes a lock node's data: version 0 is the node
+        // as created, and no later node can have this node's name.
+        writer
+            .add_check_version(&self.path, 0)
+            .map_err(|e| Error::config(format!("cannot check the lock's node: {e}")))
+    }
 }

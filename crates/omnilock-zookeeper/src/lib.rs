@@ -14,7 +14,7 @@ mod store;
 
 pub use builder::ZkBuilder;
 pub use config::{ZkConfig, ZkOptions};
-pub use guarded::check_owner;
+pub use guarded::{OwnerCheck, check_owner};
 
 pub use store::{Held as ZkHold, ZkStore};
 /// The zookeeper-client crate this backend is built on, so that an

@@ -305,6 +305,7 @@ impl Backend for ZkStore {
             .with_break_lock(true)
             .with_holder(true)
             .with_check(true)
+            .with_guarded_write(true)
             .with_election(true)
             // ZAB: a node is committed on a quorum of the ensemble.
             .with_survives_failover(true)

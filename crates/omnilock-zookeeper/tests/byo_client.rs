@@ -5,6 +5,8 @@
 //! its timeout, and its end is reported. (`OMNILOCK_TEST_ZK_URL`,
 //! `OMNILOCK_TEST_ZK_DIGEST_URL`)
 
+mod common;
+
 use std::time::Duration;
 
 use omnilock_core::{ErrorKind, StoreUrl};
@@ -12,6 +14,8 @@ use omnilock_testkit::fixtures::{assert_refused, assert_same_refusal, byo_subjec
 use omnilock_testkit::{Subject, assert_builder_refuses, store_url};
 use omnilock_zookeeper::{ZkConfig, ZkStore};
 use zookeeper_client::Client;
+
+use common::app_client;
 
 /// The shortest TTL the conformance scenarios ask for: the session timeout
 /// may not be longer (a longer session would keep a dead holder's lock
@@ -28,24 +32,18 @@ fn settings(store: &str) -> Option<ZkConfig> {
 }
 
 /// The application's client, built with zookeeper-client alone.
-async fn app_client(config: &ZkConfig, session: Duration) -> Client {
-    let connector = Client::connector().with_session_timeout(session);
-    let connector = match &config.digest {
-        Some((user, pw)) => {
-            connector.with_auth("digest", format!("{user}:{}", pw.expose()).as_bytes())
-        }
-        None => connector,
-    };
-    connector.connect(&config.hosts).await.expect("app client")
-}
-
 fn subject(store: &str) -> Option<Subject> {
-    Some(byo_subject(store, settings(store)?, |config| async move {
-        ZkStore::builder(app_client(&config, SESSION).await)
-            .prefix(&config.options.prefix)
-            .build()
-            .await
-    }))
+    let config = settings(store)?;
+    let writes = common::guarded::opener(config.clone());
+    Some(
+        byo_subject(store, config, |config| async move {
+            ZkStore::builder(app_client(&config, SESSION).await)
+                .prefix(&config.options.prefix)
+                .build()
+                .await
+        })
+        .with_guarded_writes(writes),
+    )
 }
 
 omnilock_testkit::conformance_main! {

@@ -31,6 +31,8 @@ impl Backend for MemStore {
             rw_lock: true,
             atomic_lock_all: true,
             check: true,
+            // The store keeps nothing but locks.
+            guarded_write: false,
         }
     }
 

@@ -122,6 +122,8 @@ pub(super) fn capabilities(owners_in_keys: bool) -> Capabilities {
         .with_break_lock(true)
         .with_holder(owners_in_keys)
         .with_check(owners_in_keys)
+        // Both modes: a hold knows its key and create revision.
+        .with_guarded_write(true)
         .with_election(owners_in_keys)
         // Raft: a grant is committed on a majority of members.
         .with_survives_failover(true)

@@ -133,6 +133,8 @@ impl Backend for AdvisoryStore {
             // them (and ends their sessions, so holders are told).
             .with_survives_failover(false)
             .with_atomic_lock_all(false)
+            // A session holds the mutex: a transaction cannot lock that.
+            .with_guarded_write(false)
     }
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {

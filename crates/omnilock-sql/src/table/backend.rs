@@ -77,6 +77,7 @@ impl Backend for TableStore {
             .with_break_lock(true)
             .with_holder(true)
             .with_check(true)
+            .with_guarded_write(true)
             .with_election(true)
             // A committed row survives a restart of the server; a
             // failover to an asynchronous replica is outside what the

@@ -1,6 +1,8 @@
 //! Helpers shared by the SQL test binaries.
 #![allow(dead_code)]
 
+pub(crate) mod guarded;
+
 use omnilock_core::{Locks, StoreUrl};
 use omnilock_sql::{SqlConfig, SqlStore};
 use omnilock_testkit::{Subject, store_url};
@@ -100,6 +102,13 @@ fn subject_with(store: &str, options: &str) -> Option<Subject> {
             async move {
                 let config = SqlConfig::from_url(&StoreUrl::parse(&url)?)?;
                 Ok(Locks::new(SqlStore::connect(config).await?))
+            }
+        })
+        .with_guarded_writes({
+            let url = url.clone();
+            move || {
+                let url = url.clone();
+                async move { guarded::open(&url).await }
             }
         })
         .with_url(url),

@@ -19,6 +19,7 @@ pub(crate) use crate::{queue_request, queue_waiter, take};
 pub(crate) mod contract;
 pub(crate) mod elections;
 pub(crate) mod exclusion;
+pub(crate) mod guarded;
 pub(crate) mod herd;
 pub(crate) mod leases;
 pub(crate) mod multi;

@@ -1,8 +1,13 @@
 //! The subject every ZooKeeper test binary builds its scenarios on.
 
+pub(crate) mod guarded;
+
+use std::time::Duration;
+
 use omnilock_core::StoreUrl;
 use omnilock_testkit::{Subject, store_url};
 use omnilock_zookeeper::ZkConfig;
+use zookeeper_client::Client;
 
 /// The store in `OMNILOCK_TEST_<store>_URL`, opened through `ZkConfig`.
 #[allow(dead_code)] // not every test binary uses it
@@ -27,6 +32,7 @@ pub(crate) fn subject_under(store: &str, prefix: &str) -> Option<Subject> {
 
 fn subject_at(store: &str, url: String) -> Option<Subject> {
     let for_clients = url.clone();
+    let config = ZkConfig::from_url(&StoreUrl::parse(&url).unwrap()).unwrap();
     Some(
         Subject::new(store.to_lowercase(), move || {
             let url = for_clients.clone();
@@ -34,6 +40,20 @@ fn subject_at(store: &str, url: String) -> Option<Subject> {
                 omnilock_zookeeper::connect(ZkConfig::from_url(&StoreUrl::parse(&url)?)?).await
             }
         })
+        .with_guarded_writes(guarded::opener(config))
         .with_url(url),
     )
+}
+
+/// An application's own client with a store URL's hosts and credentials,
+/// its session timeout `session`.
+pub(crate) async fn app_client(config: &ZkConfig, session: Duration) -> Client {
+    let connector = Client::connector().with_session_timeout(session);
+    let connector = match &config.digest {
+        Some((user, pw)) => {
+            connector.with_auth("digest", format!("{user}:{}", pw.expose()).as_bytes())
+        }
+        None => connector,
+    };
+    connector.connect(&config.hosts).await.expect("app client")
 }
