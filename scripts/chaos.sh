@@ -6,7 +6,7 @@
 #                                    (scripts/stores.sh up)
 #   CHAOS_FILTER=REGEX               only the runs whose label matches
 #   CHAOS_KEEP=1                     keep earlier results in target/chaos-long
-#   CHAOS_SET=classic|volume|kleppmann|failover|all   which runs (default all):
+#   CHAOS_SET=classic|volume|kleppmann|failover|guarded|all   which runs (default all):
 #     classic    the runs below with work 0-2 s (recovery times, 1-lock runs)
 #     volume     every store x fault class once over 100 locks with work
 #                0-50 ms, so each class gathers >= 10,000 acquisitions
@@ -15,6 +15,9 @@
 #     failover   Redis Cluster and Sentinel: kill, pause and the failover
 #                fault (the master serving a held lock killed, its replica
 #                promoted), fenced and unfenced
+#     guarded    guarded SQL transactions (sql::TxGuard): the resource is a
+#                table in the lock's own database, volume runs per fault,
+#                and a pause run without the guard as the control
 #
 # Each run: 16 client processes, TTL 2 s, work under the lock 0-2 s (as the
 # issue that specified the harness asked), one fault class. "1lock" runs put
@@ -71,6 +74,21 @@ if [ "$SET" = volume ] || [ "$SET" = all ]; then
   volume mysql "$OMNILOCK_TEST_MYSQL_URL" fenced kill pause partition node &
   wait
   volume redlock "$OMNILOCK_TEST_REDLOCK_URL" unfenced kill pause partition minority restart clock
+fi
+
+if [ "$SET" = guarded ] || [ "$SET" = all ]; then
+  # guarded STORE URL FAULTS...: each fault with the guard, then pauses
+  # without it (where a holder resumes after its lease to write).
+  guarded() {
+    local store=$1 url=$2
+    shift 2
+    for fault in "$@"; do run "$store" "$url" "$fault" 100 sql-guarded 50ms -volume; done
+    run "$store" "$url" pause 100 sql-unguarded 50ms -volume
+  }
+  guarded postgres "$OMNILOCK_TEST_POSTGRES_URL" kill pause partition &
+  guarded sqlite "$OMNILOCK_TEST_SQLITE_URL" kill pause &
+  wait
+  guarded mysql "$OMNILOCK_TEST_MYSQL_URL" kill pause partition
 fi
 
 if [ "$SET" = failover ] || [ "$SET" = all ]; then

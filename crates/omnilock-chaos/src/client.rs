@@ -16,6 +16,7 @@ use tokio::io::AsyncReadExt;
 
 use crate::history::{Event, Op, Phase, Source};
 use crate::primitive::Primitive;
+use crate::records::Records;
 use crate::register::{Answer, Connection};
 
 /// What a client is told by the harness.
@@ -38,6 +39,9 @@ pub struct ClientConfig {
     pub careful: bool,
     /// What it takes.
     pub primitive: Primitive,
+    /// The resource is a table in the lock's SQL database (`records.rs`):
+    /// `Some(true)` written in guarded transactions.
+    pub records: Option<bool>,
 }
 
 fn emit(event: Event) {
@@ -64,6 +68,12 @@ pub async fn run(config: ClientConfig) -> Result<(), String> {
     let mut register = Connection::open(&config.register)
         .await
         .map_err(|e| format!("client {id}: register: {e}"))?;
+    let records = match config.records {
+        Some(_) => Records::connect(&config.store)
+            .await
+            .map_err(|e| format!("client {id}: {e}"))?,
+        None => None,
+    };
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         let mut sink = [0u8; 64];
@@ -72,7 +82,7 @@ pub async fn run(config: ClientConfig) -> Result<(), String> {
         let _ = stop_tx.send(true);
     });
     while !*stop.borrow() {
-        one_round(&locks, &mut register, &config).await;
+        one_round(&locks, &mut register, records.as_ref(), &config).await;
     }
     locks.close().await;
     Ok(())
@@ -80,7 +90,12 @@ pub async fn run(config: ClientConfig) -> Result<(), String> {
 
 /// One round: take the lock (or, with `multi`, two locks at once through
 /// `lock_all`), use it, release it.
-async fn one_round(locks: &Locks, register: &mut Connection, config: &ClientConfig) {
+async fn one_round(
+    locks: &Locks,
+    register: &mut Connection,
+    records: Option<&Records>,
+    config: &ClientConfig,
+) {
     let id = config.id;
     let mut rng = rand::thread_rng();
     let names: Vec<String> = if config.primitive == Primitive::Multi {
@@ -144,6 +159,18 @@ async fn one_round(locks: &Locks, register: &mut Connection, config: &ClientConf
     if share.is_some() {
         let work = rand::thread_rng().gen_range(Duration::ZERO..=config.work);
         tokio::time::sleep(work).await;
+    } else if let (Some(records), Some(guarded)) = (records, config.records) {
+        for part in &parts {
+            if config.careful && !part.is_held() {
+                emit(
+                    client_event(id, Op::Skip, Phase::Ok, part.name().as_str()).token(part.token()),
+                );
+                continue;
+            }
+            for event in records.update(id, part, guarded, config.work).await {
+                emit(event);
+            }
+        }
     } else {
         use_register(register, config, &parts).await;
     }

@@ -27,5 +27,6 @@ pub mod client;
 pub mod history;
 pub mod primitive;
 pub mod proxy;
+pub mod records;
 pub mod register;
 pub mod run;

@@ -30,6 +30,11 @@ enum RegisterMode {
     Fenced,
     /// Accepts everything (the violations show as accepted stale writes).
     Unfenced,
+    /// A table in the lock's own SQL database, each write in a transaction
+    /// that `omnilock::sql::TxGuard` keeps under the lock (mutexes).
+    SqlGuarded,
+    /// The same table, written without the guard (the control).
+    SqlUnguarded,
 }
 
 #[derive(Subcommand)]
@@ -123,6 +128,9 @@ struct ClientArgs {
     careful: bool,
     #[arg(long, default_value = "mutex")]
     primitive: Primitive,
+    /// The records mode: `guarded` or `unguarded` (see `--register`).
+    #[arg(long)]
+    records: Option<String>,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -144,6 +152,11 @@ async fn main() -> ExitCode {
                 duration: args.duration,
                 interval: args.interval,
                 fenced: matches!(args.register, RegisterMode::Fenced),
+                records: match args.register {
+                    RegisterMode::SqlGuarded => Some(true),
+                    RegisterMode::SqlUnguarded => Some(false),
+                    _ => None,
+                },
                 careful: args.careful,
                 primitive: args.primitive,
                 out: args.out,
@@ -193,6 +206,7 @@ async fn main() -> ExitCode {
                 work: args.work,
                 careful: args.careful,
                 primitive: args.primitive,
+                records: args.records.map(|mode| mode == "guarded"),
             };
             match client::run(config).await {
                 Ok(()) => ExitCode::SUCCESS,

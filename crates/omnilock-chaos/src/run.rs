@@ -85,6 +85,10 @@ pub struct RunConfig {
     pub interval: Duration,
     /// Whether the register refuses stale tokens.
     pub fenced: bool,
+    /// The resource is the lock's own SQL database instead of the
+    /// register (`records.rs`): `Some(true)` written in guarded
+    /// transactions, `Some(false)` without the guard.
+    pub records: Option<bool>,
     /// Whether clients skip their write when the guard says the lock is gone.
     pub careful: bool,
     /// What the clients take.
@@ -152,6 +156,22 @@ pub async fn run(config: RunConfig) -> Result<Report, String> {
             "{} gives no fencing tokens: run it with --register unfenced",
             locks.backend_kind()
         ));
+    }
+    if let Some(guarded) = config.records {
+        if config.primitive != Primitive::Mutex {
+            return Err("the records modes take mutexes: --primitive mutex".into());
+        }
+        if guarded && !capabilities.guarded_write {
+            return Err(format!(
+                "{} cannot guard a write in its own database: use --register sql-unguarded \
+                 or a SQL store in table mode",
+                locks.backend_kind()
+            ));
+        }
+        let records = crate::records::Records::connect(&config.store)
+            .await?
+            .ok_or("the records modes need a SQL store (postgres://, mysql://, sqlite://)")?;
+        records.prepare(config.locks).await?;
     }
     if config
         .faults
@@ -327,6 +347,12 @@ async fn spawn_client(harness: &Arc<Harness>) -> Result<(), String> {
             &humantime::format_duration(harness.config.work).to_string(),
         ])
         .args(harness.config.careful.then_some("--careful"))
+        .args(harness.config.records.map(|guarded| {
+            format!(
+                "--records={}",
+                if guarded { "guarded" } else { "unguarded" }
+            )
+        }))
         .args(["--primitive", &harness.config.primitive.to_string()])
         // In the environment, not the command line: URLs carry passwords.
         .env("OMNILOCK_CHAOS_STORE", store)
