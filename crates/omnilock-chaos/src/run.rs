@@ -286,7 +286,12 @@ pub async fn run(config: RunConfig) -> Result<Report, String> {
         config.ttl,
         config.work,
         config.duration,
-        if config.fenced { "fenced" } else { "unfenced" },
+        match (config.records, config.fenced) {
+            (Some(true), _) => "sql-guarded",
+            (Some(false), _) => "sql-unguarded",
+            (None, true) => "fenced",
+            (None, false) => "unfenced",
+        },
     );
     Ok(report)
 }
