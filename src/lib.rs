@@ -70,8 +70,8 @@
 pub use omnilock_core::{
     AcquireOptions, Candidate, Capabilities, DEFAULT_TTL, Election, Error, ErrorKind, Holder,
     Leader, Leadership, LockGuard, LockName, LockRequest, Locks, MAX_ELECTION_VALUE_BYTES, MAX_TTL,
-    MIN_TTL, MemStore, MultiGuard, MultiLockRequest, Observer, Operation, Owner, ReadWriteLock,
-    Result, parse_duration,
+    MIN_TTL, MemStore, MultiGuard, MultiLockRequest, Observer, Operation, Owner, Primitive,
+    ReadWriteLock, Result, parse_duration,
 };
 
 pub mod blocking;

@@ -89,6 +89,31 @@ impl LockGuard {
         self.inner().token()
     }
 
+    /// What is held: a mutex, a semaphore permit, a side of a read-write lock.
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// assert_eq!(locks.acquire("a")?.primitive(), omnilock::Primitive::Mutex);
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn primitive(&self) -> crate::Primitive {
+        self.inner().primitive()
+    }
+
+    /// The store's own record of this hold, for a store crate's extensions
+    /// (see [`crate::LockGuard::store_grant`]); `None` when the guard was
+    /// not granted by a store whose grants carry `H`.
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let guard = locks.acquire("a")?;
+    /// assert!(guard.store_grant::<omnilock::raw::LostNotifier>().is_some());
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn store_grant<H: 'static>(&self) -> Option<&crate::raw::Grant<H>> {
+        self.inner().store_grant()
+    }
+
     /// The lease TTL.
     ///
     /// ```
