@@ -28,6 +28,7 @@
 //! ```
 
 mod backend;
+mod capabilities;
 mod client;
 mod detach;
 mod driver;
@@ -54,7 +55,7 @@ mod url;
 
 pub use backend::{
     AcquireRequest, Backend, Capabilities, Grant, Holder, HolderChange, LockSpec, Primitive,
-    RW_CAPACITY, Share,
+    RW_CAPACITY, Share, mutex_grant,
 };
 pub use client::{DEFAULT_TTL, Locks, MAX_TTL, MIN_TTL, check_ttl};
 pub use detach::{CompleteOrUndo, complete_or_undo};

@@ -2,7 +2,7 @@
 //! `Txn` apply only while its lock is held.
 
 use etcd_client::{Compare, CompareOp};
-use omnilock_core::{Error, ErrorKind, LockGuard, Primitive, Result};
+use omnilock_core::{LockGuard, Result, mutex_grant};
 
 use crate::store::Held;
 
@@ -30,21 +30,7 @@ use crate::store::Held;
 /// # let _ = applied; Ok(()) }
 /// ```
 pub fn is_owner(guard: &LockGuard) -> Result<Compare> {
-    let unsupported = |why: &str| {
-        Error::new(
-            ErrorKind::Unsupported,
-            format!("an owner compare needs {why}"),
-        )
-        .with_lock(guard.name().as_str())
-    };
-    if guard.primitive() != Primitive::Mutex {
-        return Err(unsupported(
-            "a mutex, not a semaphore permit or a side of a read-write lock",
-        ));
-    }
-    let held = guard
-        .store_grant::<Held>()
-        .ok_or_else(|| unsupported("a lock of an etcd store"))?;
+    let held = mutex_grant::<Held>(guard, "an owner compare", "an etcd store")?;
     Ok(Compare::create_revision(
         held.hold.key(),
         CompareOp::Equal,

@@ -14,7 +14,7 @@
 
 use std::any::Any;
 
-use omnilock_core::{Error, ErrorKind, LockGuard, Primitive, Result};
+use omnilock_core::{Error, ErrorKind, LockGuard, Result, mutex_grant};
 use sqlx::Row;
 
 use crate::config::Dialect;
@@ -108,21 +108,8 @@ impl TxGuard {
     /// transaction on another connection cannot lock against change), and
     /// for a guard of another store.
     pub fn new(guard: &LockGuard) -> Result<Self> {
-        let unsupported = |why: &str| {
-            Error::new(
-                ErrorKind::Unsupported,
-                format!("a guarded transaction needs {why}"),
-            )
-            .with_lock(guard.name().as_str())
-        };
-        if guard.primitive() != Primitive::Mutex {
-            return Err(unsupported(
-                "a mutex, not a semaphore permit or a side of a read-write lock",
-            ));
-        }
-        let Some(grant) = guard.store_grant::<SqlHold>() else {
-            return Err(unsupported("a lock of a SQL store"));
-        };
+        let what = "a guarded transaction";
+        let grant = mutex_grant::<SqlHold>(guard, what, "a SQL store")?;
         match &grant.hold.0 {
             HoldKind::Row { store, .. } => Ok(TxGuard {
                 store: store.clone(),
@@ -130,10 +117,14 @@ impl TxGuard {
                 owner: guard.owner().as_str().to_string(),
                 token: guard.token(),
             }),
-            _ => Err(unsupported(
-                "table mode: in advisory mode the lock is a database session's, which a \
-                 transaction cannot lock against change",
-            )),
+            _ => Err(Error::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "{what} needs table mode: in advisory mode the lock is a database \
+                     session's, which a transaction cannot lock against change"
+                ),
+            )
+            .with_lock(guard.name().as_str())),
         }
     }
 

@@ -27,20 +27,7 @@ pub fn pool_subject(store: &str) -> Option<Subject> {
                 let pool: omnilock_sql::SqlPool = match store.as_str() {
                     "POSTGRES" => sqlx::PgPool::connect(&url).await.expect("pool").into(),
                     "MYSQL" => sqlx::MySqlPool::connect(&url).await.expect("pool").into(),
-                    _ => sqlx::sqlite::SqlitePoolOptions::new()
-                        .after_connect(|conn, _| {
-                            Box::pin(async move {
-                                use sqlx::Executor;
-                                for pragma in omnilock_sql::SQLITE_PRAGMAS {
-                                    conn.execute(*pragma).await?;
-                                }
-                                Ok(())
-                            })
-                        })
-                        .connect(&format!("{url}?mode=rwc"))
-                        .await
-                        .expect("pool")
-                        .into(),
+                    _ => common::sqlite_pool(&url).await.into(),
                 };
                 SqlStore::builder(pool).table(table).build().await
             }

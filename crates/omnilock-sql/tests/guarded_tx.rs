@@ -25,19 +25,7 @@ macro_rules! app {
         app!(@locks pool, $url, $table)
     }};
     (SQLITE, $url:expr, $table:expr) => {{
-        let pool = sqlx::sqlite::SqlitePoolOptions::new()
-            .after_connect(|conn, _| {
-                Box::pin(async move {
-                    use sqlx::Executor;
-                    for pragma in omnilock_sql::SQLITE_PRAGMAS {
-                        conn.execute(*pragma).await?;
-                    }
-                    Ok(())
-                })
-            })
-            .connect(&format!("{}?mode=rwc", $url))
-            .await
-            .expect("pool");
+        let pool = common::sqlite_pool($url).await;
         app!(@locks pool, $url, $table)
     }};
     (@locks $pool:expr, $url:expr, $table:expr) => {{

@@ -1,7 +1,7 @@
 //! Guarded writes in ZooKeeper: the check that makes an application's own
 //! `multi` apply only while its lock is held.
 
-use omnilock_core::{Error, ErrorKind, LockGuard, Primitive, Result};
+use omnilock_core::{Error, LockGuard, Result, mutex_grant};
 use zookeeper_client::MultiWriter;
 
 use crate::store::Held;
@@ -46,21 +46,7 @@ impl OwnerCheck {
     /// The check of `guard`'s hold. `Unsupported` for a semaphore permit, a
     /// side of a read-write lock, or a guard of another store.
     pub fn new(guard: &LockGuard) -> Result<Self> {
-        let unsupported = |why: &str| {
-            Error::new(
-                ErrorKind::Unsupported,
-                format!("an owner check needs {why}"),
-            )
-            .with_lock(guard.name().as_str())
-        };
-        if guard.primitive() != Primitive::Mutex {
-            return Err(unsupported(
-                "a mutex, not a semaphore permit or a side of a read-write lock",
-            ));
-        }
-        let held = guard
-            .store_grant::<Held>()
-            .ok_or_else(|| unsupported("a lock of a ZooKeeper store"))?;
+        let held = mutex_grant::<Held>(guard, "an owner check", "a ZooKeeper store")?;
         Ok(OwnerCheck {
             path: held.hold.path().to_string(),
         })

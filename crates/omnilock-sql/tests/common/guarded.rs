@@ -45,19 +45,7 @@ pub(crate) async fn open(url: &str) -> Arc<dyn GuardedWrites> {
     } else if base.starts_with("mysql") || base.starts_with("mariadb") {
         AppPool::MySql(sqlx::MySqlPool::connect(base).await.expect("app pool"))
     } else {
-        let pool = sqlx::sqlite::SqlitePoolOptions::new()
-            .after_connect(|conn, _| {
-                Box::pin(async move {
-                    use sqlx::Executor;
-                    for pragma in omnilock_sql::SQLITE_PRAGMAS {
-                        conn.execute(*pragma).await?;
-                    }
-                    Ok(())
-                })
-            })
-            .connect(&format!("{base}?mode=rwc"))
-            .await
-            .expect("app pool");
+        let pool = super::sqlite_pool(base).await;
         AppPool::Sqlite(pool)
     };
     let create = format!(

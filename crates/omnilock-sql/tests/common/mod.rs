@@ -27,6 +27,26 @@ pub(crate) async fn raw(url: &str) -> AnyPool {
     AnyPool::connect(&url).await.expect("raw connection")
 }
 
+/// An application's own SQLite pool on the database file of `url` (no
+/// options), with omnilock's pragmas on each connection, as the docs ask
+/// of a pool handed to `SqlStore::builder`.
+pub(crate) async fn sqlite_pool(url: &str) -> sqlx::SqlitePool {
+    let base = url.split('?').next().unwrap_or(url);
+    sqlx::sqlite::SqlitePoolOptions::new()
+        .after_connect(|conn, _| {
+            Box::pin(async move {
+                use sqlx::Executor;
+                for pragma in omnilock_sql::SQLITE_PRAGMAS {
+                    conn.execute(*pragma).await?;
+                }
+                Ok(())
+            })
+        })
+        .connect(&format!("{base}?mode=rwc"))
+        .await
+        .expect("the application's SQLite pool")
+}
+
 /// The SQL test stores that are configured: (`SQLITE`|`MYSQL`|`POSTGRES`, URL).
 pub(crate) fn stores() -> Vec<(&'static str, String)> {
     let mut all = Vec::new();
