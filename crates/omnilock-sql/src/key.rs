@@ -35,6 +35,13 @@ impl Key {
         format!("omnilock-bell:{:016x}", self.0)
     }
 
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    /// MySQL/MariaDB's name for the wake-up lock of fair mode's ticket
+    /// `id` in the table whose key (with an empty name) this is.
+    pub(crate) fn mysql_ticket_bell(self, id: i64) -> String {
+        format!("omnilock-line:{:016x}:{id}", self.0)
+    }
+
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     /// PostgreSQL's `bigint` key.
     pub(crate) fn postgres(self) -> i64 {

@@ -537,6 +537,82 @@ async fn mysql_release_wakes_a_waiter_through_the_bell() {
     }
 }
 
+/// Fair mode wakes one waiter per hand-off, not the line: every ticket in
+/// the line has a bell of its own, held by its store while it waits; the
+/// head waits on the holder's bell and each other waiter on the bell of
+/// the one ahead. Three waiters of three clients, with `max_poll=30s`, are
+/// then served in their order, each within 10 s of the release before
+/// (so by a push, not a poll).
+#[tokio::test(flavor = "multi_thread")]
+async fn mysql_fair_line_waits_each_on_the_one_ahead() {
+    let Some(url) = store_url("MYSQL") else {
+        return;
+    };
+    let table = "bells_line";
+    let ring = Bell::held(&url, table, "max_poll=30s", Duration::from_secs(60)).await;
+    let (admin, name) = (ring.admin.clone(), ring.name.clone());
+    let tickets = || async {
+        sqlx::query_scalar::<_, i64>("SELECT id FROM bells_line_queue WHERE name = ? ORDER BY id")
+            .bind(name.clone())
+            .fetch_all(&admin)
+            .await
+            .expect("the line")
+    };
+    let url = with_option(&url, &format!("table={table}&max_poll=30s"));
+    let (granted_tx, mut granted) = tokio::sync::mpsc::unbounded_channel();
+    let mut waiters = Vec::new();
+    for i in 0..3 {
+        let locks = connect(&url).await.expect("connect");
+        let (name, granted_tx) = (name.clone(), granted_tx.clone());
+        waiters.push(tokio::spawn(async move {
+            let guard = locks
+                .lock(&name)
+                .ttl(Duration::from_secs(60))
+                .acquire()
+                .await
+                .expect("a waiter's acquire");
+            granted_tx.send((i, guard)).expect("the test listens");
+        }));
+        until("the waiter takes its ticket", || async {
+            tickets().await.len() == i + 1
+        })
+        .await;
+    }
+    let ids = tickets().await;
+    until(
+        "each ticket's bell is held, and every waiter blocks",
+        || async {
+            let mut held = true;
+            for id in &ids {
+                held &= ring_holder(&admin, &ticket_bell(table, *id))
+                    .await
+                    .is_some();
+            }
+            let blocked: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST
+             WHERE STATE = 'User lock' AND INFO LIKE 'SELECT IS_FREE_LOCK%'",
+            )
+            .fetch_one(&admin)
+            .await
+            .expect("PROCESSLIST");
+            held && blocked >= 3
+        },
+    )
+    .await;
+    ring.guard.release().await.expect("release");
+    for expected in 0..3 {
+        let (i, guard) = tokio::time::timeout(Duration::from_secs(10), granted.recv())
+            .await
+            .unwrap_or_else(|_| panic!("waiter {expected} was not woken within 10 s"))
+            .expect("a grant");
+        assert_eq!(i, expected, "the line was served out of order");
+        guard.release().await.expect("a waiter's release");
+    }
+    for waiter in waiters {
+        waiter.await.expect("a waiter's task");
+    }
+}
+
 /// A hold that is lost (here: broken by another client) lets its bell go
 /// as soon as its store learns of the loss, while its guard still lives:
 /// else every waiter would wait `max_poll` per look until the guard drops.
@@ -617,6 +693,14 @@ fn bell_name(table: &str, name: &str) -> String {
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
     format!("omnilock-bell:{hash:016x}")
+}
+
+/// Fair mode's bell name for ticket `id` of `table` (the FNV-1a key of
+/// the table with an empty name, and the id).
+fn ticket_bell(table: &str, id: i64) -> String {
+    let hash = bell_name(table, "");
+    let hash = hash.trim_start_matches("omnilock-bell:");
+    format!("omnilock-line:{hash}:{id}")
 }
 
 /// Waits (up to 10 s) until `done` answers true.

@@ -112,7 +112,8 @@ pub(crate) struct Tickets {
     pub dequeue: Statement,
     /// Removes tickets of this lock long expired.
     pub sweep: Statement,
-    /// How many live tickets of this lock are older than ours.
+    /// How many live tickets of this lock are older than ours, and the
+    /// youngest of them (NULL when ours is the oldest).
     pub ahead: Statement,
 }
 

@@ -121,7 +121,7 @@ pub(super) fn queries(table_name: &str, fair: bool) -> Queries {
             ),
             ahead: Statement::new(
                 format!(
-                    "SELECT COUNT(*) FROM {queue} WHERE name = ? AND id < ? AND expires_at > {now}"
+                    "SELECT COUNT(*), MAX(id) FROM {queue} WHERE name = ? AND id < ? AND expires_at > {now}"
                 ),
                 &[Name, Id],
             ),

@@ -167,7 +167,7 @@ pub(super) fn queries(dialect: Dialect, table_name: &str, notify: bool, fair: bo
             ),
             ahead: Statement::new(
                 format!(
-                    "SELECT COUNT(*) FROM {queue} WHERE name = $1 AND id < $2 AND expires_at > {now}"
+                    "SELECT COUNT(*), MAX(id) FROM {queue} WHERE name = $1 AND id < $2 AND expires_at > {now}"
                 ),
                 &[Name, Id],
             ),

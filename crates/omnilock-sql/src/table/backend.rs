@@ -21,37 +21,34 @@ use crate::store::{Grant, SqlHold, row_grant};
 const FAST_LINE: i64 = 8;
 
 impl TableStore {
-    /// Fair mode, woken by a release in another process (MySQL/MariaDB's
-    /// bell wakes every waiter): a waiter that was behind others at its
-    /// last look counts the line again, and goes back to waiting on the
-    /// bell while others are still ahead. The release lets in the head of
-    /// the line only, and a count is one indexed read where a look at the
-    /// lock costs two or three statements.
-    async fn wait_for_turn(
+    /// Fair mode on MySQL/MariaDB: waits until this waiter heads the line,
+    /// each time on the bell of the waiter just ahead, which rings when
+    /// that one leaves the line (see `bells.rs`). One hand-off so wakes one
+    /// waiter, where a wait on the holder's bell would wake the whole line,
+    /// each of which would spend statements to learn it is not first. True
+    /// if it waited at all: the lock may have changed hands meanwhile.
+    async fn wait_for_head(
         &self,
         request: &AcquireRequest,
         ticket: &mut Ticket,
-        last_ahead: &mut Option<i64>,
         backoff: &mut Backoff,
         patience: Duration,
-    ) {
-        while self.has_bells() && last_ahead.is_some_and(|ahead| ahead > 0) {
+    ) -> bool {
+        let mut waited = false;
+        loop {
             self.refresh(ticket).await;
-            match self.ahead(request, ticket.id).await {
-                Ok(ahead) if ahead > 0 => *last_ahead = Some(ahead),
-                Ok(ahead) => {
-                    *last_ahead = Some(ahead);
-                    return;
-                }
-                Err(_) => return,
+            let Ok((_, Some(ahead))) = self.ahead(request, ticket.id).await else {
+                return waited;
+            };
+            waited = true;
+            // Unrung (the one ahead has no bell yet, or crashed and its
+            // ticket lives out its lease), the pace slows as a poll's.
+            if self
+                .wait_behind(ahead, backoff.next_delay(), patience)
+                .await
+            {
+                backoff.reset();
             }
-            // The pace starts over with each release: the next holder's
-            // bell may not be taken yet.
-            let delay = backoff.next_delay();
-            if !self.wait_for_release(&request.name, delay, patience).await {
-                return;
-            }
-            backoff.reset();
         }
     }
 }
@@ -166,10 +163,12 @@ impl Backend for TableStore {
             // How long to poll next, and how long a bell may keep us.
             let (delay, patience) = match self.attempt_detached(request, true, id).await {
                 Ok((Attempt::Taken { token }, started)) => {
+                    // The holder's bell is asked for before the ticket's
+                    // goes, so the next head finds it taken.
+                    let bell = self.took(&request.name, waited);
                     if let Some(ticket) = ticket {
                         ticket.granted();
                     }
-                    let bell = self.took(&request.name, waited);
                     return Ok(row_grant(self, token, started + request.ttl, bell));
                 }
                 Ok((Attempt::Busy { .. }, _)) if self.inner.config.fair && ticket.is_none() => {
@@ -194,7 +193,19 @@ impl Backend for TableStore {
                 Ok((Attempt::Busy { remaining }, _)) => {
                     waited = true;
                     if let Some(ticket) = &mut ticket {
-                        self.refresh(ticket).await;
+                        // MySQL/MariaDB: a waiter behind others waits for
+                        // its turn on the bell of the one ahead, and looks
+                        // again once it heads the line.
+                        if self.has_bells() {
+                            if self
+                                .wait_for_head(request, ticket, &mut backoff, max_poll)
+                                .await
+                            {
+                                continue;
+                            }
+                        } else {
+                            self.refresh(ticket).await;
+                        }
                         // The front of the line polls as often as the line
                         // moves: its pace starts over each time a waiter
                         // ahead has gone. Without a push, a head that had
@@ -203,14 +214,12 @@ impl Backend for TableStore {
                         // hand-off (8 clients on their own connections: 13
                         // grants/s). Only the front: a long line whose
                         // every waiter sped up at each hand-off would be a
-                        // polling herd.
-                        // PostgreSQL's NOTIFY names the head of the line,
-                        // so its waiters need no count to keep pace (the
-                        // poll is only the safety net there). MySQL's bells
-                        // wake every waiter, and the count keeps one that
-                        // is behind others from looking (`wait_for_turn`).
+                        // polling herd. PostgreSQL's NOTIFY names the head
+                        // of the line, so its waiters need no count to keep
+                        // pace (the poll is only the safety net there).
                         if !self.inner.config.listens()
-                            && let Ok(ahead) = self.ahead(request, ticket.id).await
+                            && !self.has_bells()
+                            && let Ok((ahead, _)) = self.ahead(request, ticket.id).await
                         {
                             if ahead < FAST_LINE && last_ahead.is_some_and(|last| ahead < last) {
                                 backoff.reset();
@@ -238,10 +247,6 @@ impl Backend for TableStore {
             };
             if woken_here || rang {
                 backoff.reset();
-            }
-            if let (true, Some(ticket)) = (rang, &mut ticket) {
-                self.wait_for_turn(request, ticket, &mut last_ahead, &mut backoff, patience)
-                    .await;
             }
         }
     }

@@ -9,12 +9,21 @@
 //!   connection of its own instead of sleeping, for as long as it would
 //!   have slept, and looks at the row again when the database wakes it.
 //!
-//! The bell is only a hint: the row decides who holds the lock, always. A
+//! Fair mode wakes one waiter per hand-off, not the line (ZooKeeper's
+//! recipe): each ticket in the waiting line has a bell too, taken by its
+//! store's ringer while the ticket lives. Only the head of the line waits
+//! on the holder's bell; every other waiter waits on the ticket bell of
+//! the waiter just ahead of it, which rings when that one leaves the line.
+//! A granted waiter's ringer takes the holder's bell *before* it lets its
+//! ticket bell go, so the next head always finds the new holder's bell
+//! taken.
+//!
+//! A bell is only a hint: the row decides who holds the lock, always. A
 //! holder whose bell is not taken (yet, or at all: its ringer's connection
-//! failed) leaves its waiters to poll as
-//! before, which they notice because the bell is free when they come to
-//! wait on it. A holder that crashes frees its bell with its connection,
-//! so its waiters look at once and wait for the lease to run out.
+//! failed) leaves its waiters to poll as before, which they notice because
+//! the bell is free when they come to wait on it. A holder that crashes
+//! frees its bell with its connection, so its waiters look at once and
+//! wait for the lease to run out.
 //!
 //! The ringer works through its orders in the background, so neither the
 //! acquire nor the release waits for it. It takes a bell only once the
@@ -100,6 +109,11 @@ impl Bells {
         Key::new(&self.table, name).mysql_bell()
     }
 
+    /// The bell of fair mode's ticket `id` (ids are unique per table).
+    fn ticket_bell(&self, id: i64) -> String {
+        Key::new(&self.table, "").mysql_ticket_bell(id)
+    }
+
     /// The row of `name` was just taken by this store: take its bell.
     /// `contended`: the store waited for it, so others likely wait too,
     /// and the bell is taken at once rather than after [`TAKE_AFTER`].
@@ -116,10 +130,36 @@ impl Bells {
         let _ = self.orders.send(Order::Free(self.bell(name)));
     }
 
+    /// Fair mode: ticket `id` joined the line; its bell is taken at once,
+    /// for the waiter behind it to wait on.
+    pub(crate) fn take_ticket(&self, id: i64) {
+        let _ = self.orders.send(Order::Take {
+            bell: self.ticket_bell(id),
+            now: true,
+        });
+    }
+
+    /// Fair mode: ticket `id` left the line (its row is gone): its bell
+    /// wakes the waiter behind it. Sent after the holder's bell of a
+    /// granted ticket, which the ringer takes first.
+    pub(crate) fn free_ticket(&self, id: i64) {
+        let _ = self.orders.send(Order::Free(self.ticket_bell(id)));
+    }
+
     /// Waits up to `timeout` for the holder of `name` to let its bell go.
+    pub(crate) async fn wait(&self, name: &str, timeout: Duration) -> Rung {
+        self.wait_on(self.bell(name), timeout).await
+    }
+
+    /// Fair mode: waits up to `timeout` for ticket `id` to leave the line.
+    pub(crate) async fn wait_behind(&self, id: i64, timeout: Duration) -> Rung {
+        self.wait_on(self.ticket_bell(id), timeout).await
+    }
+
+    /// Waits up to `timeout` for the session holding `bell` to let it go.
     /// Dropped midway, the wait's connection closes (the database ends its
     /// `GET_LOCK`).
-    pub(crate) async fn wait(&self, name: &str, timeout: Duration) -> Rung {
+    async fn wait_on(&self, bell: String, timeout: Duration) -> Rung {
         let Ok(_permit) = self.waits.try_acquire() else {
             return Rung::Unavailable;
         };
@@ -140,7 +180,6 @@ impl Bells {
                 Err(_) => return Rung::Unavailable,
             },
         };
-        let bell = self.bell(name);
         // `IS_FREE_LOCK` first: a free bell means nobody will ring it. A
         // held one is waited for, and let go at once by the same
         // statement, so that the next waiter in the database's line wakes
@@ -188,7 +227,8 @@ impl Drop for Bells {
 /// uncontended take waits [`TAKE_AFTER`] first, and a free that comes
 /// meanwhile cancels it, so that short holds nobody waits for (an
 /// uncontended loop) ring nothing; a contended take, and a free of a bell
-/// the connection holds, run at once. A failed connection frees every
+/// the connection holds, run at once, the free after every take already
+/// due (a granted ticket's holder bell before its ticket bell). A failed connection frees every
 /// bell it held; the next order connects again.
 async fn ring(options: MySqlConnectOptions, mut received: mpsc::UnboundedReceiver<Order>) {
     let mut conn: Option<MySqlConnection> = None;
@@ -223,16 +263,14 @@ async fn ring(options: MySqlConnectOptions, mut received: mpsc::UnboundedReceive
                         if *count == 0 {
                             held.remove(&bell);
                         }
-                        vec![Order::Free(bell)]
+                        let mut statements = due_takes(&mut takes);
+                        statements.push(Order::Free(bell));
+                        statements
                     }
                     None => continue,
                 }
             }
-            None => takes
-                .due(Instant::now())
-                .into_iter()
-                .map(|bell| Order::Take { bell, now: true })
-                .collect(),
+            None => due_takes(&mut takes),
         };
         for order in statements {
             if conn.is_none() {
@@ -276,6 +314,15 @@ async fn ring(options: MySqlConnectOptions, mut received: mpsc::UnboundedReceive
             }
         }
     }
+}
+
+/// The takes due now, as orders to carry out.
+fn due_takes(takes: &mut Takes) -> Vec<Order> {
+    takes
+        .due(Instant::now())
+        .into_iter()
+        .map(|bell| Order::Take { bell, now: true })
+        .collect()
 }
 
 async fn sleep_until(due: Option<Instant>) {

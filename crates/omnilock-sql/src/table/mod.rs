@@ -227,6 +227,26 @@ impl TableStore {
         let _ = spec;
     }
 
+    /// Fair mode: ticket `id` joined the line. On MySQL/MariaDB its bell
+    /// is taken, for the waiter behind it to wait on (see `bells.rs`).
+    pub(crate) fn joined_line(&self, id: i64) {
+        #[cfg(feature = "mysql")]
+        if let Some(bells) = &self.inner.bells {
+            bells.take_ticket(id);
+        }
+        let _ = id;
+    }
+
+    /// Fair mode: ticket `id` left the line, and its row is gone. On
+    /// MySQL/MariaDB its bell wakes the waiter behind it.
+    pub(crate) fn left_line(&self, id: i64) {
+        #[cfg(feature = "mysql")]
+        if let Some(bells) = &self.inner.bells {
+            bells.free_ticket(id);
+        }
+        let _ = id;
+    }
+
     /// Waits for `name`'s holder elsewhere to let go. On MySQL/MariaDB, up
     /// to `patience` on the lock's bell; where there is no bell to wait on
     /// (another database, or a holder whose bell is not taken), sleeps
@@ -239,17 +259,27 @@ impl TableStore {
     ) -> bool {
         #[cfg(feature = "mysql")]
         if let Some(bells) = &self.inner.bells {
-            let started = std::time::Instant::now();
-            if bells.wait(name.as_str(), patience).await == bells::Rung::Rang {
-                return true;
-            }
-            // Never look again sooner than polling would: a free bell, or
-            // a server that rounds the wait down to whole seconds (MySQL),
-            // answers at once.
-            tokio::time::sleep(delay.saturating_sub(started.elapsed())).await;
-            return false;
+            return rung_or_paced(bells.wait(name.as_str(), patience), delay).await;
         }
         let _ = (name, patience);
+        tokio::time::sleep(delay).await;
+        false
+    }
+
+    /// Fair mode on MySQL/MariaDB: waits up to `patience` for ticket
+    /// `ahead` to leave the line, on its bell; where there is none to wait
+    /// on, sleeps `delay`. True when its leaving ended the wait.
+    pub(crate) async fn wait_behind(
+        &self,
+        ahead: i64,
+        delay: Duration,
+        patience: Duration,
+    ) -> bool {
+        #[cfg(feature = "mysql")]
+        if let Some(bells) = &self.inner.bells {
+            return rung_or_paced(bells.wait_behind(ahead, patience), delay).await;
+        }
+        let _ = (ahead, patience);
         tokio::time::sleep(delay).await;
         false
     }
@@ -265,4 +295,17 @@ impl TableStore {
             bells.stop();
         }
     }
+}
+
+/// A bell's wait: true when it rang. Otherwise it never returns sooner
+/// than polling would (`delay`): a free bell, or a server that rounds the
+/// wait down to whole seconds (MySQL), answers at once.
+#[cfg(feature = "mysql")]
+async fn rung_or_paced(wait: impl Future<Output = bells::Rung>, delay: Duration) -> bool {
+    let started = std::time::Instant::now();
+    if wait.await == bells::Rung::Rang {
+        return true;
+    }
+    tokio::time::sleep(delay.saturating_sub(started.elapsed())).await;
+    false
 }

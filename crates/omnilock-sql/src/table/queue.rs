@@ -48,14 +48,24 @@ impl Drop for Ticket {
             line.wake_head(&self.name);
         }
         let (store, id) = (self.store.clone(), self.id);
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            self.store.inner.leaving.fetch_add(1, Ordering::SeqCst);
-            runtime.spawn(async move {
-                store.dequeue(id).await;
-                if store.inner.leaving.fetch_sub(1, Ordering::SeqCst) == 1 {
-                    store.inner.left.notify_waiters();
-                }
-            });
+        // A granted waiter's ticket row went in the statement that took
+        // the lock; any other's goes now, before the waiter behind hears.
+        if !self.pass_on {
+            store.left_line(id);
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                self.store.inner.leaving.fetch_add(1, Ordering::SeqCst);
+                runtime.spawn(async move {
+                    store.dequeue(id).await;
+                    store.left_line(id);
+                    if store.inner.leaving.fetch_sub(1, Ordering::SeqCst) == 1 {
+                        store.inner.left.notify_waiters();
+                    }
+                });
+            }
+            Err(_) => store.left_line(id),
         }
     }
 }
@@ -368,6 +378,7 @@ impl TableStore {
             },
         )
         .await?;
+        self.joined_line(id);
         Ok(Ticket {
             id,
             store: self.clone(),
@@ -397,8 +408,13 @@ impl TableStore {
         }
     }
 
-    /// How many live tickets of `request`'s lock are older than ticket `id`.
-    pub(crate) async fn ahead(&self, request: &AcquireRequest, id: i64) -> Result<i64> {
+    /// How many live tickets of `request`'s lock are older than ticket
+    /// `id`, and the youngest of them: the waiter just ahead.
+    pub(crate) async fn ahead(
+        &self,
+        request: &AcquireRequest,
+        id: i64,
+    ) -> Result<(i64, Option<i64>)> {
         let tickets = self.inner.queries.tickets.as_ref().expect("fair mode");
         let args = Args {
             name: request.name.as_str(),
@@ -408,7 +424,10 @@ impl TableStore {
         let err = |e| self.err(e);
         with_pool!(&self.inner.pool, p => {
             let row = query(&tickets.ahead, &args).fetch_one(p).await.map_err(err)?;
-            row.try_get::<i64, _>(0).map_err(err)
+            Ok((
+                row.try_get::<i64, _>(0).map_err(err)?,
+                row.try_get::<Option<i64>, _>(1).map_err(err)?,
+            ))
         })
     }
 
