@@ -41,6 +41,12 @@ impl TableStore {
                 return waited;
             };
             waited = true;
+            // The one ahead is this client's: its leaving wakes this
+            // waiter in process, with no connection spent on a bell.
+            if self.inner.line.is_local(&request.name, ahead) {
+                let _ = tokio::time::timeout(patience, ticket.wake.notified()).await;
+                continue;
+            }
             // Unrung (the one ahead has no bell yet, or crashed and its
             // ticket lives out its lease), the pace slows as a poll's.
             if self

@@ -237,14 +237,15 @@ impl TableStore {
         let _ = id;
     }
 
-    /// Fair mode: ticket `id` left the line, and its row is gone. On
-    /// MySQL/MariaDB its bell wakes the waiter behind it.
-    pub(crate) fn left_line(&self, id: i64) {
+    /// Fair mode: ticket `id` of `name` left the line, and its row is
+    /// gone: the waiter behind it hears, this client's at once, another's
+    /// (on MySQL/MariaDB) by the ticket's bell.
+    pub(crate) fn left_line(&self, name: &LockName, id: i64) {
+        self.inner.line.wake_behind(name, id);
         #[cfg(feature = "mysql")]
         if let Some(bells) = &self.inner.bells {
             bells.free_ticket(id);
         }
-        let _ = id;
     }
 
     /// Waits for `name`'s holder elsewhere to let go. On MySQL/MariaDB, up

@@ -51,21 +51,22 @@ impl Drop for Ticket {
         // A granted waiter's ticket row went in the statement that took
         // the lock; any other's goes now, before the waiter behind hears.
         if !self.pass_on {
-            store.left_line(id);
+            store.left_line(&self.name, id);
             return;
         }
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 self.store.inner.leaving.fetch_add(1, Ordering::SeqCst);
+                let name = self.name.clone();
                 runtime.spawn(async move {
                     store.dequeue(id).await;
-                    store.left_line(id);
+                    store.left_line(&name, id);
                     if store.inner.leaving.fetch_sub(1, Ordering::SeqCst) == 1 {
                         store.inner.left.notify_waiters();
                     }
                 });
             }
-            Err(_) => store.left_line(id),
+            Err(_) => store.left_line(&self.name, id),
         }
     }
 }
@@ -106,6 +107,21 @@ impl LocalLine {
         let lines = lock_unpoisoned(&self.lines);
         if let Some(waiter) = lines.get(name).and_then(|line| line.get(&id)) {
             waiter.notify_one();
+        }
+    }
+
+    /// Whether ticket `id` of `name` is one of this client's waiters.
+    pub(crate) fn is_local(&self, name: &LockName, id: i64) -> bool {
+        let lines = lock_unpoisoned(&self.lines);
+        lines.get(name).is_some_and(|line| line.contains_key(&id))
+    }
+
+    /// Ticket `id` of `name` left the line: wakes this client's waiter
+    /// just behind it, if any, which may now head the line.
+    pub(crate) fn wake_behind(&self, name: &LockName, id: i64) {
+        let lines = lock_unpoisoned(&self.lines);
+        if let Some((_, next)) = lines.get(name).and_then(|line| line.range(id + 1..).next()) {
+            next.notify_one();
         }
     }
 
