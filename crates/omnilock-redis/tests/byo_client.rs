@@ -71,34 +71,43 @@ const ADMIN: &str = "omnilock-test-admin";
 
 fn redis_client_subject() -> Option<Subject> {
     single_client("REDIS", 0)?;
-    Some(Subject::new("redis-byo-client", || async {
-        let client = single_client("REDIS", 0).expect("checked above");
-        RedisStore::builder(client).build().await
-    }))
+    Some(
+        Subject::new("redis-byo-client", || async {
+            let client = single_client("REDIS", 0).expect("checked above");
+            RedisStore::builder(client).build().await
+        })
+        .connection_variant(),
+    )
 }
 
 fn redis_manager_subject() -> Option<Subject> {
     single_client("REDIS", 0)?;
-    Some(Subject::new("redis-byo-manager", || async {
-        let client = single_client("REDIS", 0).expect("checked above");
-        let manager = client
-            .get_connection_manager()
-            .await
-            .map_err(|e| omnilock_core::Error::unavailable(e.to_string()))?;
-        RedisStore::builder(client)
-            .connection_manager(manager)
-            .build()
-            .await
-    }))
+    Some(
+        Subject::new("redis-byo-manager", || async {
+            let client = single_client("REDIS", 0).expect("checked above");
+            let manager = client
+                .get_connection_manager()
+                .await
+                .map_err(|e| omnilock_core::Error::unavailable(e.to_string()))?;
+            RedisStore::builder(client)
+                .connection_manager(manager)
+                .build()
+                .await
+        })
+        .connection_variant(),
+    )
 }
 
 fn redlock_subject() -> Option<Subject> {
     redlock_clients()?;
-    Some(Subject::new("redlock-byo", || async {
-        RedlockStore::builder(redlock_clients().expect("checked above"))
-            .build()
-            .await
-    }))
+    Some(
+        Subject::new("redlock-byo", || async {
+            RedlockStore::builder(redlock_clients().expect("checked above"))
+                .build()
+                .await
+        })
+        .connection_variant(),
+    )
 }
 
 omnilock_testkit::conformance_main! {

@@ -120,7 +120,8 @@ impl Subject {
 
     /// Marks this subject as another way to reach a store that a full
     /// subject of the suite also tests with the same grant statements (over
-    /// TLS, on the application's own pool): every scenario runs on it, but
+    /// TLS, on the application's own pool or client): every scenario runs
+    /// on it, but
     /// the ones that repeat an operation hundreds of times for statistical
     /// strength (`mutual_exclusion`) run a quarter of their rounds, since
     /// what such a subject adds is its connections, which every scenario

@@ -220,7 +220,7 @@ impl ZkStore {
                 waited = true;
             }
             tokio::select! {
-                _ = watcher.changed() => {}
+                _ = crate::watch::fired(watcher) => {}
                 cause = session.died() => return Err(cause),
             }
         }
@@ -297,7 +297,7 @@ impl ZkStore {
             match session.client.check_and_watch_stat(node).await {
                 Ok((Some(_), watcher)) => {
                     return tokio::select! {
-                        _ = watcher.changed() => Ok(()),
+                        _ = crate::watch::fired(watcher) => Ok(()),
                         cause = session.died() => Err(cause),
                     };
                 }

@@ -11,6 +11,7 @@ mod guarded;
 mod queue;
 mod session;
 mod store;
+mod watch;
 
 pub use builder::ZkBuilder;
 pub use config::{ZkConfig, ZkOptions};

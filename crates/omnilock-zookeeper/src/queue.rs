@@ -236,7 +236,7 @@ pub(crate) async fn wait_turn(
         match session.client.check_and_watch_stat(&predecessor).await {
             Ok((Some(_), watcher)) => {
                 tokio::select! {
-                    _ = watcher.changed() => {}
+                    _ = crate::watch::fired(watcher) => {}
                     cause = session.died() => return Err(cause),
                 }
             }

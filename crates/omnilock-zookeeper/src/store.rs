@@ -500,9 +500,7 @@ impl Backend for ZkStore {
             Err(e) => return Err(classify(e, &self.ctx.shown)),
         };
         // A session that ends fires the watch too (the caller reads again).
-        Ok(Some(Box::pin(async move {
-            watcher.changed().await;
-        })))
+        Ok(Some(Box::pin(crate::watch::fired(watcher))))
     }
 
     /// From a URL, closes omnilock's sessions. On the application's

@@ -250,3 +250,36 @@ async fn a_multi_checked_by_check_owner_applies_only_while_the_lock_is_held() {
     assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
     permit.release().await.expect("release");
 }
+
+/// A client closed while one of its acquires waits on a watch: the wait
+/// ends with an error, and nothing is granted to the closed client.
+#[tokio::test(flavor = "multi_thread")]
+async fn closing_a_client_ends_its_waiting_acquires() {
+    let url = ensemble_url();
+    let (holder, waiter) = (
+        connect(&url).await.expect("connect"),
+        connect(&url).await.expect("connect"),
+    );
+    let name = unique_name("closing");
+    let _guard = holder.lock(&name).acquire().await.expect("acquire");
+    let waiting = {
+        let (waiter, name) = (waiter.clone(), name.clone());
+        tokio::spawn(async move { waiter.lock(&name).acquire().await.map(drop) })
+    };
+    // The waiter's node is in the line (two children) before the close.
+    let raw = raw().await;
+    let lock_path = format!("/omnilock/{name}");
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while raw.list_children(&lock_path).await.map_or(0, |c| c.len()) < 2 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the waiter joins the line");
+    waiter.close().await;
+    let acquired = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("the waiting acquire ends once its client is closed")
+        .expect("the waiting acquire's task");
+    assert!(acquired.is_err(), "a closed client's acquire was granted");
+}
