@@ -238,14 +238,16 @@ impl TableStore {
     }
 
     /// Fair mode: ticket `id` of `name` left the line, and its row is
-    /// gone: the waiter behind it hears, this client's at once, another's
-    /// (on MySQL/MariaDB) by the ticket's bell.
+    /// gone. On MySQL/MariaDB the waiter behind it hears: this client's at
+    /// once, another's by the ticket's bell. (Elsewhere waiters do not
+    /// wait on the one ahead: a release wakes the head.)
     pub(crate) fn left_line(&self, name: &LockName, id: i64) {
-        self.inner.line.wake_behind(name, id);
         #[cfg(feature = "mysql")]
         if let Some(bells) = &self.inner.bells {
+            self.inner.line.wake_behind(name, id);
             bells.free_ticket(id);
         }
+        let _ = (name, id);
     }
 
     /// Waits for `name`'s holder elsewhere to let go. On MySQL/MariaDB, up

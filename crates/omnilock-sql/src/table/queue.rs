@@ -118,6 +118,7 @@ impl LocalLine {
 
     /// Ticket `id` of `name` left the line: wakes this client's waiter
     /// just behind it, if any, which may now head the line.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub(crate) fn wake_behind(&self, name: &LockName, id: i64) {
         let lines = lock_unpoisoned(&self.lines);
         if let Some((_, next)) = lines.get(name).and_then(|line| line.range(id + 1..).next()) {
