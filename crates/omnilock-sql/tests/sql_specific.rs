@@ -510,14 +510,7 @@ async fn mysql_release_wakes_a_waiter_through_the_bell() {
             (guard, std::time::Instant::now())
         });
         until("the waiter blocks on the bell", || async {
-            let waits: i64 = sqlx::query_scalar(
-                "SELECT COUNT(*) FROM information_schema.PROCESSLIST
-                 WHERE STATE = 'User lock' AND INFO LIKE 'SELECT IS_FREE_LOCK%'",
-            )
-            .fetch_one(&admin)
-            .await
-            .expect("PROCESSLIST");
-            waits > 0
+            bell_waits(&admin).await > 0
         })
         .await;
         let released = std::time::Instant::now();
@@ -588,14 +581,7 @@ async fn mysql_fair_line_waits_each_on_the_one_ahead() {
                     .await
                     .is_some();
             }
-            let blocked: i64 = sqlx::query_scalar(
-                "SELECT COUNT(*) FROM information_schema.PROCESSLIST
-             WHERE STATE = 'User lock' AND INFO LIKE 'SELECT IS_FREE_LOCK%'",
-            )
-            .fetch_one(&admin)
-            .await
-            .expect("PROCESSLIST");
-            held && blocked >= 3
+            held && bell_waits(&admin).await >= 3
         },
     )
     .await;
@@ -673,6 +659,17 @@ impl Bell {
             bell,
         }
     }
+}
+
+/// How many sessions are blocked in a waiter's bell statement.
+async fn bell_waits(admin: &AnyPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.PROCESSLIST
+         WHERE STATE = 'User lock' AND INFO LIKE 'SELECT IS_FREE_LOCK%'",
+    )
+    .fetch_one(admin)
+    .await
+    .expect("PROCESSLIST")
 }
 
 /// The session that holds `bell`, if any.
