@@ -76,7 +76,8 @@ pub struct Capabilities {
     /// mutex, in one atomic step with the check: SQL table mode's
     /// `sql::TxGuard` (the application's own transaction), etcd's
     /// `etcd::is_owner` (a compare for its own `Txn`), ZooKeeper's
-    /// `zookeeper::check_owner` (a check in its own `multi`). See
+    /// `zookeeper::check_owner` (a check in its own `multi`), Redis's
+    /// `redis::GuardedWrite` (a script on the lock's master). See
     /// docs/fencing.md.
     pub guarded_write: bool,
 }

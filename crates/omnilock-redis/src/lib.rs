@@ -12,6 +12,7 @@
 mod builder;
 mod config;
 mod conn;
+mod fence;
 mod redlock;
 mod scripts;
 mod single;
@@ -19,8 +20,10 @@ mod wake;
 
 pub use builder::{RedisBuilder, RedlockBuilder};
 pub use config::{Deployment, RedisConfig, RedisOptions, WaitReplicas};
+pub use conn::RedisConnection;
+pub use fence::FencedKey;
 pub use redlock::{Hold as RedlockHold, RedlockStore};
-pub use single::{HoldId as RedisHold, RedisStore};
+pub use single::{GuardedWrite, HoldId as RedisHold, RedisStore};
 
 /// The redis-rs crate this backend is built on, so that an application
 /// names the same version when it builds clients for

@@ -5,6 +5,8 @@
 //! `OMNILOCK_TEST_REDLOCK_URL`, `OMNILOCK_TEST_REDIS_ACL_URL`,
 //! `OMNILOCK_TEST_REDIS_TLS_URL`)
 
+mod common;
+
 use std::time::Duration;
 
 use omnilock_core::{ErrorKind, HostPort, StoreUrl};
@@ -76,6 +78,9 @@ fn redis_client_subject() -> Option<Subject> {
             let client = single_client("REDIS", 0).expect("checked above");
             RedisStore::builder(client).build().await
         })
+        .with_guarded_writes(common::guarded::opener(
+            store_url("REDIS").expect("checked above"),
+        ))
         .connection_variant(),
     )
 }
@@ -94,6 +99,9 @@ fn redis_manager_subject() -> Option<Subject> {
                 .build()
                 .await
         })
+        .with_guarded_writes(common::guarded::opener(
+            store_url("REDIS").expect("checked above"),
+        ))
         .connection_variant(),
     )
 }

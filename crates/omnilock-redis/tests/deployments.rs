@@ -501,3 +501,63 @@ async fn cluster_acl_user_without_shard_channels_is_refused() {
     acl(vec!["DELUSER".into(), user.clone()]).await;
     assert_clear(&err, ErrorKind::Auth, "&{omnilock*");
 }
+
+/// On a cluster, a guarded write writes keys of the lock's slot and refuses
+/// any other before writing anything; a fenced key and its fence share a
+/// slot, so its script runs on a cluster. Redlock has no one server to
+/// guard a write on.
+#[tokio::test(flavor = "multi_thread")]
+async fn cluster_guarded_writes_stay_in_the_locks_slot() {
+    let url = store_url("REDIS_CLUSTER").expect("OMNILOCK_TEST_REDIS_CLUSTER_URL");
+    let config = RedisConfig::from_url(&StoreUrl::parse(&url).unwrap()).unwrap();
+    let store = omnilock_redis::RedisStore::connect(config)
+        .await
+        .expect("connect");
+    let locks = Locks::new(store.clone());
+    let name = format!("guarded-slot/{}", rand_suffix());
+    let guard = locks.acquire(&name).await.expect("acquire");
+    let write = omnilock_redis::GuardedWrite::new(&guard).unwrap();
+    let (mine, elsewhere) = (write.key("mine"), format!("elsewhere-{}", rand_suffix()));
+    assert_ne!(
+        redis::cluster_routing::Slot::for_key(&elsewhere),
+        redis::cluster_routing::Slot::for_key(&mine),
+        "pick another name"
+    );
+    let err = write
+        .clone()
+        .set(&mine, "1")
+        .set(&elsewhere, "1")
+        .commit()
+        .await
+        .unwrap_err();
+    assert_clear(&err, ErrorKind::InvalidConfig, "another hash slot");
+    let mut conn = store.connection();
+    let read = |key: &str| redis::cmd("GET").arg(key).clone();
+    let got: Option<String> = read(&mine).query_async(&mut conn).await.unwrap();
+    assert_eq!(got, None, "nothing written");
+    write
+        .clone()
+        .set(&mine, "2")
+        .commit()
+        .await
+        .expect("in the slot");
+    let got: Option<String> = read(&mine).query_async(&mut conn).await.unwrap();
+    assert_eq!(got.as_deref(), Some("2"));
+    guard.release().await.unwrap();
+
+    let fenced = omnilock_redis::FencedKey::new(elsewhere.clone()).unwrap();
+    fenced
+        .set(&mut conn, 5, "five")
+        .await
+        .expect("fenced write");
+    let err = fenced.set(&mut conn, 4, "four").await.unwrap_err();
+    assert_eq!(err.tokens(), Some((4, 5)), "{err}");
+
+    let redlock = connect(&store_url("REDLOCK").expect("OMNILOCK_TEST_REDLOCK_URL"))
+        .await
+        .expect("redlock");
+    let held = redlock.acquire(&name).await.expect("acquire");
+    let err = omnilock_redis::GuardedWrite::new(&held).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+    held.release().await.unwrap();
+}

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use omnilock_core::{ErrorKind, LockRequest, Locks, StoreUrl};
-use omnilock_redis::{RedisConfig, RedisStore};
+use omnilock_redis::{FencedKey, GuardedWrite, RedisConfig, RedisStore};
 use omnilock_testkit::fixtures::queue_handoff_chain;
 use omnilock_testkit::store_url;
 
@@ -322,4 +322,133 @@ async fn flushed_scripts_are_loaded_again() {
         .unwrap();
     assert!(pttl > 0, "the lock key is gone ({pttl})");
     guard.release().await.expect("release");
+}
+
+/// A guarded write applies all its writes, in order, while the lock is
+/// held; after the release, none (`LockLost`); under a later holder, none
+/// (`StaleToken` with both tokens). It may not touch the lock's own keys.
+#[tokio::test(flavor = "multi_thread")]
+async fn guarded_writes_apply_together_or_not_at_all() {
+    let Some((store, url)) = store("").await else {
+        panic!("OMNILOCK_TEST_REDIS_URL is not set")
+    };
+    let locks = Locks::new(store.clone());
+    let name = format!("guarded/{}", std::process::id());
+    let mut conn = raw(&url).await;
+    let get = |key: String| redis::cmd("GET").arg(key).clone();
+
+    let first = locks.acquire(&name).await.expect("acquire");
+    let write = GuardedWrite::new(&first).expect("a mutex of a Redis store");
+    let (current, config, old) = (write.key("current"), write.key("config"), write.key("old"));
+    let _: () = redis::cmd("SET")
+        .arg(&old)
+        .arg("x")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    write
+        .clone()
+        .set(&current, "v1")
+        .hset(&config, "version", "1")
+        .del(&old)
+        .commit()
+        .await
+        .expect("held: applies");
+    let got: (Option<String>, Option<String>, Option<String>) = redis::pipe()
+        .add_command(get(current.clone()))
+        .cmd("HGET")
+        .arg(&config)
+        .arg("version")
+        .add_command(get(old.clone()))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(got, (Some("v1".into()), Some("1".into()), None));
+
+    let own = current[..current.find(":app:").unwrap()].to_string();
+    let err = write.clone().set(&own, "x").commit().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+
+    first.release().await.expect("release");
+    let err = write
+        .clone()
+        .set(&current, "v2")
+        .commit()
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::LockLost, "{err}");
+
+    let later = locks.acquire(&name).await.expect("the next holder");
+    let err = write
+        .clone()
+        .set(&current, "v3")
+        .commit()
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::StaleToken, "{err}");
+    assert_eq!(err.tokens(), Some((write.token(), later.token())));
+    let value: Option<String> = get(current.clone()).query_async(&mut conn).await.unwrap();
+    assert_eq!(
+        value.as_deref(),
+        Some("v1"),
+        "a refused write changed nothing"
+    );
+    later.release().await.expect("release");
+}
+
+/// A fenced key takes writes of the highest token seen or above, refuses a
+/// lower one with both tokens, and keeps its fence through a `DEL`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fenced_key_refuses_lower_tokens() {
+    let Some((store, _)) = store("").await else {
+        panic!("OMNILOCK_TEST_REDIS_URL is not set")
+    };
+    let mut conn = store.connection();
+    let key = FencedKey::new(format!("fenced/{}", std::process::id())).unwrap();
+    let read = |conn: &mut omnilock_redis::RedisConnection| {
+        let mut conn = conn.clone();
+        let key = key.key().to_string();
+        async move {
+            redis::cmd("GET")
+                .arg(key)
+                .query_async::<Option<String>>(&mut conn)
+                .await
+                .unwrap()
+        }
+    };
+
+    key.set(&mut conn, 7, "seven").await.expect("first write");
+    key.set(&mut conn, 7, "seven again")
+        .await
+        .expect("the same token again");
+    // Beyond a double's exact integers: compared as decimals.
+    let big = (1u64 << 60) + 1;
+    key.set(&mut conn, big, "big")
+        .await
+        .expect("a higher token");
+    let err = key.set(&mut conn, big - 1, "stale").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::StaleToken, "{err}");
+    assert_eq!(err.tokens(), Some((big - 1, big)));
+    assert_eq!(read(&mut conn).await.as_deref(), Some("big"));
+    let err = key.del(&mut conn, 7).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::StaleToken, "{err}");
+    key.del(&mut conn, big).await.expect("delete");
+    assert_eq!(read(&mut conn).await, None);
+    assert_eq!(
+        key.highest(&mut conn).await.unwrap(),
+        Some(big),
+        "the fence stays"
+    );
+    let err = key.hset(&mut conn, 8, "f", "v").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::StaleToken, "{err}");
+
+    let hash = FencedKey::new(format!("fenced-hash/{}", std::process::id())).unwrap();
+    hash.hset(&mut conn, 3, "rows", "42").await.expect("hset");
+    let rows: Option<String> = redis::cmd("HGET")
+        .arg(hash.key())
+        .arg("rows")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(rows.as_deref(), Some("42"));
 }

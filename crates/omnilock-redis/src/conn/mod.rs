@@ -58,6 +58,44 @@ impl redis::aio::ConnectionLike for Conn {
     }
 }
 
+/// The store's own connection to Redis, for the application's commands on
+/// the data it keeps beside its locks (the keys of a
+/// [`GuardedWrite`](crate::GuardedWrite), a [`FencedKey`](crate::FencedKey)):
+/// with the store's credentials and TLS, reconnecting by itself, and on a
+/// cluster routed by key (each command to its slot's master), through
+/// Sentinel to the master of the moment. From
+/// [`RedisStore::connection`](crate::RedisStore::connection).
+///
+/// It is shared with the locks: a command that blocks the connection
+/// (`BLPOP`, `WAIT`) delays them too.
+#[derive(Clone)]
+pub struct RedisConnection(pub(crate) Conn);
+
+impl std::fmt::Debug for RedisConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RedisConnection")
+    }
+}
+
+impl redis::aio::ConnectionLike for RedisConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        self.0.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        self.0.req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.0.get_db()
+    }
+}
+
 /// Where this client's wake-up subscription goes.
 #[derive(Clone)]
 pub(crate) enum Subscriber {

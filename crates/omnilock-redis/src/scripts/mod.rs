@@ -17,6 +17,7 @@
 //! braces, so a leading `{` tells the two apart).
 
 pub(crate) mod counted;
+pub(crate) mod guarded;
 pub(crate) mod keys;
 pub(crate) mod mutex;
 pub(crate) mod redlock;
@@ -24,7 +25,6 @@ pub(crate) mod redlock;
 use redis::{Cmd, RedisError, Script};
 
 use crate::config::WaitReplicas;
-use crate::conn::Conn;
 
 /// Shared Lua: the server's clock, dropping dead waiters from the head of
 /// the queue, waking the live head, call ids that make a re-sent call
@@ -53,6 +53,7 @@ pub(crate) struct Scripts {
     renew_all: Script,
     cancel: Script,
     break_lock: Script,
+    guarded_write: Script,
     acquire_counted: Script,
     release_counted: Script,
     renew_counted: Script,
@@ -79,6 +80,7 @@ impl Scripts {
             )),
             cancel: with_common(include_str!("lua/cancel.lua")),
             break_lock: with_common(include_str!("lua/break.lua")),
+            guarded_write: Script::new(include_str!("lua/guarded_write.lua")),
             acquire_counted: counted(include_str!("lua/acquire_counted.lua")),
             release_counted: counted(include_str!("lua/release_counted.lua")),
             renew_counted: counted(include_str!("lua/renew_counted.lua")),
@@ -115,7 +117,7 @@ fn evalsha(script: &Script, keys: &[&str]) -> Cmd {
 /// would confirm at once what no replica has. Returns the script's answer
 /// and, with `wait`, how many replicas acknowledged.
 async fn run<T: redis::FromRedisValue>(
-    conn: &mut Conn,
+    conn: &mut impl redis::aio::ConnectionLike,
     script: &Script,
     eval: Cmd,
     wait: Option<WaitReplicas>,
@@ -150,7 +152,7 @@ async fn run<T: redis::FromRedisValue>(
 
 /// [`run`] without `WAIT`, for the script's answer alone.
 async fn answer<T: redis::FromRedisValue>(
-    conn: &mut Conn,
+    conn: &mut impl redis::aio::ConnectionLike,
     script: &Script,
     eval: Cmd,
 ) -> redis::RedisResult<T> {

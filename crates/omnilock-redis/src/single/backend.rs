@@ -22,6 +22,7 @@ impl Backend for RedisStore {
             .with_break_lock(true)
             .with_holder(true)
             .with_check(true)
+            .with_guarded_write(true)
             .with_election(true)
             // Replication is asynchronous, persistence optional.
             .with_survives_failover(false)
@@ -65,7 +66,7 @@ impl Backend for RedisStore {
             requests
                 .iter()
                 .zip(tokens)
-                .map(|(request, token)| granted(token, started + request.ttl, ""))
+                .map(|(request, token)| self.granted(token, started + request.ttl, ""))
                 .collect()
         }))
     }
@@ -80,7 +81,7 @@ impl Backend for RedisStore {
             .await?
         {
             (Attempt::Taken(token), started) => {
-                Ok(Some(granted(token, started + request.ttl, &entry)))
+                Ok(Some(self.granted(token, started + request.ttl, &entry)))
             }
             (Attempt::Busy(_), _) => Ok(None),
             (Attempt::Unconfirmed(err, _), _) => Err(err),
@@ -134,7 +135,7 @@ impl Backend for RedisStore {
                         // silently. Subscribe again on the next wait.
                         self.suspect_channel(&place);
                     }
-                    return Ok(granted(token, started + request.ttl, &entry));
+                    return Ok(self.granted(token, started + request.ttl, &entry));
                 }
                 Ok((Attempt::Busy(remaining), _)) => {
                     if self.listen_for(&mut place).await {

@@ -31,6 +31,7 @@ use crate::wake::{self, WakeTarget};
 mod backend;
 mod blocking;
 mod counted;
+mod guarded;
 mod rounds;
 mod wakeups;
 
@@ -39,8 +40,9 @@ mod wakeups;
 type Grant = omnilock_core::Grant<HoldId>;
 
 use counted::Counted;
+pub use guarded::GuardedWrite;
 pub use rounds::HoldId;
-use rounds::{Attempt, granted, lock_gone, nonce};
+use rounds::{Attempt, lock_gone, nonce};
 use wakeups::{Incoming, Place, WakeChannels, check_same_server, listen_shards};
 
 /// A lock store on one Redis master: one server (`redis://`), Redis Cluster
@@ -232,6 +234,20 @@ impl RedisStore {
     /// Wake-up messages this client has received (each wakes one waiter).
     pub fn wakeups(&self) -> u64 {
         self.inner.wakeups.load(Ordering::Relaxed)
+    }
+
+    /// The store's own connection, for the application's commands on the
+    /// keys it keeps beside its locks: reading what a
+    /// [`GuardedWrite`] wrote, writing a [`FencedKey`](crate::FencedKey).
+    ///
+    /// ```no_run
+    /// # async fn demo(store: omnilock_redis::RedisStore) -> redis::RedisResult<()> {
+    /// let mut conn = store.connection();
+    /// let current: Option<String> = redis::cmd("GET").arg("config:current").query_async(&mut conn).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn connection(&self) -> crate::RedisConnection {
+        crate::RedisConnection(self.inner.node.conn.clone())
     }
 
     fn keys(&self, name: &LockName) -> Keys {

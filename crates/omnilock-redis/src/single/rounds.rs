@@ -276,21 +276,24 @@ pub(super) fn nonce() -> String {
 
 /// What a hold's release and renewal name, kept in its grant: the release
 /// call id (the mutex), or the entry id (a semaphore permit, a side of a
-/// read-write lock). Opaque outside the crate.
+/// read-write lock); and the store, for a guarded write
+/// ([`GuardedWrite`](crate::GuardedWrite)). Opaque outside the crate.
 pub struct HoldId {
     pub(super) call: String,
     pub(super) entry: String,
-}
-
-/// A grant with a fresh release call id and the acquisition's `entry`.
-pub(super) fn granted(token: u64, valid_until: Instant, entry: &str) -> Grant {
-    omnilock_core::Grant::new(token, valid_until).with_hold(HoldId {
-        call: nonce(),
-        entry: entry.to_string(),
-    })
+    pub(crate) store: RedisStore,
 }
 
 impl RedisStore {
+    /// A grant with a fresh release call id and the acquisition's `entry`.
+    pub(super) fn granted(&self, token: u64, valid_until: Instant, entry: &str) -> Grant {
+        omnilock_core::Grant::new(token, valid_until).with_hold(HoldId {
+            call: nonce(),
+            entry: entry.to_string(),
+            store: self.clone(),
+        })
+    }
+
     /// Whether the master of `request`'s lock has as many replicas
     /// connected as `wait_replicas` asks (`INFO replication`); true when it
     /// cannot tell, so that the next attempt finds out.

@@ -1,5 +1,7 @@
 //! The subject every Redis test binary builds its scenarios on.
 
+pub(crate) mod guarded;
+
 use omnilock_core::StoreUrl;
 use omnilock_redis::RedisConfig;
 use omnilock_testkit::{Subject, store_url};
@@ -24,6 +26,7 @@ fn subject_at(store: &str, url: String) -> Option<Subject> {
             let url = for_clients.clone();
             async move { omnilock_redis::connect(RedisConfig::from_url(&StoreUrl::parse(&url)?)?).await }
         })
+        .with_guarded_writes(guarded::opener(url.clone()))
         .with_url(url),
     )
 }
