@@ -6,7 +6,7 @@
 #                                    (scripts/stores.sh up)
 #   CHAOS_FILTER=REGEX               only the runs whose label matches
 #   CHAOS_KEEP=1                     keep earlier results in target/chaos-long
-#   CHAOS_SET=classic|volume|kleppmann|failover|guarded|all   which runs (default all):
+#   CHAOS_SET=classic|volume|kleppmann|failover|guarded|logs|all   which runs (default all):
 #     classic    the runs below with work 0-2 s (recovery times, 1-lock runs)
 #     volume     every store x fault class once over 100 locks with work
 #                0-50 ms, so each class gathers >= 10,000 acquisitions
@@ -18,6 +18,10 @@
 #     guarded    guarded SQL transactions (sql::TxGuard): the resource is a
 #                table in the lock's own database, volume runs per fault,
 #                and a pause run without the guard as the control
+#     logs       a log in the lock's own store, appended through the store's
+#                guard (Redis GuardedWrite, etcd is_owner, ZooKeeper
+#                check_owner) and on Redis also through FencedKey: volume
+#                runs per fault, and a pause run without either as the control
 #
 # Each run: 16 client processes, TTL 2 s, work under the lock 0-2 s (as the
 # issue that specified the harness asked), one fault class. "1lock" runs put
@@ -89,6 +93,23 @@ if [ "$SET" = guarded ] || [ "$SET" = all ]; then
   guarded sqlite "$OMNILOCK_TEST_SQLITE_URL" kill pause &
   wait
   guarded mysql "$OMNILOCK_TEST_MYSQL_URL" kill pause partition
+fi
+
+if [ "$SET" = logs ] || [ "$SET" = all ]; then
+  # logs STORE URL REGISTERS FAULTS...: each fault with each register (a
+  # comma-separated list), then pauses with the plain append (the control).
+  logs() {
+    local store=$1 url=$2 registers=$3
+    shift 3
+    for register in ${registers//,/ }; do
+      for fault in "$@"; do run "$store" "$url" "$fault" 100 "$register" 50ms -volume; done
+    done
+    run "$store" "$url" pause 100 log-unguarded 50ms -volume
+  }
+  logs redis "$OMNILOCK_TEST_REDIS_URL" log-guarded,log-fenced kill pause partition &
+  logs etcd "$OMNILOCK_TEST_ETCD_URL" log-guarded kill pause partition &
+  wait
+  logs zk "$OMNILOCK_TEST_ZK_URL" log-guarded kill pause partition
 fi
 
 if [ "$SET" = failover ] || [ "$SET" = all ]; then

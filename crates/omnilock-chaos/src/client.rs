@@ -15,6 +15,7 @@ use rand::seq::{IteratorRandom, SliceRandom};
 use tokio::io::AsyncReadExt;
 
 use crate::history::{Event, Op, Phase, Source};
+use crate::logs::{LogWrite, Logs};
 use crate::primitive::Primitive;
 use crate::records::Records;
 use crate::register::{Answer, Connection};
@@ -42,6 +43,9 @@ pub struct ClientConfig {
     /// The resource is a table in the lock's SQL database (`records.rs`):
     /// `Some(true)` written in guarded transactions.
     pub records: Option<bool>,
+    /// The resource is a log in the lock's store (`logs.rs`), appended to
+    /// this way, named after this run.
+    pub log: Option<(LogWrite, String)>,
 }
 
 fn emit(event: Event) {
@@ -62,9 +66,20 @@ fn client_event(id: u32, op: Op, phase: Phase, lock: &str) -> Event {
 /// Runs the loop until standard input reaches its end.
 pub async fn run(config: ClientConfig) -> Result<(), String> {
     let id = config.id;
-    let locks = omnilock::connect(&config.store)
-        .await
-        .map_err(|e| format!("client {id}: {e}"))?;
+    let logs = match &config.log {
+        Some(_) => Some(
+            Logs::connect(&config.store)
+                .await
+                .map_err(|e| format!("client {id}: {e}"))?,
+        ),
+        None => None,
+    };
+    let locks = match logs.as_ref().and_then(Logs::locks) {
+        Some(locks) => locks,
+        None => omnilock::connect(&config.store)
+            .await
+            .map_err(|e| format!("client {id}: {e}"))?,
+    };
     let mut register = Connection::open(&config.register)
         .await
         .map_err(|e| format!("client {id}: register: {e}"))?;
@@ -82,20 +97,27 @@ pub async fn run(config: ClientConfig) -> Result<(), String> {
         let _ = stop_tx.send(true);
     });
     while !*stop.borrow() {
-        one_round(&locks, &mut register, records.as_ref(), &config).await;
+        let resource = match (&records, &logs) {
+            (Some(records), _) => Resource::Records(records),
+            (None, Some(logs)) => Resource::Logs(logs),
+            (None, None) => Resource::Register(&mut register),
+        };
+        one_round(&locks, resource, &config).await;
     }
     locks.close().await;
     Ok(())
 }
 
+/// What a client writes under its locks.
+enum Resource<'a> {
+    Register(&'a mut Connection),
+    Records(&'a Records),
+    Logs(&'a Logs),
+}
+
 /// One round: take the lock (or, with `multi`, two locks at once through
 /// `lock_all`), use it, release it.
-async fn one_round(
-    locks: &Locks,
-    register: &mut Connection,
-    records: Option<&Records>,
-    config: &ClientConfig,
-) {
+async fn one_round(locks: &Locks, resource: Resource<'_>, config: &ClientConfig) {
     let id = config.id;
     let mut rng = rand::thread_rng();
     let names: Vec<String> = if config.primitive == Primitive::Multi {
@@ -159,7 +181,9 @@ async fn one_round(
     if share.is_some() {
         let work = rand::thread_rng().gen_range(Duration::ZERO..=config.work);
         tokio::time::sleep(work).await;
-    } else if let (Some(records), Some(guarded)) = (records, config.records) {
+    } else if let Resource::Register(register) = resource {
+        use_register(register, config, &parts).await;
+    } else {
         for part in &parts {
             if config.careful && !part.is_held() {
                 emit(
@@ -167,12 +191,19 @@ async fn one_round(
                 );
                 continue;
             }
-            for event in records.update(id, part, guarded, config.work).await {
+            let events = match (&resource, &config.records, &config.log) {
+                (Resource::Records(records), Some(guarded), _) => {
+                    records.update(id, part, *guarded, config.work).await
+                }
+                (Resource::Logs(logs), _, Some((how, run))) => {
+                    logs.append(run, id, part, *how, config.work).await
+                }
+                _ => unreachable!("a resource comes with its mode"),
+            };
+            for event in events {
                 emit(event);
             }
         }
-    } else {
-        use_register(register, config, &parts).await;
     }
     for part in parts {
         let lock = part.name().as_str().to_string();

@@ -12,7 +12,9 @@
 //! unnoticed lock losses, recovery times and locks left behind. With
 //! `--primitive semaphore:N` or `rw` the clients take semaphore permits or
 //! read-write lock sides instead, and the checker counts the holders
-//! against the capacity.
+//! against the capacity. The protected resource may also be a table in the
+//! lock's own SQL database ([`records`]) or a log in the lock's own store
+//! ([`logs`]), written through the store's guard, a fenced key, or neither.
 //! `docs/reliability.md` explains each figure and publishes a long run.
 //!
 //! ```
@@ -25,6 +27,7 @@
 pub mod checker;
 pub mod client;
 pub mod history;
+pub mod logs;
 pub mod primitive;
 pub mod proxy;
 pub mod records;

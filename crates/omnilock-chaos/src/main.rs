@@ -14,6 +14,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use omnilock_chaos::checker::Report;
 use omnilock_chaos::client::{self, ClientConfig};
+use omnilock_chaos::logs::LogWrite;
 use omnilock_chaos::primitive::Primitive;
 use omnilock_chaos::run::{self, Fault, RunConfig};
 
@@ -35,6 +36,16 @@ enum RegisterMode {
     SqlGuarded,
     /// The same table, written without the guard (the control).
     SqlUnguarded,
+    /// A log in the lock's own store (etcd, ZooKeeper, Redis one server,
+    /// Sentinel or Cluster), appended through the store's guard: Redis
+    /// `GuardedWrite`, etcd `is_owner` in a `Txn`, ZooKeeper `check_owner`
+    /// in a `multi` (mutexes).
+    LogGuarded,
+    /// The same log on Redis, appended through `FencedKey` (refuses a token
+    /// below the highest that appended).
+    LogFenced,
+    /// The same log, appended without a guard or fence (the control).
+    LogUnguarded,
 }
 
 #[derive(Subcommand)]
@@ -131,6 +142,12 @@ struct ClientArgs {
     /// The records mode: `guarded` or `unguarded` (see `--register`).
     #[arg(long)]
     records: Option<String>,
+    /// The log mode: `guarded`, `fenced` or `unguarded` (see `--register`).
+    #[arg(long)]
+    log: Option<String>,
+    /// The run the logs are named after.
+    #[arg(long, default_value = "")]
+    log_run: String,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -155,6 +172,12 @@ async fn main() -> ExitCode {
                 records: match args.register {
                     RegisterMode::SqlGuarded => Some(true),
                     RegisterMode::SqlUnguarded => Some(false),
+                    _ => None,
+                },
+                log: match args.register {
+                    RegisterMode::LogGuarded => Some(LogWrite::Guarded),
+                    RegisterMode::LogFenced => Some(LogWrite::Fenced),
+                    RegisterMode::LogUnguarded => Some(LogWrite::Unguarded),
                     _ => None,
                 },
                 careful: args.careful,
@@ -207,6 +230,14 @@ async fn main() -> ExitCode {
                 careful: args.careful,
                 primitive: args.primitive,
                 records: args.records.map(|mode| mode == "guarded"),
+                log: match args.log.as_deref().map(LogWrite::parse) {
+                    Some(Some(how)) => Some((how, args.log_run)),
+                    Some(None) => {
+                        eprintln!("omnilock-chaos client: unknown --log mode");
+                        return ExitCode::from(2);
+                    }
+                    None => None,
+                },
             };
             match client::run(config).await {
                 Ok(()) => ExitCode::SUCCESS,

@@ -89,6 +89,9 @@ pub struct RunConfig {
     /// register (`records.rs`): `Some(true)` written in guarded
     /// transactions, `Some(false)` without the guard.
     pub records: Option<bool>,
+    /// The resource is a log in the lock's own store (`logs.rs`), appended
+    /// to this way.
+    pub log: Option<crate::logs::LogWrite>,
     /// Whether clients skip their write when the guard says the lock is gone.
     pub careful: bool,
     /// What the clients take.
@@ -117,6 +120,8 @@ struct Harness {
     /// A client died: start another in its place (a channel, because a
     /// client's reader task cannot start the next client itself).
     respawn: UnboundedSender<()>,
+    /// The run the logs are named after (`logs.rs`).
+    log_run: String,
 }
 
 /// Runs one store under the configured faults and checks the history.
@@ -173,6 +178,35 @@ pub async fn run(config: RunConfig) -> Result<Report, String> {
             .ok_or("the records modes need a SQL store (postgres://, mysql://, sqlite://)")?;
         records.prepare(config.locks).await?;
     }
+    // Logs named after this run: nothing of an earlier run is in them.
+    let log_run = format!(
+        "{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis()
+    );
+    let logs = match config.log {
+        Some(how) => {
+            if config.primitive != Primitive::Mutex {
+                return Err("the log modes take mutexes: --primitive mutex".into());
+            }
+            if how == crate::logs::LogWrite::Guarded && !capabilities.guarded_write {
+                return Err(format!(
+                    "{} cannot guard a write in its own store: use --register log-unguarded",
+                    locks.backend_kind()
+                ));
+            }
+            let logs = crate::logs::Logs::connect(&config.store).await?;
+            if how == crate::logs::LogWrite::Fenced && !matches!(logs, crate::logs::Logs::Redis(_))
+            {
+                return Err("the fenced log is a Redis key: use a Redis store".into());
+            }
+            logs.prepare(&log_run, config.locks).await?;
+            Some(logs)
+        }
+        None => None,
+    };
     if config
         .faults
         .iter()
@@ -230,6 +264,7 @@ pub async fn run(config: RunConfig) -> Result<Report, String> {
         stopping: AtomicBool::new(false),
         exited: tokio::sync::Notify::new(),
         respawn: respawn_tx,
+        log_run: log_run.clone(),
     });
     let respawner = {
         let harness = harness.clone();
@@ -258,6 +293,9 @@ pub async fn run(config: RunConfig) -> Result<Report, String> {
     respawner.abort();
     stop_clients(&harness).await;
     check_leftovers(&harness, &locks).await;
+    if let Some(logs) = &logs {
+        collect_logs(&harness, &locks, logs, &log_run).await?;
+    }
     locks.close().await;
 
     let _ = end_history.send(());
@@ -286,11 +324,12 @@ pub async fn run(config: RunConfig) -> Result<Report, String> {
         config.ttl,
         config.work,
         config.duration,
-        match (config.records, config.fenced) {
-            (Some(true), _) => "sql-guarded",
-            (Some(false), _) => "sql-unguarded",
-            (None, true) => "fenced",
-            (None, false) => "unfenced",
+        match (config.records, config.log, config.fenced) {
+            (Some(true), _, _) => "sql-guarded".to_string(),
+            (Some(false), _, _) => "sql-unguarded".to_string(),
+            (None, Some(how), _) => format!("log-{}", how.name()),
+            (None, None, true) => "fenced".to_string(),
+            (None, None, false) => "unfenced".to_string(),
         },
     );
     Ok(report)
@@ -358,6 +397,8 @@ async fn spawn_client(harness: &Arc<Harness>) -> Result<(), String> {
                 if guarded { "guarded" } else { "unguarded" }
             )
         }))
+        .args(harness.config.log.map(|how| format!("--log={}", how.name())))
+        .args(["--log-run", &harness.log_run])
         .args(["--primitive", &harness.config.primitive.to_string()])
         // In the environment, not the command line: URLs carry passwords.
         .env("OMNILOCK_CHAOS_STORE", store)
@@ -932,6 +973,31 @@ async fn check_leftovers(harness: &Arc<Harness>, locks: &omnilock::Locks) {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
+
+/// Judges every lock's log after the run (`logs.rs`), under the lock, so
+/// that the store names the keys as it does for its holders.
+async fn collect_logs(
+    harness: &Harness,
+    locks: &omnilock::Locks,
+    logs: &crate::logs::Logs,
+    run: &str,
+) -> Result<(), String> {
+    for n in 0..harness.config.locks {
+        let name = format!("chaos-{n}");
+        let guard = locks
+            .lock(&name)
+            .timeout(harness.config.ttl * 3)
+            .acquire()
+            .await
+            .map_err(|e| format!("reading the log of {name}: {e}"))?;
+        let served = logs.collect(run, &guard).await;
+        let _ = guard.release().await;
+        for event in served? {
+            harness.record(event);
+        }
+    }
+    Ok(())
 }
 
 /// Tries to take all of `name` at once, and gives it back.

@@ -2,13 +2,14 @@
 //! faults for 40 s, 8 client processes on one lock, TTL 2 s; then a
 //! semaphore run and a read-write lock run, whose checker counts holders
 //! beyond the capacity, and a `lock_all` run (two of three locks at once,
-//! in random order, each behind the fenced register). Fails on any safety violation where
+//! in random order, each behind the fenced register), and logs in Redis and
+//! ZooKeeper appended through the store's own guard. Fails on any safety violation where
 //! docs/reliability.md says there must be none, and when the run did not
 //! actually exercise the faults.
 //!
-//! The stores run concurrently, six at a time, to keep CI short (12 cases:
+//! The stores run concurrently, seven at a time, to keep CI short (14 cases:
 //! two rounds of 40 s). The runs mostly wait (300 ms of work per hold):
-//! six at a time still leave a 2-CPU machine 20-45 % idle. A fault and its
+//! six at a time left a 2-CPU machine 20-45 % idle. A fault and its
 //! recovery take 4-8 s, so 40 s is what every case needs to inject each of
 //! its faults (30 s never reached etcd's fifth).
 
@@ -25,6 +26,9 @@ struct Case {
     primitive: &'static str,
     /// URL options added to the store's (a mode of the store).
     options: &'static str,
+    /// `--register`: the resource written under the lock (the fenced
+    /// register when empty).
+    register: &'static str,
 }
 
 impl Case {
@@ -40,6 +44,7 @@ impl Case {
             fenced: true,
             primitive,
             options: "",
+            register: "",
         }
     }
 
@@ -54,6 +59,11 @@ impl Case {
     /// The same run in a mode of the store (URL options).
     const fn with_options(self, options: &'static str) -> Case {
         Case { options, ..self }
+    }
+
+    /// The same run writing another resource (`--register`).
+    const fn writing(self, register: &'static str) -> Case {
+        Case { register, ..self }
     }
 }
 
@@ -86,6 +96,9 @@ const CASES: &[Case] = &[
     // that session's idle timeout.
     Case::new("MYSQL", &["kill", "pause", "partition"], "mutex")
         .with_options("mode=advisory&table=omnilock_chaos_advisory"),
+    // A log in the lock's own store, appended through the store's guard.
+    Case::new("REDIS", &["kill", "pause", "partition"], "mutex").writing("log-guarded"),
+    Case::new("ZK", &["kill", "pause", "partition"], "mutex").writing("log-guarded"),
 ];
 
 fn run_case(case: &Case) -> Result<(), String> {
@@ -97,13 +110,18 @@ fn run_case(case: &Case) -> Result<(), String> {
         url.push_str(case.options);
     }
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "chaos-{}-{}{}",
+        "chaos-{}-{}{}{}",
         case.store,
         case.primitive.replace(':', ""),
         if case.options.is_empty() {
             ""
         } else {
             "-advisory"
+        },
+        if case.register.is_empty() {
+            String::new()
+        } else {
+            format!("-{}", case.register)
         }
     ));
     let _ = std::fs::remove_dir_all(&out);
@@ -123,6 +141,8 @@ fn run_case(case: &Case) -> Result<(), String> {
     }
     if !case.fenced {
         command.args(["--register", "unfenced", "--allow-violations"]);
+    } else if !case.register.is_empty() {
+        command.args(["--register", case.register]);
     }
     let output = command.output().map_err(|e| e.to_string())?;
     let shown = format!(
@@ -179,7 +199,7 @@ fn run_case(case: &Case) -> Result<(), String> {
 #[test]
 fn every_store_survives_its_faults() {
     let mut failures = Vec::new();
-    for batch in CASES.chunks(6) {
+    for batch in CASES.chunks(7) {
         let results: Vec<_> = std::thread::scope(|scope| {
             let runs: Vec<_> = batch
                 .iter()

@@ -104,6 +104,19 @@ impl FencedKey {
         self.write(conn, token, call).await
     }
 
+    /// `RPUSH key value` with `token`: refused when a higher token wrote. A
+    /// list of entries so appended is in the order of their tokens.
+    pub async fn rpush<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        token: u64,
+        value: impl AsRef<[u8]>,
+    ) -> Result<()> {
+        let mut call = FENCED_WRITE.prepare_invoke();
+        call.arg(token).arg("rpush").arg(value.as_ref());
+        self.write(conn, token, call).await
+    }
+
     /// `DEL key` with `token` (the fence stays): refused when a higher
     /// token wrote.
     pub async fn del<C: ConnectionLike>(&self, conn: &mut C, token: u64) -> Result<()> {

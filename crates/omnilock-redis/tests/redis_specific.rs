@@ -351,9 +351,18 @@ async fn guarded_writes_apply_together_or_not_at_all() {
         .set(&current, "v1")
         .hset(&config, "version", "1")
         .del(&old)
+        .rpush(write.key("log"), "entry")
         .commit()
         .await
         .expect("held: applies");
+    let log: Vec<String> = redis::cmd("LRANGE")
+        .arg(write.key("log"))
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(log, ["entry"]);
     let got: (Option<String>, Option<String>, Option<String>) = redis::pipe()
         .add_command(get(current.clone()))
         .cmd("HGET")
@@ -441,6 +450,17 @@ async fn a_fenced_key_refuses_lower_tokens() {
     );
     let err = key.hset(&mut conn, 8, "f", "v").await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::StaleToken, "{err}");
+    key.rpush(&mut conn, big + 1, "appended").await.expect("rpush");
+    let err = key.rpush(&mut conn, big, "late").await.unwrap_err();
+    assert_eq!(err.tokens(), Some((big, big + 1)), "{err}");
+    let list: Vec<String> = redis::cmd("LRANGE")
+        .arg(key.key())
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(list, ["appended"]);
 
     let hash = FencedKey::new(format!("fenced-hash/{}", std::process::id())).unwrap();
     hash.hset(&mut conn, 3, "rows", "42").await.expect("hset");

@@ -16,6 +16,10 @@ pub(crate) enum Write {
         field: Vec<u8>,
         value: Vec<u8>,
     },
+    RPush {
+        key: usize,
+        value: Vec<u8>,
+    },
     Del {
         key: usize,
     },
@@ -56,6 +60,7 @@ impl Scripts {
                 Write::HSet { key, field, value } => {
                     eval.arg("hset").arg(key + 2).arg(field).arg(value)
                 }
+                Write::RPush { key, value } => eval.arg("rpush").arg(key + 2).arg(value),
                 Write::Del { key } => eval.arg("del").arg(key + 2),
             };
         }

@@ -13,7 +13,7 @@ use crate::scripts::guarded::{Guarded, Write};
 /// check of the holder (owner and token, and a lease that has not run out)
 /// and the writes run as one script on the lock's master, so no other
 /// holder can come between them. Build it with [`GuardedWrite::new`], add
-/// `SET`, `HSET` and `DEL` writes, and [`commit`](Self::commit).
+/// `SET`, `HSET`, `RPUSH` and `DEL` writes, and [`commit`](Self::commit).
 ///
 /// For mutexes of a [`RedisStore`] (one server, Sentinel, Cluster). On a
 /// cluster, every key written must be in the lock's hash slot: name them
@@ -118,6 +118,17 @@ impl GuardedWrite {
         self
     }
 
+    /// Adds `RPUSH key value`: an entry appended to a list, such as a log
+    /// or a queue that only the lock's holder may feed.
+    pub fn rpush(mut self, key: impl Into<String>, value: impl AsRef<[u8]>) -> Self {
+        let key = self.index(key.into());
+        self.writes.push(Write::RPush {
+            key,
+            value: value.as_ref().to_vec(),
+        });
+        self
+    }
+
     /// Adds `DEL key`.
     pub fn del(mut self, key: impl Into<String>) -> Self {
         let key = self.index(key.into());
@@ -138,8 +149,8 @@ impl GuardedWrite {
     ///   cluster, or one of the lock's own keys.
     ///
     /// An `Unavailable` error may come after the writes were applied (the
-    /// answer was lost). Every write is a `SET`, `HSET` or `DEL`, so sending
-    /// the same writes again is safe.
+    /// answer was lost). `SET`, `HSET` and `DEL` may be sent again safely;
+    /// an `RPUSH` sent again appends its entry twice.
     ///
     /// The writes reach replicas as every Redis write does, after the
     /// answer and in order with the lock's own: a failover may lose the

@@ -1,7 +1,8 @@
 -- A fenced write: refused when a higher fencing token has written the key.
 -- KEYS[1]: the key written; KEYS[2]: its fence (the highest token that
 -- wrote it, kept for good).
--- ARGV: token, then `set <value>`, `hset <field> <value>` or `del`.
+-- ARGV: token, then `set <value>`, `hset <field> <value>`, `rpush <value>`
+-- or `del`.
 -- Answers {1, token} written; {0, highest} refused, nothing changed.
 
 -- Decimal strings without leading zeros compare by length, then
@@ -19,6 +20,8 @@ if op == 'set' then
   redis.call('SET', KEYS[1], ARGV[3])
 elseif op == 'hset' then
   redis.call('HSET', KEYS[1], ARGV[3], ARGV[4])
+elseif op == 'rpush' then
+  redis.call('RPUSH', KEYS[1], ARGV[3])
 else
   redis.call('DEL', KEYS[1])
 end

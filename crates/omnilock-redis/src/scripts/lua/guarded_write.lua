@@ -2,8 +2,8 @@
 -- lock's hold is the one given, in the same atomic step as the check.
 -- KEYS[1]: the lock; KEYS[2..]: the keys written.
 -- ARGV: owner, token, then the writes, each `set <key index> <value>`,
--- `hset <key index> <field> <value>` or `del <key index>` (an index into
--- KEYS).
+-- `hset <key index> <field> <value>`, `rpush <key index> <value>` or
+-- `del <key index>` (an index into KEYS).
 -- Answers {1, token} written; {0, ''} nobody holds the lock (released,
 -- broken, or its lease ran out: the key expired); {-1, token} another hold
 -- has it, with its token. Nothing is written unless the answer is 1.
@@ -19,6 +19,9 @@ while i <= #ARGV do
   elseif op == 'hset' then
     redis.call('HSET', key, ARGV[i + 2], ARGV[i + 3])
     i = i + 4
+  elseif op == 'rpush' then
+    redis.call('RPUSH', key, ARGV[i + 2])
+    i = i + 3
   else
     redis.call('DEL', key)
     i = i + 2
