@@ -16,19 +16,19 @@
 
 use std::time::Duration;
 
+use omnilock::etcd::EtcdConfig;
+use omnilock::etcd::etcd_client::{
+    Certificate, Client as EtcdClient, ConnectOptions, GetOptions, Identity, SortOrder, SortTarget,
+    TlsOptions, Txn, TxnOp,
+};
+use omnilock::raw::StoreUrl;
+use omnilock::redis::redis;
 use omnilock::redis::{FencedKey, GuardedWrite, RedisConfig, RedisStore};
 use omnilock::zookeeper::zookeeper_client::{
     Acls, Client as ZkClient, CreateMode, Error as ZkError, MultiWriteError,
 };
 use omnilock::zookeeper::{OwnerCheck, ZkConfig};
-use omnilock::raw::StoreUrl;
 use omnilock::{ErrorKind, LockGuard, Locks};
-use omnilock::etcd::EtcdConfig;
-use omnilock::etcd::etcd_client::{
-    Certificate, Client as EtcdClient, ConnectOptions, GetOptions, Identity, SortOrder,
-    SortTarget, TlsOptions, Txn, TxnOp,
-};
-use omnilock::redis::redis;
 use rand::Rng;
 
 use crate::history::{Event, Op, Phase, Source};
@@ -256,7 +256,12 @@ impl Logs {
             (Logs::Redis(_), LogWrite::Guarded) => {
                 let write = GuardedWrite::new(guard).map_err(|e| e.to_string())?;
                 let key = write.key(&log_suffix(run));
-                write.rpush(key, entry).commit().await.map(|()| true).or_else(refused)
+                write
+                    .rpush(key, entry)
+                    .commit()
+                    .await
+                    .map(|()| true)
+                    .or_else(refused)
             }
             (Logs::Redis(store), LogWrite::Fenced) => {
                 let key = FencedKey::new(redis_key(run, guard)?).map_err(|e| e.to_string())?;

@@ -397,7 +397,12 @@ async fn spawn_client(harness: &Arc<Harness>) -> Result<(), String> {
                 if guarded { "guarded" } else { "unguarded" }
             )
         }))
-        .args(harness.config.log.map(|how| format!("--log={}", how.name())))
+        .args(
+            harness
+                .config
+                .log
+                .map(|how| format!("--log={}", how.name())),
+        )
         .args(["--log-run", &harness.log_run])
         .args(["--primitive", &harness.config.primitive.to_string()])
         // In the environment, not the command line: URLs carry passwords.

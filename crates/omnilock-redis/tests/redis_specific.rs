@@ -450,7 +450,9 @@ async fn a_fenced_key_refuses_lower_tokens() {
     );
     let err = key.hset(&mut conn, 8, "f", "v").await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::StaleToken, "{err}");
-    key.rpush(&mut conn, big + 1, "appended").await.expect("rpush");
+    key.rpush(&mut conn, big + 1, "appended")
+        .await
+        .expect("rpush");
     let err = key.rpush(&mut conn, big, "late").await.unwrap_err();
     assert_eq!(err.tokens(), Some((big, big + 1)), "{err}");
     let list: Vec<String> = redis::cmd("LRANGE")

@@ -29,6 +29,7 @@ mod advisory;
 mod builder;
 mod config;
 mod conn;
+mod fence;
 mod guarded;
 mod key;
 #[cfg(feature = "postgres")]
@@ -42,6 +43,7 @@ mod tls;
 pub use builder::{SqlPool, SqlStoreBuilder};
 pub use config::{DEFAULT_TABLE, Dialect, SqlConfig};
 pub use conn::SQLITE_PRAGMAS;
+pub use fence::FencedTable;
 pub use guarded::{GuardedConnection, TxGuard};
 pub use store::SqlStore;
 pub use tls::{SslMode, TlsOptions};

@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use omnilock_core::{ErrorKind, Locks};
-use omnilock_sql::{SqlStore, TxGuard};
+use omnilock_sql::{FencedTable, SqlStore, TxGuard};
 use omnilock_testkit::store_url;
 
 use common::{connect, unique, with_option};
@@ -247,4 +247,70 @@ async fn what_cannot_be_guarded_is_refused_clearly() {
         .expect_err("a SQLite transaction for a PostgreSQL lock");
     assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
     guard.release().await.expect("release");
+}
+
+/// A fenced table takes writes of the highest token seen or above, refuses
+/// a lower one with both tokens and the row unchanged, and writes inside
+/// the application's transaction (a rollback undoes it). Bad input gets
+/// `InvalidConfig`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fenced_table_refuses_lower_tokens() {
+    macro_rules! check {
+        ($store:ident, $pool:ident, $locks:ident, $other:ident, $app_table:ident, $name:expr) => {{
+            let _ = (&$locks, &$other, &$app_table, $name);
+            let table = FencedTable::new(&unique("fenced")).unwrap();
+            let mut conn = $pool.acquire().await.expect("connection");
+            table.create(&mut *conn).await.expect("create");
+            table.create(&mut *conn).await.expect("create again");
+            assert_eq!(table.read(&mut *conn, "row").await.unwrap(), None);
+            table
+                .write(&mut *conn, 5, "row", b"five")
+                .await
+                .expect("first");
+            table
+                .write(&mut *conn, 5, "row", b"five")
+                .await
+                .expect("the same again");
+            table
+                .write(&mut *conn, 5, "row", b"five'")
+                .await
+                .expect("same token");
+            let big = i64::MAX as u64;
+            table
+                .write(&mut *conn, big, "row", b"big")
+                .await
+                .expect("higher");
+            let err = table
+                .write(&mut *conn, big - 1, "row", b"stale")
+                .await
+                .unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::StaleToken, "{err}");
+            assert_eq!(err.tokens(), Some((big - 1, big)));
+            assert_eq!(
+                table.read(&mut *conn, "row").await.unwrap(),
+                Some((b"big".to_vec(), big))
+            );
+            let err = table
+                .write(&mut *conn, big + 1, "row", b"x")
+                .await
+                .unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+            let long = "n".repeat(256);
+            let err = table.write(&mut *conn, 1, &long, b"x").await.unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+            drop(conn);
+
+            let mut tx = $pool.begin().await.expect("begin");
+            table
+                .write(&mut *tx, 1, "rolled-back", b"x")
+                .await
+                .expect("in a transaction");
+            tx.rollback().await.expect("rollback");
+            let mut conn = $pool.acquire().await.expect("connection");
+            assert_eq!(table.read(&mut *conn, "rolled-back").await.unwrap(), None);
+        }};
+    }
+    on_every_database!(check);
+    let err = FencedTable::new("1 bad; DROP TABLE x").unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
 }
