@@ -6,7 +6,8 @@
 #                                    (scripts/stores.sh up)
 #   CHAOS_FILTER=REGEX               only the runs whose label matches
 #   CHAOS_KEEP=1                     keep earlier results in target/chaos-long
-#   CHAOS_SET=classic|volume|kleppmann|failover|guarded|logs|all   which runs (default all):
+#   CHAOS_SET=classic|volume|kleppmann|failover|guarded|logs|documents|all
+#                                    which runs (default all):
 #     classic    the runs below with work 0-2 s (recovery times, 1-lock runs)
 #     volume     every store x fault class once over 100 locks with work
 #                0-50 ms, so each class gathers >= 10,000 acquisitions
@@ -22,6 +23,10 @@
 #                guard (Redis GuardedWrite, etcd is_owner, ZooKeeper
 #                check_owner) and on Redis also through FencedKey: volume
 #                runs per fault, and a pause run without either as the control
+#     documents  a document per lock rewritten whole through a fenced sink:
+#                fence::FencedFile (locks on etcd) and sql::FencedTable (in
+#                the lock's own database); volume runs per fault, and a
+#                pause run without the fence as the control
 #
 # Each run: 16 client processes, TTL 2 s, work under the lock 0-2 s (as the
 # issue that specified the harness asked), one fault class. "1lock" runs put
@@ -110,6 +115,23 @@ if [ "$SET" = logs ] || [ "$SET" = all ]; then
   logs etcd "$OMNILOCK_TEST_ETCD_URL" log-guarded kill pause partition &
   wait
   logs zk "$OMNILOCK_TEST_ZK_URL" log-guarded kill pause partition
+fi
+
+if [ "$SET" = documents ] || [ "$SET" = all ]; then
+  # documents STORE URL REGISTER FAULTS...: each fault through the fenced
+  # sink, then pauses without the fence (the control).
+  documents() {
+    local store=$1 url=$2 register=$3
+    shift 3
+    for fault in "$@"; do run "$store" "$url" "$fault" 100 "$register-fenced" 50ms -volume; done
+    run "$store" "$url" pause 100 "$register-unfenced" 50ms -volume
+  }
+  documents etcd "$OMNILOCK_TEST_ETCD_URL" file kill pause partition &
+  documents postgres "$OMNILOCK_TEST_POSTGRES_URL" table kill pause partition &
+  wait
+  documents mysql "$OMNILOCK_TEST_MYSQL_URL" table kill pause partition &
+  documents sqlite "$OMNILOCK_TEST_SQLITE_URL" table kill pause &
+  wait
 fi
 
 if [ "$SET" = failover ] || [ "$SET" = all ]; then

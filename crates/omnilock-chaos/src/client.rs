@@ -14,6 +14,7 @@ use rand::Rng;
 use rand::seq::{IteratorRandom, SliceRandom};
 use tokio::io::AsyncReadExt;
 
+use crate::documents::{DocumentWrite, Documents};
 use crate::history::{Event, Op, Phase, Source};
 use crate::logs::{LogWrite, Logs};
 use crate::primitive::Primitive;
@@ -46,6 +47,10 @@ pub struct ClientConfig {
     /// The resource is a log in the lock's store (`logs.rs`), appended to
     /// this way, named after this run.
     pub log: Option<(LogWrite, String)>,
+    /// The resource is a document per lock (`documents.rs`), written this
+    /// way: files in the directory given, else rows in the lock's SQL
+    /// database.
+    pub document: Option<(DocumentWrite, Option<std::path::PathBuf>)>,
 }
 
 fn emit(event: Event) {
@@ -89,6 +94,14 @@ pub async fn run(config: ClientConfig) -> Result<(), String> {
             .map_err(|e| format!("client {id}: {e}"))?,
         None => None,
     };
+    let documents = match &config.document {
+        Some((_, dir)) => Some(
+            Documents::connect(dir.as_deref(), &config.store)
+                .await
+                .map_err(|e| format!("client {id}: {e}"))?,
+        ),
+        None => None,
+    };
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         let mut sink = [0u8; 64];
@@ -97,10 +110,11 @@ pub async fn run(config: ClientConfig) -> Result<(), String> {
         let _ = stop_tx.send(true);
     });
     while !*stop.borrow() {
-        let resource = match (&records, &logs) {
-            (Some(records), _) => Resource::Records(records),
-            (None, Some(logs)) => Resource::Logs(logs),
-            (None, None) => Resource::Register(&mut register),
+        let resource = match (&records, &logs, &documents) {
+            (Some(records), _, _) => Resource::Records(records),
+            (None, Some(logs), _) => Resource::Logs(logs),
+            (None, None, Some(documents)) => Resource::Documents(documents),
+            (None, None, None) => Resource::Register(&mut register),
         };
         one_round(&locks, resource, &config).await;
     }
@@ -113,6 +127,7 @@ enum Resource<'a> {
     Register(&'a mut Connection),
     Records(&'a Records),
     Logs(&'a Logs),
+    Documents(&'a Documents),
 }
 
 /// One round: take the lock (or, with `multi`, two locks at once through
@@ -197,6 +212,10 @@ async fn one_round(locks: &Locks, resource: Resource<'_>, config: &ClientConfig)
                 }
                 (Resource::Logs(logs), _, Some((how, run))) => {
                     logs.append(run, id, part, *how, config.work).await
+                }
+                (Resource::Documents(documents), _, _) => {
+                    let how = config.document.as_ref().expect("a documents mode").0;
+                    documents.rewrite(id, part, how, config.work).await
                 }
                 _ => unreachable!("a resource comes with its mode"),
             };

@@ -13,8 +13,10 @@
 //! `--primitive semaphore:N` or `rw` the clients take semaphore permits or
 //! read-write lock sides instead, and the checker counts the holders
 //! against the capacity. The protected resource may also be a table in the
-//! lock's own SQL database ([`records`]) or a log in the lock's own store
-//! ([`logs`]), written through the store's guard, a fenced key, or neither.
+//! lock's own SQL database ([`records`]), a log in the lock's own store
+//! ([`logs`]), written through the store's guard, a fenced key, or neither,
+//! or a document rewritten whole through a fenced file or table
+//! ([`documents`]).
 //! `docs/reliability.md` explains each figure and publishes a long run.
 //!
 //! ```
@@ -26,6 +28,7 @@
 
 pub mod checker;
 pub mod client;
+pub mod documents;
 pub mod history;
 pub mod logs;
 pub mod primitive;

@@ -68,7 +68,7 @@ pub enum Logs {
     /// hash slot.
     Redis(RedisStore),
     /// etcd: a key per entry under a prefix per lock.
-    Etcd(EtcdClient),
+    Etcd(Box<EtcdClient>),
     /// ZooKeeper: a sequential node per entry under a node per lock.
     Zk(ZkClient),
 }
@@ -112,7 +112,7 @@ impl Logs {
             }
             "etcd" | "etcds" => {
                 let config = EtcdConfig::from_url(&parsed).map_err(|e| e.to_string())?;
-                Ok(Logs::Etcd(etcd_client(&config).await?))
+                Ok(Logs::Etcd(Box::new(etcd_client(&config).await?)))
             }
             "zk" | "zookeeper" => {
                 let config = ZkConfig::from_url(&parsed).map_err(|e| e.to_string())?;

@@ -14,6 +14,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use omnilock_chaos::checker::Report;
 use omnilock_chaos::client::{self, ClientConfig};
+use omnilock_chaos::documents::{DocumentKind, DocumentWrite};
 use omnilock_chaos::logs::LogWrite;
 use omnilock_chaos::primitive::Primitive;
 use omnilock_chaos::run::{self, Fault, RunConfig};
@@ -46,6 +47,16 @@ enum RegisterMode {
     LogFenced,
     /// The same log, appended without a guard or fence (the control).
     LogUnguarded,
+    /// A file per lock, rewritten whole through `fence::FencedFile`, in the
+    /// run's output directory (any store).
+    FileFenced,
+    /// The same files, replaced by rename without the fence (the control).
+    FileUnfenced,
+    /// A row per lock of a `sql::FencedTable` in the lock's own SQL
+    /// database, rewritten whole through it.
+    TableFenced,
+    /// The same rows, written without the fence (the control).
+    TableUnfenced,
 }
 
 #[derive(Subcommand)]
@@ -148,6 +159,12 @@ struct ClientArgs {
     /// The run the logs are named after.
     #[arg(long, default_value = "")]
     log_run: String,
+    /// The documents mode: `fenced` or `unfenced` (see `--register`).
+    #[arg(long)]
+    document: Option<String>,
+    /// The documents' directory (file documents); table documents without.
+    #[arg(long)]
+    documents_dir: Option<PathBuf>,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -172,6 +189,17 @@ async fn main() -> ExitCode {
                 records: match args.register {
                     RegisterMode::SqlGuarded => Some(true),
                     RegisterMode::SqlUnguarded => Some(false),
+                    _ => None,
+                },
+                document: match args.register {
+                    RegisterMode::FileFenced => Some((DocumentKind::File, DocumentWrite::Fenced)),
+                    RegisterMode::FileUnfenced => {
+                        Some((DocumentKind::File, DocumentWrite::Unfenced))
+                    }
+                    RegisterMode::TableFenced => Some((DocumentKind::Table, DocumentWrite::Fenced)),
+                    RegisterMode::TableUnfenced => {
+                        Some((DocumentKind::Table, DocumentWrite::Unfenced))
+                    }
                     _ => None,
                 },
                 log: match args.register {
@@ -230,6 +258,14 @@ async fn main() -> ExitCode {
                 careful: args.careful,
                 primitive: args.primitive,
                 records: args.records.map(|mode| mode == "guarded"),
+                document: args.document.map(|how| {
+                    let how = if how == "fenced" {
+                        DocumentWrite::Fenced
+                    } else {
+                        DocumentWrite::Unfenced
+                    };
+                    (how, args.documents_dir)
+                }),
                 log: match args.log.as_deref().map(LogWrite::parse) {
                     Some(Some(how)) => Some((how, args.log_run)),
                     Some(None) => {

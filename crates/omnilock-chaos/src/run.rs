@@ -92,6 +92,12 @@ pub struct RunConfig {
     /// The resource is a log in the lock's own store (`logs.rs`), appended
     /// to this way.
     pub log: Option<crate::logs::LogWrite>,
+    /// The resource is a document per lock (`documents.rs`) of this kind,
+    /// written this way.
+    pub document: Option<(
+        crate::documents::DocumentKind,
+        crate::documents::DocumentWrite,
+    )>,
     /// Whether clients skip their write when the guard says the lock is gone.
     pub careful: bool,
     /// What the clients take.
@@ -122,6 +128,10 @@ struct Harness {
     respawn: UnboundedSender<()>,
     /// The run the logs are named after (`logs.rs`).
     log_run: String,
+    /// The file documents' directory (`documents.rs`).
+    documents_dir: Option<PathBuf>,
+    /// Per lock, the ids of the document writes their clients saw accepted.
+    acknowledged: Mutex<HashMap<String, HashSet<i64>>>,
 }
 
 /// Runs one store under the configured faults and checks the history.
@@ -243,6 +253,31 @@ pub async fn run(config: RunConfig) -> Result<Report, String> {
         }
     }
 
+    let documents_dir = match config.document {
+        Some((crate::documents::DocumentKind::File, _)) => Some(config.out.join("documents")),
+        _ => None,
+    };
+    let documents = match config.document {
+        Some((kind, _)) => {
+            if config.primitive != Primitive::Mutex {
+                return Err("the document modes take mutexes: --primitive mutex".into());
+            }
+            if !capabilities.fencing {
+                return Err(format!(
+                    "{} gives no fencing tokens: a fenced document needs them",
+                    locks.backend_kind()
+                ));
+            }
+            let documents =
+                crate::documents::Documents::connect(documents_dir.as_deref(), &config.store)
+                    .await
+                    .map_err(|e| format!("{} documents: {e}", kind.name()))?;
+            documents.prepare(config.locks).await?;
+            Some(documents)
+        }
+        None => None,
+    };
+
     let (history_tx, history_rx) = unbounded_channel();
     let (end_history, history_ends) = tokio::sync::oneshot::channel();
     let writer = tokio::spawn(write_history(
@@ -265,6 +300,8 @@ pub async fn run(config: RunConfig) -> Result<Report, String> {
         exited: tokio::sync::Notify::new(),
         respawn: respawn_tx,
         log_run: log_run.clone(),
+        documents_dir,
+        acknowledged: Mutex::new(HashMap::new()),
     });
     let respawner = {
         let harness = harness.clone();
@@ -296,6 +333,9 @@ pub async fn run(config: RunConfig) -> Result<Report, String> {
     if let Some(logs) = &logs {
         collect_logs(&harness, &locks, logs, &log_run).await?;
     }
+    if let Some(documents) = &documents {
+        collect_documents(&harness, documents).await?;
+    }
     locks.close().await;
 
     let _ = end_history.send(());
@@ -324,12 +364,21 @@ pub async fn run(config: RunConfig) -> Result<Report, String> {
         config.ttl,
         config.work,
         config.duration,
-        match (config.records, config.log, config.fenced) {
-            (Some(true), _, _) => "sql-guarded".to_string(),
-            (Some(false), _, _) => "sql-unguarded".to_string(),
-            (None, Some(how), _) => format!("log-{}", how.name()),
-            (None, None, true) => "fenced".to_string(),
-            (None, None, false) => "unfenced".to_string(),
+        match (config.records, config.log, config.document, config.fenced) {
+            (Some(true), ..) => "sql-guarded".to_string(),
+            (Some(false), ..) => "sql-unguarded".to_string(),
+            (None, Some(how), ..) => format!("log-{}", how.name()),
+            (None, None, Some((kind, how)), _) => format!(
+                "{}-{}",
+                kind.name(),
+                if how == crate::documents::DocumentWrite::Fenced {
+                    "fenced"
+                } else {
+                    "unfenced"
+                }
+            ),
+            (None, None, None, true) => "fenced".to_string(),
+            (None, None, None, false) => "unfenced".to_string(),
         },
     );
     Ok(report)
@@ -404,6 +453,22 @@ async fn spawn_client(harness: &Arc<Harness>) -> Result<(), String> {
                 .map(|how| format!("--log={}", how.name())),
         )
         .args(["--log-run", &harness.log_run])
+        .args(harness.config.document.map(|(_, how)| {
+            format!(
+                "--document={}",
+                if how == crate::documents::DocumentWrite::Fenced {
+                    "fenced"
+                } else {
+                    "unfenced"
+                }
+            )
+        }))
+        .args(
+            harness
+                .documents_dir
+                .iter()
+                .flat_map(|dir| [std::ffi::OsStr::new("--documents-dir"), dir.as_os_str()]),
+        )
         .args(["--primitive", &harness.config.primitive.to_string()])
         // In the environment, not the command line: URLs carry passwords.
         .env("OMNILOCK_CHAOS_STORE", store)
@@ -462,6 +527,16 @@ impl Harness {
         let (Some(client), Some(lock)) = (event.client, event.lock.as_ref()) else {
             return;
         };
+        if let (Source::Client, Op::Write, Phase::Ok, Some(id)) =
+            (event.src, event.op, event.phase, event.value)
+        {
+            self.acknowledged
+                .lock()
+                .unwrap()
+                .entry(lock.clone())
+                .or_default()
+                .insert(id);
+        }
         let mut holders = self.holders.lock().unwrap();
         match (event.op, event.phase) {
             (Op::Acquire, Phase::Ok) => {
@@ -999,6 +1074,27 @@ async fn collect_logs(
         let served = logs.collect(run, &guard).await;
         let _ = guard.release().await;
         for event in served? {
+            harness.record(event);
+        }
+    }
+    Ok(())
+}
+
+/// Judges every lock's document after the run (`documents.rs`).
+async fn collect_documents(
+    harness: &Harness,
+    documents: &crate::documents::Documents,
+) -> Result<(), String> {
+    for n in 0..harness.config.locks {
+        let name = format!("chaos-{n}");
+        let acknowledged = harness
+            .acknowledged
+            .lock()
+            .unwrap()
+            .get(&name)
+            .cloned()
+            .unwrap_or_default();
+        for event in documents.collect(&name, &acknowledged).await? {
             harness.record(event);
         }
     }
