@@ -35,7 +35,8 @@ pub enum ErrorKind {
     Tls,
     /// The request contradicts what the lock's other users declared: a
     /// semaphore asked for with another number of permits than the one it
-    /// is in use with. Nothing changed; every user must ask alike.
+    /// is in use with, or a guarded write to a key that holds another type
+    /// of value. Nothing changed; every user must ask alike.
     Conflict,
     /// A fenced write carried a fencing token lower than one the resource
     /// has already accepted: a later holder took the lock and wrote since,

@@ -20,7 +20,8 @@ static FENCED_WRITE: LazyLock<Script> =
 /// The token can come from any omnilock store (the lock need not be in
 /// this Redis). The highest token is kept in a key beside it, in the same
 /// hash slot ([`fence_key`](Self::fence_key)), and checked and written with
-/// the key in one script, so the sink works on one server, through
+/// the key in one script (the write first: one that fails, on a key of
+/// another type, leaves the fence as it was), so the sink works on one server, through
 /// Sentinel and on a cluster. It fences only the writes that go through
 /// it: a plain `SET` of the key is not checked.
 ///
@@ -40,28 +41,43 @@ pub struct FencedKey {
     fence: String,
 }
 
+/// What names a fence key, and no key of the application's.
+const FENCE: &str = "omnilock-fence";
+
 /// Where a fenced write reached, for error messages.
 const WHERE: &str = "the connection given";
 
 impl FencedKey {
-    /// The fenced key `key`. Its fence is `KEY:fence` when the key has a
-    /// hash tag (`{...}`), `{KEY}:fence` when it has none: either way in
-    /// the key's slot. `InvalidConfig` for an empty key, or one with a `}`
-    /// and no hash tag (no fence key can share its slot).
+    /// The fenced key `key`. Its fence is `{TAG}:omnilock-fence:KEY`, where
+    /// `TAG` is the key's hash tag, or the whole key when it has none: in
+    /// the key's slot, and the fence of no other key. `InvalidConfig` for
+    /// an empty key, a key with a `}` and no hash tag (no fence key can
+    /// share its slot), and a key that names a fence itself
+    /// (`omnilock-fence`), which would let its writes move another key's
+    /// fence.
     pub fn new(key: impl Into<String>) -> Result<Self> {
         let key = key.into();
-        let fence = if key.is_empty() {
+        if key.is_empty() {
             return Err(Error::config("a fenced key needs a name"));
-        } else if hash_tag(&key).is_some() {
-            format!("{key}:fence")
-        } else if !key.contains('}') {
-            format!("{{{key}}}:fence")
-        } else {
+        }
+        if key.contains(FENCE) {
             return Err(Error::config(format!(
-                "the key {key:?} has a `}}` but no hash tag: no fence key can be in its hash \
-                 slot (give it a hash tag, as in `{{report}}:2026`)"
+                "the key {key:?} names a fence ({FENCE}): choose another name"
             )));
+        }
+        let tag = match hash_tag(&key) {
+            Some(tag) => tag,
+            None if !key.contains('}') => key.as_str(),
+            None => {
+                return Err(Error::config(format!(
+                    "the key {key:?} has a `}}` but no hash tag: no fence key can be in its \
+                     hash slot (give it a hash tag, as in `{{report}}:2026`)"
+                )));
+            }
         };
+        // Injective: the tag holds no `}`, so the braces tell where it ends,
+        // and the key follows whole.
+        let fence = format!("{{{tag}}}:{FENCE}:{key}");
         Ok(FencedKey { key, fence })
     }
 
@@ -191,8 +207,17 @@ mod tests {
     }
 
     #[test]
+    fn no_two_keys_share_a_fence() {
+        let fences: std::collections::HashSet<String> = ["x", "{x}", "{x}x", "x{x}", "{x}:fence"]
+            .iter()
+            .map(|key| FencedKey::new(*key).unwrap().fence_key().to_string())
+            .collect();
+        assert_eq!(fences.len(), 5, "{fences:?}");
+    }
+
+    #[test]
     fn keys_no_fence_can_share_a_slot_with_are_refused() {
-        for key in ["", "a}b", "a{}b", "a{}b{c}"] {
+        for key in ["", "a}b", "a{}b", "a{}b{c}", "{x}:omnilock-fence:x"] {
             let err = FencedKey::new(key).unwrap_err();
             assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{key:?}");
         }

@@ -374,6 +374,37 @@ async fn guarded_writes_apply_together_or_not_at_all() {
         .unwrap();
     assert_eq!(got, (Some("v1".into()), Some("1".into()), None));
 
+    // A write that would meet a key of another type: refused before any
+    // write is made (Redis would keep the writes before a failing one).
+    let text = write.key("text");
+    let _: () = redis::cmd("SET")
+        .arg(&text)
+        .arg("x")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    for batch in [
+        write.clone().set(&current, "partial").hset(&text, "f", "v"),
+        write.clone().set(&current, "partial").rpush(&text, "v"),
+        write
+            .clone()
+            .set(&current, "partial")
+            .set(write.key("fresh"), "s")
+            .hset(write.key("fresh"), "f", "v"),
+    ] {
+        let err = batch.commit().await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
+        let value: Option<String> = get(current.clone()).query_async(&mut conn).await.unwrap();
+        assert_eq!(value.as_deref(), Some("v1"), "nothing written: {err}");
+    }
+    write
+        .clone()
+        .del(&text)
+        .hset(&text, "f", "v")
+        .commit()
+        .await
+        .expect("a key deleted first may become a hash");
+
     let own = current[..current.find(":app:").unwrap()].to_string();
     let err = write.clone().set(&own, "x").commit().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
@@ -463,6 +494,11 @@ async fn a_fenced_key_refuses_lower_tokens() {
         .await
         .unwrap();
     assert_eq!(list, ["appended"]);
+
+    // A write that fails (a hash write on a list) leaves the fence as it was.
+    let err = key.hset(&mut conn, big + 5, "f", "v").await.unwrap_err();
+    assert_ne!(err.kind(), ErrorKind::StaleToken, "{err}");
+    assert_eq!(key.highest(&mut conn).await.unwrap(), Some(big + 1));
 
     let hash = FencedKey::new(format!("fenced-hash/{}", std::process::id())).unwrap();
     hash.hset(&mut conn, 3, "rows", "42").await.expect("hset");

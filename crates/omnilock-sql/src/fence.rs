@@ -15,11 +15,13 @@ use crate::guarded::GuardedConnection;
 /// equal to the highest is accepted, so one holder may write the same row
 /// many times. The token may come from any omnilock store.
 ///
-/// The table is `(name VARCHAR(255) PRIMARY KEY, value <bytes>, fence
-/// BIGINT)`; [`create`](Self::create) makes it. Each write is one
+/// The table is `(name, value, fence)`, the name compared exactly (bytes on
+/// MySQL/MariaDB, whose default collations would make `Report` and
+/// `report ` one row); [`create`](Self::create) makes it. A write is a
 /// conditional `UPDATE` (`WHERE fence <= token`), or an `INSERT` for a new
-/// name, so it is atomic on its own and may also run inside the
-/// application's transaction, beside its other writes. For rows of your own
+/// name, each judging the row as it is now, so it may also run inside the
+/// application's transaction, beside its other writes, at any isolation
+/// level. For rows of your own
 /// tables, the same rule is one column and one condition
 /// ([docs/fencing.md](https://github.com/omnilock/omnilock/blob/main/docs/fencing.md#a-sql-table-a-fence-column)).
 ///
@@ -83,38 +85,39 @@ impl FencedTable {
         check_name(name)?;
         let conn: &mut (dyn Any + Send) = conn;
         let statements = self.statements(dialect_of(conn)?);
-        // An INSERT that loses a race with another writer's INSERT of the
-        // same new name finds the row there on its second turn.
-        for _ in 0..2 {
-            let args = [
-                Arg::Bytes(value),
-                Arg::Int(fence),
-                Arg::Text(name),
-                Arg::Int(fence),
-            ];
-            if execute(conn, &statements.update, &args).await? > 0 {
-                return Ok(());
-            }
-            match fetch_fence(conn, &statements.fence_of, name).await? {
-                // Refused: a higher token wrote.
-                Some(highest) if highest > fence => {
-                    return Err(Error::stale_token(token, highest as u64).with_lock(name));
-                }
-                // MySQL counts only changed rows: the same value again.
-                Some(_) => return Ok(()),
-                None => {}
-            }
-            let args = [Arg::Text(name), Arg::Bytes(value), Arg::Int(fence)];
-            match execute(conn, &statements.insert, &args).await {
-                Ok(_) => return Ok(()),
-                Err(e) if e.kind() == ErrorKind::Conflict => continue,
-                Err(e) => return Err(e),
-            }
+        let update = [
+            Arg::Bytes(value),
+            Arg::Int(fence),
+            Arg::Text(name),
+            Arg::Int(fence),
+        ];
+        // The UPDATE judges the row as it is now (a current read, also in
+        // a REPEATABLE READ transaction) and counts the rows it matched
+        // (MySQL too: sqlx asks for found rows), so one that matched wrote.
+        if execute(conn, &statements.update, &update).await? > 0 {
+            return Ok(());
         }
-        Err(Error::new(
-            ErrorKind::Backend,
-            format!("the row {name:?} was inserted and removed while this write ran"),
-        ))
+        // No row, or a higher fence. An INSERT that finds the name taken
+        // changes nothing (PostgreSQL and SQLite: ON CONFLICT DO NOTHING,
+        // which keeps a transaction usable; MySQL: a duplicate key fails
+        // the statement alone); then the row exists, and a second UPDATE
+        // judges it.
+        let insert = [Arg::Text(name), Arg::Bytes(value), Arg::Int(fence)];
+        match execute(conn, &statements.insert, &insert).await {
+            Ok(inserted) if inserted > 0 => return Ok(()),
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::Conflict => {}
+            Err(e) => return Err(e),
+        }
+        if execute(conn, &statements.update, &update).await? > 0 {
+            return Ok(());
+        }
+        // Refused. The row's fence, read with a lock so that it is the
+        // current one (a snapshot could show an older fence).
+        let highest = fetch_fence(conn, &statements.fence_of, name)
+            .await?
+            .unwrap_or(i64::MAX);
+        Err(Error::stale_token(token, highest.max(fence) as u64).with_lock(name))
     }
 
     /// Row `name`'s value and the highest token that wrote it, if it exists.
@@ -129,15 +132,38 @@ impl FencedTable {
     }
 
     fn statements(&self, dialect: Dialect) -> Statements {
-        let (quoted, bytes, mark) = match dialect {
-            Dialect::Postgres => (format!("\"{}\"", self.table), "BYTEA", Mark::Numbered),
-            Dialect::MySql => (format!("`{}`", self.table), "LONGBLOB", Mark::Question),
-            Dialect::Sqlite => (format!("\"{}\"", self.table), "BLOB", Mark::Question),
+        // MySQL compares VARCHAR by its collation (case, accents and
+        // trailing spaces ignored by default): names are bytes there, so
+        // that two names are one row only when they are equal.
+        let (quoted, name_type, bytes, mark) = match dialect {
+            Dialect::Postgres => (
+                format!("\"{}\"", self.table),
+                "VARCHAR(255)",
+                "BYTEA",
+                Mark::Numbered,
+            ),
+            Dialect::MySql => (
+                format!("`{}`", self.table),
+                "VARBINARY(1020)",
+                "LONGBLOB",
+                Mark::Question,
+            ),
+            Dialect::Sqlite => (
+                format!("\"{}\"", self.table),
+                "VARCHAR(255)",
+                "BLOB",
+                Mark::Question,
+            ),
+        };
+        let (insert_tail, locking) = match dialect {
+            Dialect::Postgres => (" ON CONFLICT (name) DO NOTHING", " FOR SHARE"),
+            Dialect::MySql => ("", " LOCK IN SHARE MODE"),
+            Dialect::Sqlite => (" ON CONFLICT (name) DO NOTHING", ""),
         };
         let p = |n: usize| mark.at(n);
         Statements {
             create: format!(
-                "CREATE TABLE IF NOT EXISTS {quoted} (name VARCHAR(255) NOT NULL PRIMARY KEY, \
+                "CREATE TABLE IF NOT EXISTS {quoted} (name {name_type} NOT NULL PRIMARY KEY, \
                  value {bytes} NOT NULL, fence BIGINT NOT NULL)"
             ),
             update: format!(
@@ -148,12 +174,12 @@ impl FencedTable {
                 p(4)
             ),
             insert: format!(
-                "INSERT INTO {quoted} (name, value, fence) VALUES ({}, {}, {})",
+                "INSERT INTO {quoted} (name, value, fence) VALUES ({}, {}, {}){insert_tail}",
                 p(1),
                 p(2),
                 p(3)
             ),
-            fence_of: format!("SELECT fence FROM {quoted} WHERE name = {}", p(1)),
+            fence_of: format!("SELECT fence FROM {quoted} WHERE name = {}{locking}", p(1)),
             read: format!("SELECT value, fence FROM {quoted} WHERE name = {}", p(1)),
         }
     }
@@ -202,6 +228,12 @@ fn check_name(name: &str) -> Result<()> {
 }
 
 fn failed(e: sqlx::Error) -> Error {
+    if crate::conn::errors::sqlite_is_busy(&e) {
+        return Error::unavailable(
+            "the fenced table: SQLite is busy (another writer, or a transaction whose snapshot \
+             is older than the last write): retry, in a new transaction",
+        );
+    }
     match &e {
         sqlx::Error::Database(db) if db.is_unique_violation() => Error::new(
             ErrorKind::Conflict,

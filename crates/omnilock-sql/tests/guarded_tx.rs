@@ -298,7 +298,52 @@ async fn a_fenced_table_refuses_lower_tokens() {
             let long = "n".repeat(256);
             let err = table.write(&mut *conn, 1, &long, b"x").await.unwrap_err();
             assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+
+            // Names are compared exactly (MySQL's default collation would
+            // make these one row).
+            table
+                .write(&mut *conn, 3, "Report", b"upper")
+                .await
+                .expect("Report");
+            table
+                .write(&mut *conn, 1, "report ", b"lower")
+                .await
+                .expect("another row");
+            assert_eq!(
+                table.read(&mut *conn, "Report").await.unwrap(),
+                Some((b"upper".to_vec(), 3))
+            );
             drop(conn);
+
+            // A transaction that read the row before a later holder wrote
+            // it is refused all the same (its snapshot is not what counts).
+            let mut conn = $pool.acquire().await.expect("connection");
+            table
+                .write(&mut *conn, 3, "snap", b"three")
+                .await
+                .expect("first");
+            drop(conn);
+            let mut tx = $pool.begin().await.expect("begin");
+            let seen = table
+                .read(&mut *tx, "snap")
+                .await
+                .expect("read in the transaction");
+            assert_eq!(seen.map(|(_, fence)| fence), Some(3));
+            let mut conn = $pool.acquire().await.expect("connection");
+            table
+                .write(&mut *conn, 9, "snap", b"nine")
+                .await
+                .expect("a later holder");
+            drop(conn);
+            let err = table
+                .write(&mut *tx, 7, "snap", b"stale")
+                .await
+                .unwrap_err();
+            // SQLite refuses any write from a snapshot older than the last
+            // commit, before the fence is looked at.
+            let sqlite_busy = stringify!($store) == "SQLITE" && err.is_retryable();
+            assert!(err.kind() == ErrorKind::StaleToken || sqlite_busy, "{err}");
+            tx.rollback().await.expect("rollback");
 
             let mut tx = $pool.begin().await.expect("begin");
             table

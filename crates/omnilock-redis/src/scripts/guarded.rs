@@ -34,6 +34,8 @@ pub(crate) enum Guarded {
     Free,
     /// Another hold has the lock, with this token: nothing written.
     HeldBy(u64),
+    /// A write meets a key of another type (why): nothing written.
+    WrongType(String),
 }
 
 impl Scripts {
@@ -68,6 +70,7 @@ impl Scripts {
         Ok(match status {
             1 => Guarded::Written,
             0 => Guarded::Free,
+            -2 => Guarded::WrongType(token),
             _ => Guarded::HeldBy(token.parse().unwrap_or(0)),
         })
     }

@@ -146,7 +146,9 @@ impl GuardedWrite {
     /// - [`ErrorKind::LockLost`] when nobody has: its lease ran out, or it
     ///   was released or broken;
     /// - [`ErrorKind::InvalidConfig`] for a key of another hash slot on a
-    ///   cluster, or one of the lock's own keys.
+    ///   cluster, or one of the lock's own keys;
+    /// - [`ErrorKind::Conflict`] when a write meets a key of another type
+    ///   (`HSET` on a list, say), checked before any write is made.
     ///
     /// An `Unavailable` error may come after the writes were applied (the
     /// answer was lost). `SET`, `HSET` and `DEL` may be sent again safely;
@@ -201,6 +203,12 @@ impl GuardedWrite {
             Guarded::HeldBy(token) => Err(Error::stale_token(self.token, token)
                 .with_backend(inner.kind)
                 .with_lock(&self.name)),
+            Guarded::WrongType(why) => Err(Error::new(
+                ErrorKind::Conflict,
+                format!("{why}: nothing was written"),
+            )
+            .with_backend(inner.kind)
+            .with_lock(&self.name)),
             Guarded::Free => Err(Error::new(
                 ErrorKind::LockLost,
                 "the lock is held by nobody (its lease ran out, or it was released or \

@@ -14,7 +14,8 @@ end
 
 local highest = redis.call('GET', KEYS[2])
 if highest and below(ARGV[1], highest) then return {0, highest} end
-if highest ~= ARGV[1] then redis.call('SET', KEYS[2], ARGV[1]) end
+-- The write first: if it fails (a key of another type), the script stops
+-- before the fence moves.
 local op = ARGV[2]
 if op == 'set' then
   redis.call('SET', KEYS[1], ARGV[3])
@@ -25,4 +26,5 @@ elseif op == 'rpush' then
 else
   redis.call('DEL', KEYS[1])
 end
+if highest ~= ARGV[1] then redis.call('SET', KEYS[2], ARGV[1]) end
 return {1, ARGV[1]}
