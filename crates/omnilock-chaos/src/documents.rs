@@ -143,7 +143,15 @@ impl Documents {
         let event = |source, op, phase| Event::now(source, op, phase).client(client).lock(&lock);
         let mut events = vec![event(Source::Client, Op::Write, Phase::Invoke).token(token)];
         let outcome = async {
-            let mut text = self.read(&lock).await?;
+            // The fenced read raises the fence (a read-modify-write must):
+            // a predecessor that wakes up after it cannot write any more.
+            let mut text = match how {
+                DocumentWrite::Fenced => match self.read_fenced(&lock, token).await? {
+                    Some(text) => text,
+                    None => return Ok(false),
+                },
+                DocumentWrite::Unfenced => self.read(&lock).await?,
+            };
             let pause = rand::thread_rng().gen_range(Duration::ZERO..=work);
             tokio::time::sleep(pause).await;
             text.push_str(&format!("{token} {client} {id}\n"));
@@ -207,6 +215,35 @@ impl Documents {
             events.push(serve);
         }
         Ok(events)
+    }
+
+    /// Reads for a holder with `token`, raising the fence to it first;
+    /// `None` when a higher token has been there.
+    async fn read_fenced(&self, lock: &str, token: u64) -> Result<Option<String>, String> {
+        let claimed = match self {
+            Documents::Files(dir) => {
+                let file = FencedFile::new(dir.join(lock));
+                let read = tokio::task::spawn_blocking(move || file.read(token))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                return match read {
+                    Ok(bytes) => Ok(Some(
+                        String::from_utf8_lossy(&bytes.unwrap_or_default()).into_owned(),
+                    )),
+                    Err(e) if e.kind() == ErrorKind::StaleToken => Ok(None),
+                    Err(e) => Err(e.to_string()),
+                };
+            }
+            Documents::Table(records) => {
+                let table = table();
+                with_conn!(records, conn => table.claim(&mut *conn, token, lock).await)
+            }
+        };
+        match claimed {
+            Ok(()) => self.read(lock).await.map(Some),
+            Err(e) if e.kind() == ErrorKind::StaleToken => Ok(None),
+            Err(e) => Err(e.to_string()),
+        }
     }
 
     async fn read(&self, lock: &str) -> Result<String, String> {

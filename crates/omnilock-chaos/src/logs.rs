@@ -5,8 +5,8 @@
 //! - *guarded*, through the store's own guard (Redis `GuardedWrite`, etcd
 //!   `is_owner` in a `Txn`, ZooKeeper `check_owner` in a `multi`), so the
 //!   entry goes in only while the lock is held;
-//! - *fenced* (Redis only), through `FencedKey`, which refuses a token below
-//!   the highest that appended;
+//! - *fenced* (Redis only), through `FencedKey`: claimed with the token
+//!   before the read, the append refused for a token below the highest;
 //! - *unguarded* (the control), a plain append.
 //!
 //! The store orders the entries, so the harness judges them after the run
@@ -167,6 +167,18 @@ impl Logs {
         let event = |source, op, phase| Event::now(source, op, phase).client(client).lock(&lock);
         let mut events = vec![event(Source::Client, Op::Write, Phase::Invoke).token(token)];
         let outcome = async {
+            if how == LogWrite::Fenced
+                && let Logs::Redis(store) = self
+            {
+                // Claim before reading: a predecessor that wakes up after
+                // this read cannot append any more.
+                let key = FencedKey::new(redis_key(run, guard)?).map_err(|e| e.to_string())?;
+                match key.claim(&mut store.connection(), token).await {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == ErrorKind::StaleToken => return Ok(false),
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
             let read = self.length(run, guard).await?;
             let pause = rand::thread_rng().gen_range(Duration::ZERO..=work);
             tokio::time::sleep(pause).await;
@@ -231,12 +243,19 @@ impl Logs {
                 .await
                 .map(|got| got.count() as u64)
                 .map_err(|e| e.to_string()),
-            Logs::Zk(client) => client
-                .check_stat(&zk_parent(run, guard))
-                .await
-                .map_err(|e| e.to_string())?
-                .map(|stat| stat.num_children as u64)
-                .ok_or_else(|| "the log's node is gone".to_string()),
+            // A ZooKeeper server answers reads from its own copy, which may
+            // lag the leader: without `sync` a holder can miss the entry its
+            // predecessor appended just before releasing.
+            Logs::Zk(client) => {
+                let parent = zk_parent(run, guard);
+                client.sync(&parent).await.map_err(|e| e.to_string())?;
+                client
+                    .check_stat(&parent)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map(|stat| stat.num_children as u64)
+                    .ok_or_else(|| "the log's node is gone".to_string())
+            }
         }
     }
 

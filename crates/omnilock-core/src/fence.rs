@@ -7,7 +7,10 @@
 //! The rule for every sink: a write with token `t` is accepted when `t` is
 //! at least the highest token accepted before (so one holder may write as
 //! often as it likes), and refused with [`ErrorKind::StaleToken`] when it
-//! is lower; a refused write changes nothing.
+//! is lower; a refused write changes nothing. A holder that reads before it
+//! writes reads with its token too, which raises the fence: a predecessor
+//! that lost the lock but has not written yet is then refused, instead of
+//! writing between this holder's read and its write.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -46,6 +49,11 @@ use crate::error::{Error, ErrorKind, Result};
 /// assert_eq!(stale.kind(), ErrorKind::StaleToken);
 /// assert_eq!(stale.tokens(), Some((7, 9)));
 /// assert_eq!(std::fs::read(report.path())?, b"a later holder\n");
+/// // A read-modify-write reads with its token: the fence rises to 10 and
+/// // the holder of token 9 can no longer write.
+/// let seen = report.read(10)?;
+/// assert_eq!(seen.as_deref(), Some(&b"a later holder\n"[..]));
+/// assert_eq!(report.write(9, b"late\n").unwrap_err().tokens(), Some((9, 10)));
 /// # std::fs::remove_dir_all(&dir).unwrap();
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -77,8 +85,8 @@ impl FencedFile {
         &self.path
     }
 
-    /// The highest token that wrote the file, or `None` before the first
-    /// fenced write.
+    /// The highest token that wrote or read the file, or `None` before the
+    /// first fenced write or read.
     pub fn fence(&self) -> Result<Option<u64>> {
         let _turn = self.turn()?;
         self.read_fence()
@@ -105,6 +113,30 @@ impl FencedFile {
         replace(&self.fence, format!("{token}\n").as_bytes())
             .map_err(|e| self.io("record the fence of", e))?;
         replace(&self.path, contents).map_err(|e| self.io("write", e))
+    }
+
+    /// Reads the file for a holder with `token` that will write it back:
+    /// raises the fence to `token` first, so that from now on a write with
+    /// a lower token is refused. A read-modify-write needs it: a holder
+    /// that lost its lock but has not written yet would otherwise slip its
+    /// write in before this one's, and this one would then overwrite it
+    /// unseen. Fails with [`ErrorKind::StaleToken`] when a higher token has
+    /// read or written the file; `Ok(None)` when the file does not exist.
+    pub fn read(&self, token: u64) -> Result<Option<Vec<u8>>> {
+        let _turn = self.turn()?;
+        match self.read_fence()? {
+            Some(highest) if token < highest => {
+                return Err(Error::stale_token(token, highest).with_lock(self.shown()));
+            }
+            Some(highest) if token == highest => {}
+            _ => replace(&self.fence, format!("{token}\n").as_bytes())
+                .map_err(|e| self.io("record the fence of", e))?,
+        }
+        match fs::read(&self.path) {
+            Ok(contents) => Ok(Some(contents)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(self.io("read", e)),
+        }
     }
 
     /// This process's turn: the exclusive lock of the lock file, released

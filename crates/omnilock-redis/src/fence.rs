@@ -133,6 +133,18 @@ impl FencedKey {
         self.write(conn, token, call).await
     }
 
+    /// Raises the key's fence to `token` without writing: from now on a
+    /// write with a lower token is refused. A holder that reads the key
+    /// and then writes it claims it first, so that a predecessor that lost
+    /// the lock but has not written yet cannot write between the read and
+    /// the write. [`ErrorKind::StaleToken`] when a higher token has claimed
+    /// or written the key.
+    pub async fn claim<C: ConnectionLike>(&self, conn: &mut C, token: u64) -> Result<()> {
+        let mut call = FENCED_WRITE.prepare_invoke();
+        call.arg(token).arg("claim");
+        self.write(conn, token, call).await
+    }
+
     /// `DEL key` with `token` (the fence stays): refused when a higher
     /// token wrote.
     pub async fn del<C: ConnectionLike>(&self, conn: &mut C, token: u64) -> Result<()> {

@@ -495,10 +495,21 @@ async fn a_fenced_key_refuses_lower_tokens() {
         .unwrap();
     assert_eq!(list, ["appended"]);
 
+    // A claim raises the fence without writing: the holder that reads
+    // before it writes shuts out a predecessor that has not written yet.
+    key.claim(&mut conn, big + 3).await.expect("claim");
+    let err = key.rpush(&mut conn, big + 2, "late").await.unwrap_err();
+    assert_eq!(err.tokens(), Some((big + 2, big + 3)), "{err}");
+    let err = key.claim(&mut conn, big + 2).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::StaleToken, "{err}");
+    key.rpush(&mut conn, big + 3, "mine")
+        .await
+        .expect("the claimer writes");
+
     // A write that fails (a hash write on a list) leaves the fence as it was.
     let err = key.hset(&mut conn, big + 5, "f", "v").await.unwrap_err();
     assert_ne!(err.kind(), ErrorKind::StaleToken, "{err}");
-    assert_eq!(key.highest(&mut conn).await.unwrap(), Some(big + 1));
+    assert_eq!(key.highest(&mut conn).await.unwrap(), Some(big + 3));
 
     let hash = FencedKey::new(format!("fenced-hash/{}", std::process::id())).unwrap();
     hash.hset(&mut conn, 3, "rows", "42").await.expect("hset");

@@ -48,6 +48,7 @@ const MAX_NAME_CHARS: usize = 255;
 struct Statements {
     create: String,
     update: String,
+    claim: String,
     insert: String,
     fence_of: String,
     read: String,
@@ -71,9 +72,10 @@ impl FencedTable {
     }
 
     /// Writes `value` as row `name` with `token`. Errors:
-    /// [`ErrorKind::StaleToken`] when a higher token has written the row
-    /// (nothing changed); `InvalidConfig` for a name longer than 255
-    /// characters or a token above `i64::MAX`; the database's own errors.
+    /// [`ErrorKind::StaleToken`] when a higher token has written or claimed
+    /// the row (nothing changed); `InvalidConfig` for a name longer than
+    /// 255 characters or a token above `i64::MAX`; the database's own
+    /// errors.
     pub async fn write<C: GuardedConnection>(
         &self,
         conn: &mut C,
@@ -81,20 +83,55 @@ impl FencedTable {
         name: &str,
         value: &[u8],
     ) -> Result<()> {
+        self.fenced(conn, token, name, Some(value)).await
+    }
+
+    /// Raises row `name`'s fence to `token` without writing its value (a
+    /// missing row is made, with an empty value): from now on a write with
+    /// a lower token is refused. A holder that reads a row and then writes
+    /// it claims it first, so that a predecessor that lost the lock but has
+    /// not written yet cannot write between the read and the write. Errors
+    /// as for [`write`](Self::write).
+    pub async fn claim<C: GuardedConnection>(
+        &self,
+        conn: &mut C,
+        token: u64,
+        name: &str,
+    ) -> Result<()> {
+        self.fenced(conn, token, name, None).await
+    }
+
+    /// A write of `value` (`None`: the fence alone) with `token`.
+    async fn fenced<C: GuardedConnection>(
+        &self,
+        conn: &mut C,
+        token: u64,
+        name: &str,
+        value: Option<&[u8]>,
+    ) -> Result<()> {
         let fence = fence_of_token(token)?;
         check_name(name)?;
         let conn: &mut (dyn Any + Send) = conn;
         let statements = self.statements(dialect_of(conn)?);
-        let update = [
-            Arg::Bytes(value),
-            Arg::Int(fence),
-            Arg::Text(name),
-            Arg::Int(fence),
-        ];
+        let (update_sql, update) = match value {
+            Some(value) => (
+                &statements.update,
+                vec![
+                    Arg::Bytes(value),
+                    Arg::Int(fence),
+                    Arg::Text(name),
+                    Arg::Int(fence),
+                ],
+            ),
+            None => (
+                &statements.claim,
+                vec![Arg::Int(fence), Arg::Text(name), Arg::Int(fence)],
+            ),
+        };
         // The UPDATE judges the row as it is now (a current read, also in
         // a REPEATABLE READ transaction) and counts the rows it matched
         // (MySQL too: sqlx asks for found rows), so one that matched wrote.
-        if execute(conn, &statements.update, &update).await? > 0 {
+        if execute(conn, update_sql, &update).await? > 0 {
             return Ok(());
         }
         // No row, or a higher fence. An INSERT that finds the name taken
@@ -102,14 +139,18 @@ impl FencedTable {
         // which keeps a transaction usable; MySQL: a duplicate key fails
         // the statement alone); then the row exists, and a second UPDATE
         // judges it.
-        let insert = [Arg::Text(name), Arg::Bytes(value), Arg::Int(fence)];
+        let insert = [
+            Arg::Text(name),
+            Arg::Bytes(value.unwrap_or_default()),
+            Arg::Int(fence),
+        ];
         match execute(conn, &statements.insert, &insert).await {
             Ok(inserted) if inserted > 0 => return Ok(()),
             Ok(_) => {}
             Err(e) if e.kind() == ErrorKind::Conflict => {}
             Err(e) => return Err(e),
         }
-        if execute(conn, &statements.update, &update).await? > 0 {
+        if execute(conn, update_sql, &update).await? > 0 {
             return Ok(());
         }
         // Refused. The row's fence, read with a lock so that it is the
@@ -172,6 +213,12 @@ impl FencedTable {
                 p(2),
                 p(3),
                 p(4)
+            ),
+            claim: format!(
+                "UPDATE {quoted} SET fence = {} WHERE name = {} AND fence <= {}",
+                p(1),
+                p(2),
+                p(3)
             ),
             insert: format!(
                 "INSERT INTO {quoted} (name, value, fence) VALUES ({}, {}, {}){insert_tail}",

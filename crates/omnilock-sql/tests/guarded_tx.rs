@@ -299,6 +299,26 @@ async fn a_fenced_table_refuses_lower_tokens() {
             let err = table.write(&mut *conn, 1, &long, b"x").await.unwrap_err();
             assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
 
+            // A claim raises the fence (making the row, empty, if missing).
+            table.claim(&mut *conn, 20, "claimed").await.expect("claim");
+            assert_eq!(
+                table.read(&mut *conn, "claimed").await.unwrap(),
+                Some((Vec::new(), 20))
+            );
+            let err = table
+                .write(&mut *conn, 19, "claimed", b"late")
+                .await
+                .unwrap_err();
+            assert_eq!(err.tokens(), Some((19, 20)), "{err}");
+            table
+                .claim(&mut *conn, 20, "claimed")
+                .await
+                .expect("claim again");
+            table
+                .write(&mut *conn, 20, "claimed", b"mine")
+                .await
+                .expect("the claimer");
+
             // Names are compared exactly (MySQL's default collation would
             // make these one row).
             table

@@ -1,8 +1,9 @@
 -- A fenced write: refused when a higher fencing token has written the key.
 -- KEYS[1]: the key written; KEYS[2]: its fence (the highest token that
 -- wrote it, kept for good).
--- ARGV: token, then `set <value>`, `hset <field> <value>`, `rpush <value>`
--- or `del`.
+-- ARGV: token, then `set <value>`, `hset <field> <value>`, `rpush <value>`,
+-- `del`, or `claim` (no write: the fence alone rises, so that lower tokens
+-- are refused from now on).
 -- Answers {1, token} written; {0, highest} refused, nothing changed.
 
 -- Decimal strings without leading zeros compare by length, then
@@ -23,7 +24,7 @@ elseif op == 'hset' then
   redis.call('HSET', KEYS[1], ARGV[3], ARGV[4])
 elseif op == 'rpush' then
   redis.call('RPUSH', KEYS[1], ARGV[3])
-else
+elseif op == 'del' then
   redis.call('DEL', KEYS[1])
 end
 if highest ~= ARGV[1] then redis.call('SET', KEYS[2], ARGV[1]) end
