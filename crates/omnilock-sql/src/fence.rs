@@ -275,6 +275,7 @@ fn check_name(name: &str) -> Result<()> {
 }
 
 fn failed(e: sqlx::Error) -> Error {
+    #[cfg(feature = "sqlite")]
     if crate::conn::errors::sqlite_is_busy(&e) {
         return Error::unavailable(
             "the fenced table: SQLite is busy (another writer, or a transaction whose snapshot \
