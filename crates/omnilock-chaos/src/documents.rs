@@ -25,7 +25,7 @@ use omnilock::sql::FencedTable;
 use omnilock::{ErrorKind, LockGuard};
 use rand::Rng;
 
-use crate::history::{Event, Op, Phase, Source};
+use crate::history::{Event, Op, Phase, Source, refused_write};
 use crate::records::Records;
 
 /// The fenced table's name, beside the lock table.
@@ -160,17 +160,12 @@ impl Documents {
         .await;
         match outcome {
             Ok(true) => events.push(event(Source::Client, Op::Write, Phase::Ok).value(id)),
-            Ok(false) => {
-                let mut serve = event(Source::Register, Op::Serve, Phase::Fail)
-                    .token(token)
-                    .detail("write");
-                serve.stale = true;
-                events.push(serve);
-                events.push(
-                    event(Source::Client, Op::Write, Phase::Fail)
-                        .detail("refused: a later holder wrote"),
-                );
-            }
+            Ok(false) => events.extend(refused_write(
+                client,
+                &lock,
+                token,
+                "refused: a later holder wrote",
+            )),
             Err(e) => events.push(event(Source::Client, Op::Write, Phase::Fail).detail(e)),
         }
         events

@@ -56,6 +56,22 @@ pub enum Op {
     Leftover,
 }
 
+/// A write its resource refused because the lock had passed on: the
+/// resource's stale refusal, then the client's failed write.
+pub fn refused_write(client: u32, lock: &str, token: u64, why: &str) -> [Event; 2] {
+    let mut serve = Event::now(Source::Register, Op::Serve, Phase::Fail)
+        .client(client)
+        .lock(lock)
+        .token(token)
+        .detail("write");
+    serve.stale = true;
+    let failed = Event::now(Source::Client, Op::Write, Phase::Fail)
+        .client(client)
+        .lock(lock)
+        .detail(why);
+    [serve, failed]
+}
+
 /// Whether an operation started, succeeded or failed.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]

@@ -31,7 +31,7 @@ use omnilock::zookeeper::{OwnerCheck, ZkConfig};
 use omnilock::{ErrorKind, LockGuard, Locks};
 use rand::Rng;
 
-use crate::history::{Event, Op, Phase, Source};
+use crate::history::{Event, Op, Phase, Source, refused_write};
 
 /// How a client appends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -188,17 +188,12 @@ impl Logs {
         .await;
         match outcome {
             Ok(true) => events.push(event(Source::Client, Op::Write, Phase::Ok)),
-            Ok(false) => {
-                let mut serve = event(Source::Register, Op::Serve, Phase::Fail)
-                    .token(token)
-                    .detail("write");
-                serve.stale = true;
-                events.push(serve);
-                events.push(
-                    event(Source::Client, Op::Write, Phase::Fail)
-                        .detail("refused: the lock is no longer held"),
-                );
-            }
+            Ok(false) => events.extend(refused_write(
+                client,
+                &lock,
+                token,
+                "refused: the lock is no longer held",
+            )),
             Err(e) => events.push(event(Source::Client, Op::Write, Phase::Fail).detail(e)),
         }
         events

@@ -12,7 +12,7 @@ use std::time::Duration;
 use omnilock::{ErrorKind, LockGuard};
 use rand::Rng;
 
-use crate::history::{Event, Op, Phase, Source};
+use crate::history::{Event, Op, Phase, Source, refused_write};
 
 /// The table, beside the lock table.
 const TABLE: &str = "omnilock_chaos_records";
@@ -166,17 +166,12 @@ impl Records {
                 events.push(serve);
                 events.push(event(Source::Client, Op::Write, Phase::Ok));
             }
-            Ok(None) => {
-                let mut serve = event(Source::Register, Op::Serve, Phase::Fail)
-                    .token(token)
-                    .detail("write");
-                serve.stale = true;
-                events.push(serve);
-                events.push(
-                    event(Source::Client, Op::Write, Phase::Fail)
-                        .detail("refused: the lock is no longer held"),
-                );
-            }
+            Ok(None) => events.extend(refused_write(
+                client,
+                &lock,
+                token,
+                "refused: the lock is no longer held",
+            )),
             Err(e) => events.push(event(Source::Client, Op::Write, Phase::Fail).detail(e)),
         }
         events
