@@ -41,9 +41,13 @@ pub(crate) struct Advisory {
     /// The row's owner and token while the lock is held. Binds MySQL: name,
     /// key; PostgreSQL: the key's halves, name.
     pub holder: SqlStr,
-    /// MySQL: the connection holding the lock; PostgreSQL: terminates it.
+    /// MySQL: the connection holding the lock; PostgreSQL: terminates it,
+    /// giving its pid and whether the signal went out.
     /// Binds MySQL: key; PostgreSQL: the key's halves.
     pub break_lock: SqlStr,
+    /// The sessions holding the lock now (MySQL: the one; PostgreSQL: the
+    /// pids). Binds MySQL: key; PostgreSQL: the key's halves.
+    pub holding: SqlStr,
 }
 
 fn sql(text: String) -> SqlStr {
@@ -81,6 +85,7 @@ impl Advisory {
                          WHERE name = ? AND IS_USED_LOCK(?) IS NOT NULL"
                     )),
                     break_lock: sql("SELECT IS_USED_LOCK(?)".into()),
+                    holding: sql("SELECT IS_USED_LOCK(?)".into()),
                 }
             }
             _ => {
@@ -113,7 +118,10 @@ impl Advisory {
                         "SELECT owner, token FROM {table} WHERE name = $3
                          AND EXISTS (SELECT 1 {entry})"
                     )),
-                    break_lock: sql(format!("SELECT pg_terminate_backend(pid) {entry}")),
+                    break_lock: sql(format!(
+                        "SELECT CAST(pid AS BIGINT), pg_terminate_backend(pid) {entry}"
+                    )),
+                    holding: sql(format!("SELECT CAST(pid AS BIGINT) {entry}")),
                 }
             }
         }

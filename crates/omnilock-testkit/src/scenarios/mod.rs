@@ -35,6 +35,23 @@ pub use names::namespaces_are_disjoint;
 /// for a stalled store, short enough to catch a hang or a TTL-long delay.
 const PATIENCE: Duration = Duration::from_secs(10);
 
+/// The lease of a holder that vanishes in the expiry scenarios.
+const ABANDONED_TTL: Duration = Duration::from_secs(3);
+
+/// Asserts that what a vanished holder had (`what`) freed soon after its
+/// lease ran out: `waited` since it was taken, at most [`ABANDONED_TTL`]
+/// plus two seconds. The slack is for the waiter, not the store: on a
+/// 2-core machine running many trials at once a waiter's poll came 1.6 s
+/// late. The bound stays under twice the TTL, so a lease that ran double
+/// (or one renewal too many after death) still fails it.
+fn assert_freed_after_lease(what: &str, waited: Duration) {
+    let bound = ABANDONED_TTL + Duration::from_secs(2);
+    assert!(
+        waited <= bound,
+        "{what} freed {waited:?} after its holder vanished (TTL {ABANDONED_TTL:?}, bound {bound:?})"
+    );
+}
+
 fn unique(prefix: &str) -> String {
     format!("conformance/{prefix}/{:08x}", rand_u32())
 }
