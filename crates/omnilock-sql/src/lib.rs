@@ -31,6 +31,7 @@ mod config;
 mod conn;
 mod fence;
 mod guarded;
+mod in_tx;
 mod key;
 #[cfg(feature = "postgres")]
 mod notify;
@@ -45,6 +46,7 @@ pub use config::{DEFAULT_TABLE, Dialect, SqlConfig};
 pub use conn::SQLITE_PRAGMAS;
 pub use fence::FencedTable;
 pub use guarded::{GuardedConnection, TxGuard};
+pub use in_tx::TxLock;
 pub use store::SqlStore;
 pub use tls::{SslMode, TlsOptions};
 

@@ -2,7 +2,7 @@
 //! configured mode.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use omnilock_core::{
     AcquireRequest, Backend, Capabilities, Error, Holder, LockName, LockSpec, Result, async_trait,
@@ -12,6 +12,8 @@ use crate::advisory::AdvisoryStore;
 use crate::advisory::Held;
 use crate::config::SqlConfig;
 use crate::conn::{Conn, Pool, Target};
+use crate::guarded::GuardedConnection;
+use crate::in_tx::{TxLock, any_conn};
 use crate::queries::Queries;
 use crate::schema::{self, DDL_WAIT};
 use crate::table::TableStore;
@@ -96,6 +98,9 @@ impl SqlHold {
 #[derive(Clone)]
 pub struct SqlStore {
     mode: Arc<dyn Backend<Hold = SqlHold>>,
+    /// Table mode's store, for locks taken in the caller's transaction
+    /// (`None` in advisory mode).
+    table: Option<TableStore>,
 }
 
 impl std::fmt::Debug for SqlStore {
@@ -139,12 +144,90 @@ impl SqlStore {
     pub(crate) fn start(config: SqlConfig, pool: Pool, queries: Queries, target: Target) -> Self {
         let advisory = config.advisory;
         let table = TableStore::start(config, pool, queries);
-        let mode: Arc<dyn Backend<Hold = SqlHold>> = if advisory {
-            Arc::new(AdvisoryStore::new(table, target))
+        if advisory {
+            SqlStore {
+                mode: Arc::new(AdvisoryStore::new(table, target)),
+                table: None,
+            }
         } else {
-            Arc::new(table)
-        };
-        SqlStore { mode }
+            SqlStore {
+                mode: Arc::new(table.clone()),
+                table: Some(table),
+            }
+        }
+    }
+
+    /// Takes the lock `name` inside the application's own transaction, if
+    /// nobody holds it: `Ok(None)` when someone does. The lock is held until
+    /// the transaction commits or rolls back; there is nothing to release.
+    ///
+    /// `conn` is the transaction's connection (`&mut *tx`) to the database
+    /// that keeps the lock table. Table mode only: advisory mode answers
+    /// `Unsupported` (on PostgreSQL, `pg_advisory_xact_lock` in your own
+    /// statement does the same there).
+    ///
+    /// While the transaction is open, other clients' acquisitions of `name`
+    /// wait in the database (a `try_acquire` too), their holder queries do
+    /// not see this hold, and the fair line is not consulted: keep the
+    /// transaction short. Names are the store's own, without a
+    /// [`Locks`](omnilock_core::Locks) handle's namespace. See
+    /// [`TxLock`] for what its token is good for, and
+    /// docs/backends/sql.md for each database's rules (isolation levels,
+    /// SQLite's `BEGIN IMMEDIATE`).
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use omnilock_sql::SqlStore;
+    ///
+    /// let pool = sqlx::PgPool::connect("postgres://app@db.internal/app").await?;
+    /// let store = SqlStore::builder(pool.clone()).build_store().await?;
+    ///
+    /// let mut tx = pool.begin().await?;
+    /// if let Some(lock) = store.try_lock_in(&mut *tx, "ledger").await? {
+    ///     sqlx::query("UPDATE ledger SET balance = balance - 10, fence = $1 WHERE id = 1")
+    ///         .bind(lock.token() as i64)
+    ///         .execute(&mut *tx)
+    ///         .await?;
+    /// }
+    /// tx.commit().await?; // the lock ends here
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_lock_in<C: GuardedConnection>(
+        &self,
+        conn: &mut C,
+        name: &str,
+    ) -> Result<Option<TxLock>> {
+        self.table_mode(name)?
+            .try_lock_in(any_conn(conn), name)
+            .await
+    }
+
+    /// As [`try_lock_in`](Self::try_lock_in), waiting up to `timeout` for
+    /// the lock to be free (polling, at most `max_poll` apart): `Timeout`
+    /// when it was not.
+    pub async fn lock_in<C: GuardedConnection>(
+        &self,
+        conn: &mut C,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<TxLock> {
+        self.table_mode(name)?
+            .lock_in(any_conn(conn), name, timeout)
+            .await
+    }
+
+    /// The table store, or `Unsupported` in advisory mode.
+    fn table_mode(&self, name: &str) -> Result<&TableStore> {
+        self.table.as_ref().ok_or_else(|| {
+            Error::new(
+                omnilock_core::ErrorKind::Unsupported,
+                "a lock inside your transaction needs table mode: in advisory mode locks are \
+                 database sessions' (on PostgreSQL, call pg_advisory_xact_lock yourself)",
+            )
+            .with_backend(self.kind())
+            .with_lock(name)
+        })
     }
 }
 

@@ -42,8 +42,8 @@ macro_rules! app {
     }};
 }
 
-/// Runs `$check!(STORE, pool, locks, other, app_table, lock_name)` on every
-/// SQL test store, each with tables of its own.
+/// Runs `$check!(STORE, pool, locks, other, app_table, lock_name,
+/// lock_table)` on every SQL test store, each with tables of its own.
 macro_rules! on_every_database {
     ($check:ident) => {
         on_every_database!(@one POSTGRES, $check);
@@ -61,7 +61,7 @@ macro_rules! on_every_database {
             .execute(&pool)
             .await
             .expect("the application's table");
-            $check!($store, pool, locks, other, app_table, unique("ledger"));
+            $check!($store, pool, locks, other, app_table, unique("ledger"), table);
         }
     };
 }
@@ -95,7 +95,7 @@ macro_rules! rows {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_guarded_transaction_commits_while_the_lock_is_held() {
     macro_rules! check {
-        ($store:ident, $pool:ident, $locks:ident, $other:ident, $app_table:ident, $name:expr) => {{
+        ($store:ident, $pool:ident, $locks:ident, $other:ident, $app_table:ident, $name:expr, $table:ident) => {{
             let guard = $locks.acquire(&$name).await.expect("acquire");
             let mut tx = $pool.begin().await.expect("begin");
             let kept = TxGuard::new(&guard).expect("a table-mode mutex");
@@ -113,7 +113,7 @@ async fn a_guarded_transaction_commits_while_the_lock_is_held() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_guarded_transaction_is_refused_once_another_holder_took_the_lock() {
     macro_rules! check {
-        ($store:ident, $pool:ident, $locks:ident, $other:ident, $app_table:ident, $name:expr) => {{
+        ($store:ident, $pool:ident, $locks:ident, $other:ident, $app_table:ident, $name:expr, $table:ident) => {{
             let name = $name;
             let guard = $locks.acquire(&name).await.expect("acquire");
             let kept = TxGuard::new(&guard).expect("a table-mode mutex");
@@ -139,7 +139,7 @@ async fn a_guarded_transaction_is_refused_once_another_holder_took_the_lock() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_guarded_transaction_is_refused_once_the_lock_is_released() {
     macro_rules! check {
-        ($store:ident, $pool:ident, $locks:ident, $other:ident, $app_table:ident, $name:expr) => {{
+        ($store:ident, $pool:ident, $locks:ident, $other:ident, $app_table:ident, $name:expr, $table:ident) => {{
             let guard = $locks.acquire(&$name).await.expect("acquire");
             let kept = TxGuard::new(&guard).expect("a table-mode mutex");
             guard.release().await.expect("release");
@@ -162,7 +162,7 @@ async fn a_guarded_transaction_is_refused_once_the_lock_is_released() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_takeover_waits_for_the_guarded_transaction() {
     macro_rules! check {
-        ($store:ident, $pool:ident, $locks:ident, $other:ident, $app_table:ident, $name:expr) => {{
+        ($store:ident, $pool:ident, $locks:ident, $other:ident, $app_table:ident, $name:expr, $table:ident) => {{
             let name = $name;
             let guard = $locks.acquire(&name).await.expect("acquire");
             let mut tx = $pool.begin().await.expect("begin");
@@ -256,7 +256,7 @@ async fn what_cannot_be_guarded_is_refused_clearly() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fenced_table_refuses_lower_tokens() {
     macro_rules! check {
-        ($store:ident, $pool:ident, $locks:ident, $other:ident, $app_table:ident, $name:expr) => {{
+        ($store:ident, $pool:ident, $locks:ident, $other:ident, $app_table:ident, $name:expr, $table:ident) => {{
             let _ = (&$locks, &$other, &$app_table, $name);
             let table = FencedTable::new(&unique("fenced")).unwrap();
             let mut conn = $pool.acquire().await.expect("connection");
@@ -377,5 +377,195 @@ async fn a_fenced_table_refuses_lower_tokens() {
     }
     on_every_database!(check);
     let err = FencedTable::new("1 bad; DROP TABLE x").unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+}
+
+/// The store of the lock table `$table` on `$pool`, for locks taken inside
+/// the application's transactions.
+macro_rules! tx_store {
+    ($pool:expr, $table:expr) => {
+        SqlStore::builder($pool.clone())
+            .table(&$table)
+            .build_store()
+            .await
+            .expect("the store on the application's pool")
+    };
+}
+
+/// A lock taken inside a transaction keeps every other holder out until
+/// the commit, and the next holder's token is above its own; after a
+/// rollback the token is handed out again (the transaction never was).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lock_in_a_transaction_holds_until_its_commit() {
+    macro_rules! check {
+        ($store:ident, $pool:ident, $locks:ident, $other:ident, $app_table:ident, $name:expr, $table:ident) => {{
+            let name = $name;
+            let store = tx_store!($pool, $table);
+            let _ = &$locks;
+            let mut tx = $pool.begin().await.expect("begin");
+            let lock = store
+                .try_lock_in(&mut *tx, &name)
+                .await
+                .expect("try_lock_in")
+                .expect("a free lock");
+            assert_eq!(lock.name(), name);
+            write_row!(tx, $app_table, lock.token()).expect("write");
+            let committing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let waiter = {
+                let (other, name, committing): (Locks, _, _) =
+                    ($other.clone(), name.clone(), committing.clone());
+                tokio::spawn(async move {
+                    let guard = other
+                        .lock(&name)
+                        .timeout(Duration::from_secs(30))
+                        .acquire()
+                        .await
+                        .expect("the lock after the commit");
+                    let after = committing.load(std::sync::atomic::Ordering::SeqCst);
+                    (guard, after)
+                })
+            };
+            // Time for a waiter that ignored the transaction to get in.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            committing.store(true, std::sync::atomic::Ordering::SeqCst);
+            tx.commit().await.expect("commit");
+            let (guard, after) = waiter.await.expect("task");
+            assert!(
+                after,
+                "{}: another client got the lock while the transaction held it",
+                stringify!($store)
+            );
+            assert!(
+                guard.token() > lock.token(),
+                "{}: token {} after {}",
+                stringify!($store),
+                guard.token(),
+                lock.token()
+            );
+            assert_eq!(rows!($pool, $app_table), 1);
+            let guard_token = guard.token();
+            guard.release().await.expect("release");
+
+            let mut tx = $pool.begin().await.expect("begin");
+            let rolled_back = store
+                .lock_in(&mut *tx, &name, Duration::from_secs(10))
+                .await
+                .expect("lock_in on a free lock");
+            assert!(rolled_back.token() > guard_token);
+            tx.rollback().await.expect("rollback");
+            let next = $other.acquire(&name).await.expect("acquire");
+            assert_eq!(
+                next.token(),
+                rolled_back.token(),
+                "{}: a rolled-back transaction's token is handed out again",
+                stringify!($store)
+            );
+            next.release().await.expect("release");
+        }};
+    }
+    on_every_database!(check);
+}
+
+/// A held lock is not taken inside a transaction, and the failed try
+/// leaves the holder free to renew and release at once (no row lock kept);
+/// a waiting take gets the lock once the holder lets go, or times out.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_held_lock_is_not_taken_in_a_transaction() {
+    macro_rules! check {
+        ($store:ident, $pool:ident, $locks:ident, $other:ident, $app_table:ident, $name:expr, $table:ident) => {{
+            let name = $name;
+            let store = tx_store!($pool, $table);
+            let _ = &$locks;
+            let held = $other.acquire(&name).await.expect("acquire");
+            let held_token = held.token();
+            let mut tx = $pool.begin().await.expect("begin");
+            let busy = store
+                .try_lock_in(&mut *tx, &name)
+                .await
+                .expect("try_lock_in");
+            assert_eq!(busy, None, "{}: took a held lock", stringify!($store));
+            let err = store
+                .lock_in(&mut *tx, &name, Duration::from_millis(200))
+                .await
+                .expect_err("a held lock");
+            assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+            // The transaction is still open: the holder is not held up.
+            tokio::time::timeout(Duration::from_secs(10), held.release())
+                .await
+                .expect("the holder's release does not wait for the transaction")
+                .expect("release");
+            let lock = store
+                .lock_in(&mut *tx, &name, Duration::from_secs(10))
+                .await
+                .expect("the lock once its holder let go");
+            assert!(lock.token() > held_token);
+            tx.commit().await.expect("commit");
+
+            let held = $other.acquire(&name).await.expect("acquire");
+            let releasing = tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                held.release().await
+            });
+            let mut tx = $pool.begin().await.expect("begin");
+            let waited = store
+                .lock_in(&mut *tx, &name, Duration::from_secs(30))
+                .await
+                .expect("the lock after the release");
+            tx.commit().await.expect("commit");
+            releasing.await.expect("task").expect("release");
+            assert!(waited.token() > lock.token());
+            let _ = &$app_table;
+        }};
+    }
+    on_every_database!(check);
+}
+
+/// Bad input to a lock in a transaction: a bad name, advisory mode, a
+/// transaction on another kind of database.
+#[tokio::test(flavor = "multi_thread")]
+async fn what_cannot_be_locked_in_a_transaction_is_refused_clearly() {
+    let Some(url) = store_url("POSTGRES") else {
+        return;
+    };
+    let pool = sqlx::PgPool::connect(&url).await.expect("pool");
+    let store = SqlStore::builder(pool.clone())
+        .build_store()
+        .await
+        .expect("store");
+    let mut tx = pool.begin().await.expect("begin");
+    for bad in ["", "a\nb", &"x".repeat(257)] {
+        let err = store
+            .try_lock_in(&mut *tx, bad)
+            .await
+            .expect_err("a bad name");
+        assert_eq!(err.kind(), ErrorKind::InvalidName, "{err}");
+    }
+    tx.rollback().await.expect("rollback");
+
+    let advisory = SqlStore::builder(pool.clone())
+        .advisory(true)
+        .build_store()
+        .await
+        .expect("advisory mode");
+    let mut tx = pool.begin().await.expect("begin");
+    let err = advisory
+        .try_lock_in(&mut *tx, "report")
+        .await
+        .expect_err("advisory mode");
+    assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+    assert!(err.to_string().contains("pg_advisory_xact_lock"), "{err}");
+    tx.rollback().await.expect("rollback");
+
+    let Some(sqlite) = store_url("SQLITE") else {
+        return;
+    };
+    let elsewhere = sqlx::SqlitePool::connect(&format!("{sqlite}?mode=rwc"))
+        .await
+        .expect("pool");
+    let mut tx = elsewhere.begin().await.expect("begin");
+    let err = store
+        .try_lock_in(&mut *tx, "report")
+        .await
+        .expect_err("a SQLite transaction for a PostgreSQL lock table");
     assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
 }

@@ -117,6 +117,21 @@ pub(crate) struct Tickets {
     pub ahead: Statement,
 }
 
+/// A lock taken inside the caller's transaction: the lock's row, written
+/// in that transaction, is the hold (its row lock, or SQLite's write lock,
+/// keeps others out until the transaction ends). The row stays free as the
+/// other holders see it: `owner` NULL, only the token bumped.
+#[derive(Debug, Clone)]
+pub(crate) struct InTx {
+    /// Bumps the token of a free or expired lock's row. PostgreSQL and
+    /// SQLite return the new token; MySQL/MariaDB report it as the last
+    /// insert id. Binds name.
+    pub take: Statement,
+    /// Creates the row of a name never used, token 1 (MySQL/MariaDB: one
+    /// row inserted; the others: returns the token). Binds name.
+    pub create: Statement,
+}
+
 /// How a dialect takes a lock atomically.
 #[derive(Debug, Clone)]
 pub(crate) enum Acquire {
@@ -171,6 +186,8 @@ pub(crate) struct Queries {
     pub keep: Statement,
     /// The token in the lock's row, held or not.
     pub token_of: Statement,
+    /// A lock taken inside the caller's transaction (see `in_tx.rs`).
+    pub in_tx: InTx,
     /// Semaphores and read-write locks.
     pub counted: Counted,
     /// Opens a transaction that takes locks (see [`counted::begin`]).

@@ -5,8 +5,8 @@
 //! of every `?` in the order they appear.
 
 use super::{
-    Acquire, Counted, Param, Queries, RenewBatch, Statement, Tickets, counted, ident, queue_names,
-    text_type,
+    Acquire, Counted, InTx, Param, Queries, RenewBatch, Statement, Tickets, counted, ident,
+    queue_names, text_type,
 };
 use crate::config::Dialect;
 use Param::*;
@@ -174,5 +174,22 @@ pub(super) fn queries(table_name: &str, fair: bool) -> Queries {
             &[Name, Owner, Token],
         ),
         token_of: Statement::new(format!("SELECT token FROM {table} WHERE name = ?"), &[Name]),
+        in_tx: InTx {
+            take: Statement::new(
+                format!(
+                    "UPDATE {table} SET token = LAST_INSERT_ID(token + 1), owner = NULL,
+                        holds = 0, expires_at = NULL, updated_at = {now}
+                     WHERE name = ? AND (owner IS NULL OR expires_at <= {now})"
+                ),
+                &[Name],
+            ),
+            create: Statement::new(
+                format!(
+                    "INSERT IGNORE INTO {table} (name, owner, holds, token, expires_at, updated_at)
+                     VALUES (?, NULL, 0, 1, NULL, {now})"
+                ),
+                &[Name],
+            ),
+        },
     }
 }

@@ -4,8 +4,8 @@
 //! `GREATEST` are spelled differently.
 
 use super::{
-    Acquire, Counted, Param, Queries, RenewBatch, Statement, Tickets, counted, ident, queue_names,
-    text_type,
+    Acquire, Counted, InTx, Param, Queries, RenewBatch, Statement, Tickets, counted, ident,
+    queue_names, text_type,
 };
 use crate::config::Dialect;
 use Param::*;
@@ -214,5 +214,25 @@ pub(super) fn queries(dialect: Dialect, table_name: &str, notify: bool, fair: bo
             &[Name, Owner, Token],
         ),
         token_of: Statement::new(format!("SELECT token FROM {table} WHERE name = $1"), &[Name]),
+        in_tx: InTx {
+            take: Statement::new(
+                format!(
+                    "UPDATE {table} SET token = token + 1, owner = NULL, holds = 0,
+                        expires_at = NULL, updated_at = {now}
+                     WHERE name = $1 AND (owner IS NULL OR expires_at <= {now})
+                     RETURNING token"
+                ),
+                &[Name],
+            ),
+            create: Statement::new(
+                format!(
+                    "INSERT INTO {table} (name, owner, holds, token, expires_at, updated_at)
+                     VALUES ($1, NULL, 0, 1, NULL, {now})
+                     ON CONFLICT (name) DO NOTHING
+                     RETURNING token"
+                ),
+                &[Name],
+            ),
+        },
     }
 }
