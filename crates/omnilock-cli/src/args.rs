@@ -131,7 +131,20 @@ Without a terminal the command runs in its own process group: the lock is
 kept until the whole group has exited, and the group dies with omnilock
 (SIGKILL included). In a terminal it stays in omnilock's job. A *paused*
 omnilock cannot stop it, nor can anything reach processes that leave the
-group: fence writes with $OMNILOCK_TOKEN.";
+group: fence writes with $OMNILOCK_TOKEN.
+Durations: 500ms, 15s, 2m, 1h30m; a bare number is seconds (flock -w 10).
+Logging: OMNILOCK_LOG=debug (or info, warn; a tracing filter such as
+omnilock=debug) prints omnilock's log on stderr. Shell completions and a
+manual page: `omnilock completions bash`, `omnilock man`.";
+
+/// What `omnilock run --help` adds: the exit statuses a script tests.
+const RUN_AFTER_HELP: &str = "\
+Exit status: the command's own (128+N if it died of signal N; 126 not
+executable, 127 not found); 75 lock not acquired in time (-E to change);
+64 bad arguments, name or URL; 65 a semaphore in use with another
+--permits; 69 store unreachable or failing; 70 lock lost while the command
+ran (its process group gets SIGTERM first); 77 credentials refused or
+access denied; 78 TLS failed (a certificate that does not verify).";
 
 /// Distributed locks from the command line: hold a lock while a command runs.
 #[derive(Parser, Debug)]
@@ -155,6 +168,7 @@ pub(crate) enum Command {
     /// SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to omnilock
     /// and dies with omnilock; the lock is released when the whole group has
     /// exited. In a terminal CMD stays in omnilock's job.
+    #[command(after_help = RUN_AFTER_HELP)]
     Run(RunArgs),
     /// Let N workers contend for one lock and print every grant in order.
     Demo(DemoArgs),
@@ -174,6 +188,30 @@ pub(crate) enum Command {
     /// Exit status: 0 written; 73 refused (stale token); 74 stdin or FILE
     /// could not be read or written; 64 no token, or FILE is a directory.
     Write(WriteArgs),
+    /// Print the completion script of SHELL on stdout.
+    ///
+    /// bash: `omnilock completions bash > ~/.local/share/bash-completion/completions/omnilock`;
+    /// zsh: `omnilock completions zsh > "${fpath[1]}/_omnilock"`;
+    /// fish: `omnilock completions fish > ~/.config/fish/completions/omnilock.fish`.
+    Completions(CompletionsArgs),
+    /// Print omnilock's manual page (roff) on stdout, or write every page
+    /// (omnilock.1, omnilock-run.1, ...) to DIR: `omnilock man
+    /// ~/.local/share/man/man1`, then `man omnilock-run`.
+    Man(ManArgs),
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct ManArgs {
+    /// Write the pages here instead of printing the main one
+    #[arg(value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct CompletionsArgs {
+    /// The shell
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 #[derive(Args, Debug)]
@@ -195,15 +233,17 @@ pub(crate) struct RunArgs {
     pub ttl: Option<Duration>,
 
     /// Give up (exit 75) if the lock is not acquired within DUR [default: wait forever]
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, conflicts_with = "no_wait")]
+    #[arg(long, short = 'w', visible_alias = "timeout", value_name = "DUR",
+          value_parser = parse_duration, conflicts_with = "no_wait")]
     pub wait: Option<Duration>,
 
     /// Fail at once (exit 75) if the lock is held
     #[arg(long, short = 'n')]
     pub no_wait: bool,
 
-    /// Acquire as this owner (a stable name lets separate processes re-enter
-    /// each other's hold on stores that support it) [default: random]
+    /// Acquire as this owner: the holder's name that operators see (say
+    /// `backup@db-3`); a stable one lets separate processes re-enter each
+    /// other's hold on stores that support it [default: host:pid:random]
     #[arg(long, value_name = "NAME")]
     pub owner: Option<String>,
 
@@ -272,7 +312,19 @@ pub(crate) struct BreakArgs {
     pub name: String,
 }
 
+/// A duration as the library reads it (`500ms`, `15s`), or a bare number
+/// of seconds, as flock(1) takes `-w 10` or `-w 0.5`.
 fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bare = text.trim();
+    if !bare.is_empty() && bare.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        return bare
+            .parse::<f64>()
+            .ok()
+            .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
+            .ok_or_else(|| {
+                format!("invalid duration {text:?} (try 500ms, 15s, 2m, or 10 for seconds)")
+            });
+    }
     omnilock::parse_duration(text).map_err(|e| e.message().to_string())
 }
 

@@ -11,6 +11,7 @@ mod args;
 mod child;
 mod demo;
 mod exit;
+mod manual;
 mod run;
 mod write;
 
@@ -53,9 +54,11 @@ fn main() -> ExitCode {
         }
     };
     let code = runtime.block_on(async move {
-        // `write` needs no store.
+        // `write`, `completions` and `man` need no store.
         let command = match cli.command {
             args::Command::Write(w) => return write::write(w).await,
+            args::Command::Completions(c) => return manual::print_completions(c.shell),
+            args::Command::Man(m) => return manual::print_man_page(m.dir.as_deref()),
             command => command,
         };
         let store = match cli.store {
@@ -80,6 +83,8 @@ fn main() -> ExitCode {
             args::Command::Demo(demo) => demo::demo(&store, demo).await,
             args::Command::Break(b) => run::break_lock(&store, &b.name).await,
             args::Command::Write(w) => write::write(w).await,
+            args::Command::Completions(c) => manual::print_completions(c.shell),
+            args::Command::Man(m) => manual::print_man_page(m.dir.as_deref()),
         }
     });
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));

@@ -260,6 +260,84 @@ fn help_lists_every_scheme() {
     }
 }
 
+/// flock(1) habits: `-w SECONDS` and `--timeout` wait as `--wait` does,
+/// and a bare number is seconds; a bad one is a usage error.
+#[test]
+fn flock_wait_habits_work() {
+    let dir = scratch("flock-habits");
+    let store = sqlite_store(&dir);
+    let inner = "\"$OMNILOCK\" run --store \"$STORE\" -w 0.2 job -- true; echo w=$?; \
+         \"$OMNILOCK\" run --store \"$STORE\" --timeout 1 job -- true; echo timeout=$?";
+    let out = run_nested(&store, &["job", "--", "sh", "-c", inner]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("w=75"), "{stdout}");
+    assert!(stdout.contains("timeout=75"), "{stdout}");
+    let out = run_at(&store, &["-w", "3", "job", "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    for bad in ["-1", "1.2.3", "99999999999999999999", "ten"] {
+        let out = run_at(&store, &["-w", bad, "job", "--", "true"]);
+        assert_eq!(
+            out.status.code(),
+            Some(64),
+            "-w {bad}: {}",
+            text(&out.stderr)
+        );
+    }
+}
+
+/// `run --help` lists the exit statuses a script tests; the global help
+/// names OMNILOCK_LOG.
+#[test]
+fn help_shows_exit_statuses_and_logging() {
+    let help = run(&["run", "--help"]);
+    assert_eq!(help.status.code(), Some(0));
+    let help = text(&help.stdout);
+    for status in [
+        "75 lock not acquired",
+        "69 store unreachable",
+        "70 lock lost",
+    ] {
+        assert!(
+            help.contains(status),
+            "run --help lacks {status:?}:\n{help}"
+        );
+    }
+    let help = text(&run(&["--help"]).stdout);
+    assert!(help.contains("OMNILOCK_LOG"), "{help}");
+}
+
+/// Completion scripts for each shell, and manual pages: printed, or one
+/// per subcommand written to a directory. None needs a store.
+#[test]
+fn completions_and_manual_pages() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let out = run(&["completions", shell]);
+        assert_eq!(out.status.code(), Some(0), "{shell}: {}", text(&out.stderr));
+        let script = text(&out.stdout);
+        assert!(script.contains("omnilock"), "{shell}: {script}");
+        assert!(
+            script.contains("--no-wait"),
+            "{shell} completes run's flags: {script}"
+        );
+    }
+    let out = run(&["completions", "tcsh"]);
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
+
+    let page = run(&["man"]);
+    assert_eq!(page.status.code(), Some(0), "{}", text(&page.stderr));
+    let page = text(&page.stdout);
+    assert!(page.contains(".TH omnilock 1"), "{page}");
+    let dir = scratch("man");
+    let out = run(&["man", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let run_page = std::fs::read_to_string(dir.join("omnilock-run.1")).expect("omnilock-run.1");
+    assert!(run_page.contains("no\\-wait"), "{run_page}");
+    assert!(run_page.contains("Exit status"), "{run_page}");
+    let out = run(&["man", dir.join("omnilock-run.1/x").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(73), "{}", text(&out.stderr));
+}
+
 /// Without HOME (or with a relative one) there is no embedded default, and
 /// `mem://` is never picked instead: it excludes nothing between processes.
 #[test]

@@ -84,14 +84,26 @@ impl Owner {
         Ok(Owner(owner.into()))
     }
 
-    /// A fresh owner: the process id and 128 random bits, so it is unique
-    /// across processes and machines and still says where it came from.
+    /// A fresh owner that an operator can read: `host:pid:random`, the
+    /// machine's host name (letters, digits, `.`, `-` and `_` kept, anything
+    /// else `_`, at most 63 bytes; `host` when it cannot be read), the
+    /// process id and 128 random bits, so it is unique across processes and
+    /// machines and says where the holder runs.
+    ///
+    /// ```
+    /// let owner = omnilock_core::Owner::random();
+    /// let parts: Vec<&str> = owner.as_str().split(':').collect();
+    /// assert_eq!(parts.len(), 3);
+    /// assert_eq!(parts[1], std::process::id().to_string());
+    /// assert_eq!(parts[2].len(), 32);
+    /// ```
     pub fn random() -> Self {
         use std::fmt::Write;
-        // `process::id()` is a system call each time; every lock request
-        // without a named owner draws an owner here.
+        // `process::id()` is a system call each time, and the host name more
+        // than one; every lock request without a named owner draws an owner
+        // here.
         static PROCESS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-        let process = PROCESS.get_or_init(|| format!("p{}-", std::process::id()));
+        let process = PROCESS.get_or_init(|| format!("{}:{}:", host_label(), std::process::id()));
         let bits: u128 = rand::random();
         let mut owner = String::with_capacity(process.len() + 32);
         owner.push_str(process);
@@ -115,6 +127,27 @@ impl fmt::Debug for Owner {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(&*self.0, f)
     }
+}
+
+/// This machine's host name as an owner's first part (see
+/// [`Owner::random`]).
+fn host_label() -> String {
+    let name = whoami::hostname().unwrap_or_default();
+    let mut label: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(63)
+        .collect();
+    if label.is_empty() {
+        label.push_str("host");
+    }
+    label
 }
 
 fn check(value: &str, what: &str, kind: ErrorKind) -> Result<()> {

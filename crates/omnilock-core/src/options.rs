@@ -25,8 +25,10 @@ macro_rules! option_doc {
     };
     (owner) => {
         "Acquires as `owner` (see [`Owner`](crate::Owner)) instead of the \
-         request's default owner: acquisitions of one owner re-enter each \
-         other's locks in this process."
+         request's default owner (`host:pid:random`): acquisitions of one \
+         owner re-enter each other's locks in this process. The owner is \
+         what operators see as the holder, so a label that names the job \
+         and the machine (`backup@db-3`) tells them who holds it."
     };
     (reentrant) => {
         "Whether the owner may re-enter a lock it holds (default: the \
