@@ -22,7 +22,9 @@ pub enum ErrorKind {
     Unavailable,
     /// The backend cannot do what was asked (see [`crate::Capabilities`]).
     Unsupported,
-    /// A non-reentrant acquire by the owner that already holds the lock.
+    /// Waiting would never end: a non-reentrant acquire by the owner that
+    /// already holds the lock, or a SQL lock taken inside a transaction
+    /// that already holds up the lock's holder (`SqlStore::lock_in`).
     WouldDeadlock,
     /// The store refused the credentials (a wrong or rotated password, an
     /// unknown user) or denied this user the lock's keys, nodes or tables.

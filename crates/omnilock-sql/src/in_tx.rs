@@ -13,7 +13,11 @@
 //! for a transaction that did not get the lock. Only a holder that takes
 //! the lock between that read and the write makes the write miss; on
 //! MySQL/MariaDB the missed row then stays locked by the transaction until
-//! it ends (InnoDB keeps the locks of rows an `UPDATE` read).
+//! it ends (InnoDB keeps the locks of rows an `UPDATE` read), and on SQLite
+//! the database (the write began a write transaction). That holder's
+//! renewals and release then wait for the transaction, so a waiting take
+//! stops there (`WouldDeadlock`) instead of waiting for a holder it holds
+//! up.
 
 use std::any::Any;
 use std::time::Duration;
@@ -57,8 +61,15 @@ impl TxLock {
 /// What one attempt found.
 enum Attempt {
     Taken(u64),
-    /// Held by another (or taken between the check and the write).
+    /// Held by another; the transaction untouched (or, on PostgreSQL,
+    /// holding no lock from the write that missed).
     Busy,
+    /// Taken by another between the check and the write, which missed but
+    /// keeps the row (MySQL/MariaDB) or the database (SQLite) locked by the
+    /// transaction until it ends: the new holder's renewals and release
+    /// wait for it, so waiting for that holder would deadlock.
+    #[cfg_attr(not(any(feature = "mysql", feature = "sqlite")), allow(dead_code))]
+    Missed,
 }
 
 impl TableStore {
@@ -71,7 +82,7 @@ impl TableStore {
         let name = LockName::new(name)?;
         match self.attempt_in(conn, &name).await? {
             Attempt::Taken(token) => Ok(Some(TxLock { name, token })),
-            Attempt::Busy => Ok(None),
+            Attempt::Busy | Attempt::Missed => Ok(None),
         }
     }
 
@@ -91,8 +102,19 @@ impl TableStore {
             .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400));
         let mut backoff = Backoff::new(Duration::from_millis(2), self.inner.config.max_poll);
         loop {
-            if let Attempt::Taken(token) = self.attempt_in(conn, &name).await? {
-                return Ok(TxLock { name, token });
+            match self.attempt_in(conn, &name).await? {
+                Attempt::Taken(token) => return Ok(TxLock { name, token }),
+                Attempt::Missed => {
+                    return Err(Error::new(
+                        ErrorKind::WouldDeadlock,
+                        "another client took the lock between the check and the write; this \
+                         transaction now holds up that holder's renewals and release, so \
+                         waiting for it would deadlock: roll the transaction back and try again",
+                    )
+                    .with_backend(self.inner.config.dialect.kind())
+                    .with_lock(name.as_str()));
+                }
+                Attempt::Busy => {}
             }
             let now = tokio::time::Instant::now();
             if now >= deadline {
@@ -169,7 +191,8 @@ impl TableStore {
                 .await
                 .and_then(|row| row.map(|row| row.try_get(0)).transpose())
                 .map_err(err)?;
-            return Ok(taken(token));
+            // A missed UPDATE locks no row on PostgreSQL.
+            return Ok(taken(token, Attempt::Busy));
         }
         #[cfg(feature = "sqlite")]
         if let Some(conn) = conn.downcast_mut::<sqlx::SqliteConnection>() {
@@ -179,7 +202,8 @@ impl TableStore {
                 .await
                 .and_then(|row| row.map(|row| row.try_get(0)).transpose())
                 .map_err(err)?;
-            return Ok(taken(token));
+            // The write began a write transaction, missed or not.
+            return Ok(taken(token, Attempt::Missed));
         }
         #[cfg(feature = "mysql")]
         if let Some(conn) = conn.downcast_mut::<sqlx::MySqlConnection>() {
@@ -188,8 +212,9 @@ impl TableStore {
                 .execute(&mut *conn)
                 .await
                 .map_err(err)?;
+            // InnoDB keeps the lock of the row a missed write read.
             return Ok(match (done.rows_affected(), exists) {
-                (0, _) => Attempt::Busy,
+                (0, _) => Attempt::Missed,
                 (_, true) => Attempt::Taken(done.last_insert_id()),
                 (_, false) => Attempt::Taken(1),
             });
@@ -200,12 +225,12 @@ impl TableStore {
     }
 }
 
-/// The attempt a returned token makes.
+/// The attempt a returned token makes; `missed` when none came back.
 #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
-fn taken(token: Option<i64>) -> Attempt {
+fn taken(token: Option<i64>, missed: Attempt) -> Attempt {
     match token {
         Some(token) => Attempt::Taken(token as u64),
-        None => Attempt::Busy,
+        None => missed,
     }
 }
 

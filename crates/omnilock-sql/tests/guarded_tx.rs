@@ -569,3 +569,80 @@ async fn what_cannot_be_locked_in_a_transaction_is_refused_clearly() {
         .expect_err("a SQLite transaction for a PostgreSQL lock table");
     assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
 }
+
+/// The narrow race of a lock in a transaction, made to happen on
+/// MySQL/MariaDB: another client takes the lock between the check and the
+/// write. The missed write keeps the row locked by the transaction, which
+/// holds up that holder; a waiting take says so (`WouldDeadlock`) instead
+/// of waiting for a holder it holds up.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_take_that_loses_the_race_does_not_wait_for_the_holder_it_holds_up() {
+    let Some(url) = store_url("MYSQL") else {
+        return;
+    };
+    let table = unique("race_locks");
+    let (pool, locks, other) = app!(MYSQL, &url, &table);
+    let _ = &locks;
+    let store = tx_store!(pool, table);
+    let name = unique("raced");
+    other
+        .acquire(&name)
+        .await
+        .expect("acquire")
+        .release()
+        .await
+        .expect("release");
+    // A holder's take, in a transaction left open: the row looks free to
+    // the check, and the write waits for this transaction.
+    let mut holder = pool.begin().await.expect("begin");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "UPDATE `{table}` SET owner = 'raw-holder', holds = 1, token = token + 1,
+            expires_at = 9999999999999 WHERE name = ?"
+    )))
+    .bind(&name)
+    .execute(&mut *holder)
+    .await
+    .expect("the holder's take");
+    let taking = {
+        let (pool, store, name) = (pool.clone(), store.clone(), name.clone());
+        tokio::spawn(async move {
+            let mut tx = pool.begin().await.expect("begin");
+            let result = store
+                .lock_in(&mut *tx, &name, Duration::from_secs(60))
+                .await;
+            tx.rollback().await.expect("rollback");
+            result
+        })
+    };
+    // Until the take's write waits for the holder's transaction.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        // The take's write is under way (it cannot end before the commit).
+        let (waiting,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST
+             WHERE ID <> CONNECTION_ID() AND INFO LIKE '%`{table}` SET token = LAST_INSERT_ID%'"
+        )))
+        .fetch_one(&pool)
+        .await
+        .expect("processlist");
+        if waiting > 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the take never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    holder.commit().await.expect("commit");
+    let err = tokio::time::timeout(Duration::from_secs(20), taking)
+        .await
+        .expect("the take ends at once, not at its timeout")
+        .expect("task")
+        .expect_err("a raced take");
+    assert_eq!(err.kind(), ErrorKind::WouldDeadlock, "{err}");
+    assert!(
+        err.to_string().contains("roll the transaction back"),
+        "{err}"
+    );
+}
