@@ -267,6 +267,10 @@ impl LockRequest<'_> {
         Ok(guard)
     }
 
+    /// Takes the lock in the store. A grant whose lease ran out before the
+    /// store's answer came back (it waited in the database longer than the
+    /// TTL, say) is no lock: another client may hold it already. It is given
+    /// back, and a waiting acquire asks again; a try answers `None`.
     async fn in_store(
         &self,
         name: LockName,
@@ -275,25 +279,41 @@ impl LockRequest<'_> {
         lent: bool,
     ) -> Result<Option<LockGuard>> {
         let shared = &self.locks.shared;
-        let request = AcquireRequest {
-            spec: LockSpec {
-                name,
-                primitive: self.primitive,
-                owner,
-                ttl: self.lease(),
-                reentrant: self.reenters() && self.primitive == Primitive::Mutex,
-            },
-            lost: LostNotifier::new(),
-            waiting: self.options.waiting(),
-        };
-        let grant = if wait {
-            Some(shared.backend.acquire(&request).await?)
-        } else {
-            shared.backend.try_acquire(&request).await?
-        };
-        // No await between the grant and `Hold::start`: a cancellation here
-        // is handled by the backend's own drop path.
-        Ok(grant.map(|grant| self.locks.guard_for(request, grant, lent)))
+        loop {
+            let request = AcquireRequest {
+                spec: LockSpec {
+                    name: name.clone(),
+                    primitive: self.primitive,
+                    owner: owner.clone(),
+                    ttl: self.lease(),
+                    reentrant: self.reenters() && self.primitive == Primitive::Mutex,
+                },
+                lost: LostNotifier::new(),
+                waiting: self.options.waiting(),
+            };
+            let grant = if wait {
+                Some(shared.backend.acquire(&request).await?)
+            } else {
+                shared.backend.try_acquire(&request).await?
+            };
+            // No await between the grant and `Hold::start`: a cancellation
+            // here is handled by the backend's own drop path.
+            let Some(guard) = grant.map(|grant| self.locks.guard_for(request, grant, lent)) else {
+                return Ok(None);
+            };
+            if guard.hold().valid_until() > std::time::Instant::now() {
+                return Ok(Some(guard));
+            }
+            tracing::warn!(
+                lock = %name,
+                "omnilock: the store's grant came back after its lease had run out; \
+                 giving it back"
+            );
+            let _ = guard.release().await;
+            if !wait {
+                return Ok(None);
+            }
+        }
     }
 }
 
@@ -333,6 +353,79 @@ mod tests {
         async fn renew(&self, spec: &LockSpec, grant: &Grant<Self::Hold>) -> Result<Instant> {
             self.0.renew(spec, grant).await
         }
+    }
+
+    /// The in-memory store, whose first grant comes back with its lease
+    /// already run out (as after a long wait in a database).
+    #[derive(Debug, Default)]
+    struct LateFirstGrant {
+        store: MemStore,
+        granted: std::sync::atomic::AtomicUsize,
+    }
+
+    #[async_trait]
+    impl Backend for LateFirstGrant {
+        type Hold = <MemStore as Backend>::Hold;
+        fn kind(&self) -> &'static str {
+            "mem"
+        }
+        fn capabilities(&self) -> Capabilities {
+            self.store.capabilities()
+        }
+        async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant<Self::Hold>>> {
+            let grant = self.store.try_acquire(request).await?;
+            Ok(grant.map(|grant| self.maybe_late(grant)))
+        }
+        async fn acquire(&self, request: &AcquireRequest) -> Result<Grant<Self::Hold>> {
+            let grant = self.store.acquire(request).await?;
+            Ok(self.maybe_late(grant))
+        }
+        async fn release(&self, spec: &LockSpec, grant: &Grant<Self::Hold>) -> Result<()> {
+            self.store.release(spec, grant).await
+        }
+        async fn renew(&self, spec: &LockSpec, grant: &Grant<Self::Hold>) -> Result<Instant> {
+            self.store.renew(spec, grant).await
+        }
+    }
+
+    impl LateFirstGrant {
+        fn maybe_late(
+            &self,
+            grant: Grant<<MemStore as Backend>::Hold>,
+        ) -> Grant<<MemStore as Backend>::Hold> {
+            use std::sync::atomic::Ordering;
+            let mut grant = grant;
+            if self.granted.fetch_add(1, Ordering::SeqCst) == 0 {
+                grant.valid_until = Instant::now() - Duration::from_millis(1);
+            }
+            grant
+        }
+    }
+
+    /// A grant whose lease ran out before it came back is never handed
+    /// out: a waiting acquire takes the lock again (the late grant given
+    /// back), a try answers `None`.
+    #[tokio::test]
+    async fn a_grant_that_came_back_too_late_is_not_handed_out() {
+        let locks = Locks::new(LateFirstGrant::default());
+        let guard = locks.acquire("late").await.expect("acquire");
+        assert!(guard.is_held(), "a dead guard was handed out");
+        assert_eq!(
+            guard.token(),
+            2,
+            "the second grant, after the late one was given back"
+        );
+        guard.release().await.expect("release");
+
+        let locks = Locks::new(LateFirstGrant::default());
+        assert!(locks.try_acquire("late").await.expect("try").is_none());
+        let guard = locks
+            .try_acquire("late")
+            .await
+            .expect("try")
+            .expect("free again");
+        assert!(guard.is_held());
+        guard.release().await.expect("release");
     }
 
     /// A try-acquire never waits for a holder, and its timeout bounds the

@@ -11,10 +11,11 @@
 //! the transaction has read) looks for a live holder: a busy lock is
 //! reported without touching its row, so the holder's renewals never wait
 //! for a transaction that did not get the lock. Only a holder that takes
-//! the lock between that read and the write makes the write miss; on
-//! MySQL/MariaDB the missed row then stays locked by the transaction until
-//! it ends (InnoDB keeps the locks of rows an `UPDATE` read), and on SQLite
-//! the database (the write began a write transaction). That holder's
+//! the lock between that read and the write makes the write miss; the
+//! missed row then stays locked by the transaction until it ends (InnoDB
+//! keeps the locks of rows an `UPDATE` read; PostgreSQL locks a row that
+//! changed under a waiting `UPDATE` before checking it again), and on
+//! SQLite the database (the write began a write transaction). That holder's
 //! renewals and release then wait for the transaction, so a waiting take
 //! stops there (`WouldDeadlock`) instead of waiting for a holder it holds
 //! up.
@@ -23,7 +24,7 @@ use std::any::Any;
 use std::time::Duration;
 
 use omnilock_core::{Backoff, Error, ErrorKind, LockName, Result};
-use sqlx::Row;
+use sqlx::{Connection, Row};
 
 use crate::config::Dialect;
 use crate::conn::{query, with_pool};
@@ -61,14 +62,12 @@ impl TxLock {
 /// What one attempt found.
 enum Attempt {
     Taken(u64),
-    /// Held by another; the transaction untouched (or, on PostgreSQL,
-    /// holding no lock from the write that missed).
+    /// Held by another; the transaction untouched.
     Busy,
     /// Taken by another between the check and the write, which missed but
-    /// keeps the row (MySQL/MariaDB) or the database (SQLite) locked by the
-    /// transaction until it ends: the new holder's renewals and release
-    /// wait for it, so waiting for that holder would deadlock.
-    #[cfg_attr(not(any(feature = "mysql", feature = "sqlite")), allow(dead_code))]
+    /// keeps the row (PostgreSQL, MySQL/MariaDB) or the database (SQLite)
+    /// locked by the transaction until it ends: the new holder's renewals
+    /// and release wait for it, so waiting for that holder would deadlock.
     Missed,
 }
 
@@ -186,17 +185,21 @@ impl TableStore {
         #[cfg(feature = "postgres")]
         if let Some(conn) = conn.downcast_mut::<sqlx::PgConnection>() {
             same_dialect(dialect, Dialect::Postgres)?;
+            in_transaction(conn.is_in_transaction())?;
             let token: Option<i64> = query(statement, args)
                 .fetch_optional(&mut *conn)
                 .await
                 .and_then(|row| row.map(|row| row.try_get(0)).transpose())
                 .map_err(err)?;
-            // A missed UPDATE locks no row on PostgreSQL.
-            return Ok(taken(token, Attempt::Busy));
+            // A write that waited for another transaction's row lock and
+            // then missed keeps the row locked (PostgreSQL locks the newest
+            // version before it checks the condition again).
+            return Ok(taken(token, Attempt::Missed));
         }
         #[cfg(feature = "sqlite")]
         if let Some(conn) = conn.downcast_mut::<sqlx::SqliteConnection>() {
             same_dialect(dialect, Dialect::Sqlite)?;
+            in_transaction(conn.is_in_transaction())?;
             let token: Option<i64> = query(statement, args)
                 .fetch_optional(&mut *conn)
                 .await
@@ -208,6 +211,7 @@ impl TableStore {
         #[cfg(feature = "mysql")]
         if let Some(conn) = conn.downcast_mut::<sqlx::MySqlConnection>() {
             same_dialect(dialect, Dialect::MySql)?;
+            in_transaction(conn.is_in_transaction())?;
             let done = query(statement, args)
                 .execute(&mut *conn)
                 .await
@@ -232,6 +236,17 @@ fn taken(token: Option<i64>, missed: Attempt) -> Attempt {
         Some(token) => Attempt::Taken(token as u64),
         None => missed,
     }
+}
+
+/// A connection outside any transaction would commit the write at once and
+/// hold nothing.
+fn in_transaction(in_one: bool) -> Result<()> {
+    if in_one {
+        return Ok(());
+    }
+    Err(Error::config(
+        "the connection is not in a transaction: begin one (`pool.begin()`) and pass `&mut *tx`",
+    ))
 }
 
 fn same_dialect(lock: Dialect, conn: Dialect) -> Result<()> {

@@ -169,9 +169,11 @@ impl SqlStore {
     /// While the transaction is open, other clients' acquisitions of `name`
     /// wait in the database (a `try_acquire` too), their holder queries do
     /// not see this hold, and the fair line is not consulted: keep the
-    /// transaction short. On MySQL/MariaDB and SQLite, roll back after
-    /// `None`: when another client took the lock between the check and the
-    /// write, the transaction keeps its row (SQLite: the database) locked. Names are the store's own, without a
+    /// transaction short. Roll back after `None`: when another client took
+    /// the lock between the check and the write, the transaction keeps its
+    /// row (SQLite: the database) locked. The check borrows a connection of
+    /// the store's pool (keep more than the transactions taking locks at
+    /// once); the connection must be in a transaction (`InvalidConfig`). Names are the store's own, without a
     /// [`Locks`](omnilock_core::Locks) handle's namespace. See
     /// [`TxLock`] for what its token is good for, and
     /// docs/backends/sql.md for each database's rules (isolation levels,
@@ -207,10 +209,12 @@ impl SqlStore {
 
     /// As [`try_lock_in`](Self::try_lock_in), waiting up to `timeout` for
     /// the lock to be free (polling, at most `max_poll` apart): `Timeout`
-    /// when it was not. `WouldDeadlock` when, on MySQL/MariaDB or SQLite,
-    /// another client took the lock between the check and the write: the
-    /// transaction then holds up that holder's release, so roll it back
-    /// and try again.
+    /// when it was not. `WouldDeadlock` when another client took the lock
+    /// between the check and the write: the transaction then holds up that
+    /// holder's release, so roll it back and try again. A lock held by
+    /// another transaction makes the write wait in the database, past the
+    /// timeout. Dropped while its write waits, it may still take the lock
+    /// in the transaction: roll back after cancelling it.
     pub async fn lock_in<C: GuardedConnection>(
         &self,
         conn: &mut C,

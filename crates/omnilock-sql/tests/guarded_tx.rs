@@ -520,8 +520,9 @@ async fn a_held_lock_is_not_taken_in_a_transaction() {
     on_every_database!(check);
 }
 
-/// Bad input to a lock in a transaction: a bad name, advisory mode, a
-/// transaction on another kind of database.
+/// Bad input to a lock in a transaction: a bad name, a connection outside
+/// any transaction, advisory mode, a transaction on another kind of
+/// database.
 #[tokio::test(flavor = "multi_thread")]
 async fn what_cannot_be_locked_in_a_transaction_is_refused_clearly() {
     let Some(url) = store_url("POSTGRES") else {
@@ -541,6 +542,14 @@ async fn what_cannot_be_locked_in_a_transaction_is_refused_clearly() {
         assert_eq!(err.kind(), ErrorKind::InvalidName, "{err}");
     }
     tx.rollback().await.expect("rollback");
+    // Outside a transaction the write would commit at once and hold nothing.
+    let mut conn = pool.acquire().await.expect("connection");
+    let err = store
+        .try_lock_in(&mut *conn, "report")
+        .await
+        .expect_err("no transaction");
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    drop(conn);
 
     let advisory = SqlStore::builder(pool.clone())
         .advisory(true)
