@@ -204,6 +204,17 @@ mod tests {
     #[test]
     fn owners() {
         assert_eq!(Owner::new("").unwrap_err().kind(), ErrorKind::InvalidConfig);
-        assert!(Owner::random().as_str().starts_with('p'));
+        // host:pid:random, the host reduced to characters every store keeps.
+        let owner = Owner::random();
+        let parts: Vec<&str> = owner.as_str().split(':').collect();
+        assert_eq!(parts.len(), 3, "{owner}");
+        assert!(
+            parts[0]
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_')),
+            "{owner}"
+        );
+        assert_eq!(parts[1], std::process::id().to_string());
+        assert_ne!(Owner::random(), owner);
     }
 }
