@@ -87,6 +87,17 @@ macro_rules! with_pool {
 }
 pub(crate) use with_pool;
 
+/// Runs `statement` on `conn`: the first column of its row, if any.
+macro_rules! fetch_token {
+    ($conn:expr, $statement:expr, $args:expr) => {
+        query($statement, $args)
+            .fetch_optional(&mut *$conn)
+            .await
+            .and_then(|row| row.map(|row| row.try_get::<i64, _>(0)).transpose())
+    };
+}
+pub(crate) use fetch_token;
+
 impl Pool {
     pub(crate) fn dialect(&self) -> Dialect {
         match self {

@@ -18,7 +18,7 @@ use omnilock_core::{Error, ErrorKind, LockGuard, Result, mutex_grant};
 use sqlx::Row;
 
 use crate::config::Dialect;
-use crate::conn::query;
+use crate::conn::{fetch_token, query};
 use crate::queries::{Args, Statement};
 use crate::store::{HoldKind, SqlHold};
 use crate::table::TableStore;
@@ -90,16 +90,6 @@ impl GuardedConnection for sqlx::MySqlConnection {}
 impl sealed::Sealed for sqlx::SqliteConnection {}
 #[cfg(feature = "sqlite")]
 impl GuardedConnection for sqlx::SqliteConnection {}
-
-/// Runs `statement` on `conn`: the first column of its row, if any.
-macro_rules! fetch_token {
-    ($conn:expr, $statement:expr, $args:expr) => {
-        query($statement, $args)
-            .fetch_optional(&mut *$conn)
-            .await
-            .and_then(|row| row.map(|row| row.try_get::<i64, _>(0)).transpose())
-    };
-}
 
 impl TxGuard {
     /// The guard of a mutex held in a SQL store's table mode.

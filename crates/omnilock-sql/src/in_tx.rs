@@ -27,6 +27,8 @@ use omnilock_core::{Backoff, Error, ErrorKind, LockName, Result};
 use sqlx::{Connection, Row};
 
 use crate::config::Dialect;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+use crate::conn::fetch_token;
 use crate::conn::{query, with_pool};
 use crate::guarded::GuardedConnection;
 use crate::queries::Args;
@@ -182,30 +184,22 @@ impl TableStore {
         };
         let dialect = self.inner.config.dialect;
         let err = |e| self.err(e);
+        // PostgreSQL: a write that waited for another transaction's row
+        // lock and then missed keeps the row locked (it locks the newest
+        // version before checking the condition again). SQLite: the write
+        // began a write transaction, missed or not.
         #[cfg(feature = "postgres")]
         if let Some(conn) = conn.downcast_mut::<sqlx::PgConnection>() {
             same_dialect(dialect, Dialect::Postgres)?;
             in_transaction(conn.is_in_transaction())?;
-            let token: Option<i64> = query(statement, args)
-                .fetch_optional(&mut *conn)
-                .await
-                .and_then(|row| row.map(|row| row.try_get(0)).transpose())
-                .map_err(err)?;
-            // A write that waited for another transaction's row lock and
-            // then missed keeps the row locked (PostgreSQL locks the newest
-            // version before it checks the condition again).
+            let token = fetch_token!(conn, statement, args).map_err(err)?;
             return Ok(taken(token, Attempt::Missed));
         }
         #[cfg(feature = "sqlite")]
         if let Some(conn) = conn.downcast_mut::<sqlx::SqliteConnection>() {
             same_dialect(dialect, Dialect::Sqlite)?;
             in_transaction(conn.is_in_transaction())?;
-            let token: Option<i64> = query(statement, args)
-                .fetch_optional(&mut *conn)
-                .await
-                .and_then(|row| row.map(|row| row.try_get(0)).transpose())
-                .map_err(err)?;
-            // The write began a write transaction, missed or not.
+            let token = fetch_token!(conn, statement, args).map_err(err)?;
             return Ok(taken(token, Attempt::Missed));
         }
         #[cfg(feature = "mysql")]
