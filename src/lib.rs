@@ -68,10 +68,10 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use omnilock_core::{
-    AcquireOptions, Candidate, Capabilities, DEFAULT_TTL, Election, Error, ErrorKind, Holder,
-    Leader, Leadership, LockGuard, LockName, LockRequest, Locks, MAX_ELECTION_VALUE_BYTES, MAX_TTL,
-    MIN_TTL, MemStore, MultiGuard, MultiLockRequest, Observer, Operation, Owner, Primitive,
-    ReadWriteLock, Result, parse_duration,
+    AcquireOptions, Candidate, Capabilities, DEFAULT_TTL, Election, Error, ErrorKind, Held, Holder,
+    Inspection, Leader, Leadership, Listed, LockGuard, LockKind, LockName, LockRequest, Locks,
+    MAX_ELECTION_VALUE_BYTES, MAX_TTL, MIN_TTL, MemStore, MultiGuard, MultiLockRequest, Observer,
+    Operation, Owner, Primitive, ReadWriteLock, Result, Side, Waiting, parse_duration,
 };
 
 pub mod blocking;

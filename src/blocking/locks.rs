@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::{LockGuard, LockRequest, ReadWriteLock, Runtime};
 #[cfg(doc)]
 use crate::ErrorKind;
-use crate::{Capabilities, Holder, Operation, Owner, Result};
+use crate::{Capabilities, Holder, Inspection, Listed, LockKind, Operation, Owner, Result};
 
 /// A handle to one lock store, for synchronous code: the blocking
 /// counterpart of [`crate::Locks`]. Cheap to clone; clones share the
@@ -245,6 +245,36 @@ impl Locks {
     /// ```
     pub fn holder(&self, name: &str) -> Result<Option<Holder>> {
         self.runtime.block_on(None, self.inner.holder(name))?
+    }
+
+    /// What the store knows about lock `kind` of `name` now: holders,
+    /// a semaphore's permits, waiters (see [`crate::Locks::inspect`]).
+    ///
+    /// ```
+    /// use omnilock::LockKind;
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let guard = locks.acquire("nightly")?;
+    /// let seen = locks.inspect("nightly", LockKind::Mutex)?;
+    /// assert_eq!(seen.holders[0].token, guard.token());
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn inspect(&self, name: &str, kind: LockKind) -> Result<Inspection> {
+        self.runtime
+            .block_on(Operation::Inspect, self.inner.inspect(name, kind))?
+    }
+
+    /// The held locks whose names start with `prefix` (see
+    /// [`crate::Locks::list`]).
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://blocking-list")?;
+    /// let _guard = locks.acquire("jobs/nightly")?;
+    /// assert_eq!(locks.list("jobs/")?[0].name, "jobs/nightly");
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn list(&self, prefix: &str) -> Result<Vec<Listed>> {
+        self.runtime
+            .block_on(Operation::List, self.inner.list(prefix))?
     }
 
     /// Whether `token` is still the fencing token of the holder of the

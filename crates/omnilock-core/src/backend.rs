@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::inspect::{Inspection, Listed, LockKind};
 use crate::name::{LockName, Owner};
 use crate::signal::{LostNotifier, WaitNotice};
 
@@ -385,6 +386,31 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         Err(Error::new(
             ErrorKind::Unsupported,
             "this backend cannot say who holds a lock",
+        ))
+    }
+
+    /// What the store knows about lock `kind` of `name` now: its holders
+    /// and, where [`Capabilities::inspect_waiters`], its waiters. Asked
+    /// only of stores that claim [`Capabilities::inspect`], and only for
+    /// kinds they offer. Holders whose lease ran out are not reported,
+    /// even where the store has not removed them yet.
+    async fn inspect(&self, name: &LockName, kind: LockKind) -> Result<Inspection> {
+        let _ = (name, kind);
+        Err(Error::new(
+            ErrorKind::Unsupported,
+            "this backend cannot inspect locks",
+        ))
+    }
+
+    /// The locks with holders whose names start with `prefix` (`""`: all),
+    /// sorted by name and kind. Asked only of stores that claim
+    /// [`Capabilities::list`]. Like [`Backend::inspect`], a lease that ran
+    /// out is no holder.
+    async fn list(&self, prefix: &str) -> Result<Vec<Listed>> {
+        let _ = prefix;
+        Err(Error::new(
+            ErrorKind::Unsupported,
+            "this backend cannot list locks",
         ))
     }
 

@@ -80,6 +80,19 @@ pub struct Capabilities {
     /// `redis::GuardedWrite` (a script on the lock's master). See
     /// docs/fencing.md.
     pub guarded_write: bool,
+    /// [`Locks::inspect`](crate::Locks::inspect) reports the holders of
+    /// every kind of lock the store offers (owner, token, side, and the
+    /// time held and lease left where the store keeps them); without it,
+    /// `inspect` answers `Unsupported`.
+    pub inspect: bool,
+    /// [`Locks::inspect`](crate::Locks::inspect) also reports each waiter
+    /// (owner and side; in the order of grant where the store is `fair`).
+    /// Without it, an inspection's `waiters` is `None`: waiters poll and
+    /// the store keeps no record of them.
+    pub inspect_waiters: bool,
+    /// [`Locks::list`](crate::Locks::list) finds the held locks under a
+    /// name prefix; without it, `list` answers `Unsupported`.
+    pub list: bool,
 }
 
 /// `with_<flag>(on)` for each flag: the claims with that one set.
@@ -114,6 +127,9 @@ impl Capabilities {
             atomic_lock_all: false,
             check: false,
             guarded_write: false,
+            inspect: false,
+            inspect_waiters: false,
+            list: false,
         }
     }
 
@@ -133,6 +149,9 @@ impl Capabilities {
         atomic_lock_all => with_atomic_lock_all,
         check => with_check,
         guarded_write => with_guarded_write,
+        inspect => with_inspect,
+        inspect_waiters => with_inspect_waiters,
+        list => with_list,
     }
 
     /// Every flag by its field name, in the order the struct declares
@@ -150,7 +169,7 @@ impl Capabilities {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn flags(&self) -> [(&'static str, bool); 15] {
+    pub fn flags(&self) -> [(&'static str, bool); 18] {
         // Destructured without `..`: a new field breaks this until it is
         // listed.
         let Capabilities {
@@ -169,6 +188,9 @@ impl Capabilities {
             atomic_lock_all,
             check,
             guarded_write,
+            inspect,
+            inspect_waiters,
+            list,
         } = *self;
         [
             ("fair", fair),
@@ -186,6 +208,9 @@ impl Capabilities {
             ("atomic_lock_all", atomic_lock_all),
             ("check", check),
             ("guarded_write", guarded_write),
+            ("inspect", inspect),
+            ("inspect_waiters", inspect_waiters),
+            ("list", list),
         ]
     }
 }

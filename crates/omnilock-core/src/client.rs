@@ -11,6 +11,7 @@ use crate::dyn_backend::{DynBackend, ErasedGrant};
 use crate::error::{Error, ErrorKind, Operation, Result};
 use crate::guard::LockGuard;
 use crate::hold::Hold;
+use crate::inspect::{Inspection, Listed, LockKind};
 use crate::metrics;
 use crate::name::{LockName, Owner};
 use crate::request::{LockRequest, ReadWriteLock};
@@ -280,6 +281,94 @@ impl Locks {
         let context = |e: Error| e.with_backend(backend.kind()).with_lock(name);
         let name = LockName::new(name).map_err(context)?;
         backend.holder(&name).await.map_err(context)
+    }
+
+    /// What the store knows about lock `kind` of `name` now: the holders
+    /// (owner, fencing token, side, when each took it and how much lease it
+    /// has left, where the store keeps those), a semaphore's permits, and
+    /// the waiters where [`Capabilities::inspect_waiters`] (in the order of
+    /// grant on a fair store). The answer is read from the store, so it
+    /// covers every process; it is a snapshot. `Unsupported` where
+    /// [`Capabilities::inspect`] is false or the store does not offer
+    /// `kind`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> omnilock_core::Result<()> {
+    /// use omnilock_core::{LockKind, Locks, MemStore, Owner};
+    /// let locks = Locks::new(MemStore::new());
+    /// let owner = Owner::new("report-runner@host-7")?;
+    /// let guard = locks.lock("nightly-report").owner(&owner).acquire().await?;
+    /// let seen = locks.inspect("nightly-report", LockKind::Mutex).await?;
+    /// assert_eq!(seen.holders[0].owner, owner);
+    /// assert_eq!(seen.holders[0].token, guard.token());
+    /// assert_eq!(seen.waiters.as_deref(), Some(&[][..]));
+    /// # Ok(()) }
+    /// ```
+    pub async fn inspect(&self, name: &str, kind: LockKind) -> Result<Inspection> {
+        let backend = &self.shared.backend;
+        let context = |e: Error| {
+            e.with_backend(backend.kind())
+                .with_operation(Operation::Inspect)
+                .with_lock(name)
+        };
+        let name = LockName::new(name).map_err(context)?;
+        let caps = backend.capabilities();
+        let offered = match kind {
+            LockKind::Mutex => true,
+            LockKind::Semaphore => caps.semaphore,
+            LockKind::RwLock => caps.rw_lock,
+        };
+        if !caps.inspect || !offered {
+            let what = if caps.inspect {
+                format!("this store offers no {kind} locks")
+            } else {
+                "this store cannot report who holds a lock".to_string()
+            };
+            return Err(context(Error::new(ErrorKind::Unsupported, what)));
+        }
+        backend.inspect(&name, kind).await.map_err(context)
+    }
+
+    /// The held locks whose names start with `prefix` (`""` for all),
+    /// sorted by name and kind, read from the store. `Unsupported` where
+    /// [`Capabilities::list`] is false. A prefix follows the rules of a
+    /// lock name (at most 256 bytes, no control characters) but may be
+    /// empty.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> omnilock_core::Result<()> {
+    /// use omnilock_core::{LockKind, Listed, Locks, MemStore};
+    /// let locks = Locks::new(MemStore::new());
+    /// let _a = locks.acquire("jobs/a").await?;
+    /// let _b = locks.semaphore("jobs/b", 2).acquire().await?;
+    /// let _c = locks.acquire("other").await?;
+    /// assert_eq!(
+    ///     locks.list("jobs/").await?,
+    ///     [Listed::new("jobs/a", LockKind::Mutex), Listed::new("jobs/b", LockKind::Semaphore)]
+    /// );
+    /// # Ok(()) }
+    /// ```
+    pub async fn list(&self, prefix: &str) -> Result<Vec<Listed>> {
+        let backend = &self.shared.backend;
+        let context = |e: Error| {
+            e.with_backend(backend.kind())
+                .with_operation(Operation::List)
+        };
+        if !prefix.is_empty() {
+            LockName::new(prefix).map_err(context)?;
+        }
+        if !backend.capabilities().list {
+            return Err(context(Error::new(
+                ErrorKind::Unsupported,
+                "this store cannot list its locks",
+            )));
+        }
+        let mut listed = backend.list(prefix).await.map_err(context)?;
+        listed.sort();
+        listed.dedup();
+        Ok(listed)
     }
 
     /// Whether `token` is still the fencing token of the holder of the

@@ -13,6 +13,7 @@ use crate::backend::{
     AcquireRequest, Backend, Capabilities, Grant, Holder, HolderChange, LockSpec,
 };
 use crate::error::{Error, ErrorKind, Result};
+use crate::inspect::{Inspection, Listed, LockKind};
 use crate::name::LockName;
 
 /// A grant whose backend state is hidden: the token and validity core
@@ -87,6 +88,10 @@ pub trait DynBackend: Send + Sync + fmt::Debug + 'static {
     async fn break_lock(&self, name: &LockName) -> Result<bool>;
     /// [`Backend::holder`].
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>>;
+    /// [`Backend::inspect`].
+    async fn inspect(&self, name: &LockName, kind: LockKind) -> Result<Inspection>;
+    /// [`Backend::list`].
+    async fn list(&self, prefix: &str) -> Result<Vec<Listed>>;
     /// [`Backend::check`].
     async fn check(&self, name: &LockName, token: u64) -> Result<bool>;
     /// [`Backend::watch_holder`].
@@ -155,6 +160,14 @@ impl<B: Backend> DynBackend for B {
 
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
         Backend::holder(self, name).await
+    }
+
+    async fn inspect(&self, name: &LockName, kind: LockKind) -> Result<Inspection> {
+        Backend::inspect(self, name, kind).await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<Listed>> {
+        Backend::list(self, prefix).await
     }
 
     async fn check(&self, name: &LockName, token: u64) -> Result<bool> {

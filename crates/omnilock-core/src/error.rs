@@ -123,6 +123,10 @@ pub enum Operation {
     Renew,
     /// Forcibly removing a lock whatever its owner.
     BreakLock,
+    /// Reading a lock's holders and waiters.
+    Inspect,
+    /// Listing the held locks under a prefix.
+    List,
 }
 
 impl Operation {
@@ -135,6 +139,8 @@ impl Operation {
             Operation::Release => "release",
             Operation::Renew => "renew",
             Operation::BreakLock => "break_lock",
+            Operation::Inspect => "inspect",
+            Operation::List => "list",
         }
     }
 }

@@ -111,6 +111,12 @@ pub enum Claim {
     Check,
     /// `Capabilities::guarded_write`.
     GuardedWrite,
+    /// `Capabilities::inspect`.
+    Inspect,
+    /// `Capabilities::inspect_waiters`.
+    InspectWaiters,
+    /// `Capabilities::list`.
+    List,
     /// The subject has a request counter ([`Subject::with_request_counter`])
     /// that counts (does not answer `Unsupported`).
     RequestCounter,
@@ -134,6 +140,9 @@ impl Claim {
             Claim::AtomicLockAll => caps.atomic_lock_all,
             Claim::Check => caps.check,
             Claim::GuardedWrite => caps.guarded_write,
+            Claim::Inspect => caps.inspect,
+            Claim::InspectWaiters => caps.inspect_waiters,
+            Claim::List => caps.list,
             Claim::RequestCounter => return None,
         })
     }
@@ -171,6 +180,9 @@ impl Claim {
             Claim::Check => "not claimed: check",
             Claim::GuardedWrite => "not claimed: guarded writes",
             Claim::RequestCounter => "not claimed: a request counter",
+            Claim::Inspect => "not claimed: inspect",
+            Claim::InspectWaiters => "not claimed: inspect waiters",
+            Claim::List => "not claimed: list",
         }
     }
 }
@@ -216,6 +228,7 @@ pub static CONFORMANCE: &[&[Scenario]] = &[
     scenarios::semaphore::SCENARIOS,
     scenarios::rw::SCENARIOS,
     scenarios::elections::SCENARIOS,
+    scenarios::inspect::SCENARIOS,
 ];
 
 /// The scenarios that read store-wide request counters: a test binary of

@@ -33,6 +33,9 @@ impl Backend for MemStore {
             check: true,
             // The store keeps nothing but locks.
             guarded_write: false,
+            inspect: true,
+            inspect_waiters: true,
+            list: true,
         }
     }
 
@@ -213,5 +216,21 @@ impl Backend for MemStore {
             owner: h.owner.clone(),
             token: h.token,
         }))
+    }
+
+    async fn inspect(&self, name: &LockName, kind: LockKind) -> Result<Inspection> {
+        let mut state = self.state();
+        let now = Instant::now();
+        Ok(match kind {
+            LockKind::Mutex => state.inspect_mutex(name, now),
+            _ => {
+                let (counted, last_token) = state.counted();
+                counted.inspect(name, kind, now, last_token)
+            }
+        })
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<Listed>> {
+        Ok(self.state().list(prefix, Instant::now()))
     }
 }

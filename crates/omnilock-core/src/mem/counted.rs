@@ -11,12 +11,13 @@
 //! behind it.
 
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use tokio::sync::oneshot;
 
 use crate::backend::{AcquireRequest, LockSpec, Primitive};
 use crate::error::{Error, ErrorKind, Result};
+use crate::inspect::{Held, Inspection, Listed, LockKind, Side, Waiting};
 use crate::name::{LockName, Owner};
 use crate::signal::LostNotifier;
 
@@ -55,6 +56,7 @@ struct Entry {
     id: u64,
     owner: Owner,
     weight: u64,
+    side: Side,
     ttl: std::time::Duration,
     lost: LostNotifier,
     state: EntryState,
@@ -63,7 +65,11 @@ struct Entry {
 #[derive(Debug)]
 enum EntryState {
     Waiting(Option<oneshot::Sender<Admitted>>),
-    Admitted { token: u64, expires: Instant },
+    Admitted {
+        token: u64,
+        expires: Instant,
+        since: SystemTime,
+    },
 }
 
 /// A grant: its token and lease end.
@@ -118,6 +124,7 @@ impl CountedLocks {
             id,
             owner: request.owner.clone(),
             weight: share(request).weight,
+            side: Side::of(request.primitive),
             ttl: request.ttl,
             lost: request.lost.clone(),
             state: EntryState::Waiting(Some(tx)),
@@ -125,7 +132,7 @@ impl CountedLocks {
         queue.admit(now, last_token);
         let last = queue.entries.last().expect("just pushed");
         let joined = match last.state {
-            EntryState::Admitted { token, expires } => {
+            EntryState::Admitted { token, expires, .. } => {
                 Some(Joined::Admitted(Admitted { token, expires }))
             }
             EntryState::Waiting(_) if wait => Some(Joined::Waiting(rx)),
@@ -188,9 +195,9 @@ impl CountedLocks {
         let renewed = self.queues.get_mut(&key).and_then(|queue| {
             queue.expire(now, last_token);
             queue.entries.iter_mut().find_map(|e| match &mut e.state {
-                EntryState::Admitted { token: t, expires }
-                    if *t == token && e.owner == spec.owner =>
-                {
+                EntryState::Admitted {
+                    token: t, expires, ..
+                } if *t == token && e.owner == spec.owner => {
                     *expires = (*expires).max(now + spec.ttl);
                     Some(now + spec.ttl)
                 }
@@ -231,6 +238,74 @@ impl CountedLocks {
     }
 
     /// Forgets an empty queue, and with it the recorded permits.
+    /// The semaphore or read-write lock `name` (by `kind`) as
+    /// [`crate::Backend::inspect`] reports it.
+    pub(super) fn inspect(
+        &mut self,
+        name: &LockName,
+        kind: LockKind,
+        now: Instant,
+        last_token: &mut u64,
+    ) -> Inspection {
+        let mut seen = Inspection::free(name.as_str(), kind);
+        let family = match kind {
+            LockKind::Semaphore => Family::Semaphore,
+            _ => Family::ReadWrite,
+        };
+        let Some(queue) = self.queues.get_mut(&(family, name.clone())) else {
+            return seen;
+        };
+        queue.expire(now, last_token);
+        if family == Family::Semaphore {
+            seen.permits = u32::try_from(queue.capacity).ok();
+        }
+        let mut waiters = Vec::new();
+        for entry in &queue.entries {
+            match &entry.state {
+                EntryState::Admitted {
+                    token,
+                    expires,
+                    since,
+                } => seen.holders.push(
+                    Held::new(entry.owner.clone(), *token, entry.side)
+                        .since(Some(*since))
+                        .lease_left(Some(expires.saturating_duration_since(now))),
+                ),
+                EntryState::Waiting(tx) if tx.as_ref().is_some_and(|tx| !tx.is_closed()) => {
+                    waiters.push(Waiting::new(Some(entry.owner.clone()), entry.side));
+                }
+                EntryState::Waiting(_) => {}
+            }
+        }
+        seen.waiters = Some(waiters);
+        self.tidy(&(family, name.clone()));
+        seen
+    }
+
+    /// The semaphores and read-write locks with holders whose names start
+    /// with `prefix`.
+    pub(super) fn list(&mut self, prefix: &str, now: Instant, last_token: &mut u64) -> Vec<Listed> {
+        let mut listed = Vec::new();
+        for ((family, name), queue) in &mut self.queues {
+            if !name.as_str().starts_with(prefix) {
+                continue;
+            }
+            queue.expire(now, last_token);
+            if queue
+                .entries
+                .iter()
+                .any(|e| matches!(e.state, EntryState::Admitted { .. }))
+            {
+                let kind = match family {
+                    Family::Semaphore => LockKind::Semaphore,
+                    Family::ReadWrite => LockKind::RwLock,
+                };
+                listed.push(Listed::new(name.as_str(), kind));
+            }
+        }
+        listed
+    }
+
     fn tidy(&mut self, key: &(Family, LockName)) {
         if self.queues.get(key).is_some_and(|q| q.entries.is_empty()) {
             self.queues.remove(key);
@@ -286,6 +361,7 @@ impl Queue {
                 entry.state = EntryState::Admitted {
                     token: admitted.token,
                     expires: admitted.expires,
+                    since: SystemTime::now(),
                 };
             }
             used += entry.weight;

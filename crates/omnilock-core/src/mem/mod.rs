@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
 use tokio::sync::oneshot;
@@ -18,6 +18,7 @@ use counted::{CountedLocks, Family, Joined, Leaving};
 mod backend;
 mod counted;
 use crate::error::{Error, ErrorKind, Result};
+use crate::inspect::{Held, Inspection, Listed, LockKind, Side, Waiting};
 use crate::name::{LockName, Owner};
 use crate::signal::LostNotifier;
 use crate::sync::lock_unpoisoned;
@@ -76,6 +77,7 @@ struct Holder {
     token: u64,
     grant_id: u64,
     expires: Instant,
+    since: SystemTime,
     lost: Vec<LostNotifier>,
 }
 
@@ -221,6 +223,50 @@ impl State {
         Some((locks.get_mut(name)?, last_token))
     }
 
+    /// The mutex `name` as [`crate::Backend::inspect`] reports it.
+    fn inspect_mutex(&mut self, name: &LockName, now: Instant) -> Inspection {
+        let mut seen = Inspection::free(name.as_str(), LockKind::Mutex);
+        let Some((slot, last_token)) = self.existing_slot(name) else {
+            return seen;
+        };
+        slot.expire(now, last_token);
+        seen.holders.extend(slot.holder.as_ref().map(|h| {
+            Held::new(h.owner.clone(), h.token, Side::Exclusive)
+                .since(Some(h.since))
+                .lease_left(Some(h.expires.saturating_duration_since(now)))
+        }));
+        seen.waiters = Some(
+            slot.queue
+                .iter()
+                .filter(|w| !w.tx.is_closed())
+                .map(|w| Waiting::new(Some(w.owner.clone()), Side::Exclusive))
+                .collect(),
+        );
+        seen
+    }
+
+    /// Every held lock whose name starts with `prefix`.
+    fn list(&mut self, prefix: &str, now: Instant) -> Vec<Listed> {
+        let State {
+            locks,
+            counted,
+            last_token,
+            ..
+        } = self;
+        let mut listed: Vec<Listed> = locks
+            .iter_mut()
+            .filter(|(name, _)| name.as_str().starts_with(prefix))
+            .filter_map(|(name, slot)| {
+                slot.expire(now, last_token);
+                slot.holder
+                    .as_ref()
+                    .map(|_| Listed::new(name.as_str(), LockKind::Mutex))
+            })
+            .collect();
+        listed.extend(counted.list(prefix, now, last_token));
+        listed
+    }
+
     /// Joins `request`'s queue as a new entry: its id, and what joining gave
     /// (see [`CountedLocks::join`]).
     fn join_counted(
@@ -294,6 +340,7 @@ impl State {
                     token: granted.token,
                     grant_id: *last_grant,
                     expires: granted.expires,
+                    since: SystemTime::now(),
                     lost: vec![request.lost.clone()],
                 });
                 Ok(Attempt::Taken(granted))
@@ -335,6 +382,7 @@ impl Slot {
                     token: granted.token,
                     grant_id: waiter.grant_id,
                     expires: granted.expires,
+                    since: SystemTime::now(),
                     lost: vec![waiter.lost],
                 });
             }
