@@ -234,6 +234,23 @@ impl Locks {
             .block_on(Operation::BreakLock, self.inner.break_lock(name))?
     }
 
+    /// Removes holds of lock `kind` of `name` whatever their owner: every
+    /// hold, or only `owner`'s (see [`crate::Locks::break_holds`]).
+    ///
+    /// ```
+    /// use omnilock::LockKind;
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// let _permit = locks.semaphore("blocking-uploads", 2).acquire()?;
+    /// assert_eq!(locks.break_holds("blocking-uploads", LockKind::Semaphore, None)?, 1);
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn break_holds(&self, name: &str, kind: LockKind, owner: Option<&Owner>) -> Result<usize> {
+        self.runtime.block_on(
+            Operation::BreakLock,
+            self.inner.break_holds(name, kind, owner),
+        )?
+    }
+
     /// Who holds `name` now (owner and fencing token), read from the store;
     /// [`ErrorKind::Unsupported`] on stores that cannot say.
     ///

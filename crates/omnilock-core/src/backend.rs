@@ -379,6 +379,27 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         ))
     }
 
+    /// Removes holds of the semaphore or read-write lock `kind` of `name`
+    /// whatever their owner (an administrative action, as
+    /// [`Backend::break_lock`] is for the mutex): every hold, or only
+    /// `owner`'s. Waiters stay in line and are admitted as the freed room
+    /// allows; the holders' lost signals fire when they notice. Returns how
+    /// many holds were removed. Asked only of stores that claim
+    /// [`Capabilities::break_lock`] and offer `kind`, never for
+    /// [`LockKind::Mutex`].
+    async fn break_holds(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        owner: Option<&Owner>,
+    ) -> Result<usize> {
+        let _ = (name, kind, owner);
+        Err(Error::new(
+            ErrorKind::Unsupported,
+            "this backend cannot break semaphore or read-write lock holds",
+        ))
+    }
+
     /// Who holds the lock now (not who waits), read from the store. Elections
     /// use it to tell who leads: the leader's value travels in its owner.
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {

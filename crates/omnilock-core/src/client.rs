@@ -274,6 +274,69 @@ impl Locks {
         backend.break_lock(&name).await.map_err(context)
     }
 
+    /// Removes holds of lock `kind` of `name` whatever their owner, as
+    /// [`Locks::break_lock`] does for a mutex: every hold, or only those of
+    /// `owner`. Returns how many were removed. For a semaphore that is
+    /// permits; for a read-write lock, readers and the writer alike; for a
+    /// mutex, its holder (with `owner`, only if it is the holder; the read
+    /// and the break are two steps). Waiters stay in line. `Unsupported`
+    /// where [`Capabilities::break_lock`] is false or the store does not
+    /// offer `kind`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> omnilock_core::Result<()> {
+    /// use omnilock_core::{LockKind, Locks, MemStore, Owner};
+    /// let locks = Locks::new(MemStore::new());
+    /// let stuck = Owner::new("worker-3")?;
+    /// let permit = locks.semaphore("uploads", 2).owner(&stuck).acquire().await?;
+    /// let other = locks.semaphore("uploads", 2).acquire().await?;
+    /// assert_eq!(locks.break_holds("uploads", LockKind::Semaphore, Some(&stuck)).await?, 1);
+    /// assert_eq!(permit.lost().await.kind(), omnilock_core::ErrorKind::LockLost);
+    /// assert!(other.is_held());
+    /// # Ok(()) }
+    /// ```
+    pub async fn break_holds(
+        &self,
+        name: &str,
+        kind: LockKind,
+        owner: Option<&Owner>,
+    ) -> Result<usize> {
+        let backend = &self.shared.backend;
+        let context = |e: Error| {
+            e.with_backend(backend.kind())
+                .with_operation(Operation::BreakLock)
+                .with_lock(name)
+        };
+        let lock_name = LockName::new(name).map_err(context)?;
+        let caps = backend.capabilities();
+        let offered = match kind {
+            LockKind::Mutex => true,
+            LockKind::Semaphore => caps.semaphore,
+            LockKind::RwLock => caps.rw_lock,
+        };
+        if !caps.break_lock || !offered {
+            return Err(context(Error::new(
+                ErrorKind::Unsupported,
+                format!("this store cannot break {kind} holds"),
+            )));
+        }
+        if kind != LockKind::Mutex {
+            return backend
+                .break_holds(&lock_name, kind, owner)
+                .await
+                .map_err(context);
+        }
+        if let Some(owner) = owner {
+            let holder = backend.holder(&lock_name).await.map_err(context)?;
+            if holder.is_none_or(|holder| &holder.owner != owner) {
+                return Ok(0);
+            }
+        }
+        let broke = backend.break_lock(&lock_name).await.map_err(context)?;
+        Ok(usize::from(broke))
+    }
+
     /// Who holds `name` now (owner and fencing token), read from the store;
     /// `Unsupported` on stores that cannot say (see [`Backend::holder`](crate::Backend::holder)).
     pub async fn holder(&self, name: &str) -> Result<Option<crate::Holder>> {

@@ -14,7 +14,7 @@ use crate::backend::{
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::inspect::{Inspection, Listed, LockKind};
-use crate::name::LockName;
+use crate::name::{LockName, Owner};
 
 /// A grant whose backend state is hidden: the token and validity core
 /// reads, and the backend's own [`Grant`] inside.
@@ -86,6 +86,13 @@ pub trait DynBackend: Send + Sync + fmt::Debug + 'static {
     ) -> Result<Option<Vec<ErasedGrant>>>;
     /// [`Backend::break_lock`].
     async fn break_lock(&self, name: &LockName) -> Result<bool>;
+    /// [`Backend::break_holds`].
+    async fn break_holds(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        owner: Option<&Owner>,
+    ) -> Result<usize>;
     /// [`Backend::holder`].
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>>;
     /// [`Backend::inspect`].
@@ -156,6 +163,15 @@ impl<B: Backend> DynBackend for B {
 
     async fn break_lock(&self, name: &LockName) -> Result<bool> {
         Backend::break_lock(self, name).await
+    }
+
+    async fn break_holds(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        owner: Option<&Owner>,
+    ) -> Result<usize> {
+        Backend::break_holds(self, name, kind, owner).await
     }
 
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {

@@ -205,6 +205,17 @@ impl Backend for MemStore {
         Ok(broken.is_some())
     }
 
+    async fn break_holds(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        owner: Option<&Owner>,
+    ) -> Result<usize> {
+        let mut state = self.state();
+        let (counted, last_token) = state.counted();
+        Ok(counted.break_holds(name, kind, owner, Instant::now(), last_token))
+    }
+
     async fn holder(&self, name: &LockName) -> Result<Option<crate::Holder>> {
         let mut state = self.state();
         let now = Instant::now();

@@ -183,6 +183,42 @@ impl CountedLocks {
         result
     }
 
+    /// Removes the admitted entries of `kind` of `name` (only `owner`'s
+    /// where given), telling their holders, and admits the next: how many
+    /// were removed.
+    pub(super) fn break_holds(
+        &mut self,
+        name: &LockName,
+        kind: LockKind,
+        owner: Option<&Owner>,
+        now: Instant,
+        last_token: &mut u64,
+    ) -> usize {
+        let family = match kind {
+            LockKind::Semaphore => Family::Semaphore,
+            _ => Family::ReadWrite,
+        };
+        let key = (family, name.clone());
+        let Some(queue) = self.queues.get_mut(&key) else {
+            return 0;
+        };
+        queue.expire(now, last_token);
+        let before = queue.entries.len();
+        queue.entries.retain(|e| {
+            let broken = matches!(e.state, EntryState::Admitted { .. })
+                && owner.is_none_or(|owner| &e.owner == owner);
+            if broken {
+                e.lost
+                    .fire(Error::new(ErrorKind::LockLost, "the hold was broken"));
+            }
+            !broken
+        });
+        let broken = before - queue.entries.len();
+        queue.admit(now, last_token);
+        self.tidy(&key);
+        broken
+    }
+
     /// Extends the lease of the admitted entry with `token`.
     pub(super) fn renew(
         &mut self,

@@ -27,6 +27,11 @@ pub(crate) static SCENARIOS: &[Scenario] = &[
         Claim::RwLock
     ),
     scenario!(list_finds_the_held_locks_under_a_prefix, Claim::List),
+    scenario!(
+        break_holds_frees_permits_and_sides,
+        Claim::BreakLock,
+        Claim::SemaphoreAndRwLock
+    ),
 ];
 
 /// How far a holder's `since` may stray from the client's clock: the store
@@ -429,4 +434,88 @@ pub(crate) async fn list_finds_the_held_locks_under_a_prefix(subject: &Subject) 
     }
     let listed = a.list(&prefix).await.expect("list");
     assert_eq!(listed, [], "all released under {prefix:?}");
+}
+
+/// `break_holds` removes one owner's permit, then every permit, then a
+/// read-write lock's readers: each broken holder is told, the others keep
+/// theirs, the freed room is taken at once, and a waiting writer gets the
+/// lock when the readers are broken.
+pub(crate) async fn break_holds_frees_permits_and_sides(subject: &Subject) {
+    let [a, admin] = <[Locks; 2]>::try_from(clients(subject, 2).await).unwrap();
+    let name = unique("break-holds");
+    let (stuck, other) = (owner("stuck-worker"), owner("other-worker"));
+    // A short lease, so that a broken holder learns of it at its next
+    // renewal (a third of the lease) on stores that tell it no sooner.
+    let ttl = Duration::from_secs(3);
+    let permit = |who: &Owner| a.semaphore(&name, 2).owner(who).ttl(ttl).acquire();
+    let stuck_permit = permit(&stuck).await.expect("stuck's permit");
+    let other_permit = permit(&other).await.expect("other's permit");
+    assert_eq!(
+        admin
+            .break_holds(&name, LockKind::Semaphore, Some(&owner("nobody")))
+            .await
+            .expect("break nobody's"),
+        0
+    );
+    assert_eq!(
+        admin
+            .break_holds(&name, LockKind::Semaphore, Some(&stuck))
+            .await
+            .expect("break stuck's"),
+        1
+    );
+    let loss = within("the broken permit's holder is told", stuck_permit.lost()).await;
+    assert_eq!(loss.kind(), ErrorKind::LockLost, "{loss}");
+    assert!(other_permit.is_held(), "another owner's permit was broken");
+    let taken = within("the freed permit is taken", permit(&owner("next")))
+        .await
+        .expect("the freed permit");
+    assert_eq!(
+        admin
+            .break_holds(&name, LockKind::Semaphore, None)
+            .await
+            .expect("break all"),
+        2
+    );
+    for guard in [&other_permit, &taken] {
+        let loss = within("every permit's holder is told", guard.lost()).await;
+        assert_eq!(loss.kind(), ErrorKind::LockLost, "{loss}");
+    }
+    let refilled = [permit(&stuck).await, permit(&other).await];
+    for guard in refilled {
+        guard
+            .expect("both permits are free")
+            .release()
+            .await
+            .expect("release");
+    }
+
+    let reader = a
+        .rw_lock(&name)
+        .read()
+        .owner(&stuck)
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect("a reader");
+    let writer_name = name.clone();
+    let writer = queue_request(
+        &a,
+        take(move |locks| locks.rw_lock(&writer_name).write().ttl(ttl)),
+    )
+    .await;
+    assert_eq!(
+        admin
+            .break_holds(&name, LockKind::RwLock, None)
+            .await
+            .expect("break the readers"),
+        1
+    );
+    let write = within("the waiting writer gets the lock", writer)
+        .await
+        .expect("join")
+        .expect("the writer acquires");
+    let loss = within("the broken reader is told", reader.lost()).await;
+    assert_eq!(loss.kind(), ErrorKind::LockLost, "{loss}");
+    write.release().await.expect("release");
 }
