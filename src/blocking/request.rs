@@ -47,7 +47,7 @@ impl<'a> LockRequest<'a> {
 
 impl LockRequest<'_> {
     omnilock_core::option_setters! {
-        ttl, owner, reentrant, timeout, on_wait, options;
+        ttl, owner, reentrant, timeout, on_wait, max_hold, min_hold, options;
         inner(inner): "omnilock",
         "let locks = omnilock::blocking::connect(\"mem://\").unwrap();",
         "locks.lock(\"a\")"

@@ -3,7 +3,7 @@
 //! its lost signal.
 //! Every [`crate::LockGuard`] for the same acquisition shares one `Hold`.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio::runtime::Handle;
@@ -34,6 +34,8 @@ pub(crate) struct Hold {
     /// The owner was lent for this acquisition (none was named): it goes
     /// back to the handle's spare owners once the release succeeds.
     lent_owner: bool,
+    /// Set by `min_hold`: a release waits until then.
+    keep_until: OnceLock<Instant>,
 }
 
 struct HoldState {
@@ -71,9 +73,38 @@ impl Hold {
             runtime,
             metrics,
             lent_owner,
+            keep_until: OnceLock::new(),
         });
         hold.shared.renewals.start(&hold);
         hold
+    }
+
+    /// Applies an acquisition's `max_hold` and `min_hold`, counted from
+    /// now (just after the grant).
+    pub(crate) fn bound(self: &Arc<Self>, max_hold: Option<Duration>, min_hold: Option<Duration>) {
+        let now = Instant::now();
+        if let Some(min_hold) = min_hold {
+            let _ = self.keep_until.set(now + min_hold);
+        }
+        if let Some(max_hold) = max_hold {
+            self.shared.renewals.bound(self, now + max_hold, max_hold);
+        }
+    }
+
+    /// Waits, still renewing, until `min_hold` has passed since the grant
+    /// (or the lock is lost meanwhile).
+    async fn keep_for_min_hold(&self) {
+        let Some(until) = self.keep_until.get() else {
+            return;
+        };
+        if Instant::now() >= *until {
+            return;
+        }
+        tracing::debug!(lock = %self.spec.name, "omnilock keeps the lock until its min_hold has passed");
+        tokio::select! {
+            _ = tokio::time::sleep_until((*until).into()) => {}
+            _ = self.lost.fired() => {}
+        }
     }
 
     pub(crate) fn backend(&self) -> &Arc<dyn DynBackend> {
@@ -133,6 +164,7 @@ impl Hold {
     /// errors are retried while the lease is still valid (after that the
     /// store frees the lock by itself).
     pub(crate) async fn release_in_store(self: &Arc<Self>) -> Result<()> {
+        self.keep_for_min_hold().await;
         self.shared.renewals.stop(self);
         let deadline = tokio::time::Instant::from_std(self.valid_until());
         let backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));

@@ -70,7 +70,7 @@ pub use local::LocalWaiters;
 pub use mem::MemStore;
 pub use multi::{MultiGuard, MultiLockRequest};
 pub use name::{LockName, MAX_NAME_BYTES, Owner};
-pub use options::AcquireOptions;
+pub use options::{AcquireOptions, check_hold_bounds};
 pub use request::{LockRequest, ReadWriteLock};
 pub use retry::{Backoff, retry, retry_in_background, retry_when};
 pub use sessions::SessionsPerTtl;

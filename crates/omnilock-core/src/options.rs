@@ -50,6 +50,27 @@ macro_rules! option_doc {
          keep it short and do not block in it (sending on a channel is the \
          usual thing to do)."
     };
+    (max_hold) => {
+        "Stops renewing the lock `max_hold` after it was acquired, however \
+         long the holder still wants it: a hung holder cannot keep it for \
+         ever. Then the guard's [`lost`](crate::LockGuard::lost) signal fires \
+         (`LockLost`, naming the max hold) and the holder must stop; its \
+         lease still runs until it is released or runs out, so the next \
+         holder gets the lock within one TTL. Of one owner's reentrant \
+         acquisitions, the first one's bounds apply. A zero duration, or one \
+         shorter than `min_hold`, is refused with \
+         [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) before \
+         any I/O."
+    };
+    (min_hold) => {
+        "Keeps the lock at least `min_hold` after it was acquired, even when \
+         it is released sooner: the release (and a guard's drop) waits, \
+         renewing, until then, so that a short job is not run again at once \
+         by a machine whose clock or schedule is late (ShedLock's \
+         `lockAtLeastFor`). If the process dies meanwhile, the lease frees \
+         the lock within one TTL. Longer than `max_hold` is refused with \
+         [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig)."
+    };
     (options) => {
         "Applies every option set in `options` (an \
          [`AcquireOptions`](crate::AcquireOptions) built once, for any \
@@ -107,6 +128,12 @@ macro_rules! option_setters {
     (@method timeout $($rest:tt)+) => {
         $crate::option_setters!(@duration timeout 5 $($rest)+);
     };
+    (@method max_hold $($rest:tt)+) => {
+        $crate::option_setters!(@duration max_hold 7200 $($rest)+);
+    };
+    (@method min_hold $($rest:tt)+) => {
+        $crate::option_setters!(@duration min_hold 60 $($rest)+);
+    };
     (
         @method owner [$($all:ident),+]
         $kind:ident $field:ident $krate:literal $setup:literal $request:literal
@@ -161,7 +188,7 @@ macro_rules! option_setters {
             self
         }
     };
-    // `ttl` and `timeout`: a duration each.
+    // `ttl`, `timeout`, `max_hold` and `min_hold`: a duration each.
     (
         @duration $name:ident $secs:literal [$($all:ident),+]
         $kind:ident $field:ident $krate:literal $setup:literal $request:literal
@@ -231,6 +258,8 @@ pub struct AcquireOptions {
     pub(crate) reentrant: Option<bool>,
     pub(crate) timeout: Option<Duration>,
     pub(crate) waiting: Option<WaitNotice>,
+    pub(crate) max_hold: Option<Duration>,
+    pub(crate) min_hold: Option<Duration>,
     /// The first option given to a request (through `options`) that it
     /// does not take.
     refused: Option<&'static str>,
@@ -308,6 +337,30 @@ impl AcquireOptions {
         self
     }
 
+    #[doc = crate::option_doc!(max_hold)]
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let options = omnilock_core::AcquireOptions::new().max_hold(Duration::from_secs(7200));
+    /// assert!(options.check().is_ok());
+    /// ```
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
+        self
+    }
+
+    #[doc = crate::option_doc!(min_hold)]
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let options = omnilock_core::AcquireOptions::new().min_hold(Duration::from_secs(60));
+    /// assert!(options.check().is_ok());
+    /// ```
+    pub fn min_hold(mut self, min_hold: Duration) -> Self {
+        self.min_hold = Some(min_hold);
+        self
+    }
+
     /// These options with every option set in `options` taking over, as a
     /// request's own `options` method applies them: to build a set from a
     /// shared base.
@@ -322,7 +375,15 @@ impl AcquireOptions {
     pub fn options(self, options: AcquireOptions) -> Self {
         self.taking(
             options,
-            &["ttl", "owner", "reentrant", "timeout", "on_wait"],
+            &[
+                "ttl",
+                "owner",
+                "reentrant",
+                "timeout",
+                "on_wait",
+                "max_hold",
+                "min_hold",
+            ],
         )
     }
 
@@ -344,10 +405,10 @@ impl AcquireOptions {
                  setter); leave it out of the options given to it"
             )));
         }
-        match self.ttl {
-            Some(ttl) => check_ttl(ttl),
-            None => Ok(()),
+        if let Some(ttl) = self.ttl {
+            check_ttl(ttl)?;
         }
+        check_hold_bounds(self.min_hold, self.max_hold)
     }
 
     /// Applies the options set in `options` that a request with the setters
@@ -366,7 +427,11 @@ impl AcquireOptions {
         let reentrant = options.reentrant.filter(|_| refuse("reentrant"));
         let timeout = options.timeout.filter(|_| refuse("timeout"));
         let waiting = options.waiting.filter(|_| refuse("on_wait"));
+        let max_hold = options.max_hold.filter(|_| refuse("max_hold"));
+        let min_hold = options.min_hold.filter(|_| refuse("min_hold"));
         AcquireOptions {
+            max_hold: max_hold.or(self.max_hold),
+            min_hold: min_hold.or(self.min_hold),
             ttl: ttl.or(self.ttl),
             owner: owner.or(self.owner),
             reentrant: reentrant.or(self.reentrant),
@@ -380,6 +445,34 @@ impl AcquireOptions {
     pub(crate) fn waiting(&self) -> WaitNotice {
         self.waiting.clone().unwrap_or_default()
     }
+}
+
+/// `min_hold` and `max_hold` as [`AcquireOptions::check`] accepts them:
+/// a `max_hold` above zero, a `min_hold` no longer than it.
+///
+/// ```
+/// use std::time::Duration;
+/// use omnilock_core::{ErrorKind, check_hold_bounds};
+/// let (min, max) = (Duration::from_secs(60), Duration::from_secs(30));
+/// let err = check_hold_bounds(Some(min), Some(max)).unwrap_err();
+/// assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+/// assert!(check_hold_bounds(Some(max), Some(min)).is_ok());
+/// ```
+pub fn check_hold_bounds(min_hold: Option<Duration>, max_hold: Option<Duration>) -> Result<()> {
+    if max_hold.is_some_and(|max| max.is_zero()) {
+        return Err(Error::config(
+            "max_hold must be above zero (leave it out to renew for as long as the lock is held)",
+        ));
+    }
+    if let (Some(min), Some(max)) = (min_hold, max_hold)
+        && min > max
+    {
+        return Err(Error::config(format!(
+            "min_hold ({min:?}) is longer than max_hold ({max:?}): the lock cannot be kept \
+             at least the one and at most the other"
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

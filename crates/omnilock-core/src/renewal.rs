@@ -60,6 +60,9 @@ pub(crate) struct Renewal {
     /// Released: never schedule it again, never report it lost.
     stopped: bool,
     backoff: Backoff,
+    /// The end of renewal set by `max_hold`, and that bound (for the
+    /// message): at that instant the hold is reported lost.
+    until: Option<(Instant, Duration)>,
 }
 
 impl Renewal {
@@ -68,6 +71,7 @@ impl Renewal {
             key: None,
             stopped: false,
             backoff: Backoff::new(interval / 8, interval),
+            until: None,
         }
     }
 }
@@ -90,6 +94,15 @@ impl Renewals {
         self.schedule_locked(hold, &mut renewal, due);
     }
 
+    /// Stops renewing `hold` at `until` (`max_hold` after it was taken):
+    /// from then on it is reported lost.
+    pub(crate) fn bound(self: &Arc<Self>, hold: &Arc<Hold>, until: Instant, max_hold: Duration) {
+        let mut renewal = lock(&hold.renewal);
+        renewal.until = Some((until, max_hold));
+        let due = renewal.key.map_or(until, |(due, _)| due.min(until));
+        self.schedule_locked(hold, &mut renewal, due);
+    }
+
     /// Takes a released hold out of the schedule for good.
     pub(crate) fn stop(&self, hold: &Hold) {
         let mut renewal = lock(&hold.renewal);
@@ -104,6 +117,7 @@ impl Renewals {
         if renewal.stopped {
             return;
         }
+        let due = renewal.until.map_or(due, |(until, _)| due.min(until));
         let mut schedule = lock(&self.schedule);
         if let Some(old) = renewal.key.take() {
             schedule.due.remove(&old);
@@ -165,6 +179,23 @@ impl Renewals {
             let mut renewal = lock(&hold.renewal);
             renewal.key = None;
             if renewal.stopped || hold.lost.is_fired() {
+                continue;
+            }
+            if let Some((until, max_hold)) = renewal.until
+                && now >= until
+            {
+                renewal.stopped = true;
+                drop(renewal);
+                hold.lost.fire(
+                    Error::new(
+                        ErrorKind::LockLost,
+                        format!(
+                            "held for its max_hold of {max_hold:?}; renewal stopped and the \
+                             holder must let go"
+                        ),
+                    )
+                    .with_lock(hold.spec.name.as_str()),
+                );
                 continue;
             }
             if now >= hold.valid_until() {

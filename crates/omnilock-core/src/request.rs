@@ -77,7 +77,7 @@ impl<'a> LockRequest<'a> {
 
 impl LockRequest<'_> {
     crate::option_setters! {
-        ttl, owner, reentrant, timeout, on_wait, options;
+        ttl, owner, reentrant, timeout, on_wait, max_hold, min_hold, options;
         options(options): "omnilock_core",
         "let locks = omnilock_core::Locks::new(omnilock_core::MemStore::new());",
         "locks.lock(\"a\")"
@@ -302,6 +302,9 @@ impl LockRequest<'_> {
                 return Ok(None);
             };
             if guard.hold().valid_until() > std::time::Instant::now() {
+                guard
+                    .hold()
+                    .bound(self.options.max_hold, self.options.min_hold);
                 return Ok(Some(guard));
             }
             tracing::warn!(

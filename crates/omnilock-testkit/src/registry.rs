@@ -229,6 +229,7 @@ pub static CONFORMANCE: &[&[Scenario]] = &[
     scenarios::rw::SCENARIOS,
     scenarios::elections::SCENARIOS,
     scenarios::inspect::SCENARIOS,
+    scenarios::hold_bounds::SCENARIOS,
 ];
 
 /// The scenarios that read store-wide request counters: a test binary of

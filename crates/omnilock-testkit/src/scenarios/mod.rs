@@ -21,6 +21,7 @@ pub(crate) mod elections;
 pub(crate) mod exclusion;
 pub(crate) mod guarded;
 pub(crate) mod herd;
+pub(crate) mod hold_bounds;
 pub(crate) mod inspect;
 pub(crate) mod leases;
 pub(crate) mod multi;
