@@ -251,6 +251,46 @@ impl Locks {
         )?
     }
 
+    /// Stores `value` as the record `name` for the store to keep `keep`
+    /// (see [`crate::Locks::write_record`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// locks.write_record("blocking/done", "ran", Duration::from_secs(60))?;
+    /// assert_eq!(locks.read_record("blocking/done")?.map(|r| r.value).as_deref(), Some("ran"));
+    /// assert!(locks.delete_record("blocking/done")?);
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn write_record(&self, name: &str, value: &str, keep: Duration) -> Result<()> {
+        self.runtime
+            .block_on(None, self.inner.write_record(name, value, keep))?
+    }
+
+    /// The record `name`, if the store still keeps it (see
+    /// [`crate::Locks::read_record`]).
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// assert!(locks.read_record("blocking/never-written")?.is_none());
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn read_record(&self, name: &str) -> Result<Option<crate::Record>> {
+        self.runtime.block_on(None, self.inner.read_record(name))?
+    }
+
+    /// Drops the record `name` (see [`crate::Locks::delete_record`]).
+    ///
+    /// ```
+    /// let locks = omnilock::blocking::connect("mem://")?;
+    /// assert!(!locks.delete_record("blocking/never-written")?);
+    /// # Ok::<(), omnilock::Error>(())
+    /// ```
+    pub fn delete_record(&self, name: &str) -> Result<bool> {
+        self.runtime
+            .block_on(None, self.inner.delete_record(name))?
+    }
+
     /// Who holds `name` now (owner and fencing token), read from the store;
     /// [`ErrorKind::Unsupported`] on stores that cannot say.
     ///

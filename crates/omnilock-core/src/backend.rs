@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use crate::error::{Error, ErrorKind, Result};
 use crate::inspect::{Inspection, Listed, LockKind};
 use crate::name::{LockName, Owner};
+use crate::record::Record;
 use crate::signal::{LostNotifier, WaitNotice};
 
 pub use crate::capabilities::Capabilities;
@@ -397,6 +398,36 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         Err(Error::new(
             ErrorKind::Unsupported,
             "this backend cannot break semaphore or read-write lock holds",
+        ))
+    }
+
+    /// Stores `value` as the record `name`, replacing any earlier one, for
+    /// the store to keep `keep` (timed by the store) and then drop.
+    /// Records live apart from locks. Asked only of stores that claim
+    /// [`Capabilities::records`], with a value and keep checked by core.
+    async fn write_record(&self, name: &LockName, value: &str, keep: Duration) -> Result<()> {
+        let _ = (name, value, keep);
+        Err(Error::new(
+            ErrorKind::Unsupported,
+            "this store cannot keep records",
+        ))
+    }
+
+    /// The record `name` if the store still keeps it.
+    async fn read_record(&self, name: &LockName) -> Result<Option<Record>> {
+        let _ = name;
+        Err(Error::new(
+            ErrorKind::Unsupported,
+            "this store cannot keep records",
+        ))
+    }
+
+    /// Drops the record `name`; whether there was one.
+    async fn delete_record(&self, name: &LockName) -> Result<bool> {
+        let _ = name;
+        Err(Error::new(
+            ErrorKind::Unsupported,
+            "this store cannot keep records",
         ))
     }
 

@@ -93,6 +93,13 @@ pub struct Capabilities {
     /// [`Locks::list`](crate::Locks::list) finds the held locks under a
     /// name prefix; without it, `list` answers `Unsupported`.
     pub list: bool,
+    /// [`Locks::write_record`](crate::Locks::write_record) and
+    /// [`Locks::read_record`](crate::Locks::read_record) keep a record in
+    /// the store for a given time after the writer has gone (what
+    /// `omnilock run --once-per` needs). Stores whose every key lives and
+    /// dies with a client's session (an advisory session) cannot. The
+    /// memory store keeps them for its process's life.
+    pub records: bool,
 }
 
 /// `with_<flag>(on)` for each flag: the claims with that one set.
@@ -130,6 +137,7 @@ impl Capabilities {
             inspect: false,
             inspect_waiters: false,
             list: false,
+            records: false,
         }
     }
 
@@ -152,6 +160,7 @@ impl Capabilities {
         inspect => with_inspect,
         inspect_waiters => with_inspect_waiters,
         list => with_list,
+        records => with_records,
     }
 
     /// Every flag by its field name, in the order the struct declares
@@ -169,7 +178,7 @@ impl Capabilities {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn flags(&self) -> [(&'static str, bool); 18] {
+    pub fn flags(&self) -> [(&'static str, bool); 19] {
         // Destructured without `..`: a new field breaks this until it is
         // listed.
         let Capabilities {
@@ -191,6 +200,7 @@ impl Capabilities {
             inspect,
             inspect_waiters,
             list,
+            records,
         } = *self;
         [
             ("fair", fair),
@@ -211,6 +221,7 @@ impl Capabilities {
             ("inspect", inspect),
             ("inspect_waiters", inspect_waiters),
             ("list", list),
+            ("records", records),
         ]
     }
 }

@@ -337,6 +337,79 @@ impl Locks {
         Ok(usize::from(broke))
     }
 
+    /// Stores `value` as the record `name` (records live apart from locks),
+    /// replacing any earlier one, for the store to keep `keep` and then drop
+    /// it: the store times it, so a writer's clock does not matter. What a
+    /// job that must run at most once per period writes when it succeeded,
+    /// under its lock. `Unsupported` where [`Capabilities::records`] is
+    /// false; `InvalidConfig` for a value over [`crate::MAX_RECORD_BYTES`]
+    /// bytes or with control characters, or a keep outside 1 ms to
+    /// [`crate::MAX_RECORD_KEEP`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> omnilock_core::Result<()> {
+    /// use std::time::Duration;
+    /// use omnilock_core::{Locks, MemStore};
+    /// let locks = Locks::new(MemStore::new());
+    /// locks.write_record("nightly/done", "started 02:00", Duration::from_secs(3600)).await?;
+    /// let done = locks.read_record("nightly/done").await?.expect("kept for an hour");
+    /// assert_eq!(done.value, "started 02:00");
+    /// assert!(locks.delete_record("nightly/done").await?);
+    /// assert!(locks.read_record("nightly/done").await?.is_none());
+    /// # Ok(()) }
+    /// ```
+    pub async fn write_record(&self, name: &str, value: &str, keep: Duration) -> Result<()> {
+        let name = self.record_name(name)?;
+        let backend = &self.shared.backend;
+        crate::record::check(value, keep).map_err(|e| self.record_context(e, &name))?;
+        backend
+            .write_record(&name, value, keep)
+            .await
+            .map_err(|e| self.record_context(e, &name))
+    }
+
+    /// The record `name`, if the store still keeps it (see
+    /// [`Locks::write_record`]).
+    pub async fn read_record(&self, name: &str) -> Result<Option<crate::Record>> {
+        let name = self.record_name(name)?;
+        self.shared
+            .backend
+            .read_record(&name)
+            .await
+            .map_err(|e| self.record_context(e, &name))
+    }
+
+    /// Drops the record `name` (an operator's way to let a job run again
+    /// within its period); whether there was one.
+    pub async fn delete_record(&self, name: &str) -> Result<bool> {
+        let name = self.record_name(name)?;
+        self.shared
+            .backend
+            .delete_record(&name)
+            .await
+            .map_err(|e| self.record_context(e, &name))
+    }
+
+    /// `name` checked as a record's name, on a store that keeps records.
+    fn record_name(&self, name: &str) -> Result<LockName> {
+        let backend = &self.shared.backend;
+        let context = |e: Error| e.with_backend(backend.kind()).with_lock(name);
+        let checked = LockName::new(name).map_err(context)?;
+        if !backend.capabilities().records {
+            return Err(context(Error::new(
+                ErrorKind::Unsupported,
+                "this store cannot keep a record after its writer has gone",
+            )));
+        }
+        Ok(checked)
+    }
+
+    fn record_context(&self, e: Error, name: &LockName) -> Error {
+        e.with_backend(self.shared.backend.kind())
+            .with_lock(name.as_str())
+    }
+
     /// Who holds `name` now (owner and fencing token), read from the store;
     /// `Unsupported` on stores that cannot say (see [`Backend::holder`](crate::Backend::holder)).
     pub async fn holder(&self, name: &str) -> Result<Option<crate::Holder>> {

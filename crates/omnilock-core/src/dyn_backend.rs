@@ -5,7 +5,7 @@
 
 use std::any::Any;
 use std::fmt;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
@@ -15,6 +15,7 @@ use crate::backend::{
 use crate::error::{Error, ErrorKind, Result};
 use crate::inspect::{Inspection, Listed, LockKind};
 use crate::name::{LockName, Owner};
+use crate::record::Record;
 
 /// A grant whose backend state is hidden: the token and validity core
 /// reads, and the backend's own [`Grant`] inside.
@@ -93,6 +94,12 @@ pub trait DynBackend: Send + Sync + fmt::Debug + 'static {
         kind: LockKind,
         owner: Option<&Owner>,
     ) -> Result<usize>;
+    /// [`Backend::write_record`].
+    async fn write_record(&self, name: &LockName, value: &str, keep: Duration) -> Result<()>;
+    /// [`Backend::read_record`].
+    async fn read_record(&self, name: &LockName) -> Result<Option<Record>>;
+    /// [`Backend::delete_record`].
+    async fn delete_record(&self, name: &LockName) -> Result<bool>;
     /// [`Backend::holder`].
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>>;
     /// [`Backend::inspect`].
@@ -172,6 +179,18 @@ impl<B: Backend> DynBackend for B {
         owner: Option<&Owner>,
     ) -> Result<usize> {
         Backend::break_holds(self, name, kind, owner).await
+    }
+
+    async fn write_record(&self, name: &LockName, value: &str, keep: Duration) -> Result<()> {
+        Backend::write_record(self, name, value, keep).await
+    }
+
+    async fn read_record(&self, name: &LockName) -> Result<Option<Record>> {
+        Backend::read_record(self, name).await
+    }
+
+    async fn delete_record(&self, name: &LockName) -> Result<bool> {
+        Backend::delete_record(self, name).await
     }
 
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {

@@ -117,6 +117,8 @@ pub enum Claim {
     InspectWaiters,
     /// `Capabilities::list`.
     List,
+    /// `Capabilities::records`.
+    Records,
     /// The subject has a request counter ([`Subject::with_request_counter`])
     /// that counts (does not answer `Unsupported`).
     RequestCounter,
@@ -143,6 +145,7 @@ impl Claim {
             Claim::Inspect => caps.inspect,
             Claim::InspectWaiters => caps.inspect_waiters,
             Claim::List => caps.list,
+            Claim::Records => caps.records,
             Claim::RequestCounter => return None,
         })
     }
@@ -183,6 +186,7 @@ impl Claim {
             Claim::Inspect => "not claimed: inspect",
             Claim::InspectWaiters => "not claimed: inspect waiters",
             Claim::List => "not claimed: list",
+            Claim::Records => "not claimed: records",
         }
     }
 }
@@ -230,6 +234,7 @@ pub static CONFORMANCE: &[&[Scenario]] = &[
     scenarios::elections::SCENARIOS,
     scenarios::inspect::SCENARIOS,
     scenarios::hold_bounds::SCENARIOS,
+    scenarios::records::SCENARIOS,
 ];
 
 /// The scenarios that read store-wide request counters: a test binary of

@@ -36,6 +36,7 @@ impl Backend for MemStore {
             inspect: true,
             inspect_waiters: true,
             list: true,
+            records: true,
         }
     }
 
@@ -214,6 +215,30 @@ impl Backend for MemStore {
         let mut state = self.state();
         let (counted, last_token) = state.counted();
         Ok(counted.break_holds(name, kind, owner, Instant::now(), last_token))
+    }
+
+    async fn write_record(&self, name: &LockName, value: &str, keep: Duration) -> Result<()> {
+        let until = Instant::now() + keep;
+        let mut state = self.state();
+        state
+            .records
+            .insert(name.clone(), (value.to_string(), until));
+        Ok(())
+    }
+
+    async fn read_record(&self, name: &LockName) -> Result<Option<crate::Record>> {
+        let now = Instant::now();
+        let mut state = self.state();
+        state.records.retain(|_, (_, until)| *until > now);
+        Ok(state.records.get(name).map(|(value, until)| {
+            crate::Record::new(value.clone(), Some(until.saturating_duration_since(now)))
+        }))
+    }
+
+    async fn delete_record(&self, name: &LockName) -> Result<bool> {
+        let now = Instant::now();
+        let removed = self.state().records.remove(name);
+        Ok(removed.is_some_and(|(_, until)| until > now))
     }
 
     async fn holder(&self, name: &LockName) -> Result<Option<crate::Holder>> {

@@ -60,6 +60,8 @@ pub struct MemStore {
 struct State {
     locks: HashMap<LockName, Slot>,
     counted: CountedLocks,
+    /// Records by name: the value and when it is dropped.
+    records: HashMap<LockName, (String, Instant)>,
     last_token: u64,
     last_grant: u64,
 }

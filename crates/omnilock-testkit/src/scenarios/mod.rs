@@ -26,6 +26,7 @@ pub(crate) mod inspect;
 pub(crate) mod leases;
 pub(crate) mod multi;
 pub(crate) mod names;
+pub(crate) mod records;
 pub(crate) mod reentrancy;
 pub(crate) mod release;
 pub(crate) mod rw;
