@@ -14,6 +14,7 @@ mod config;
 mod conn;
 mod fence;
 mod redlock;
+mod scan;
 mod scripts;
 mod single;
 mod wake;

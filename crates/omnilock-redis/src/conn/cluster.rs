@@ -49,6 +49,30 @@ impl ClusterConn {
             router: self.router.clone(),
         }
     }
+
+    /// A connection to every master of the cluster, by the slot map read
+    /// anew: `Unavailable` when a master serving some slots cannot be
+    /// reached (a command over the whole keyspace would miss its keys).
+    pub(crate) async fn masters(&self) -> Result<Vec<ConnectionManager>> {
+        self.router.load().await?;
+        let table = match self.router.table.read() {
+            Ok(table) => table,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let mut addresses: Vec<&String> = table.ranges.iter().map(|(_, _, a)| a).collect();
+        addresses.sort();
+        addresses.dedup();
+        addresses
+            .into_iter()
+            .map(|address| {
+                table.conns.get(address).cloned().ok_or_else(|| {
+                    Error::unavailable(format!(
+                        "cannot reach the Redis Cluster master at {address}"
+                    ))
+                })
+            })
+            .collect()
+    }
 }
 
 impl redis::aio::ConnectionLike for ClusterConn {

@@ -262,6 +262,22 @@ impl Node {
         matches!(self.conn, Conn::Cluster(_))
     }
 
+    /// A connection to each master, for commands over the whole keyspace
+    /// (`SCAN`): the one server or Sentinel's master, or every master of a
+    /// cluster (by the slot map read anew; `Unavailable` when one of them
+    /// cannot be reached, whose keys would be missed).
+    pub(crate) async fn masters(&self) -> Result<Vec<Conn>> {
+        match &self.conn {
+            Conn::Cluster(conn) => Ok(conn
+                .masters()
+                .await?
+                .into_iter()
+                .map(Conn::Single)
+                .collect()),
+            conn => Ok(vec![conn.clone()]),
+        }
+    }
+
     /// The connection for commands on `key`: on a cluster, straight to the
     /// master of its slot when known.
     pub(crate) fn conn_for(&self, key: &str) -> Conn {

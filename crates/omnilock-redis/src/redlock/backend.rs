@@ -1,7 +1,8 @@
 //! Redlock as a [`Backend`]: try-acquire, acquire (rounds until a
-//! majority grants), release, renewal and break.
+//! majority grants), release, renewal, break, inspection and listing.
 
 use super::*;
+use omnilock_core::{Inspection, Listed, LockKind};
 #[async_trait]
 impl Backend for RedlockStore {
     type Hold = Hold;
@@ -29,6 +30,12 @@ impl Backend for RedlockStore {
             .with_semaphore(false)
             .with_rw_lock(false)
             .with_atomic_lock_all(false)
+            // The majority view of the nodes (`inspect.rs`): holder and
+            // waiters in line, never exact.
+            .with_inspect(true)
+            .with_inspect_waiters(true)
+            // SCAN of every node, each name found then read on all.
+            .with_list(true)
     }
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
@@ -299,5 +306,19 @@ impl Backend for RedlockStore {
         });
         let results = join_all(calls).await;
         Ok(results.iter().any(|r| matches!(r, Ok(true))))
+    }
+
+    async fn inspect(&self, name: &LockName, kind: LockKind) -> Result<Inspection> {
+        if kind != LockKind::Mutex {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                "Redlock offers no semaphores or read-write locks",
+            ));
+        }
+        self.inspect_lock(name).await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<Listed>> {
+        self.list_locks(prefix).await
     }
 }

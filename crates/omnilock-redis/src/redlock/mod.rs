@@ -31,6 +31,7 @@ use crate::scripts::redlock::{LineAcquire, LineAcquired, LineReleased};
 use crate::wake::{self, WakeTarget};
 
 mod backend;
+mod inspect;
 mod line;
 mod release;
 mod round;

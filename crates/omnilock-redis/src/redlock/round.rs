@@ -330,6 +330,13 @@ pub(super) fn held_by(value: &str) -> Option<&str> {
     parts.nth(2)
 }
 
+/// The token and owner of a lock key's value, if the key is held (as
+/// [`held_by`]).
+pub(super) fn held_grant(value: &str) -> Option<(u64, &str)> {
+    let token = value.strip_prefix("h ")?.split(' ').next()?.parse().ok()?;
+    Some((token, held_by(value)?))
+}
+
 /// The median of `values` (the upper one of an even count), if any.
 pub(super) fn median<T: Ord + Copy>(mut values: Vec<T>) -> Option<T> {
     values.sort_unstable();

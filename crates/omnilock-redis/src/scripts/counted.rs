@@ -132,6 +132,28 @@ impl Scripts {
     }
 }
 
+impl Scripts {
+    /// `break_counted.lua`. KEYS: order, entries, expiry. ARGV:
+    /// channel_prefix, then the tokens of the holds to break (those the
+    /// caller saw: a re-sent call cannot break a hold granted since). The
+    /// waiters that fit now are woken. How many holds were removed.
+    pub(crate) async fn break_counted(
+        &self,
+        conn: &mut Conn,
+        keys: &CountedKeys,
+        tokens: &[u64],
+        channel_prefix: &str,
+    ) -> redis::RedisResult<usize> {
+        let mut eval = evalsha(
+            &self.break_counted,
+            &[&keys.order, &keys.entries, &keys.expiry],
+        );
+        eval.arg(channel_prefix).arg(tokens);
+        let broken: i64 = answer(conn, &self.break_counted, eval).await?;
+        Ok(usize::try_from(broken).unwrap_or(0))
+    }
+}
+
 /// A held entry of a counted lock, fenced by owner and token.
 pub(crate) struct Held<'a> {
     pub entry: &'a str,

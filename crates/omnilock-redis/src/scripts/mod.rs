@@ -6,8 +6,9 @@
 //! The scripts themselves are the files in `lua/`; each has one Rust
 //! function here that puts its keys and arguments in the script's order and
 //! decodes its answer into a reply type: [`mutex`] (one master's fair
-//! queue), [`counted`] (semaphores and read-write locks) and [`redlock`]
-//! (Redlock's line of waiters on each node).
+//! queue), [`counted`] (semaphores and read-write locks), [`redlock`]
+//! (Redlock's line of waiters on each node) and [`inspect`] (the read-only
+//! scripts of an operator's inspection).
 //!
 //! A waiter entry is `<client id>:<waiter id>`; a release PUBLISHes the head
 //! entry on `<channel prefix><client id>`, so exactly one waiter is woken.
@@ -18,6 +19,7 @@
 
 pub(crate) mod counted;
 pub(crate) mod guarded;
+pub(crate) mod inspect;
 pub(crate) mod keys;
 pub(crate) mod mutex;
 pub(crate) mod redlock;
@@ -63,6 +65,10 @@ pub(crate) struct Scripts {
     redlock_cancel: Script,
     redlock_break: Script,
     redlock_renew_all: Script,
+    inspect: Script,
+    inspect_counted: Script,
+    break_counted: Script,
+    redlock_inspect: Script,
 }
 
 impl Scripts {
@@ -93,6 +99,10 @@ impl Scripts {
                 "{RENEW_COMMON}\n{}",
                 include_str!("lua/redlock_renew_all.lua")
             )),
+            inspect: Script::new(include_str!("lua/inspect.lua")),
+            inspect_counted: Script::new(include_str!("lua/inspect_counted.lua")),
+            break_counted: counted(include_str!("lua/break_counted.lua")),
+            redlock_inspect: Script::new(include_str!("lua/redlock_inspect.lua")),
         }
     }
 }

@@ -1,8 +1,9 @@
 //! One master as a [`Backend`]: try-acquire, acquire (waits woken by one
-//! message, re-checked on a backoff), `lock_all`, release, renewal, holder
-//! and break.
+//! message, re-checked on a backoff), `lock_all`, release, renewal, holder,
+//! break, inspection and listing.
 
 use super::*;
+use omnilock_core::{Inspection, Listed, LockKind, Owner};
 #[async_trait]
 impl Backend for RedisStore {
     type Hold = HoldId;
@@ -28,6 +29,12 @@ impl Backend for RedisStore {
             .with_survives_failover(false)
             .with_semaphore(true)
             .with_rw_lock(true)
+            // Every kind's holders, each read in one script; a mutex's
+            // waiters without their owners (its line keeps entries only).
+            .with_inspect(true)
+            .with_inspect_waiters(true)
+            // SCAN of every master.
+            .with_list(true)
             // One script over every part's keys: one server or Sentinel's
             // master. A cluster keeps each name in its own slot, and
             // `wait_replicas` confirms one lock per write.
@@ -293,5 +300,22 @@ impl Backend for RedisStore {
             .break_lock(&mut conn, &keys, &channel_prefix, holder.token)
             .await
             .map_err(|e| inner.node.err(e))
+    }
+
+    async fn break_holds(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        owner: Option<&Owner>,
+    ) -> Result<usize> {
+        self.break_counted(name, kind, owner).await
+    }
+
+    async fn inspect(&self, name: &LockName, kind: LockKind) -> Result<Inspection> {
+        self.inspect_lock(name, kind).await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<Listed>> {
+        self.list_locks(prefix).await
     }
 }

@@ -1,13 +1,15 @@
 //! Semaphores and read-write locks on one Redis master: which keys and
 //! weights a primitive uses, and the calls of their scripts (the protocol
-//! is in `scripts/counted.rs`). The waiting, wake-ups and replica checks are the
-//! mutex's.
+//! is in `scripts/counted.rs`), and breaking their holds. The waiting,
+//! wake-ups and replica checks are the mutex's.
 
-use omnilock_core::{LockSpec, Primitive, Result, Share};
+use omnilock_core::{
+    Error, ErrorKind, LockKind, LockName, LockSpec, Owner, Primitive, Result, Share,
+};
 
 use super::RedisStore;
 use crate::scripts::counted::Held;
-use crate::scripts::keys::CountedKeys;
+use crate::scripts::keys::{CountedKeys, family};
 
 /// How one acquisition of a semaphore or read-write lock counts (core's
 /// [`Share`]), with its keys.
@@ -82,6 +84,44 @@ impl RedisStore {
         self.inner
             .scripts
             .cancel_counted(&mut conn, &keys, entry, &channel_prefix)
+            .await
+            .map_err(|e| self.inner.node.err(e))
+    }
+
+    /// Removes the holds of the semaphore or read-write lock `kind` of
+    /// `name` (only `owner`'s where given) that are held now: read first,
+    /// then broken by token in a second script, so a call that runs twice
+    /// cannot break a hold granted in between. Waiters stay in line, and
+    /// those that fit now are woken. The holders learn at their next
+    /// renewal. How many holds were removed.
+    pub(crate) async fn break_counted(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        owner: Option<&Owner>,
+    ) -> Result<usize> {
+        let Some(family) = family(kind) else {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                "a mutex is broken with break_lock",
+            ));
+        };
+        let keys = CountedKeys::new(&self.inner.options.prefix, name.as_str(), family);
+        let seen = self.read_counted(&keys).await?;
+        let tokens: Vec<u64> = seen
+            .entries
+            .iter()
+            .filter(|e| e.holding && owner.is_none_or(|o| o.as_str() == e.owner))
+            .map(|e| e.token)
+            .collect();
+        if tokens.is_empty() {
+            return Ok(0);
+        }
+        let mut conn = self.inner.node.conn_for(&keys.lock);
+        let channel_prefix = self.inner.channel_prefix(&keys.lock);
+        self.inner
+            .scripts
+            .break_counted(&mut conn, &keys, &tokens, &channel_prefix)
             .await
             .map_err(|e| self.inner.node.err(e))
     }

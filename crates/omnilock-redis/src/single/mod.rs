@@ -32,6 +32,7 @@ mod backend;
 mod blocking;
 mod counted;
 mod guarded;
+mod inspect;
 mod rounds;
 mod wakeups;
 
