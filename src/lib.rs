@@ -70,8 +70,9 @@
 pub use omnilock_core::{
     AcquireOptions, Candidate, Capabilities, DEFAULT_TTL, Election, Error, ErrorKind, Held, Holder,
     Inspection, Leader, Leadership, Listed, LockGuard, LockKind, LockName, LockRequest, Locks,
-    MAX_ELECTION_VALUE_BYTES, MAX_TTL, MIN_TTL, MemStore, MultiGuard, MultiLockRequest, Observer,
-    Operation, Owner, Primitive, ReadWriteLock, Record, Result, Side, Waiting, parse_duration,
+    MAX_ELECTION_VALUE_BYTES, MAX_RECORD_KEEP, MAX_TTL, MIN_TTL, MemStore, MultiGuard,
+    MultiLockRequest, Observer, Operation, Owner, Primitive, ReadWriteLock, Record, Result, Side,
+    Waiting, parse_duration,
 };
 
 pub mod blocking;

@@ -121,6 +121,7 @@ HOME) on one machine with no server. Without HOME, give --store.
 
 Exit status of `run`: the command's own (128+N if it died of signal N; 126
 not executable, 127 not found); 75 lock not acquired in time (-E to change);
+79 not run, --once-per found a run within the period;
 64 bad arguments, name or URL; 65 a semaphore in use with another --permits;
 69 store unreachable or failing; 70 lock lost while the command ran (its
 process group gets SIGTERM first); 77 credentials refused or access denied;
@@ -141,6 +142,7 @@ manual page: `omnilock completions bash`, `omnilock man`.";
 const RUN_AFTER_HELP: &str = "\
 Exit status: the command's own (128+N if it died of signal N; 126 not
 executable, 127 not found); 75 lock not acquired in time (-E to change);
+79 not run, --once-per found a run within the period;
 64 bad arguments, name or URL; 65 a semaphore in use with another
 --permits; 69 store unreachable or failing; 70 lock lost while the command
 ran (its process group gets SIGTERM first); 77 credentials refused or
@@ -172,8 +174,37 @@ pub(crate) enum Command {
     Run(RunArgs),
     /// Let N workers contend for one lock and print every grant in order.
     Demo(DemoArgs),
-    /// Remove lock NAME whatever its owner (administrative; the holder is
-    /// told its lock was lost).
+    /// Campaign to lead election NAME and run CMD while leader (like
+    /// `etcdctl elect`); with --listen, print each leader as it changes.
+    ///
+    /// VALUE is what observers see as the leader [default: host:pid:random];
+    /// CMD gets the leader's term as OMNILOCK_TOKEN (a fencing token). Only
+    /// one candidate leads at a time; the others wait in line where the
+    /// store is fair. When leadership is lost, CMD's process group gets
+    /// SIGTERM (SIGKILL 10 s later) and omnilock exits 70; when CMD ends,
+    /// omnilock resigns and exits with its status. The election's lock is
+    /// `election/NAME` (`omnilock status election/NAME`).
+    #[command(after_help = RUN_AFTER_HELP)]
+    Elect(ElectArgs),
+    /// Show who holds NAME and who waits, as the store sees it (every
+    /// process and machine): owner, fencing token, how long held, lease
+    /// left. Without --kind: the lock, and the semaphore and read-write lock
+    /// of the same name where the store has them.
+    Status(StatusArgs),
+    /// List the held locks whose names start with PREFIX (all without one).
+    Ls(LsArgs),
+    /// Print the state of NAME, then every change of holders or waiters,
+    /// until interrupted (Ctrl-C exits 0).
+    Watch(WatchArgs),
+    /// Remove the holds of NAME whatever their owner (administrative).
+    ///
+    /// Without --kind it breaks the lock (mutex) NAME: its holder is removed
+    /// and the next waiter gets it. `--kind semaphore` removes the
+    /// semaphore's permits and `--kind rw` the read-write lock's readers and
+    /// writer; waiters stay in line and are admitted. With --owner only that
+    /// owner's holds go. Each broken holder learns that its lock was lost
+    /// (`omnilock run` stops its command and exits 70), at its next renewal
+    /// at the latest.
     Break(BreakArgs),
     /// Replace FILE with stdin, fenced: refused (exit 73, FILE unchanged)
     /// when a holder with a higher fencing token has written FILE since.
@@ -262,6 +293,32 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     pub write: bool,
 
+    /// Keep the lock at least DUR after it was taken, even when the command
+    /// ends sooner: omnilock waits (holding it) before it exits, so that a
+    /// machine whose clock or schedule is late cannot start the same job
+    /// again at once. If omnilock is killed meanwhile, the lease frees it
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub min_hold: Option<Duration>,
+
+    /// Stop renewing the lock DUR after it was taken: the command's process
+    /// group gets SIGTERM (SIGKILL 10 s later) and omnilock exits with the
+    /// lost status (70), so a hung job cannot keep the lock for ever
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub max_hold: Option<Duration>,
+
+    /// Run at most once per DUR across machines: after a run that exits 0,
+    /// a record of its start is kept in the store for DUR from the start;
+    /// a later start within DUR finds it (under the lock), does not run the
+    /// command, says when the last run started, and exits 79
+    /// (--done-exit-code). A failed run leaves no record
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub once_per: Option<Duration>,
+
+    /// Exit status when --once-per finds that the command already ran
+    /// within the period
+    #[arg(long, value_name = "N", default_value_t = crate::exit::DONE)]
+    pub done_exit_code: u8,
+
     /// Print a line on stderr when the lock is busy and omnilock starts waiting
     #[arg(long, short = 'v')]
     pub verbose: bool,
@@ -307,9 +364,132 @@ pub(crate) struct DemoArgs {
 }
 
 #[derive(Args, Debug)]
+pub(crate) struct ElectArgs {
+    /// Print the leader now and at every change, until interrupted
+    #[arg(long, short = 'l')]
+    pub listen: bool,
+
+    /// With --listen: one JSON object per change ("at", "name", "leader", "term")
+    #[arg(long, requires = "listen")]
+    pub json: bool,
+
+    /// The leadership's lease: a dead leader is replaced this long after it
+    /// stopped renewing [default: the store URL's ttl option, else 15s]
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub ttl: Option<Duration>,
+
+    /// Give up (exit 75) if not elected within DUR [default: wait forever]
+    #[arg(long, short = 'w', visible_alias = "timeout", value_name = "DUR",
+          value_parser = parse_duration)]
+    pub wait: Option<Duration>,
+
+    /// Print a line on stderr when waiting behind a leader, and when elected
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
+
+    /// Exit status when --wait runs out
+    #[arg(long, short = 'E', value_name = "N", default_value_t = crate::exit::TEMPFAIL)]
+    pub conflict_exit_code: u8,
+
+    /// Exit status when leadership is lost while the command runs
+    #[arg(long, value_name = "N", default_value_t = crate::exit::SOFTWARE)]
+    pub lost_exit_code: u8,
+
+    /// Exit status when the store is unreachable or fails
+    #[arg(long, value_name = "N", default_value_t = crate::exit::UNAVAILABLE)]
+    pub unavailable_exit_code: u8,
+
+    /// The election's name
+    pub name: String,
+
+    /// The value observers see as the leader [default: host:pid:random]
+    pub value: Option<String>,
+
+    /// The command to run while leader, and its arguments
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+/// Which of a name's locks: `--kind mutex|semaphore|rw`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum KindArg {
+    /// The lock that `run` takes by default
+    Mutex,
+    /// The counting semaphore (`run --permits N`)
+    Semaphore,
+    /// The read-write lock (`run --read`, `run --write`)
+    Rw,
+}
+
+#[derive(Args, Debug)]
 pub(crate) struct BreakArgs {
+    /// Which of NAME's locks to break [default: mutex]
+    #[arg(long, value_enum)]
+    pub kind: Option<KindArg>,
+
+    /// Break only the holds of this owner (as `status` shows it)
+    #[arg(long, value_name = "OWNER")]
+    pub owner: Option<String>,
+
     /// The lock's name
     pub name: String,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct StatusArgs {
+    /// Only this kind of lock [default: every kind the store has]
+    #[arg(long, value_enum)]
+    pub kind: Option<KindArg>,
+
+    /// Print JSON (a stable shape: see docs/semantics.md)
+    #[arg(long)]
+    pub json: bool,
+
+    /// The lock's name
+    pub name: String,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct LsArgs {
+    /// Also show each lock's holders and waiters (one read per lock)
+    #[arg(long, short = 'l')]
+    pub long: bool,
+
+    /// Print JSON (a stable shape: see docs/semantics.md)
+    #[arg(long)]
+    pub json: bool,
+
+    /// Only names that start with this
+    #[arg(default_value = "")]
+    pub prefix: String,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct WatchArgs {
+    /// Only this kind of lock [default: every kind the store has]
+    #[arg(long, value_enum)]
+    pub kind: Option<KindArg>,
+
+    /// How often to read the store
+    #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_interval)]
+    pub interval: Duration,
+
+    /// Print one JSON object per change (the shape of `status --json`,
+    /// with "at")
+    #[arg(long)]
+    pub json: bool,
+
+    /// The lock's name
+    pub name: String,
+}
+
+/// A polling interval: a duration of 50ms to 1h.
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    let interval = parse_duration(text)?;
+    if !(Duration::from_millis(50)..=Duration::from_secs(3600)).contains(&interval) {
+        return Err(format!("{text:?} is outside 50ms to 1h"));
+    }
+    Ok(interval)
 }
 
 /// A duration as the library reads it (`500ms`, `15s`), or a bare number

@@ -49,6 +49,9 @@ pub(crate) const UNAVAILABLE: u8 = 69;
 pub(crate) const SOFTWARE: u8 = 70;
 /// The lock was not acquired in time (EX_TEMPFAIL).
 pub(crate) const TEMPFAIL: u8 = 75;
+/// `run --once-per`: the command already ran within the period, so it did
+/// not run now (outside sysexits' range, so no failure reads as it).
+pub(crate) const DONE: u8 = 79;
 
 /// The exit status for an error.
 pub(crate) fn code_for(err: &Error) -> u8 {

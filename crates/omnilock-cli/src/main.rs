@@ -10,8 +10,10 @@
 mod args;
 mod child;
 mod demo;
+mod elect;
 mod exit;
 mod manual;
+mod operator;
 mod run;
 mod write;
 
@@ -72,7 +74,7 @@ fn main() -> ExitCode {
             },
         };
         // `run` checks its own arguments first and prepares the store after.
-        if !matches!(command, args::Command::Run(_))
+        if !matches!(command, args::Command::Run(_) | args::Command::Elect(_))
             && let Err(message) = args::prepare_default(&store)
         {
             eprintln!("omnilock: {message}");
@@ -81,7 +83,11 @@ fn main() -> ExitCode {
         match command {
             args::Command::Run(run) => run::run(&store, run).await,
             args::Command::Demo(demo) => demo::demo(&store, demo).await,
-            args::Command::Break(b) => run::break_lock(&store, &b.name).await,
+            args::Command::Elect(e) => elect::elect(&store, e).await,
+            args::Command::Status(s) => operator::status(&store, s).await,
+            args::Command::Ls(l) => operator::ls(&store, l).await,
+            args::Command::Watch(w) => operator::watch(&store, w).await,
+            args::Command::Break(b) => operator::break_holds(&store, b).await,
             args::Command::Write(w) => write::write(w).await,
             args::Command::Completions(c) => manual::print_completions(c.shell),
             args::Command::Man(m) => manual::print_man_page(m.dir.as_deref()),

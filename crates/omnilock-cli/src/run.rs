@@ -1,4 +1,4 @@
-//! `omnilock run` and `omnilock break`.
+//! `omnilock run`.
 
 use std::process::ExitStatus;
 use std::time::Duration;
@@ -18,10 +18,10 @@ const LOST_GRACE: Duration = Duration::from_secs(10);
 /// SIGKILL instead of a clean stop. A signal `omnilock` was started with
 /// ignored (`nohup`, a background job of a non-interactive shell) stays
 /// ignored, for the command too, as with flock(1).
-struct Signals(Vec<(Signal, i32)>);
+pub(crate) struct Signals(Vec<(Signal, i32)>);
 
 impl Signals {
-    fn install() -> std::io::Result<Self> {
+    pub(crate) fn install() -> std::io::Result<Self> {
         let mut installed = Vec::new();
         for (kind, number) in [
             (SignalKind::interrupt(), libc::SIGINT),
@@ -39,7 +39,7 @@ impl Signals {
     }
 
     /// The next of these signals, as its number.
-    async fn next(&mut self) -> i32 {
+    pub(crate) async fn next(&mut self) -> i32 {
         std::future::poll_fn(|cx| {
             for (signal, number) in self.0.iter_mut() {
                 if signal.poll_recv(cx).is_ready() {
@@ -82,6 +82,35 @@ pub(crate) fn check(args: &RunArgs) -> omnilock::Result<Checked> {
     if let Some(ttl) = args.ttl {
         options = options.ttl(ttl);
     }
+    if let (Some(min), Some(max)) = (args.min_hold, args.max_hold)
+        && min > max
+    {
+        return Err(omnilock::Error::config(format!(
+            "--min-hold ({}) is longer than --max-hold ({}): the lock cannot be kept at \
+             least the one and at most the other",
+            humantime::format_duration(min),
+            humantime::format_duration(max)
+        )));
+    }
+    if args.max_hold == Some(Duration::ZERO) {
+        return Err(omnilock::Error::config(
+            "--max-hold must be above zero (leave it out to hold for as long as the command runs)",
+        ));
+    }
+    if let Some(period) = args.once_per
+        && (period < Duration::from_secs(1) || period > omnilock::MAX_RECORD_KEEP)
+    {
+        return Err(omnilock::Error::config(format!(
+            "--once-per takes a period from 1s to {} days",
+            omnilock::MAX_RECORD_KEEP.as_secs() / 86_400
+        )));
+    }
+    if let Some(max_hold) = args.max_hold {
+        options = options.max_hold(max_hold);
+    }
+    if let Some(min_hold) = args.min_hold {
+        options = options.min_hold(min_hold);
+    }
     options.check()?;
     if let Some(owner) = &args.owner {
         options = options.owner(&Owner::new(owner)?);
@@ -122,6 +151,16 @@ pub(crate) async fn run(store: &str, args: RunArgs) -> u8 {
         signal = signals.next() => return exit::die_of(signal),
     };
 
+    if args.once_per.is_some() && !locks.capabilities().records {
+        locks.close().await;
+        eprintln!(
+            "omnilock: --once-per needs a store that keeps a record after omnilock exits; \
+             {} cannot (its keys end with the client's session): use Redis, etcd, ZooKeeper \
+             or SQL table mode",
+            exit::shown(store)
+        );
+        return exit::USAGE;
+    }
     let mut request = match (args.permits, args.read, args.write) {
         (Some(permits), _, _) => locks.semaphore(&args.name, permits),
         (None, true, _) => locks.rw_lock(&args.name).read(),
@@ -178,16 +217,160 @@ pub(crate) async fn run(store: &str, args: RunArgs) -> u8 {
         Err(err) => return failed(&err),
     };
 
-    let (program, rest) = args.command.split_first().expect("clap requires CMD");
+    let done = match args.once_per {
+        Some(period) => match DoneRecord::check(&locks, &args.name, period, &guard).await {
+            Ok(Some(done)) => Some(done),
+            Ok(None) => {
+                let _ = guard.release().await;
+                return args.done_exit_code;
+            }
+            Err(err) => {
+                let _ = guard.release().await;
+                return failed(&err);
+            }
+        },
+        None => None,
+    };
+    let held = Holding::Lock(guard);
+    let min_hold_note = args.verbose && args.min_hold.is_some();
+    supervise(
+        held,
+        &args.name,
+        &args.command,
+        &mut signals,
+        SuperviseExits {
+            lost: args.lost_exit_code,
+            unavailable: args.unavailable_exit_code,
+        },
+        min_hold_note,
+        done,
+    )
+    .await
+}
+
+/// `--once-per`: the record of the last successful run, read under the
+/// lock before the command runs and written under it after a success.
+pub(crate) struct DoneRecord {
+    locks: omnilock::Locks,
+    name: String,
+    period: Duration,
+    started: std::time::Instant,
+    value: String,
+}
+
+impl DoneRecord {
+    /// Reads the record of `name`: `None` (after saying so) when a run
+    /// within `period` left one, else what to write after a success.
+    async fn check(
+        locks: &omnilock::Locks,
+        name: &str,
+        period: Duration,
+        guard: &omnilock::LockGuard,
+    ) -> omnilock::Result<Option<DoneRecord>> {
+        if let Some(last) = locks.read_record(name).await? {
+            let again = last.left.map_or(String::new(), |left| {
+                format!(
+                    "; it may run again in {}",
+                    humantime::format_duration(Duration::from_secs(left.as_secs() + 1))
+                )
+            });
+            eprintln!(
+                "omnilock: {name:?} already ran within --once-per {} ({}){again}; not running it",
+                humantime::format_duration(period),
+                last.value
+            );
+            return Ok(None);
+        }
+        let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
+        Ok(Some(DoneRecord {
+            locks: locks.clone(),
+            name: name.to_string(),
+            period,
+            started: std::time::Instant::now(),
+            value: format!("last run started {now} by {}", guard.owner()),
+        }))
+    }
+
+    /// Records a successful run, for the rest of its period from its start.
+    async fn write(&self) -> omnilock::Result<()> {
+        let left = self.period.saturating_sub(self.started.elapsed());
+        if left < Duration::from_millis(1) {
+            return Ok(());
+        }
+        self.locks.write_record(&self.name, &self.value, left).await
+    }
+}
+
+/// The exit statuses `supervise` may need besides the command's own.
+pub(crate) struct SuperviseExits {
+    pub(crate) lost: u8,
+    pub(crate) unavailable: u8,
+}
+
+/// What the command runs under: a lock (or permit, or side of a
+/// read-write lock) or a leadership.
+pub(crate) enum Holding {
+    Lock(omnilock::LockGuard),
+    Leader(omnilock::Leadership),
+}
+
+impl Holding {
+    /// The fencing token: the lock's, or the leader's term.
+    fn token(&self) -> u64 {
+        match self {
+            Holding::Lock(guard) => guard.token(),
+            Holding::Leader(leadership) => leadership.term(),
+        }
+    }
+
+    fn lost(&self) -> impl std::future::Future<Output = omnilock::Error> + Send + 'static + use<> {
+        match self {
+            Holding::Lock(guard) => boxed_loss(guard.lost()),
+            Holding::Leader(leadership) => boxed_loss(leadership.lost()),
+        }
+    }
+
+    async fn release(self) -> omnilock::Result<()> {
+        match self {
+            Holding::Lock(guard) => guard.release().await,
+            Holding::Leader(leadership) => leadership.resign().await,
+        }
+    }
+}
+
+/// Boxes a lost signal, so that both kinds of holding return one type.
+fn boxed_loss(
+    lost: impl std::future::Future<Output = omnilock::Error> + Send + 'static,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = omnilock::Error> + Send>> {
+    Box::pin(lost)
+}
+
+/// Runs `command` (program and arguments) while `held` lasts, with
+/// OMNILOCK_TOKEN and OMNILOCK_LOCK (`name`) in its environment: passes
+/// signals on, stops it (SIGTERM, then SIGKILL after a grace) and exits
+/// `lost_exit_code` when the holding is lost, and otherwise releases once
+/// the command (and what it left in its process group) has exited, with
+/// the command's status.
+pub(crate) async fn supervise(
+    held: Holding,
+    name: &str,
+    command: &[String],
+    signals: &mut Signals,
+    exits: SuperviseExits,
+    min_hold_note: bool,
+    done: Option<DoneRecord>,
+) -> u8 {
+    let lost_exit_code = exits.lost;
+    let (program, rest) = command.split_first().expect("clap requires CMD");
     let env = [
-        ("OMNILOCK_TOKEN", guard.token().to_string()),
-        ("OMNILOCK_LOCK", args.name.clone()),
+        ("OMNILOCK_TOKEN", held.token().to_string()),
+        ("OMNILOCK_LOCK", name.to_string()),
     ];
     let mut command = match child::spawn(program, rest, &env) {
         Ok(command) => command,
         Err(err) => {
             eprintln!("omnilock: cannot run {program:?}: {err}");
-            let _ = guard.release().await;
+            let _ = held.release().await;
             return if err.kind() == std::io::ErrorKind::NotFound {
                 127
             } else {
@@ -196,7 +379,7 @@ pub(crate) async fn run(store: &str, args: RunArgs) -> u8 {
         }
     };
 
-    let lost = guard.lost();
+    let lost = held.lost();
     tokio::pin!(lost);
     let mut status = None;
     let group = command.group();
@@ -209,7 +392,7 @@ pub(crate) async fn run(store: &str, args: RunArgs) -> u8 {
                         eprintln!("omnilock: lost track of the command: {err}");
                         command.stop(LOST_GRACE).await;
                         command.finish().await;
-                        let _ = guard.release().await;
+                        let _ = held.release().await;
                         return exit::SOFTWARE;
                     }
                 }
@@ -231,10 +414,10 @@ pub(crate) async fn run(store: &str, args: RunArgs) -> u8 {
                 command.finish().await;
                 // Says what the store answered, so that scripts (and the
                 // tests) see that the stale release touched nothing.
-                if let Err(err) = guard.release().await {
+                if let Err(err) = held.release().await {
                     eprintln!("omnilock: release after the loss: {err}");
                 }
-                return args.lost_exit_code;
+                return lost_exit_code;
             }
             signal = signals.next() => {
                 if forward(&command, signal) {
@@ -245,38 +428,37 @@ pub(crate) async fn run(store: &str, args: RunArgs) -> u8 {
     }
     command.finish().await;
     let status = status.expect("the loop ends after the command");
-    match guard.release().await {
+    if let Some(done) = done
+        && status.success()
+        && let Err(err) = done.write().await
+    {
+        eprintln!(
+            "omnilock: the command succeeded, but its run could not be recorded for \
+             --once-per ({err}); a later start within the period may run it again"
+        );
+        let _ = held.release().await;
+        return exits.unavailable;
+    }
+    if min_hold_note {
+        eprintln!("omnilock: the command ended; keeping the lock until --min-hold has passed");
+    }
+    // A release inside --min-hold waits, holding the lock; a signal then
+    // ends omnilock, and the lease frees the lock.
+    let released = tokio::select! {
+        released = held.release() => released,
+        signal = signals.next() => return exit::die_of(signal),
+    };
+    match released {
         Ok(()) => exit_status(status),
         Err(err) if matches!(err.kind(), ErrorKind::NotOwner | ErrorKind::LockLost) => {
             eprintln!("omnilock: the lock was lost while the command ran: {err}");
-            args.lost_exit_code
+            lost_exit_code
         }
         Err(err) => {
             // The command finished under the lock; the lease frees it soon.
             eprintln!("omnilock: warning: {err}");
             exit_status(status)
         }
-    }
-}
-
-pub(crate) async fn break_lock(store: &str, name: &str) -> u8 {
-    if let Err(err) = LockName::new(name) {
-        return fail(&err);
-    }
-    let locks = match omnilock::connect(store).await {
-        Ok(locks) => locks,
-        Err(err) => return fail(&err),
-    };
-    match locks.break_lock(name).await {
-        Ok(true) => {
-            eprintln!("omnilock: broke lock {name:?}");
-            0
-        }
-        Ok(false) => {
-            eprintln!("omnilock: lock {name:?} was not held");
-            0
-        }
-        Err(err) => fail(&err),
     }
 }
 

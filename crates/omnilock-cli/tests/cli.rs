@@ -758,6 +758,42 @@ mod cross_process {
         assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
     }
 
+    /// `status`, `ls` and `break` see and remove what `omnilock run`
+    /// processes hold, on every store (Redlock: the mutex only).
+    #[test]
+    fn operator_commands_see_and_break_running_holds() {
+        each_store("operator", Turns::AtOnce, |bin, url, dir| {
+            let redlock = url.starts_with("redlock");
+            let offers = omnilock_harness::operator::Offers {
+                list: true,
+                counted: !redlock,
+            };
+            omnilock_harness::operator::operator_view_across_processes(bin, url, dir, offers)
+        });
+    }
+
+    /// `--min-hold` and `--max-hold` across processes, on every store.
+    #[test]
+    fn scheduled_job_rules_hold_across_processes() {
+        each_store("job-rules", Turns::AtOnce, |bin, url, dir| {
+            omnilock_harness::job_rules::min_hold_across_processes(bin, url, dir);
+            omnilock_harness::job_rules::max_hold_across_processes(bin, url, dir);
+            let keeps_records = !url.starts_with("redlock") && !url.contains("mode=advisory");
+            omnilock_harness::job_rules::once_per_across_processes(bin, url, dir, keeps_records);
+        });
+        omnilock_harness::job_rules::contradicting_rules_are_refused(Path::new(OMNILOCK), "mem://");
+    }
+
+    /// `omnilock elect` across processes, on every store.
+    #[test]
+    fn elect_runs_one_leader_at_a_time() {
+        each_store(
+            "elect",
+            Turns::AtOnce,
+            omnilock_harness::elect::elect_across_processes,
+        );
+    }
+
     #[test]
     fn killed_holder_frees_lock() {
         each_store("killed", Turns::AtOnce, process::killed_holder_frees_lock);

@@ -17,7 +17,10 @@
 //! [`process`]: cross-process scenarios, several `omnilock` commands
 //! contending for one lock, and the helpers that run them (the CLI's tests).
 
+pub mod elect;
 pub mod faults;
+pub mod job_rules;
+pub mod operator;
 pub mod probe;
 pub mod process;
 pub mod topology;

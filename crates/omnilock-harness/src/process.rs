@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 /// The lock a scenario takes: its kind, this test process and the scratch
 /// directory, so runs of one scenario on several stores at once, or on
 /// stores that share a server, never meet on one name.
-fn lock_name(kind: &str, dir: &Path) -> String {
+pub(crate) fn lock_name(kind: &str, dir: &Path) -> String {
     let dir = dir
         .file_name()
         .map_or_else(String::new, |d| d.to_string_lossy().into_owned());
@@ -264,7 +264,7 @@ fn paused_holder_loses(omnilock: &Path, url: &str, dir: &Path, side: &[&str]) {
     );
 }
 
-fn wait_for_file(marker: &Path, child: &mut std::process::Child, who: &str) {
+pub(crate) fn wait_for_file(marker: &Path, child: &mut std::process::Child, who: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while !marker.exists() {
         assert!(Instant::now() < deadline, "{who} never got the lock");
@@ -276,7 +276,7 @@ fn wait_for_file(marker: &Path, child: &mut std::process::Child, who: &str) {
 }
 
 /// Sends `sig` to the child (or, with `group`, to its whole process group).
-fn signal(child: &std::process::Child, sig: &str, group: bool) {
+pub(crate) fn signal(child: &std::process::Child, sig: &str, group: bool) {
     let target = if group {
         format!("-{}", child.id())
     } else {
@@ -289,7 +289,7 @@ fn signal(child: &std::process::Child, sig: &str, group: bool) {
     assert!(sent.success(), "kill {sig} {target} failed");
 }
 
-fn wait_with_deadline(
+pub(crate) fn wait_with_deadline(
     child: &mut std::process::Child,
     limit: Duration,
 ) -> std::process::ExitStatus {

@@ -1,0 +1,126 @@
+//! `omnilock elect` across processes: one leader runs its command, the
+//! next candidate takes over when it steps down, a listener sees each
+//! leader, and a leader whose leadership is taken away stops its command
+//! and exits 70. Run by the CLI crate's tests for every store.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use crate::process::{WithoutTerminal, lock_name, signal, text, wait_for_file, wait_with_deadline};
+
+/// A candidate campaigning as `value`, whose command writes its term to
+/// `marker` once elected, then sleeps.
+fn candidate(omnilock: &Path, url: &str, name: &str, value: &str, marker: &Path) -> Child {
+    let _ = std::fs::remove_file(marker);
+    Command::new(omnilock)
+        .args([
+            "elect", "--store", url, "--ttl", "3s", name, value, "--", "sh", "-c",
+        ])
+        .arg(format!(
+            "echo $OMNILOCK_TOKEN > '{m}.tmp'; mv '{m}.tmp' '{m}'; exec sleep 600",
+            m = marker.display()
+        ))
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .without_terminal()
+        .spawn()
+        .expect("spawn a candidate")
+}
+
+fn term(marker: &Path, child: &mut Child, who: &str) -> u64 {
+    wait_for_file(marker, child, who);
+    let term = std::fs::read_to_string(marker).expect("term file");
+    term.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{who} wrote no term: {term:?}"))
+}
+
+/// Reads the listener's JSON lines until one names `leader`.
+fn wait_for_leader(lines: &mpsc::Receiver<String>, leader: &str) {
+    loop {
+        let line = lines
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("the listener never showed {leader:?} leading"));
+        let parsed: serde_json::Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        if parsed["leader"] == leader {
+            assert!(parsed["term"].as_u64().is_some(), "{line}");
+            return;
+        }
+    }
+}
+
+/// Two candidates and a listener: the first leads while the second waits;
+/// SIGTERM to the first makes its command end and omnilock resign (exit
+/// 143 as the command's own status), and the second leads with a higher
+/// term; breaking the election's lock stops the second's command and it
+/// exits 70. The listener prints each leader and exits 0 on SIGINT.
+pub fn elect_across_processes(omnilock: &Path, url: &str, dir: &Path) {
+    let name = lock_name("elect", dir);
+    let (first_marker, second_marker) = (dir.join("elect-first"), dir.join("elect-second"));
+    let mut listener = Command::new(omnilock)
+        .args(["elect", "--store", url, "--listen", "--json", &name])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .without_terminal()
+        .spawn()
+        .expect("spawn the listener");
+    let (tx, lines) = mpsc::channel();
+    let stdout = listener.stdout.take().expect("listener stdout");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+
+    let mut first = candidate(omnilock, url, &name, "leader-one", &first_marker);
+    let first_term = term(&first_marker, &mut first, "the first candidate");
+    let mut second = candidate(omnilock, url, &name, "leader-two", &second_marker);
+    wait_for_leader(&lines, "leader-one");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!second_marker.exists(), "two leaders at once");
+
+    signal(&first, "-TERM", false);
+    let status = wait_with_deadline(&mut first, Duration::from_secs(30));
+    assert_eq!(
+        status.code(),
+        Some(143),
+        "the first leader exits with its command's status"
+    );
+    let second_term = term(&second_marker, &mut second, "the second candidate");
+    assert!(
+        second_term > first_term,
+        "term {second_term} after {first_term}"
+    );
+    wait_for_leader(&lines, "leader-two");
+
+    let broke = Command::new(omnilock)
+        .args(["break", "--store", url, &format!("election/{name}")])
+        .stdin(Stdio::null())
+        .output()
+        .expect("break");
+    assert_eq!(broke.status.code(), Some(0), "{}", text(&broke.stderr));
+    let status = wait_with_deadline(&mut second, Duration::from_secs(30));
+    let mut stderr = String::new();
+    if let Some(mut pipe) = second.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
+    }
+    assert_eq!(
+        status.code(),
+        Some(70),
+        "a leader whose leadership was taken exits 70: {stderr}"
+    );
+
+    signal(&listener, "-INT", false);
+    let status = wait_with_deadline(&mut listener, Duration::from_secs(10));
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "the listener ends cleanly on SIGINT"
+    );
+}

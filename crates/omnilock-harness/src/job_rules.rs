@@ -1,0 +1,245 @@
+//! The scheduled-job rules of `omnilock run` across processes:
+//! `--min-hold` keeps the lock after a short command, `--max-hold` stops a
+//! command that holds too long. Run by the CLI crate's tests for every
+//! store.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::process::{WithoutTerminal, lock_name, text, wait_for_file, wait_with_deadline};
+
+/// `omnilock run --no-wait NAME -- true`: its exit status (0 got the lock,
+/// 75 busy).
+fn try_run(omnilock: &Path, url: &str, name: &str) -> Option<i32> {
+    Command::new(omnilock)
+        .args(["run", "--store", url, "--no-wait", name, "--", "true"])
+        .stdin(Stdio::null())
+        .without_terminal()
+        .status()
+        .expect("run omnilock")
+        .code()
+}
+
+/// A job that ends at once under `--min-hold 3s`: another process cannot
+/// take the lock until 3 s after the first took it; the first `omnilock`
+/// exits 0 (the command's status) once they have passed, and the lock is
+/// free then.
+pub fn min_hold_across_processes(omnilock: &Path, url: &str, dir: &Path) {
+    let name = lock_name("min-hold", dir);
+    let marker = dir.join("min-hold-ran");
+    let _ = std::fs::remove_file(&marker);
+    let min_hold = Duration::from_secs(3);
+    let started = Instant::now();
+    let mut first = Command::new(omnilock)
+        .args([
+            "run",
+            "--store",
+            url,
+            "--min-hold",
+            "3s",
+            &name,
+            "--",
+            "touch",
+        ])
+        .arg(&marker)
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .without_terminal()
+        .spawn()
+        .expect("spawn the job");
+    wait_for_file(&marker, &mut first, "the job");
+    let busy = try_run(omnilock, url, &name);
+    let probed_at = started.elapsed();
+    let status = wait_with_deadline(&mut first, Duration::from_secs(30));
+    let ran_for = started.elapsed();
+    if probed_at < min_hold {
+        assert_eq!(
+            busy,
+            Some(75),
+            "another process took the lock {probed_at:?} into a 3 s min-hold"
+        );
+    }
+    assert_eq!(status.code(), Some(0), "the job's own status");
+    assert!(
+        ran_for >= min_hold,
+        "omnilock let go after {ran_for:?}, inside its 3 s min-hold"
+    );
+    assert_eq!(
+        try_run(omnilock, url, &name),
+        Some(0),
+        "free once the min-hold passed"
+    );
+}
+
+/// A job that would run for ever under `--max-hold 2s`: its command is
+/// stopped and `omnilock` exits 70 saying why, a little after 2 s; the
+/// lock is free at once for the next process.
+pub fn max_hold_across_processes(omnilock: &Path, url: &str, dir: &Path) {
+    let name = lock_name("max-hold", dir);
+    let marker = dir.join("max-hold-ran");
+    let _ = std::fs::remove_file(&marker);
+    let started = Instant::now();
+    let mut job = Command::new(omnilock)
+        .args([
+            "run",
+            "--store",
+            url,
+            "--ttl",
+            "3s",
+            "--max-hold",
+            "2s",
+            &name,
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg(format!("touch '{}'; exec sleep 600", marker.display()))
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .without_terminal()
+        .spawn()
+        .expect("spawn the job");
+    wait_for_file(&marker, &mut job, "the job");
+    let status = wait_with_deadline(&mut job, Duration::from_secs(30));
+    let ran_for = started.elapsed();
+    let mut stderr = String::new();
+    if let Some(mut pipe) = job.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
+    }
+    assert_eq!(
+        status.code(),
+        Some(70),
+        "a job past its max-hold exits 70; stderr: {stderr}"
+    );
+    assert!(
+        stderr.contains("max_hold"),
+        "the message names the max hold: {stderr}"
+    );
+    assert!(
+        (Duration::from_secs(2)..Duration::from_secs(8)).contains(&ran_for),
+        "stopped after {ran_for:?} (max-hold 2s)"
+    );
+    assert_eq!(
+        try_run(omnilock, url, &name),
+        Some(0),
+        "free once the job was stopped"
+    );
+}
+
+/// Contradicting rules are refused before any I/O, naming the flags.
+pub fn contradicting_rules_are_refused(omnilock: &Path, url: &str) {
+    let out = Command::new(omnilock)
+        .args([
+            "run",
+            "--store",
+            url,
+            "--min-hold",
+            "1h",
+            "--max-hold",
+            "1m",
+            "job",
+            "--",
+            "true",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run omnilock");
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
+    let said = text(&out.stderr);
+    assert!(
+        said.contains("--min-hold") && said.contains("--max-hold"),
+        "{said}"
+    );
+}
+
+/// `--once-per 1h`: 8 processes (as 8 machines' cron would) start the same
+/// job within a second; exactly one runs it, the other 7 exit 79 saying it
+/// already ran. A run that fails leaves no record: the next start runs.
+/// On a store that cannot keep a record, `--once-per` exits 64 and says so
+/// before running anything.
+pub fn once_per_across_processes(omnilock: &Path, url: &str, dir: &Path, keeps_records: bool) {
+    let name = lock_name("once-per", dir);
+    let runs = dir.join("once-per-runs");
+    let _ = std::fs::remove_file(&runs);
+    let job = |name: &str, script: &str| {
+        Command::new(omnilock)
+            .args([
+                "run",
+                "--store",
+                url,
+                "--once-per",
+                "1h",
+                "--wait",
+                "60s",
+                name,
+                "--",
+                "sh",
+                "-c",
+            ])
+            .arg(script)
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .without_terminal()
+            .spawn()
+            .expect("spawn the job")
+    };
+    let script = format!("echo $$ >> '{}'; sleep 0.3", runs.display());
+    if !keeps_records {
+        let out = job(&name, &script).wait_with_output().expect("job");
+        assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains("--once-per"),
+            "{}",
+            text(&out.stderr)
+        );
+        assert!(
+            !runs.exists(),
+            "the job ran on a store that cannot keep its record"
+        );
+        return;
+    }
+    let jobs: Vec<_> = (0..8).map(|_| job(&name, &script)).collect();
+    let mut statuses = Vec::new();
+    let mut said = String::new();
+    for job in jobs {
+        let out = job.wait_with_output().expect("job");
+        said.push_str(&text(&out.stderr));
+        statuses.push(out.status.code());
+    }
+    let ran = std::fs::read_to_string(&runs).unwrap_or_default();
+    assert_eq!(
+        ran.lines().count(),
+        1,
+        "exactly one run: {ran:?}; statuses {statuses:?}; {said}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|s| **s == Some(0)).count(),
+        1,
+        "{statuses:?}; {said}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|s| **s == Some(79)).count(),
+        7,
+        "{statuses:?}; {said}"
+    );
+    assert!(said.contains("already ran"), "{said}");
+
+    let failing = format!("{name}/failing");
+    let out = job(&failing, "exit 3").wait_with_output().expect("job");
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let out = job(&failing, "true").wait_with_output().expect("job");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "a failed run leaves no record: {}",
+        text(&out.stderr)
+    );
+    let out = job(&failing, "true").wait_with_output().expect("job");
+    assert_eq!(
+        out.status.code(),
+        Some(79),
+        "the successful run left one: {}",
+        text(&out.stderr)
+    );
+}

@@ -1,0 +1,273 @@
+//! The operator's commands across processes: `omnilock status`, `ls` and
+//! `break` report and remove what separate `omnilock run` processes hold.
+//! Run by the CLI crate's tests for every store.
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::process::{WithoutTerminal, lock_name, signal, text, wait_for_file, wait_with_deadline};
+
+/// What the store under test is expected to answer.
+#[derive(Debug, Clone, Copy)]
+pub struct Offers {
+    /// `ls` lists held locks (false: it refuses with exit 64).
+    pub list: bool,
+    /// Semaphores and read-write locks.
+    pub counted: bool,
+}
+
+/// A holder started with `omnilock run --owner OWNER <side> NAME`: it
+/// writes its fencing token to `marker` once it holds, then sleeps.
+fn hold(
+    omnilock: &Path,
+    url: &str,
+    name: &str,
+    owner: &str,
+    side: &[&str],
+    marker: &Path,
+) -> Child {
+    let _ = std::fs::remove_file(marker);
+    Command::new(omnilock)
+        .args([
+            "run", "--store", url, "--ttl", "3s", "--wait", "60s", "--owner", owner,
+        ])
+        .args(side)
+        .args([name, "--", "sh", "-c"])
+        .arg(format!(
+            "echo $OMNILOCK_TOKEN > '{m}.tmp'; mv '{m}.tmp' '{m}'; exec sleep 600",
+            m = marker.display()
+        ))
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .without_terminal()
+        .spawn()
+        .expect("spawn holder")
+}
+
+/// The fencing token `hold` wrote, once it holds.
+fn token_of(marker: &Path, child: &mut Child, who: &str) -> u64 {
+    wait_for_file(marker, child, who);
+    let token = std::fs::read_to_string(marker).expect("token file");
+    token
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{who} wrote no token: {token:?}"))
+}
+
+fn omnilock_at(omnilock: &Path, url: &str, args: &[&str]) -> Output {
+    Command::new(omnilock)
+        .args(["--store", url])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run omnilock")
+}
+
+/// `omnilock status NAME --json [--kind KIND]`, parsed: the entry of `kind`.
+fn status(omnilock: &Path, url: &str, name: &str, kind: &str) -> Value {
+    let out = omnilock_at(omnilock, url, &["status", "--json", "--kind", kind, name]);
+    assert_eq!(out.status.code(), Some(0), "status: {}", text(&out.stderr));
+    let parsed: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("status --json is not JSON ({e}): {}", text(&out.stdout)));
+    assert_eq!(parsed["name"], name, "{parsed}");
+    let locks = parsed["locks"].as_array().expect("locks array");
+    assert_eq!(locks.len(), 1, "one kind asked: {parsed}");
+    assert_eq!(locks[0]["kind"], kind, "{parsed}");
+    locks[0].clone()
+}
+
+/// The owners of a status entry's holders (or waiters), sorted.
+fn owners(entry: &Value, field: &str) -> Vec<String> {
+    let mut owners: Vec<String> = entry[field]
+        .as_array()
+        .map(|all| {
+            all.iter()
+                .filter_map(|h| h["owner"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    owners.sort();
+    owners
+}
+
+/// Stops a holder's whole process group and reaps it.
+fn stop(child: &mut Child) {
+    signal(child, "-KILL", true);
+    let _ = child.wait();
+}
+
+/// The holder exits 70 (lock lost) soon after its hold was broken.
+fn assert_told_of_break(child: &mut Child, who: &str) {
+    let status = wait_with_deadline(child, Duration::from_secs(20));
+    let mut stderr = String::new();
+    if let Some(mut pipe) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
+    }
+    assert_eq!(
+        status.code(),
+        Some(70),
+        "{who} must exit 70 after the break; stderr: {stderr}"
+    );
+}
+
+/// `status` shows the holder of a running `omnilock run` (its owner and
+/// the token its command got) and the process waiting behind it; `ls`
+/// lists the lock under its prefix; `break` frees it for the waiter and the
+/// broken holder exits 70. With semaphores: both permit holders show, one
+/// owner's permit is broken alone, and a `break` of the free mutex of the
+/// same name says so and points at the semaphore.
+pub fn operator_view_across_processes(omnilock: &Path, url: &str, dir: &Path, offers: Offers) {
+    let name = lock_name("operator", dir);
+    let first_marker = dir.join("operator-first");
+    let mut first = hold(omnilock, url, &name, "nightly@host-1", &[], &first_marker);
+    let token = token_of(&first_marker, &mut first, "the first holder");
+
+    let entry = status(omnilock, url, &name, "mutex");
+    assert_eq!(owners(&entry, "holders"), ["nightly@host-1"], "{entry}");
+    assert_eq!(entry["holders"][0]["token"], token, "{entry}");
+    assert_eq!(entry["holders"][0]["side"], "exclusive", "{entry}");
+    if let Some(left) = entry["holders"][0]["lease_left_ms"].as_u64() {
+        assert!(
+            (1..=4_000).contains(&left),
+            "a 3 s lease has {left} ms left"
+        );
+    }
+    let shown = omnilock_at(omnilock, url, &["status", &name]);
+    assert!(
+        text(&shown.stdout).contains("nightly@host-1")
+            && text(&shown.stdout).contains(&token.to_string()),
+        "status names the holder and its token: {}",
+        text(&shown.stdout)
+    );
+
+    let second_marker = dir.join("operator-second");
+    let mut second = hold(omnilock, url, &name, "waiter@host-2", &[], &second_marker);
+    if !entry["waiters"].is_null() {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let entry = status(omnilock, url, &name, "mutex");
+            if owners(&entry, "waiters")
+                .iter()
+                .any(|o| o == "waiter@host-2")
+                || entry["waiters"]
+                    .as_array()
+                    .is_some_and(|w| w.len() == 1 && w[0]["owner"].is_null())
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the waiting process never showed: {entry}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    let prefix = name
+        .rsplit_once('/')
+        .map_or("", |(parent, _)| parent)
+        .to_string()
+        + "/";
+    let listed = omnilock_at(omnilock, url, &["ls", "--json", &prefix]);
+    if offers.list {
+        assert_eq!(
+            listed.status.code(),
+            Some(0),
+            "ls: {}",
+            text(&listed.stderr)
+        );
+        let parsed: Value = serde_json::from_slice(&listed.stdout).expect("ls --json is JSON");
+        let found = parsed["locks"]
+            .as_array()
+            .expect("locks")
+            .iter()
+            .any(|l| l["name"] == name.as_str() && l["kind"] == "mutex");
+        assert!(found, "ls {prefix:?} must list {name:?}: {parsed}");
+    } else {
+        assert_eq!(
+            listed.status.code(),
+            Some(64),
+            "ls where the store cannot list: {}",
+            text(&listed.stderr)
+        );
+    }
+
+    let broke = omnilock_at(omnilock, url, &["break", &name]);
+    assert_eq!(
+        broke.status.code(),
+        Some(0),
+        "break: {}",
+        text(&broke.stderr)
+    );
+    assert!(
+        text(&broke.stderr).contains("broke 1 hold"),
+        "{}",
+        text(&broke.stderr)
+    );
+    assert_told_of_break(&mut first, "the broken holder");
+    let next = token_of(&second_marker, &mut second, "the waiter");
+    assert!(next > token, "the waiter's token {next} after {token}");
+    stop(&mut second);
+
+    if !offers.counted {
+        return;
+    }
+    let permit =
+        |owner: &str, marker: &Path| hold(omnilock, url, &name, owner, &["--permits", "2"], marker);
+    let (one, two) = (dir.join("operator-permit-1"), dir.join("operator-permit-2"));
+    let mut holder_one = permit("permit@host-1", &one);
+    let mut holder_two = permit("permit@host-2", &two);
+    token_of(&one, &mut holder_one, "the first permit holder");
+    token_of(&two, &mut holder_two, "the second permit holder");
+    let entry = status(omnilock, url, &name, "semaphore");
+    assert_eq!(entry["permits"], 2, "{entry}");
+    assert_eq!(entry["free_permits"], 0, "{entry}");
+    assert_eq!(
+        owners(&entry, "holders"),
+        ["permit@host-1", "permit@host-2"],
+        "{entry}"
+    );
+
+    let free_mutex = omnilock_at(omnilock, url, &["break", &name]);
+    assert_eq!(
+        free_mutex.status.code(),
+        Some(0),
+        "{}",
+        text(&free_mutex.stderr)
+    );
+    let said = text(&free_mutex.stderr);
+    assert!(
+        said.contains("no holds") && said.contains("--kind semaphore"),
+        "a break of the free mutex points at the held semaphore: {said}"
+    );
+
+    let broke = omnilock_at(
+        omnilock,
+        url,
+        &[
+            "break",
+            "--kind",
+            "semaphore",
+            "--owner",
+            "permit@host-1",
+            &name,
+        ],
+    );
+    assert_eq!(broke.status.code(), Some(0), "{}", text(&broke.stderr));
+    assert!(
+        text(&broke.stderr).contains("broke 1 hold"),
+        "{}",
+        text(&broke.stderr)
+    );
+    assert_told_of_break(&mut holder_one, "the broken permit holder");
+    assert!(
+        holder_two.try_wait().expect("status").is_none(),
+        "the other owner's permit holder must keep running"
+    );
+    let entry = status(omnilock, url, &name, "semaphore");
+    assert_eq!(owners(&entry, "holders"), ["permit@host-2"], "{entry}");
+    stop(&mut holder_two);
+}
