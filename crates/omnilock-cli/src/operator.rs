@@ -290,16 +290,12 @@ fn status_text(name: &str, seen: &[Inspection], now: SystemTime) -> String {
                 .owner
                 .as_ref()
                 .map_or("(owner not recorded)".to_string(), Owner::to_string);
-            out.push_str(&format!(
-                "  waiting{} {:<9} {}\n",
-                if seen.waiters_ordered {
-                    format!(" #{}", place + 1)
-                } else {
-                    String::new()
-                },
-                waiter.side,
-                owner
-            ));
+            let label = if seen.waiters_ordered {
+                format!("in line {}", place + 1)
+            } else {
+                "waiting".to_string()
+            };
+            out.push_str(&format!("  {label:<9} {:<9} {owner}\n", waiter.side));
         }
         if !seen.exact {
             out.push_str("  (estimated: the store's nodes may disagree)\n");
