@@ -1,8 +1,9 @@
 //! Redlock as a [`Backend`]: try-acquire, acquire (rounds until a
-//! majority grants), release, renewal, break, inspection and listing.
+//! majority grants), release, renewal, break, inspection, listing and
+//! records.
 
 use super::*;
-use omnilock_core::{Inspection, Listed, LockKind};
+use omnilock_core::{Inspection, Listed, LockKind, Record};
 #[async_trait]
 impl Backend for RedlockStore {
     type Hold = Hold;
@@ -36,6 +37,9 @@ impl Backend for RedlockStore {
             .with_inspect_waiters(true)
             // SCAN of every node, each name found then read on all.
             .with_list(true)
+            // On every node; present where any node keeps it
+            // (`records.rs`).
+            .with_records(true)
     }
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
@@ -320,5 +324,17 @@ impl Backend for RedlockStore {
 
     async fn list(&self, prefix: &str) -> Result<Vec<Listed>> {
         self.list_locks(prefix).await
+    }
+
+    async fn write_record(&self, name: &LockName, value: &str, keep: Duration) -> Result<()> {
+        self.set_record(name, value, keep).await
+    }
+
+    async fn read_record(&self, name: &LockName) -> Result<Option<Record>> {
+        self.get_record(name).await
+    }
+
+    async fn delete_record(&self, name: &LockName) -> Result<bool> {
+        self.del_record(name).await
     }
 }

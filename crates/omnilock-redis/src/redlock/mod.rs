@@ -33,6 +33,7 @@ use crate::wake::{self, WakeTarget};
 mod backend;
 mod inspect;
 mod line;
+mod records;
 mod release;
 mod round;
 

@@ -46,6 +46,16 @@ impl Keys {
     }
 }
 
+/// The key of the record `name` (see `scripts/records.rs`):
+/// `{prefix:name}:record`. It shares the hash slot of the lock of the same
+/// name (on a cluster, the same master) but is none of the lock's keys: no
+/// lock script touches it, and a listing does not read it as a lock.
+pub(crate) fn record_key(prefix: &str, name: &str) -> String {
+    let mut key = Keys::new(prefix, name).lock;
+    key.push_str(":record");
+    key
+}
+
 /// The keys of one semaphore or read-write lock (see `scripts/counted.rs`), in the
 /// slot of the mutex of the same name, apart from its keys: `family` is
 /// `sem` or `rw`. The fencing counter is the mutex's (tokens rise across
@@ -159,6 +169,10 @@ mod tests {
         let keys = Keys::new("omnilock", "a}b{c%d");
         assert_eq!(keys.lock, "{omnilock:a%7Db%7Bc%25d}");
         assert_eq!(keys.queue, "{omnilock:a%7Db%7Bc%25d}:queue");
+        assert_eq!(
+            record_key("omnilock", "a}b{c%d"),
+            "{omnilock:a%7Db%7Bc%25d}:record"
+        );
         // Distinct names stay distinct keys.
         assert_ne!(Keys::new("p", "a%7D").lock, Keys::new("p", "a}").lock);
     }
@@ -192,7 +206,8 @@ mod tests {
             assert_eq!(lock(&counted.entries), named(kind));
             assert_eq!(lock(&counted.order), None);
         }
-        for other in [&keys.queue, &keys.fence, &keys.timeouts] {
+        let record = record_key("omnilock", name);
+        for other in [&keys.queue, &keys.fence, &keys.timeouts, &record] {
             assert_eq!(lock(other), None);
         }
         assert_eq!(lock(&format!("{}:queue:abc:1", keys.lock)), None);

@@ -7,8 +7,9 @@
 //! function here that puts its keys and arguments in the script's order and
 //! decodes its answer into a reply type: [`mutex`] (one master's fair
 //! queue), [`counted`] (semaphores and read-write locks), [`redlock`]
-//! (Redlock's line of waiters on each node) and [`inspect`] (the read-only
-//! scripts of an operator's inspection).
+//! (Redlock's line of waiters on each node), [`inspect`] (the read-only
+//! scripts of an operator's inspection) and [`records`] (a record's value
+//! and time left, read together).
 //!
 //! A waiter entry is `<client id>:<waiter id>`; a release PUBLISHes the head
 //! entry on `<channel prefix><client id>`, so exactly one waiter is woken.
@@ -22,6 +23,7 @@ pub(crate) mod guarded;
 pub(crate) mod inspect;
 pub(crate) mod keys;
 pub(crate) mod mutex;
+pub(crate) mod records;
 pub(crate) mod redlock;
 
 use redis::{Cmd, RedisError, Script};
@@ -69,6 +71,7 @@ pub(crate) struct Scripts {
     inspect_counted: Script,
     break_counted: Script,
     redlock_inspect: Script,
+    read_record: Script,
 }
 
 impl Scripts {
@@ -103,6 +106,7 @@ impl Scripts {
             inspect_counted: Script::new(include_str!("lua/inspect_counted.lua")),
             break_counted: counted(include_str!("lua/break_counted.lua")),
             redlock_inspect: Script::new(include_str!("lua/redlock_inspect.lua")),
+            read_record: Script::new(include_str!("lua/read_record.lua")),
         }
     }
 }

@@ -1,9 +1,9 @@
 //! One master as a [`Backend`]: try-acquire, acquire (waits woken by one
 //! message, re-checked on a backoff), `lock_all`, release, renewal, holder,
-//! break, inspection and listing.
+//! break, inspection, listing and records.
 
 use super::*;
-use omnilock_core::{Inspection, Listed, LockKind, Owner};
+use omnilock_core::{Inspection, Listed, LockKind, Owner, Record};
 #[async_trait]
 impl Backend for RedisStore {
     type Hold = HoldId;
@@ -35,6 +35,8 @@ impl Backend for RedisStore {
             .with_inspect_waiters(true)
             // SCAN of every master.
             .with_list(true)
+            // One key each beside the lock, timed out by the server.
+            .with_records(true)
             // One script over every part's keys: one server or Sentinel's
             // master. A cluster keeps each name in its own slot, and
             // `wait_replicas` confirms one lock per write.
@@ -317,5 +319,17 @@ impl Backend for RedisStore {
 
     async fn list(&self, prefix: &str) -> Result<Vec<Listed>> {
         self.list_locks(prefix).await
+    }
+
+    async fn write_record(&self, name: &LockName, value: &str, keep: Duration) -> Result<()> {
+        self.set_record(name, value, keep).await
+    }
+
+    async fn read_record(&self, name: &LockName) -> Result<Option<Record>> {
+        self.get_record(name).await
+    }
+
+    async fn delete_record(&self, name: &LockName) -> Result<bool> {
+        self.del_record(name).await
     }
 }

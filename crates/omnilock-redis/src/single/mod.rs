@@ -33,6 +33,7 @@ mod blocking;
 mod counted;
 mod guarded;
 mod inspect;
+mod records;
 mod rounds;
 mod wakeups;
 
