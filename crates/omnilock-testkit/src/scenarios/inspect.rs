@@ -198,7 +198,11 @@ pub(crate) async fn inspect_reports_the_mutex_holder_and_waiters(subject: &Subje
         })
         .await;
         assert_eq!(seen.waiters.as_ref().map(Vec::len), Some(1), "{seen:?}");
-        assert_eq!(holder_owners(&seen), std::slice::from_ref(&first), "{seen:?}");
+        assert_eq!(
+            holder_owners(&seen),
+            std::slice::from_ref(&first),
+            "{seen:?}"
+        );
         let before = SystemTime::now();
         guard.release().await.expect("release");
         let second_guard = within("the hand-off", waiter)
