@@ -140,6 +140,8 @@ where
             Param::Family => query.bind(args.family),
             Param::Weight => query.bind(args.weight),
             Param::Capacity => query.bind(args.capacity),
+            Param::RangeStart => query.bind(args.range_start),
+            Param::RangeEnd => query.bind(args.range_end),
         };
     }
     query

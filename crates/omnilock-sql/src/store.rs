@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use omnilock_core::{
-    AcquireRequest, Backend, Capabilities, Error, Holder, LockName, LockSpec, Result, async_trait,
+    AcquireRequest, Backend, Capabilities, Error, Holder, Inspection, Listed, LockKind, LockName,
+    LockSpec, Owner, Result, async_trait,
 };
 
 use crate::advisory::AdvisoryStore;
@@ -280,8 +281,25 @@ impl Backend for SqlStore {
         self.mode.break_lock(name).await
     }
 
+    async fn break_holds(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        owner: Option<&Owner>,
+    ) -> Result<usize> {
+        self.mode.break_holds(name, kind, owner).await
+    }
+
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
         self.mode.holder(name).await
+    }
+
+    async fn inspect(&self, name: &LockName, kind: LockKind) -> Result<Inspection> {
+        self.mode.inspect(name, kind).await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<Listed>> {
+        self.mode.list(prefix).await
     }
 
     async fn close(&self) {

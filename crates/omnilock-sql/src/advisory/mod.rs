@@ -43,8 +43,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use omnilock_core::{
-    AcquireRequest, Backend, Capabilities, Error, ErrorKind, Holder, LockName, LockSpec, Primitive,
-    Result, async_trait,
+    AcquireRequest, Backend, Capabilities, Error, ErrorKind, Holder, Inspection, Listed, LockKind,
+    LockName, LockSpec, Owner, Primitive, Result, async_trait,
 };
 
 use crate::conn::Target;
@@ -135,6 +135,9 @@ impl Backend for AdvisoryStore {
             .with_atomic_lock_all(false)
             // A session holds the mutex: a transaction cannot lock that.
             .with_guarded_write(false)
+            // PostgreSQL's `pg_locks` shows who waits for a mutex (not
+            // their owners); MySQL/MariaDB keeps no record of it.
+            .with_inspect_waiters(self.sql.waiting.is_some())
     }
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
@@ -195,6 +198,33 @@ impl Backend for AdvisoryStore {
 
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
         self.holder_of(name).await
+    }
+
+    /// Semaphores and read-write locks are the table's.
+    async fn break_holds(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        owner: Option<&Owner>,
+    ) -> Result<usize> {
+        self.table.break_holds(name, kind, owner).await
+    }
+
+    /// A mutex from the database's locks (see
+    /// [`AdvisoryStore::inspect_mutex`]); the rest from the table.
+    async fn inspect(&self, name: &LockName, kind: LockKind) -> Result<Inspection> {
+        match kind {
+            LockKind::Mutex => self.inspect_mutex(name).await,
+            _ => self.table.inspect(name, kind).await,
+        }
+    }
+
+    /// The table's semaphores and read-write locks (its mutex rows carry
+    /// no lease here, so it lists none), and the held mutexes.
+    async fn list(&self, prefix: &str) -> Result<Vec<Listed>> {
+        let mut listed = self.table.list(prefix).await?;
+        listed.extend(self.list_mutexes(prefix).await?);
+        Ok(listed)
     }
 
     /// Lets go of the sessions (held locks end with their guards), then

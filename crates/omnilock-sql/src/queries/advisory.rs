@@ -38,8 +38,9 @@ pub(crate) struct Advisory {
     pub release: SqlStr,
     /// A statement that restarts the session's idle clock. Binds nothing.
     pub renew: SqlStr,
-    /// The row's owner and token while the lock is held. Binds MySQL: name,
-    /// key; PostgreSQL: the key's halves, name.
+    /// The row's owner, token and `updated_at` (when the token was bumped:
+    /// the hold began) while the lock is held. Binds MySQL: name, key;
+    /// PostgreSQL: the key's halves, name.
     pub holder: SqlStr,
     /// MySQL: the connection holding the lock; PostgreSQL: terminates it,
     /// giving its pid and whether the signal went out.
@@ -48,6 +49,15 @@ pub(crate) struct Advisory {
     /// The sessions holding the lock now (MySQL: the one; PostgreSQL: the
     /// pids). Binds MySQL: key; PostgreSQL: the key's halves.
     pub holding: SqlStr,
+    /// PostgreSQL: how many sessions wait for the lock. Binds the key's
+    /// halves. MySQL/MariaDB cannot tell (its waits show only in
+    /// `performance_schema`, often off).
+    pub waiting: Option<SqlStr>,
+    /// PostgreSQL: the key halves of every advisory lock held in this
+    /// database (`list`). Binds nothing. MySQL/MariaDB asks
+    /// [`mysql_used_locks`] of each candidate instead.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub held_keys: Option<SqlStr>,
 }
 
 fn sql(text: String) -> SqlStr {
@@ -81,11 +91,13 @@ impl Advisory {
                     // it): alive means held.
                     renew: sql("SELECT 1".into()),
                     holder: sql(format!(
-                        "SELECT CAST(owner AS CHAR), token FROM {table}
+                        "SELECT CAST(owner AS CHAR), token, updated_at FROM {table}
                          WHERE name = ? AND IS_USED_LOCK(?) IS NOT NULL"
                     )),
                     break_lock: sql("SELECT IS_USED_LOCK(?)".into()),
                     holding: sql("SELECT IS_USED_LOCK(?)".into()),
+                    waiting: None,
+                    held_keys: None,
                 }
             }
             _ => {
@@ -96,11 +108,16 @@ impl Advisory {
                         updated_at = excluded.updated_at
                      RETURNING token"
                 );
-                // The lock's entry in `pg_locks`, in this database.
-                let entry = "FROM pg_locks WHERE locktype = 'advisory' AND granted
-                        AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-                        AND classid = CAST($1 AS BIGINT)::oid AND objid = CAST($2 AS BIGINT)::oid
-                        AND objsubid = 1";
+                // The advisory locks of this database in `pg_locks` (a
+                // `bigint` key's have `objsubid` 1).
+                let advisory = "FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1
+                        AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
+                // The lock's entries: the holder's (`granted`), waiters'.
+                let lock = format!(
+                    "{advisory} AND classid = CAST($1 AS BIGINT)::oid
+                        AND objid = CAST($2 AS BIGINT)::oid"
+                );
+                let entry = format!("{lock} AND granted");
                 Advisory {
                     take_now: sql(format!(
                         "INSERT INTO {table} (name, owner, holds, token, expires_at, updated_at)
@@ -115,17 +132,30 @@ impl Advisory {
                     // Only this session can unlock its lock: alive means held.
                     renew: sql("SELECT 1".into()),
                     holder: sql(format!(
-                        "SELECT owner, token FROM {table} WHERE name = $3
+                        "SELECT owner, token, updated_at FROM {table} WHERE name = $3
                          AND EXISTS (SELECT 1 {entry})"
                     )),
                     break_lock: sql(format!(
                         "SELECT CAST(pid AS BIGINT), pg_terminate_backend(pid) {entry}"
                     )),
                     holding: sql(format!("SELECT CAST(pid AS BIGINT) {entry}")),
+                    waiting: Some(sql(format!("SELECT COUNT(*) {lock} AND NOT granted"))),
+                    held_keys: Some(sql(format!(
+                        "SELECT CAST(classid AS BIGINT), CAST(objid AS BIGINT) {advisory}
+                         AND granted"
+                    ))),
                 }
             }
         }
     }
+}
+
+/// MySQL/MariaDB: whether each of `count` locks is held, 1 or 0, as the
+/// columns of one row. Binds the keys.
+#[cfg(feature = "mysql")]
+pub(crate) fn mysql_used_locks(count: usize) -> SqlStr {
+    let columns = vec!["CAST(IS_USED_LOCK(?) IS NOT NULL AS SIGNED)"; count];
+    sql(format!("SELECT {}", columns.join(", ")))
 }
 
 /// MySQL/MariaDB: the session's id, as `KILL` takes it.

@@ -23,7 +23,7 @@ pub(crate) fn begin(dialect: Dialect) -> &'static str {
 
 /// The entries table, its index, and the heads table (MySQL and
 /// PostgreSQL), as given (unquoted).
-fn counted_names(table: &str) -> [String; 3] {
+pub(super) fn counted_names(table: &str) -> [String; 3] {
     [
         format!("{table}_entries"),
         // No longer than fair mode's `_queue_name`, which sets the longest
@@ -63,10 +63,14 @@ pub(crate) struct Counted {
     pub forget: Statement,
     /// Deletes a live, holding entry of this owner.
     pub release: Statement,
-    /// PostgreSQL with NOTIFY: `forget` and `release` are a `SELECT` over
-    /// the `DELETE` whose first column is the rows deleted, and which
-    /// notifies [`notify_channel`] with the lock name in the same round
-    /// trip.
+    /// Deletes the name's live, holding entries, whoever their owner
+    /// (`break_holds`): every one, or (`[1]`) one owner's. Binds family,
+    /// name (and owner).
+    pub break_holds: [Statement; 2],
+    /// PostgreSQL with NOTIFY: `forget`, `release` and `break_holds` are a
+    /// `SELECT` over the `DELETE` whose first column is the rows deleted,
+    /// and which notifies [`notify_channel`] with the lock name in the same
+    /// round trip.
     pub deletes_select_count: bool,
     /// Extends a live, holding entry of this owner; never revives one.
     pub renew: Statement,
@@ -179,6 +183,19 @@ impl Counted {
                 &format!("id = ? AND owner = ? AND holding = 1 AND expires_at > {now}"),
                 &[Id, Owner],
             ),
+            break_holds: [
+                delete(
+                    &format!("family = ? AND name = ? AND holding = 1 AND expires_at > {now}"),
+                    &[Family, Name],
+                ),
+                delete(
+                    &format!(
+                        "family = ? AND name = ? AND holding = 1 AND expires_at > {now} \
+                         AND owner = ?"
+                    ),
+                    &[Family, Name, Owner],
+                ),
+            ],
             deletes_select_count: notifies,
             renew: stmt(
                 format!(
@@ -205,6 +222,7 @@ impl Counted {
             &self.release,
             &self.renew,
         ];
+        all.extend(&self.break_holds);
         all.extend(self.head.iter().chain(&self.inserted_id));
         all
     }

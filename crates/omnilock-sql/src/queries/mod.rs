@@ -17,6 +17,7 @@
 
 pub(crate) mod advisory;
 mod counted;
+mod inspect;
 mod mysql;
 mod renew_batch;
 pub(crate) mod schema;
@@ -25,6 +26,7 @@ mod upsert;
 pub(crate) use counted::Counted;
 #[cfg(feature = "postgres")]
 pub(crate) use counted::notify_channel;
+pub(crate) use inspect::{Inspect, MUTEX_KIND, prefix_end};
 pub(crate) use renew_batch::{BatchStatements, RenewBatch};
 
 use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
@@ -62,6 +64,11 @@ pub(crate) enum Param {
     Weight,
     /// A semaphore's permits, or a read-write lock's fixed capacity.
     Capacity,
+    /// The lowest name of a range (`list`: the prefix).
+    RangeStart,
+    /// The first name past a range (`list`: the prefix's end, see
+    /// [`prefix_end`]).
+    RangeEnd,
 }
 
 /// The values a statement may bind; each statement takes the ones its
@@ -79,6 +86,8 @@ pub(crate) struct Args<'a> {
     pub family: &'a str,
     pub weight: i64,
     pub capacity: i64,
+    pub range_start: &'a str,
+    pub range_end: &'a str,
 }
 
 /// One SQL statement and the values it binds, in placeholder order.
@@ -190,6 +199,8 @@ pub(crate) struct Queries {
     pub in_tx: InTx,
     /// Semaphores and read-write locks.
     pub counted: Counted,
+    /// An operator's reads: `inspect` and `list` (see `table/inspect.rs`).
+    pub inspect: Inspect,
     /// Opens a transaction that takes locks (see [`counted::begin`]).
     pub begin: &'static str,
 }
@@ -252,6 +263,7 @@ mod tests {
             all.extend([&t.enqueue, &t.heartbeat, &t.dequeue, &t.sweep]);
         }
         all.extend(q.counted.statements());
+        all.extend(q.inspect.statements());
         all
     }
 

@@ -5,8 +5,8 @@
 //! of every `?` in the order they appear.
 
 use super::{
-    Acquire, Counted, InTx, Param, Queries, RenewBatch, Statement, Tickets, counted, ident,
-    queue_names, text_type,
+    Acquire, Counted, InTx, Inspect, Param, Queries, RenewBatch, Statement, Tickets, counted,
+    ident, queue_names, text_type,
 };
 use crate::config::Dialect;
 use Param::*;
@@ -78,6 +78,7 @@ pub(super) fn queries(table_name: &str, fair: bool) -> Queries {
         begin: counted::begin(Dialect::MySql),
         renew_batch: RenewBatch::new(Dialect::MySql, table_name),
         counted: Counted::new(Dialect::MySql, table_name, false),
+        inspect: Inspect::new(Dialect::MySql, table_name, fair),
         create: create
             .into_iter()
             .map(|s| Statement::new(s, &[]).sql)

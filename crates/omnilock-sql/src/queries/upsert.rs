@@ -4,8 +4,8 @@
 //! `GREATEST` are spelled differently.
 
 use super::{
-    Acquire, Counted, InTx, Param, Queries, RenewBatch, Statement, Tickets, counted, ident,
-    queue_names, text_type,
+    Acquire, Counted, InTx, Inspect, Param, Queries, RenewBatch, Statement, Tickets, counted,
+    ident, queue_names, text_type,
 };
 use crate::config::Dialect;
 use Param::*;
@@ -130,6 +130,7 @@ pub(super) fn queries(dialect: Dialect, table_name: &str, notify: bool, fair: bo
         begin: counted::begin(dialect),
         renew_batch: RenewBatch::new(dialect, table_name),
         counted: Counted::new(dialect, table_name, notify),
+        inspect: Inspect::new(dialect, table_name, fair),
         create: create
             .into_iter()
             .map(|s| Statement::new(s, &[]).sql)

@@ -5,8 +5,8 @@
 use std::time::{Duration, Instant};
 
 use omnilock_core::{
-    AcquireRequest, Backend, Backoff, Capabilities, Error, ErrorKind, LockName, LockSpec,
-    Primitive, Result, async_trait, complete_or_undo,
+    AcquireRequest, Backend, Backoff, Capabilities, Error, ErrorKind, Inspection, Listed, LockKind,
+    LockName, LockSpec, Owner, Primitive, Result, async_trait, complete_or_undo,
 };
 use sqlx::Row;
 
@@ -89,6 +89,12 @@ impl Backend for TableStore {
             .with_semaphore(true)
             .with_rw_lock(true)
             .with_atomic_lock_all(true)
+            // Rows and entries are read by the database's clock; the fair
+            // line's tickets are the mutex's waiters, which without it
+            // poll and leave no trace.
+            .with_inspect(true)
+            .with_inspect_waiters(self.inner.config.fair)
+            .with_list(true)
     }
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
@@ -312,6 +318,23 @@ impl Backend for TableStore {
             self.wake_local(name);
         }
         Ok(broken)
+    }
+
+    async fn break_holds(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        owner: Option<&Owner>,
+    ) -> Result<usize> {
+        self.break_counted(name, kind, owner).await
+    }
+
+    async fn inspect(&self, name: &LockName, kind: LockKind) -> Result<Inspection> {
+        self.inspect_lock(name, kind).await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<Listed>> {
+        self.list_held(prefix).await
     }
 
     async fn holder(&self, name: &LockName) -> Result<Option<omnilock_core::Holder>> {

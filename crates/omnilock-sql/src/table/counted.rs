@@ -20,14 +20,14 @@
 use std::time::{Duration, Instant};
 
 use omnilock_core::{
-    AcquireRequest, Backoff, Error, ErrorKind, LockName, LockSpec, Result, Share, complete_or_undo,
-    retry_in_background, retry_when,
+    AcquireRequest, Backoff, Error, ErrorKind, LockKind, LockName, LockSpec, Owner, Primitive,
+    Result, Share, complete_or_undo, retry_in_background, retry_when,
 };
 use sqlx::Row;
 
 use super::TableStore;
 use crate::conn::{query, with_pool};
-use crate::queries::{Args, Counted};
+use crate::queries::{Args, Counted, Statement};
 use crate::store::{Grant, HoldKind, SqlHold};
 
 /// What one attempt found.
@@ -212,16 +212,51 @@ impl TableStore {
         } else {
             &q.forget
         };
-        let deleted = if q.deletes_select_count {
-            let err = |e| self.err(e);
-            with_pool!(self.pool(), p => {
-                let row = query(statement, &args).fetch_one(p).await.map_err(err)?;
-                row.try_get::<i64, _>(0).map_err(err)? as u64
-            })
-        } else {
-            self.execute(statement, &args).await?
+        Ok(self.delete_entries(statement, &args).await? == 1)
+    }
+
+    /// Runs one of the entries' deletes: how many rows it deleted.
+    async fn delete_entries(&self, statement: &Statement, args: &Args<'_>) -> Result<u64> {
+        if !self.counted_queries().deletes_select_count {
+            return self.execute(statement, args).await;
+        }
+        let err = |e| self.err(e);
+        with_pool!(self.pool(), p => {
+            let row = query(statement, args).fetch_one(p).await.map_err(err)?;
+            Ok(row.try_get::<i64, _>(0).map_err(err)? as u64)
+        })
+    }
+
+    /// Deletes the live holds of the semaphore or read-write lock `kind`
+    /// of `name` (only `owner`'s, when given): how many. Their holders
+    /// learn at their next renewal; waiters stay in line, and the next
+    /// attempt of each (this process's at once) finds the room.
+    pub(crate) async fn break_counted(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        owner: Option<&Owner>,
+    ) -> Result<usize> {
+        let Some(family) = family(kind) else {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                "break_holds breaks semaphores and read-write locks; break_lock breaks a mutex",
+            ));
         };
-        Ok(deleted == 1)
+        let [all, one] = &self.counted_queries().break_holds;
+        let args = Args {
+            family,
+            name: name.as_str(),
+            owner: owner.map(Owner::as_str).unwrap_or_default(),
+            ..Args::default()
+        };
+        let broken = self
+            .delete_entries(if owner.is_some() { one } else { all }, &args)
+            .await?;
+        if broken > 0 {
+            self.inner.wake_all_local(name);
+        }
+        Ok(broken as usize)
     }
 
     /// A semaphore permit or a side of a read-write lock: `None` from a
@@ -331,6 +366,17 @@ impl TableStore {
         }
         Ok(started + spec.ttl)
     }
+}
+
+/// The family of `kind`'s entries (see [`Share::family`]); `None` for the
+/// mutex, which is a row of the lock table.
+pub(crate) fn family(kind: LockKind) -> Option<&'static str> {
+    let primitive = match kind {
+        LockKind::Semaphore => Primitive::Semaphore { permits: 1 },
+        LockKind::RwLock => Primitive::Read,
+        _ => return None,
+    };
+    primitive.share().map(|share| share.family)
 }
 
 /// A waiter's row, deleted (in the background) if the acquire ends without

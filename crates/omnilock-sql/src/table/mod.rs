@@ -1,12 +1,14 @@
 //! Table mode (`?mode=table`, the default): one row per lock, taken and
 //! released by single atomic statements, waited for by polling with
 //! backoff and jitter (see [`queue`]); semaphores and read-write locks in
-//! the entries table (see [`counted`]).
+//! the entries table (see [`counted`]); an operator's reads in
+//! [`inspect`].
 
 mod backend;
 #[cfg(feature = "mysql")]
 mod bells;
 mod counted;
+mod inspect;
 mod queue;
 mod renew;
 
