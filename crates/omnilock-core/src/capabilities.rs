@@ -86,9 +86,11 @@ pub struct Capabilities {
     /// `inspect` answers `Unsupported`.
     pub inspect: bool,
     /// [`Locks::inspect`](crate::Locks::inspect) also reports each waiter
-    /// (owner and side; in the order of grant where the store is `fair`).
-    /// Without it, an inspection's `waiters` is `None`: waiters poll and
-    /// the store keeps no record of them.
+    /// of every kind (owner where recorded, and side; in the order of grant
+    /// where the store is `fair`). Without it, an inspection's `waiters` is
+    /// `None` where the store keeps no record of who waits (a mutex whose
+    /// waiters poll); a kind whose waiters the store does record (a
+    /// semaphore's queued entries) may still list them.
     pub inspect_waiters: bool,
     /// [`Locks::list`](crate::Locks::list) finds the held locks under a
     /// name prefix; without it, `list` answers `Unsupported`.
