@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, Identity, TlsOptions};
 use omnilock_core::{Error, ErrorKind, Result};
-use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
+use percent_encoding::{AsciiSet, CONTROLS, percent_decode_str, utf8_percent_encode};
 
 use crate::config::{EtcdConfig, EtcdOptions};
 
@@ -18,6 +18,15 @@ const SEGMENT: &AsciiSet = &CONTROLS.add(b'/').add(b'%');
 /// distinct.
 fn segment(text: &str) -> String {
     utf8_percent_encode(text, SEGMENT).to_string()
+}
+
+/// The text a key [`segment`] encodes; `None` if it is no segment of ours
+/// (not UTF-8 once decoded).
+pub(crate) fn unsegment(segment: &str) -> Option<String> {
+    percent_decode_str(segment)
+        .decode_utf8()
+        .ok()
+        .map(|text| text.into_owned())
 }
 
 /// A connected client plus the settings every call needs.

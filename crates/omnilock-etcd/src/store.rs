@@ -6,6 +6,7 @@ mod base;
 mod counted;
 mod detached;
 mod hold;
+mod inspect;
 mod leases;
 mod lock_all;
 mod lockapi;
@@ -14,8 +15,8 @@ mod recipe;
 use std::{fmt, sync::Arc, time::Instant};
 
 use omnilock_core::{
-    AcquireRequest, Backend, Capabilities, Holder, HolderChange, LockName, LockSpec, Locks, Result,
-    async_trait,
+    AcquireRequest, Backend, Capabilities, Holder, HolderChange, Inspection, Listed, LockKind,
+    LockName, LockSpec, Locks, Owner, Result, async_trait,
 };
 
 use crate::builder::EtcdBuilder;
@@ -139,6 +140,23 @@ impl Backend for EtcdStore {
 
     async fn break_lock(&self, name: &LockName) -> Result<bool> {
         self.backend.break_lock(name).await
+    }
+
+    async fn break_holds(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        owner: Option<&Owner>,
+    ) -> Result<usize> {
+        self.backend.break_holds(name, kind, owner).await
+    }
+
+    async fn inspect(&self, name: &LockName, kind: LockKind) -> Result<Inspection> {
+        self.backend.inspect(name, kind).await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<Listed>> {
+        self.backend.list(prefix).await
     }
 
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {

@@ -169,7 +169,7 @@ impl ZkStore {
         permits: u32,
         wait: bool,
     ) -> Result<Option<(String, i64, bool)>> {
-        let (locks, leases) = (format!("{path}/locks"), format!("{path}/leases"));
+        let (locks, leases) = semaphore_paths(path);
         let owner = request.owner.as_str().as_bytes().to_vec();
         let (mut lock, _) = self
             .create_entry(session, &locks, lock_node_base(), owner)
@@ -247,12 +247,7 @@ impl ZkStore {
             else {
                 continue;
             };
-            let recorded = std::str::from_utf8(&data)
-                .ok()
-                .and_then(|d| d.strip_prefix(PERMITS_RECORD))
-                .and_then(|d| d.split(' ').next())
-                .and_then(|n| n.parse::<u32>().ok());
-            match recorded {
+            match lease_record(&data).map(|(recorded, _)| recorded) {
                 Some(recorded) if recorded != permits => {
                     return Err(Error::permits_conflict(
                         u64::from(recorded),
@@ -315,6 +310,37 @@ impl ZkStore {
             }
         }
     }
+}
+
+/// The semaphore at `path`'s two containers, Curator's layout: the mutex
+/// `<path>/locks` that orders its contenders, and `<path>/leases`, whose
+/// nodes are the permits.
+pub(crate) fn semaphore_paths(path: &str) -> (String, String) {
+    (format!("{path}/locks"), format!("{path}/leases"))
+}
+
+/// Whether `child` of `leases` is a lease node: `_c_<uuid>-lease-<10
+/// digits>`, as omnilock and Curator name them.
+pub(crate) fn is_lease(child: &str) -> bool {
+    child.starts_with("_c_")
+        && child
+            .len()
+            .checked_sub(10)
+            .and_then(|at| child.split_at_checked(at))
+            .is_some_and(|(head, digits)| {
+                head.ends_with("-lease-") && digits.bytes().all(|b| b.is_ascii_digit())
+            })
+}
+
+/// The permits count and owner an omnilock lease node records (`None` for
+/// a node of Curator's, which records neither).
+pub(crate) fn lease_record(data: &[u8]) -> Option<(u32, &str)> {
+    let record = std::str::from_utf8(data)
+        .ok()?
+        .strip_prefix(PERMITS_RECORD)?;
+    let permits = record.split(' ').next()?.parse().ok()?;
+    let owner = record.split_once(" owner=").map_or("", |(_, owner)| owner);
+    Some((permits, owner))
 }
 
 fn lost() -> Error {

@@ -8,6 +8,7 @@ mod config;
 mod conn;
 mod counted;
 mod guarded;
+mod inspect;
 mod queue;
 mod session;
 mod store;

@@ -6,9 +6,10 @@ use std::time::{Duration, Instant};
 
 use omnilock_core::{
     AcquireRequest, Backend, Backoff, Capabilities, Error, ErrorKind, Holder, HolderChange,
-    LockName, LockSpec, Owner, Primitive, Result, SessionsPerTtl, async_trait, complete_or_undo,
+    Inspection, Listed, LockKind, LockName, LockSpec, Owner, Primitive, Result, SessionsPerTtl,
+    async_trait, complete_or_undo,
 };
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 use zookeeper_client::{Client, MultiReadResult, SessionState};
 
 use crate::builder::ZkBuilder;
@@ -163,7 +164,7 @@ impl ZkStore {
     }
 
     /// A session for reads and housekeeping, whatever its timeout.
-    async fn any_session(&self) -> Result<Arc<Session>> {
+    pub(crate) async fn any_session(&self) -> Result<Arc<Session>> {
         match &self.sessions {
             Sessions::PerTtl { .. } => self.session(omnilock_core::DEFAULT_TTL).await,
             Sessions::Given(session) => {
@@ -177,11 +178,7 @@ impl ZkStore {
     /// node is refused: under a prefix nested inside another lock's
     /// container, its container would pass for a contender of that lock.
     pub(crate) fn lock_path(&self, name: &str) -> Result<String> {
-        let encoded = match name {
-            "." => "%2E".to_string(),
-            ".." => "%2E%2E".to_string(),
-            other => utf8_percent_encode(other, NODE).to_string(),
-        };
+        let encoded = encode_name(name);
         if is_contender(&encoded) || rw_node(&encoded).is_some() {
             return Err(Error::new(
                 ErrorKind::InvalidName,
@@ -191,6 +188,14 @@ impl ZkStore {
             ));
         }
         Ok(format!("{}/{encoded}", self.ctx.options.prefix))
+    }
+
+    /// The lock name whose container is the child `node` of the prefix
+    /// (the inverse of [`ZkStore::lock_path`]); `None` for a node that no
+    /// name is encoded as.
+    pub(crate) fn lock_name(node: &str) -> Option<String> {
+        let name = percent_decode_str(node).decode_utf8().ok()?.into_owned();
+        (encode_name(&name) == node).then_some(name)
     }
 
     async fn take(&self, request: &AcquireRequest, wait: bool) -> Result<Option<Grant>> {
@@ -258,6 +263,16 @@ impl ZkStore {
     }
 }
 
+/// `name` as one node name: [`NODE`]-encoded, and `.` and `..` (which
+/// ZooKeeper refuses as node names) spelt `%2E`.
+fn encode_name(name: &str) -> String {
+    match name {
+        "." => "%2E".to_string(),
+        ".." => "%2E%2E".to_string(),
+        other => utf8_percent_encode(other, NODE).to_string(),
+    }
+}
+
 /// On the application's session a lock's node lives as long as the
 /// session: a holder that dies keeps the lock for the session timeout. A
 /// shorter TTL would be a promise the store cannot keep, so it is refused.
@@ -312,6 +327,10 @@ impl Backend for ZkStore {
             .with_semaphore(true)
             .with_rw_lock(true)
             .with_atomic_lock_all(false)
+            // Every node names its owner (omnilock's own data).
+            .with_inspect(true)
+            .with_inspect_waiters(true)
+            .with_list(true)
     }
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
@@ -443,6 +462,23 @@ impl Backend for ZkStore {
             Err(zookeeper_client::Error::NoNode) => Ok(false),
             Err(e) => Err(classify(e, &self.ctx.shown)),
         }
+    }
+
+    async fn break_holds(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        owner: Option<&Owner>,
+    ) -> Result<usize> {
+        self.break_counted(name, kind, owner).await
+    }
+
+    async fn inspect(&self, name: &LockName, kind: LockKind) -> Result<Inspection> {
+        self.inspect_lock(name, kind).await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<Listed>> {
+        self.list_locks(prefix).await
     }
 
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {

@@ -109,8 +109,8 @@ impl Base {
 
 /// What a store promises in either mode. `owners_in_keys` for the recipe,
 /// whose keys name their owners: re-entry through another client, saying
-/// who holds a lock (hence elections) and a one-step `lock_all` need it;
-/// etcd's lock protocol names its keys after leases.
+/// who holds a lock (hence elections and `inspect`) and a one-step
+/// `lock_all` need it; etcd's lock protocol names its keys after leases.
 pub(super) fn capabilities(owners_in_keys: bool) -> Capabilities {
     Capabilities::none()
         .with_fair(true)
@@ -130,6 +130,11 @@ pub(super) fn capabilities(owners_in_keys: bool) -> Capabilities {
         .with_semaphore(true)
         .with_rw_lock(true)
         .with_atomic_lock_all(owners_in_keys)
+        // The lock protocol's mutex keys name no owner to report.
+        .with_inspect(owners_in_keys)
+        .with_inspect_waiters(owners_in_keys)
+        // Both modes: every lock is a key range.
+        .with_list(true)
 }
 
 /// What a waiting acquire answers: its grant (a waiting acquisition never

@@ -67,16 +67,18 @@ impl Counted {
         let disagreeing = entries
             .iter()
             .filter(|kv| kv.create_revision() != rev)
-            .find_map(|kv| parse(kv).map(|(_, c)| c).filter(|c| *c != self.0.capacity));
+            .find_map(|kv| {
+                parse(kv)
+                    .map(|(_, c, _)| c)
+                    .filter(|c| *c != self.0.capacity)
+            });
         if let Some(recorded) = disagreeing {
             return Err(Error::permits_conflict(recorded, self.0.capacity));
         }
-        let mut used = 0u64;
         let mut previous: Option<(&KeyValue, bool)> = None;
-        for kv in entries {
+        for (kv, fits) in entries.iter().zip(fits(entries, self.0.capacity)) {
             if kv.create_revision() == rev {
-                if used + self.0.weight <= self.0.capacity && previous.is_none_or(|(_, fits)| fits)
-                {
+                if fits {
                     return Ok(Place::Fits);
                 }
                 let (predecessor, first) = previous
@@ -84,9 +86,6 @@ impl Counted {
                     .expect("a key that does not fit has one before it");
                 return Ok(Place::Behind { predecessor, first });
             }
-            let weight = parse(kv).map_or(self.0.capacity, |(w, _)| w);
-            let fits = previous.is_none_or(|(_, fits)| fits) && used + weight <= self.0.capacity;
-            used = used.saturating_add(weight);
             previous = Some((kv, fits));
         }
         Err(Error::new(
@@ -97,14 +96,30 @@ impl Counted {
     }
 }
 
-/// A key's weight and capacity (`None` if it is not ours to read: it then
-/// counts as taking everything, which is safe).
-fn parse(kv: &KeyValue) -> Option<(u64, u64)> {
+/// A key's weight, capacity and owner, as [`acquire`] writes them (`None`
+/// if it is not ours to read: it then counts as taking everything, which
+/// is safe).
+pub(super) fn parse(kv: &KeyValue) -> Option<(u64, u64, &str)> {
     let value = std::str::from_utf8(kv.value()).ok()?;
     let mut parts = value.splitn(3, ' ');
     let weight = parts.next()?.parse().ok()?;
     let capacity = parts.next()?.parse().ok()?;
-    Some((weight, capacity))
+    Some((weight, capacity, parts.next().unwrap_or_default()))
+}
+
+/// Whether each of `entries` (a range's keys, oldest first) holds under
+/// `capacity`: its weight and those of every key before it fit, and every
+/// key before it holds. Keys only leave the range or join at its end, so
+/// a key that holds keeps holding.
+pub(super) fn fits(entries: &[KeyValue], capacity: u64) -> impl Iterator<Item = bool> + '_ {
+    let mut used = 0u64;
+    let mut all_fit = true;
+    entries.iter().map(move |kv| {
+        let weight = parse(kv).map_or(capacity, |(weight, _, _)| weight);
+        used = used.saturating_add(weight);
+        all_fit = all_fit && used <= capacity;
+        all_fit
+    })
 }
 
 enum Place {

@@ -9,14 +9,15 @@ use std::fmt;
 use std::time::Instant;
 
 use omnilock_core::{
-    AcquireRequest, Backend, Capabilities, Error, ErrorKind, Holder, LockName, LockSpec, Result,
-    async_trait,
+    AcquireRequest, Backend, Capabilities, Error, ErrorKind, Holder, Listed, LockKind, LockName,
+    LockSpec, Owner, Result, async_trait,
 };
 
 use super::base::{Base, capabilities, granted};
 use super::counted::Counted;
 use super::detached::{enqueue_safely, try_put};
 use super::hold::{self, grant};
+use super::inspect;
 use super::leases::OwnLeases;
 use super::lock_all::part_by_part;
 use super::{Grant, Held};
@@ -166,6 +167,22 @@ impl Backend for LockApiStore {
 
     async fn break_lock(&self, name: &LockName) -> Result<bool> {
         self.base.break_lock(name).await
+    }
+
+    async fn break_holds(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        owner: Option<&Owner>,
+    ) -> Result<usize> {
+        inspect::break_holds(&self.base.etcd, name, kind, owner).await
+    }
+
+    // No `inspect` (not claimed): the lock protocol's keys name no owner,
+    // so a mutex's holder could not be told.
+
+    async fn list(&self, prefix: &str) -> Result<Vec<Listed>> {
+        inspect::list(&self.base.etcd, prefix).await
     }
 
     async fn holder(&self, _name: &LockName) -> Result<Option<Holder>> {

@@ -9,13 +9,14 @@ use std::time::Instant;
 
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, WatchOptions};
 use omnilock_core::{
-    AcquireRequest, Backend, Capabilities, Error, ErrorKind, Holder, HolderChange, LockName,
-    LockSpec, Owner, Result, async_trait,
+    AcquireRequest, Backend, Capabilities, Error, ErrorKind, Holder, HolderChange, Inspection,
+    Listed, LockKind, LockName, LockSpec, Owner, Result, async_trait,
 };
 
 use super::base::{Base, capabilities, granted};
 use super::detached::{Entry, enqueue_safely, try_put};
 use super::hold::{self, foreign_valid_until, grant};
+use super::inspect;
 use super::lock_all::try_put_all;
 use super::{Grant, Held};
 use crate::config::Mode;
@@ -197,27 +198,33 @@ impl Backend for RecipeStore {
         self.base.break_lock(name).await
     }
 
+    async fn break_holds(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        owner: Option<&Owner>,
+    ) -> Result<usize> {
+        inspect::break_holds(&self.base.etcd, name, kind, owner).await
+    }
+
+    async fn inspect(&self, name: &LockName, kind: LockKind) -> Result<Inspection> {
+        match kind {
+            LockKind::Mutex => inspect::mutex(&self.base.etcd, name).await,
+            _ => inspect::counted(&self.base.etcd, name, kind).await,
+        }
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<Listed>> {
+        inspect::list(&self.base.etcd, prefix).await
+    }
+
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
         let lock_prefix = self.base.etcd.lock_prefix(name.as_str());
         let Some(kv) = self.base.etcd.holder(&lock_prefix).await? else {
             return Ok(None);
         };
-        let key = String::from_utf8_lossy(kv.key()).into_owned();
-        let owner = match key
-            .strip_prefix(&lock_prefix)
-            .and_then(|k| k.strip_prefix("o:"))
-        {
-            Some(encoded) => percent_encoding::percent_decode_str(encoded)
-                .decode_utf8()
-                .ok()
-                .and_then(|o| Owner::new(&o).ok()),
-            None => None,
-        };
         // A key from `etcdctl lock` (a lease ID) names no owner we know.
-        let owner = match owner {
-            Some(owner) => owner,
-            None => Owner::new(&format!("lease:{}", key.rsplit('/').next().unwrap_or("?")))?,
-        };
+        let owner = inspect::key_owner(&lock_prefix, &String::from_utf8_lossy(kv.key()))?;
         Ok(Some(Holder::new(owner, kv.create_revision() as u64)))
     }
 
