@@ -202,7 +202,8 @@ pub(crate) enum Command {
     /// and the next waiter gets it. `--kind semaphore` removes the
     /// semaphore's permits and `--kind rw` the read-write lock's readers and
     /// writer; waiters stay in line and are admitted. With --owner only that
-    /// owner's holds go. Each broken holder learns that its lock was lost
+    /// owner's holds go. With --record it deletes NAME's `run --once-per`
+    /// record instead. Each broken holder learns that its lock was lost
     /// (`omnilock run` stops its command and exits 70), at its next renewal
     /// at the latest.
     Break(BreakArgs),
@@ -430,6 +431,11 @@ pub(crate) struct BreakArgs {
     /// Break only the holds of this owner (as `status` shows it)
     #[arg(long, value_name = "OWNER")]
     pub owner: Option<String>,
+
+    /// Delete NAME's `run --once-per` record instead, so that the job may
+    /// run again within its period (the lock is left alone)
+    #[arg(long, conflicts_with_all = ["kind", "owner"])]
+    pub record: bool,
 
     /// The lock's name
     pub name: String,

@@ -59,20 +59,37 @@ pub(crate) async fn status(store: &str, args: StatusArgs) -> u8 {
         Err(code) => return code,
     };
     let kinds = kinds(&locks, args.kind);
-    match inspect_all(&locks, &args.name, &kinds).await {
-        Ok(seen) if args.json => {
-            println!(
-                "{}",
-                status_json(&locks, &args.name, &seen, SystemTime::now())
-            );
-            0
+    let seen = match inspect_all(&locks, &args.name, &kinds).await {
+        Ok(seen) => seen,
+        Err(err) => return fail(&err),
+    };
+    // The job's `--once-per` record, where the store keeps records.
+    let record = if locks.capabilities().records && args.kind.is_none() {
+        match locks.read_record(&args.name).await {
+            Ok(record) => record,
+            Err(err) => return fail(&err),
         }
-        Ok(seen) => {
-            print!("{}", status_text(&args.name, &seen, SystemTime::now()));
-            0
+    } else {
+        None
+    };
+    let now = SystemTime::now();
+    if args.json {
+        let mut shown = status_json(&locks, &args.name, &seen, now);
+        shown["record"] = record.as_ref().map_or(
+            Value::Null,
+            |record| json!({"value": record.value, "left_ms": record.left.map(millis)}),
+        );
+        println!("{shown}");
+    } else {
+        print!("{}", status_text(&args.name, &seen, now));
+        if let Some(record) = record {
+            let left = record
+                .left
+                .map_or(String::new(), |left| format!(", kept {} more", short(left)));
+            println!("--once-per record: {}{left}", record.value);
         }
-        Err(err) => fail(&err),
     }
+    0
 }
 
 /// `omnilock ls [PREFIX]`: the held locks under PREFIX.
@@ -169,6 +186,22 @@ pub(crate) async fn break_holds(store: &str, args: BreakArgs) -> u8 {
         Ok(locks) => locks,
         Err(code) => return code,
     };
+    if args.record {
+        return match locks.delete_record(&args.name).await {
+            Ok(true) => {
+                eprintln!(
+                    "omnilock: deleted the --once-per record of {:?}; the job may run again",
+                    args.name
+                );
+                0
+            }
+            Ok(false) => {
+                eprintln!("omnilock: {:?} had no --once-per record", args.name);
+                0
+            }
+            Err(err) => fail(&err),
+        };
+    }
     let kind = args.kind.map_or(LockKind::Mutex, LockKind::from);
     let what = describe(kind, &args.name);
     let whose = owner

@@ -154,9 +154,8 @@ pub(crate) async fn run(store: &str, args: RunArgs) -> u8 {
     if args.once_per.is_some() && !locks.capabilities().records {
         locks.close().await;
         eprintln!(
-            "omnilock: --once-per needs a store that keeps a record after omnilock exits; \
-             {} cannot (its keys end with the client's session): use Redis, etcd, ZooKeeper \
-             or SQL table mode",
+            "omnilock: --once-per needs a store that keeps a record after omnilock exits, \
+             and {} cannot",
             exit::shown(store)
         );
         return exit::USAGE;

@@ -778,8 +778,7 @@ mod cross_process {
         each_store("job-rules", Turns::AtOnce, |bin, url, dir| {
             omnilock_harness::job_rules::min_hold_across_processes(bin, url, dir);
             omnilock_harness::job_rules::max_hold_across_processes(bin, url, dir);
-            let keeps_records = !url.starts_with("redlock") && !url.contains("mode=advisory");
-            omnilock_harness::job_rules::once_per_across_processes(bin, url, dir, keeps_records);
+            omnilock_harness::job_rules::once_per_across_processes(bin, url, dir);
         });
         omnilock_harness::job_rules::contradicting_rules_are_refused(Path::new(OMNILOCK), "mem://");
     }

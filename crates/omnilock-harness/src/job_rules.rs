@@ -156,9 +156,7 @@ pub fn contradicting_rules_are_refused(omnilock: &Path, url: &str) {
 /// `--once-per 1h`: 8 processes (as 8 machines' cron would) start the same
 /// job within a second; exactly one runs it, the other 7 exit 79 saying it
 /// already ran. A run that fails leaves no record: the next start runs.
-/// On a store that cannot keep a record, `--once-per` exits 64 and says so
-/// before running anything.
-pub fn once_per_across_processes(omnilock: &Path, url: &str, dir: &Path, keeps_records: bool) {
+pub fn once_per_across_processes(omnilock: &Path, url: &str, dir: &Path) {
     let name = lock_name("once-per", dir);
     let runs = dir.join("once-per-runs");
     let _ = std::fs::remove_file(&runs);
@@ -185,20 +183,6 @@ pub fn once_per_across_processes(omnilock: &Path, url: &str, dir: &Path, keeps_r
             .expect("spawn the job")
     };
     let script = format!("echo $$ >> '{}'; sleep 0.3", runs.display());
-    if !keeps_records {
-        let out = job(&name, &script).wait_with_output().expect("job");
-        assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
-        assert!(
-            text(&out.stderr).contains("--once-per"),
-            "{}",
-            text(&out.stderr)
-        );
-        assert!(
-            !runs.exists(),
-            "the job ran on a store that cannot keep its record"
-        );
-        return;
-    }
     let jobs: Vec<_> = (0..8).map(|_| job(&name, &script)).collect();
     let mut statuses = Vec::new();
     let mut said = String::new();
@@ -224,6 +208,31 @@ pub fn once_per_across_processes(omnilock: &Path, url: &str, dir: &Path, keeps_r
         "{statuses:?}; {said}"
     );
     assert!(said.contains("already ran"), "{said}");
+
+    // An operator sees the record and can let the job run again.
+    let operator = |args: &[&str]| {
+        Command::new(omnilock)
+            .args(["--store", url])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run omnilock")
+    };
+    let status = operator(&["status", &name]);
+    assert!(
+        text(&status.stdout).contains("--once-per record: last run started"),
+        "status shows the record: {}",
+        text(&status.stdout)
+    );
+    let deleted = operator(&["break", "--record", &name]);
+    assert_eq!(deleted.status.code(), Some(0), "{}", text(&deleted.stderr));
+    let again = job(&name, "true").wait_with_output().expect("job");
+    assert_eq!(
+        again.status.code(),
+        Some(0),
+        "runs again once the record is deleted: {}",
+        text(&again.stderr)
+    );
 
     let failing = format!("{name}/failing");
     let out = job(&failing, "exit 3").wait_with_output().expect("job");
