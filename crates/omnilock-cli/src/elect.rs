@@ -9,38 +9,21 @@ use serde_json::json;
 
 use crate::args::ElectArgs;
 use crate::exit::{self, fail};
-use crate::run::{Holding, Signals, SuperviseExits, supervise};
+use crate::run::{Holding, Signals, SuperviseExits, failed, start, supervise};
 
 /// Campaigns (or listens) as `args` says.
 pub(crate) async fn elect(store: &str, args: ElectArgs) -> u8 {
     if let Err(err) = check(&args) {
         return fail(&err);
     }
-    if let Err(message) = crate::args::prepare_default(store) {
-        eprintln!("omnilock: {message}");
-        return args.unavailable_exit_code;
+    if let Err(err) = omnilock::raw::StoreUrl::parse(store) {
+        return fail(&err);
     }
-    let failed = |err: &omnilock::Error| match exit::code_for(err) {
-        exit::UNAVAILABLE => {
-            exit::fail(err);
-            args.unavailable_exit_code
-        }
-        _ => fail(err),
+    let (locks, mut signals) = match start(store, args.unavailable_exit_code).await {
+        Ok(started) => started,
+        Err(code) => return code,
     };
-    let mut signals = match Signals::install() {
-        Ok(signals) => signals,
-        Err(err) => {
-            eprintln!("omnilock: cannot install signal handlers: {err}");
-            return exit::SOFTWARE;
-        }
-    };
-    let locks = tokio::select! {
-        locks = omnilock::connect(store) => match locks {
-            Ok(locks) => locks,
-            Err(err) => return failed(&err),
-        },
-        signal = signals.next() => return exit::die_of(signal),
-    };
+    let failure = |err: &omnilock::Error| failed(err, args.unavailable_exit_code);
     if args.listen {
         return listen(&locks, &args, &mut signals).await;
     }
@@ -82,7 +65,7 @@ pub(crate) async fn elect(store: &str, args: ElectArgs) -> u8 {
         }
         Err(err) => {
             locks.close().await;
-            return failed(&err);
+            return failure(&err);
         }
     };
     if args.verbose {

@@ -125,31 +125,11 @@ pub(crate) async fn run(store: &str, args: RunArgs) -> u8 {
         Ok(checked) => checked,
         Err(err) => return fail(&err),
     };
-    if let Err(message) = crate::args::prepare_default(store) {
-        eprintln!("omnilock: {message}");
-        return args.unavailable_exit_code;
-    }
-    let failed = |err: &omnilock::Error| match exit::code_for(err) {
-        exit::UNAVAILABLE => {
-            exit::fail(err);
-            args.unavailable_exit_code
-        }
-        _ => fail(err),
+    let (locks, mut signals) = match start(store, args.unavailable_exit_code).await {
+        Ok(started) => started,
+        Err(code) => return code,
     };
-    let mut signals = match Signals::install() {
-        Ok(signals) => signals,
-        Err(err) => {
-            eprintln!("omnilock: cannot install signal handlers: {err}");
-            return exit::SOFTWARE;
-        }
-    };
-    let locks = tokio::select! {
-        locks = omnilock::connect(store) => match locks {
-            Ok(locks) => locks,
-            Err(err) => return failed(&err),
-        },
-        signal = signals.next() => return exit::die_of(signal),
-    };
+    let failure = |err: &omnilock::Error| failed(err, args.unavailable_exit_code);
 
     if args.once_per.is_some() && !locks.capabilities().records {
         locks.close().await;
@@ -213,7 +193,7 @@ pub(crate) async fn run(store: &str, args: RunArgs) -> u8 {
             );
             return args.conflict_exit_code;
         }
-        Err(err) => return failed(&err),
+        Err(err) => return failure(&err),
     };
 
     let done = match args.once_per {
@@ -225,7 +205,7 @@ pub(crate) async fn run(store: &str, args: RunArgs) -> u8 {
             }
             Err(err) => {
                 let _ = guard.release().await;
-                return failed(&err);
+                return failure(&err);
             }
         },
         None => None,
@@ -304,6 +284,43 @@ impl DoneRecord {
 pub(crate) struct SuperviseExits {
     pub(crate) lost: u8,
     pub(crate) unavailable: u8,
+}
+
+/// What `run` and `elect` do once the input is checked: create the
+/// embedded default's file if it is the store, install the signal
+/// handlers, connect (a signal meanwhile ends omnilock as it would have).
+/// `Err` holds the exit status.
+pub(crate) async fn start(store: &str, unavailable: u8) -> Result<(omnilock::Locks, Signals), u8> {
+    if let Err(message) = crate::args::prepare_default(store) {
+        eprintln!("omnilock: {message}");
+        return Err(unavailable);
+    }
+    let mut signals = match Signals::install() {
+        Ok(signals) => signals,
+        Err(err) => {
+            eprintln!("omnilock: cannot install signal handlers: {err}");
+            return Err(exit::SOFTWARE);
+        }
+    };
+    tokio::select! {
+        locks = omnilock::connect(store) => match locks {
+            Ok(locks) => Ok((locks, signals)),
+            Err(err) => Err(failed(&err, unavailable)),
+        },
+        signal = signals.next() => Err(exit::die_of(signal)),
+    }
+}
+
+/// Prints `err` and returns its exit status, `unavailable` for a store
+/// that is unreachable or failing.
+pub(crate) fn failed(err: &omnilock::Error, unavailable: u8) -> u8 {
+    match exit::code_for(err) {
+        exit::UNAVAILABLE => {
+            exit::fail(err);
+            unavailable
+        }
+        _ => fail(err),
+    }
 }
 
 /// What the command runs under: a lock (or permit, or side of a

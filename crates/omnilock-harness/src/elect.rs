@@ -9,7 +9,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::process::{WithoutTerminal, lock_name, signal, text, wait_for_file, wait_with_deadline};
+use crate::process::{
+    WithoutTerminal, lock_name, signal, stderr_of, text, wait_for_file, wait_with_deadline,
+};
 
 /// A candidate campaigning as `value`, whose command writes its term to
 /// `marker` once elected, then sleeps.
@@ -106,10 +108,7 @@ pub fn elect_across_processes(omnilock: &Path, url: &str, dir: &Path) {
         .expect("break");
     assert_eq!(broke.status.code(), Some(0), "{}", text(&broke.stderr));
     let status = wait_with_deadline(&mut second, Duration::from_secs(30));
-    let mut stderr = String::new();
-    if let Some(mut pipe) = second.stderr.take() {
-        let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
-    }
+    let stderr = stderr_of(&mut second);
     assert_eq!(
         status.code(),
         Some(70),

@@ -7,7 +7,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::process::{WithoutTerminal, lock_name, text, wait_for_file, wait_with_deadline};
+use crate::process::{
+    WithoutTerminal, lock_name, stderr_of, text, wait_for_file, wait_with_deadline,
+};
 
 /// `omnilock run --no-wait NAME -- true`: its exit status (0 got the lock,
 /// 75 busy).
@@ -103,10 +105,7 @@ pub fn max_hold_across_processes(omnilock: &Path, url: &str, dir: &Path) {
     wait_for_file(&marker, &mut job, "the job");
     let status = wait_with_deadline(&mut job, Duration::from_secs(30));
     let ran_for = started.elapsed();
-    let mut stderr = String::new();
-    if let Some(mut pipe) = job.stderr.take() {
-        let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
-    }
+    let stderr = stderr_of(&mut job);
     assert_eq!(
         status.code(),
         Some(70),

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::process::{WithoutTerminal, lock_name, signal, text, wait_for_file, wait_with_deadline};
+use crate::process::{
+    WithoutTerminal, lock_name, signal, stderr_of, text, wait_for_file, wait_with_deadline,
+};
 
 /// What the store under test is expected to answer.
 #[derive(Debug, Clone, Copy)]
@@ -102,10 +104,7 @@ fn stop(child: &mut Child) {
 /// The holder exits 70 (lock lost) soon after its hold was broken.
 fn assert_told_of_break(child: &mut Child, who: &str) {
     let status = wait_with_deadline(child, Duration::from_secs(20));
-    let mut stderr = String::new();
-    if let Some(mut pipe) = child.stderr.take() {
-        let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
-    }
+    let stderr = stderr_of(child);
     assert_eq!(
         status.code(),
         Some(70),

@@ -233,9 +233,7 @@ fn paused_holder_loses(omnilock: &Path, url: &str, dir: &Path, side: &[&str]) {
     let waited = paused_at.elapsed();
     signal(&holder, "-CONT", false);
     let status = wait_with_deadline(&mut holder, Duration::from_secs(30));
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut holder.stderr.take().expect("stderr"), &mut stderr)
-        .expect("holder stderr");
+    let stderr = stderr_of(&mut holder);
     let probe = Command::new(omnilock)
         .args(["run", "--store", url, "--no-wait"])
         .args(side)
@@ -262,6 +260,15 @@ fn paused_holder_loses(omnilock: &Path, url: &str, dir: &Path, side: &[&str]) {
         Some(75),
         "the successor's lock must survive the stale holder's release"
     );
+}
+
+/// What an exited child (spawned with a piped stderr) wrote on stderr.
+pub(crate) fn stderr_of(child: &mut std::process::Child) -> String {
+    let mut stderr = String::new();
+    if let Some(mut pipe) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
+    }
+    stderr
 }
 
 pub(crate) fn wait_for_file(marker: &Path, child: &mut std::process::Child, who: &str) {
