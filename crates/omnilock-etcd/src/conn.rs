@@ -138,6 +138,20 @@ impl Etcd {
         format!("{}/%{family}/{}/", self.prefix, segment(name))
     }
 
+    /// `<prefix>/%rec/`: the range of the records
+    /// ([`write_record`](omnilock_core::Backend::write_record)). Like the
+    /// `%sem` and `%rw` ranges, no lock's range holds it: an encoded name
+    /// segment has every `%` followed by two hexadecimal digits, and `r`
+    /// is none.
+    pub(crate) fn records_prefix(&self) -> String {
+        format!("{}/%rec/", self.prefix)
+    }
+
+    /// `<prefix>/%rec/<name>`: the key of the record `name`.
+    pub(crate) fn record_key(&self, name: &str) -> String {
+        format!("{}{}", self.records_prefix(), segment(name))
+    }
+
     /// The queue key of `owner` for the lock whose range is `lock_prefix`.
     /// The `o:` keeps it apart from the hexadecimal lease IDs that etcd's
     /// Lock RPC uses in the same range.
@@ -312,6 +326,14 @@ fn one_line(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_name_segment_is_a_family_range() {
+        for name in ["%rec", "%sem", "%rw", "%", "%re"] {
+            let encoded = segment(name);
+            assert!(encoded.starts_with("%25"), "{encoded}");
+        }
+    }
 
     #[test]
     fn endpoints_are_host_port() {

@@ -11,12 +11,17 @@ mod leases;
 mod lock_all;
 mod lockapi;
 mod recipe;
+mod records;
 
-use std::{fmt, sync::Arc, time::Instant};
+use std::{
+    fmt,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use omnilock_core::{
     AcquireRequest, Backend, Capabilities, Holder, HolderChange, Inspection, Listed, LockKind,
-    LockName, LockSpec, Locks, Owner, Result, async_trait,
+    LockName, LockSpec, Locks, Owner, Record, Result, async_trait,
 };
 
 use crate::builder::EtcdBuilder;
@@ -165,6 +170,18 @@ impl Backend for EtcdStore {
 
     async fn watch_holder(&self, name: &LockName) -> Result<Option<HolderChange>> {
         self.backend.watch_holder(name).await
+    }
+
+    async fn write_record(&self, name: &LockName, value: &str, keep: Duration) -> Result<()> {
+        self.backend.write_record(name, value, keep).await
+    }
+
+    async fn read_record(&self, name: &LockName) -> Result<Option<Record>> {
+        self.backend.read_record(name).await
+    }
+
+    async fn delete_record(&self, name: &LockName) -> Result<bool> {
+        self.backend.delete_record(name).await
     }
 
     async fn close(&self) {

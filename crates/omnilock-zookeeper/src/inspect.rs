@@ -11,7 +11,6 @@
 //! lease is the session, so no holder has a `lease_left`: nodes of an
 //! expired session are gone.
 
-
 use omnilock_core::{
     Error, ErrorKind, Held as Holding, Inspection, Listed, LockKind, LockName, Owner, Result, Side,
     Waiting,

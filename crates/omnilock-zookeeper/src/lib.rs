@@ -10,6 +10,7 @@ mod counted;
 mod guarded;
 mod inspect;
 mod queue;
+mod records;
 mod session;
 mod store;
 mod watch;

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use omnilock_core::{
     AcquireRequest, Backend, Backoff, Capabilities, Error, ErrorKind, Holder, HolderChange,
-    Inspection, Listed, LockKind, LockName, LockSpec, Owner, Primitive, Result, SessionsPerTtl,
-    async_trait, complete_or_undo,
+    Inspection, Listed, LockKind, LockName, LockSpec, Owner, Primitive, Record, Result,
+    SessionsPerTtl, async_trait, complete_or_undo,
 };
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 use zookeeper_client::{Client, MultiReadResult, SessionState};
@@ -265,7 +265,7 @@ impl ZkStore {
 
 /// `name` as one node name: [`NODE`]-encoded, and `.` and `..` (which
 /// ZooKeeper refuses as node names) spelt `%2E`.
-fn encode_name(name: &str) -> String {
+pub(crate) fn encode_name(name: &str) -> String {
     match name {
         "." => "%2E".to_string(),
         ".." => "%2E%2E".to_string(),
@@ -331,6 +331,8 @@ impl Backend for ZkStore {
             .with_inspect(true)
             .with_inspect_waiters(true)
             .with_list(true)
+            // Persistent nodes, timed out against the leader's clock.
+            .with_records(true)
     }
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
@@ -479,6 +481,18 @@ impl Backend for ZkStore {
 
     async fn list(&self, prefix: &str) -> Result<Vec<Listed>> {
         self.list_locks(prefix).await
+    }
+
+    async fn write_record(&self, name: &LockName, value: &str, keep: Duration) -> Result<()> {
+        self.put_record(name, value, keep).await
+    }
+
+    async fn read_record(&self, name: &LockName) -> Result<Option<Record>> {
+        self.get_record(name).await
+    }
+
+    async fn delete_record(&self, name: &LockName) -> Result<bool> {
+        self.drop_record(name).await
     }
 
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {

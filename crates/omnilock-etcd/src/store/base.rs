@@ -135,6 +135,8 @@ pub(super) fn capabilities(owners_in_keys: bool) -> Capabilities {
         .with_inspect_waiters(owners_in_keys)
         // Both modes: every lock is a key range.
         .with_list(true)
+        // Both modes: a key on a lease of its own, never kept alive.
+        .with_records(true)
 }
 
 /// What a waiting acquire answers: its grant (a waiting acquisition never

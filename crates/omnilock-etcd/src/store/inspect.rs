@@ -248,7 +248,12 @@ pub(super) async fn list(etcd: &Etcd, prefix: &str) -> Result<Vec<Listed>> {
         .map(|range| TxnOp::get(range, Some(options.clone())))
         .collect();
     let resp = etcd.txn(Txn::new().and_then(ops)).await?;
-    let kvs: Vec<KeyValue> = gets(&resp).flatten().collect();
+    // Records are no locks (only the whole root, an empty prefix, holds them).
+    let records = etcd.records_prefix();
+    let kvs: Vec<KeyValue> = gets(&resp)
+        .flatten()
+        .filter(|kv| !kv.key().starts_with(records.as_bytes()))
+        .collect();
     let leases = leases_left(etcd, &kvs).await?;
     let families = [
         (

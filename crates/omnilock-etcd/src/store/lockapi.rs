@@ -6,11 +6,11 @@
 //! of [`Base`].
 
 use std::fmt;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use omnilock_core::{
     AcquireRequest, Backend, Capabilities, Error, ErrorKind, Holder, Listed, LockKind, LockName,
-    LockSpec, Owner, Result, async_trait,
+    LockSpec, Owner, Record, Result, async_trait,
 };
 
 use super::base::{Base, capabilities, granted};
@@ -20,6 +20,7 @@ use super::hold::{self, grant};
 use super::inspect;
 use super::leases::OwnLeases;
 use super::lock_all::part_by_part;
+use super::records;
 use super::{Grant, Held};
 use crate::config::Mode;
 use crate::conn::Etcd;
@@ -190,6 +191,18 @@ impl Backend for LockApiStore {
             ErrorKind::Unsupported,
             "etcd's lock protocol does not record owners (use the default mode)",
         ))
+    }
+
+    async fn write_record(&self, name: &LockName, value: &str, keep: Duration) -> Result<()> {
+        records::write(&self.base.etcd, name, value, keep).await
+    }
+
+    async fn read_record(&self, name: &LockName) -> Result<Option<Record>> {
+        records::read(&self.base.etcd, name).await
+    }
+
+    async fn delete_record(&self, name: &LockName) -> Result<bool> {
+        records::delete(&self.base.etcd, name).await
     }
 
     async fn close(&self) {

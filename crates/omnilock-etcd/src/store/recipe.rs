@@ -5,12 +5,12 @@
 //! a lock, and every part of a `lock_all` goes in one transaction.
 
 use std::fmt;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, WatchOptions};
 use omnilock_core::{
     AcquireRequest, Backend, Capabilities, Error, ErrorKind, Holder, HolderChange, Inspection,
-    Listed, LockKind, LockName, LockSpec, Owner, Result, async_trait,
+    Listed, LockKind, LockName, LockSpec, Owner, Record, Result, async_trait,
 };
 
 use super::base::{Base, capabilities, granted};
@@ -18,6 +18,7 @@ use super::detached::{Entry, enqueue_safely, try_put};
 use super::hold::{self, foreign_valid_until, grant};
 use super::inspect;
 use super::lock_all::try_put_all;
+use super::records;
 use super::{Grant, Held};
 use crate::config::Mode;
 use crate::conn::Etcd;
@@ -243,6 +244,18 @@ impl Backend for RecipeStore {
             // reads again, and watches again.
             let _ = watching.fired().await;
         })))
+    }
+
+    async fn write_record(&self, name: &LockName, value: &str, keep: Duration) -> Result<()> {
+        records::write(&self.base.etcd, name, value, keep).await
+    }
+
+    async fn read_record(&self, name: &LockName) -> Result<Option<Record>> {
+        records::read(&self.base.etcd, name).await
+    }
+
+    async fn delete_record(&self, name: &LockName) -> Result<bool> {
+        records::delete(&self.base.etcd, name).await
     }
 
     async fn close(&self) {
