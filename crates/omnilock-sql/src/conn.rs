@@ -142,6 +142,8 @@ where
             Param::Capacity => query.bind(args.capacity),
             Param::RangeStart => query.bind(args.range_start),
             Param::RangeEnd => query.bind(args.range_end),
+            Param::Value => query.bind(args.value),
+            Param::KeepMs => query.bind(args.keep_ms),
         };
     }
     query

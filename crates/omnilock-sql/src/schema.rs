@@ -27,7 +27,7 @@ use crate::config::{Dialect, SqlConfig};
 use crate::conn::Conn;
 use crate::conn::errors::map_err;
 #[allow(unused_imports)]
-use crate::queries::{Queries, ident, queue_names, schema as statements};
+use crate::queries::{Queries, ident, queue_names, records_name, schema as statements};
 
 /// The PostgreSQL advisory lock key that serializes omnilock's DDL in a
 /// database: "omnilock" in ASCII.
@@ -106,10 +106,14 @@ pub(crate) async fn prepare(conn: Conn<'_>, config: &SqlConfig, queries: &Querie
     }
 }
 
-/// The tables to check: the lock table and fair mode's line (whether or not
-/// this client is fair: another may be).
-fn tables(config: &SqlConfig) -> [String; 2] {
-    [config.table.clone(), queue_names(&config.table).0]
+/// The tables to check: the lock table, fair mode's line (whether or not
+/// this client is fair: another may be) and the records.
+fn tables(config: &SqlConfig) -> [String; 3] {
+    [
+        config.table.clone(),
+        queue_names(&config.table).0,
+        records_name(&config.table),
+    ]
 }
 
 /// MySQL/MariaDB: `name` and `owner` must be `VARBINARY` (or `VARCHAR` with
@@ -117,10 +121,11 @@ fn tables(config: &SqlConfig) -> [String; 2] {
 /// converts them.
 #[cfg(feature = "mysql")]
 async fn check_mysql(conn: &mut sqlx::MySqlConnection, config: &SqlConfig) -> Result<()> {
-    let [table, queue] = tables(config);
+    let [table, queue, records] = tables(config);
     let rows = sqlx::query(statements::MYSQL_NAME_COLUMNS)
         .bind(&table)
         .bind(&queue)
+        .bind(&records)
         .fetch_all(&mut *conn)
         .await
         .map_err(|e| map_err(e, config))?;
@@ -137,7 +142,14 @@ async fn check_mysql(conn: &mut sqlx::MySqlConnection, config: &SqlConfig) -> Re
         }
     }
     if let Some((name, described)) = folding.into_iter().next() {
-        let owner_null = if name == table { "NULL" } else { "NOT NULL" };
+        // The records have no owner.
+        let owner_null = if name == table {
+            Some("NULL")
+        } else if name == records {
+            None
+        } else {
+            Some("NOT NULL")
+        };
         let alter = statements::mysql_exact_columns(&name, owner_null);
         return Err(Error::config(format!(
             "table {name}: column {described}, which ignores trailing spaces, so distinct \
@@ -154,10 +166,11 @@ async fn check_postgres(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     config: &SqlConfig,
 ) -> Result<()> {
-    let [table, queue] = tables(config);
+    let [table, queue, records] = tables(config);
     let row = sqlx::query(statements::POSTGRES_FOLDING_COLUMNS)
         .bind(ident(Dialect::Postgres, &table))
         .bind(ident(Dialect::Postgres, &queue))
+        .bind(ident(Dialect::Postgres, &records))
         .fetch_optional(&mut **tx)
         .await
         .map_err(|e| map_err(e, config))?;
@@ -179,10 +192,11 @@ async fn check_sqlite(
     tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
     config: &SqlConfig,
 ) -> Result<bool> {
-    let [table, queue] = tables(config);
+    let [table, queue, records] = tables(config);
     let rows = sqlx::query(statements::SQLITE_TABLES)
         .bind(&table)
         .bind(&queue)
+        .bind(&records)
         .fetch_all(&mut **tx)
         .await
         .map_err(|e| map_err(e, config))?;

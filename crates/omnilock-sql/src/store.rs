@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use omnilock_core::{
     AcquireRequest, Backend, Capabilities, Error, Holder, Inspection, Listed, LockKind, LockName,
-    LockSpec, Owner, Result, async_trait,
+    LockSpec, Owner, Record, Result, async_trait,
 };
 
 use crate::advisory::AdvisoryStore;
@@ -300,6 +300,18 @@ impl Backend for SqlStore {
 
     async fn list(&self, prefix: &str) -> Result<Vec<Listed>> {
         self.mode.list(prefix).await
+    }
+
+    async fn write_record(&self, name: &LockName, value: &str, keep: Duration) -> Result<()> {
+        self.mode.write_record(name, value, keep).await
+    }
+
+    async fn read_record(&self, name: &LockName) -> Result<Option<Record>> {
+        self.mode.read_record(name).await
+    }
+
+    async fn delete_record(&self, name: &LockName) -> Result<bool> {
+        self.mode.delete_record(name).await
     }
 
     async fn close(&self) {

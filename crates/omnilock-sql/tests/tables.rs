@@ -1,6 +1,7 @@
 //! The lock tables: names (reserved words, the longest accepted), layouts
 //! that fold distinct lock names together (refused, or migrated when they
-//! are omnilock's own older MySQL layout).
+//! are omnilock's own older MySQL layout), the record table beside tables
+//! made before it.
 
 mod common;
 
@@ -309,6 +310,49 @@ async fn longest_table_name_works_in_fair_mode() {
             err.to_string().contains(&format!("at most {longest}")),
             "{store}: {err}"
         );
+        drop_tables(&pool, &table).await;
+    }
+}
+
+/// Tables made before records existed: the record table is added beside
+/// them at connect; with `create_table=false` a missing one is named by
+/// the record calls, and locks work as before.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_record_table_joins_older_tables() {
+    for (store, url) in stores() {
+        let pool = raw(&url).await;
+        let table = unique("older");
+        let url = with_option(&url, &format!("table={table}"));
+        connect(&url).await.expect("connect").close().await;
+        pool.execute(sqlx::AssertSqlSafe(format!("DROP TABLE {table}_records")))
+            .await
+            .expect("drop the record table");
+
+        let managed = connect(&with_option(&url, "create_table=false"))
+            .await
+            .expect("connect without creating");
+        let err = managed
+            .write_record("job", "done", Duration::from_secs(60))
+            .await
+            .expect_err("no record table");
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{store}: {err}");
+        assert!(
+            err.to_string().contains(&format!("{table}_records")),
+            "{store}: {err}"
+        );
+        let guard = managed.try_acquire("job").await.expect("try_acquire");
+        assert!(guard.is_some(), "{store}: the lock table works");
+        drop(guard);
+        managed.close().await;
+
+        let locks = connect(&url).await.expect("connect, creating");
+        locks
+            .write_record("job", "done", Duration::from_secs(60))
+            .await
+            .unwrap_or_else(|e| panic!("{store}: {e}"));
+        let record = locks.read_record("job").await.expect("read").expect("kept");
+        assert_eq!(record.value, "done", "{store}");
+        locks.close().await;
         drop_tables(&pool, &table).await;
     }
 }

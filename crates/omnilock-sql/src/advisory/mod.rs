@@ -40,11 +40,11 @@ mod take;
 pub(crate) use take::Held;
 
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use omnilock_core::{
     AcquireRequest, Backend, Capabilities, Error, ErrorKind, Holder, Inspection, Listed, LockKind,
-    LockName, LockSpec, Owner, Primitive, Result, async_trait,
+    LockName, LockSpec, Owner, Primitive, Record, Result, async_trait,
 };
 
 use crate::conn::Target;
@@ -225,6 +225,19 @@ impl Backend for AdvisoryStore {
         let mut listed = self.table.list(prefix).await?;
         listed.extend(self.list_mutexes(prefix).await?);
         Ok(listed)
+    }
+
+    /// Records are the table's.
+    async fn write_record(&self, name: &LockName, value: &str, keep: Duration) -> Result<()> {
+        self.table.write_record(name, value, keep).await
+    }
+
+    async fn read_record(&self, name: &LockName) -> Result<Option<Record>> {
+        self.table.read_record(name).await
+    }
+
+    async fn delete_record(&self, name: &LockName) -> Result<bool> {
+        self.table.delete_record(name).await
     }
 
     /// Lets go of the sessions (held locks end with their guards), then

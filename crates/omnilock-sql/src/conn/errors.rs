@@ -51,6 +51,20 @@ pub(crate) fn sqlite_is_busy(err: &sqlx::Error) -> bool {
     matches!(sqlite_code(err), Some(5 | 6))
 }
 
+/// Whether `err` is the database's "no such table" (which [`map_err`]
+/// reports as the lock table's), so that a statement on another table can
+/// name the one missing.
+pub(crate) fn is_missing_table(err: &sqlx::Error, dialect: Dialect) -> bool {
+    let sqlx::Error::Database(db) = err else {
+        return false;
+    };
+    match dialect {
+        Dialect::Sqlite => sqlite_code(err) == Some(1) && db.message().contains("no such table"),
+        Dialect::Postgres => db.code().as_deref() == Some("42P01"),
+        Dialect::MySql => db.code().as_deref() == Some("42S02"),
+    }
+}
+
 /// Classifies a sqlx error for the store `config` describes.
 pub(crate) fn map_err(err: sqlx::Error, config: &SqlConfig) -> Error {
     let kind = config.dialect.kind();

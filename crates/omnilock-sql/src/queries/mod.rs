@@ -19,6 +19,7 @@ pub(crate) mod advisory;
 mod counted;
 mod inspect;
 mod mysql;
+mod records;
 mod renew_batch;
 pub(crate) mod schema;
 mod upsert;
@@ -27,6 +28,7 @@ pub(crate) use counted::Counted;
 #[cfg(feature = "postgres")]
 pub(crate) use counted::notify_channel;
 pub(crate) use inspect::{Inspect, MUTEX_KIND, prefix_end};
+pub(crate) use records::{Records, records_name};
 pub(crate) use renew_batch::{BatchStatements, RenewBatch};
 
 use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
@@ -69,6 +71,10 @@ pub(crate) enum Param {
     /// The first name past a range (`list`: the prefix's end, see
     /// [`prefix_end`]).
     RangeEnd,
+    /// A record's value.
+    Value,
+    /// How long a record is kept, in milliseconds.
+    KeepMs,
 }
 
 /// The values a statement may bind; each statement takes the ones its
@@ -88,6 +94,8 @@ pub(crate) struct Args<'a> {
     pub capacity: i64,
     pub range_start: &'a str,
     pub range_end: &'a str,
+    pub value: &'a str,
+    pub keep_ms: i64,
 }
 
 /// One SQL statement and the values it binds, in placeholder order.
@@ -201,6 +209,8 @@ pub(crate) struct Queries {
     pub counted: Counted,
     /// An operator's reads: `inspect` and `list` (see `table/inspect.rs`).
     pub inspect: Inspect,
+    /// Records (see `table/records.rs`).
+    pub records: Records,
     /// Opens a transaction that takes locks (see [`counted::begin`]).
     pub begin: &'static str,
 }
@@ -264,6 +274,7 @@ mod tests {
         }
         all.extend(q.counted.statements());
         all.extend(q.inspect.statements());
+        all.extend(q.records.statements());
         all
     }
 

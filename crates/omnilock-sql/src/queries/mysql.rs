@@ -5,8 +5,8 @@
 //! of every `?` in the order they appear.
 
 use super::{
-    Acquire, Counted, InTx, Inspect, Param, Queries, RenewBatch, Statement, Tickets, counted,
-    ident, queue_names, text_type,
+    Acquire, Counted, InTx, Inspect, Param, Queries, Records, RenewBatch, Statement, Tickets,
+    counted, ident, queue_names, records, text_type,
 };
 use crate::config::Dialect;
 use Param::*;
@@ -33,6 +33,7 @@ pub(super) fn queries(table_name: &str, fair: bool) -> Queries {
         )"
     )];
     create.extend(counted::create(Dialect::MySql, table_name));
+    create.push(records::create(Dialect::MySql, table_name));
     if fair {
         create.push(format!(
             "CREATE TABLE IF NOT EXISTS {queue} (
@@ -79,6 +80,7 @@ pub(super) fn queries(table_name: &str, fair: bool) -> Queries {
         renew_batch: RenewBatch::new(Dialect::MySql, table_name),
         counted: Counted::new(Dialect::MySql, table_name, false),
         inspect: Inspect::new(Dialect::MySql, table_name, fair),
+        records: Records::new(Dialect::MySql, table_name),
         create: create
             .into_iter()
             .map(|s| Statement::new(s, &[]).sql)

@@ -37,28 +37,32 @@ pub(crate) fn mysql_ddl_unlock() -> String {
 }
 
 /// MySQL/MariaDB: `(table, column, data type, collation)` of the `name`
-/// and `owner` columns of two tables; binds their names.
+/// and `owner` columns of three tables; binds their names.
 #[cfg(feature = "mysql")]
 pub(crate) const MYSQL_NAME_COLUMNS: &str =
     "SELECT CAST(TABLE_NAME AS CHAR), CAST(COLUMN_NAME AS CHAR),
                 CAST(DATA_TYPE AS CHAR), CAST(COALESCE(COLLATION_NAME, '') AS CHAR)
          FROM information_schema.COLUMNS
-         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (?, ?)
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (?, ?, ?)
            AND COLUMN_NAME IN ('name', 'owner')";
 
 /// MySQL/MariaDB: converts table `name`'s `name` and `owner` columns to the
-/// binary type; `owner_null` is `NULL` or `NOT NULL`.
+/// binary type; `owner_null` is `NULL` or `NOT NULL`, `None` for a table
+/// without `owner` (the records).
 #[cfg(feature = "mysql")]
-pub(crate) fn mysql_exact_columns(name: &str, owner_null: &str) -> String {
+pub(crate) fn mysql_exact_columns(name: &str, owner_null: Option<&str>) -> String {
+    let text = text_type(Dialect::MySql);
+    let owner = owner_null
+        .map(|null| format!(", MODIFY owner {text} {null}"))
+        .unwrap_or_default();
     format!(
-        "ALTER TABLE {} MODIFY name {text} NOT NULL, MODIFY owner {text} {owner_null}",
+        "ALTER TABLE {} MODIFY name {text} NOT NULL{owner}",
         ident(Dialect::MySql, name),
-        text = text_type(Dialect::MySql),
     )
 }
 
 /// PostgreSQL: `(table, column, type, collation)` of the first `name` or
-/// `owner` column of two tables that is `CHAR(n)` or has a
+/// `owner` column of three tables that is `CHAR(n)` or has a
 /// nondeterministic collation; binds the tables' quoted names.
 #[cfg(feature = "postgres")]
 pub(crate) const POSTGRES_FOLDING_COLUMNS: &str =
@@ -68,15 +72,15 @@ pub(crate) const POSTGRES_FOLDING_COLUMNS: &str =
          FROM pg_attribute a
          JOIN pg_class c ON c.oid = a.attrelid
          LEFT JOIN pg_collation co ON co.oid = a.attcollation
-         WHERE a.attrelid IN (to_regclass($1), to_regclass($2))
+         WHERE a.attrelid IN (to_regclass($1), to_regclass($2), to_regclass($3))
            AND a.attname IN ('name', 'owner') AND NOT a.attisdropped
            AND (a.atttypid = 'bpchar'::regtype OR NOT COALESCE(co.collisdeterministic, TRUE))
          LIMIT 1";
 
-/// SQLite: `(name, sql)` of two tables, by name in any case; binds them.
+/// SQLite: `(name, sql)` of three tables, by name in any case; binds them.
 #[cfg(feature = "sqlite")]
 pub(crate) const SQLITE_TABLES: &str = "SELECT name, sql FROM sqlite_master
-         WHERE type = 'table' AND lower(name) IN (lower(?1), lower(?2))";
+         WHERE type = 'table' AND lower(name) IN (lower(?1), lower(?2), lower(?3))";
 
 /// SQLite: the write probe's row in lock table `table_name`; binds the
 /// probe's name.

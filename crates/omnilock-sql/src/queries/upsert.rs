@@ -4,8 +4,8 @@
 //! `GREATEST` are spelled differently.
 
 use super::{
-    Acquire, Counted, InTx, Inspect, Param, Queries, RenewBatch, Statement, Tickets, counted,
-    ident, queue_names, text_type,
+    Acquire, Counted, InTx, Inspect, Param, Queries, Records, RenewBatch, Statement, Tickets,
+    counted, ident, queue_names, records, text_type,
 };
 use crate::config::Dialect;
 use Param::*;
@@ -48,6 +48,7 @@ pub(super) fn queries(dialect: Dialect, table_name: &str, notify: bool, fair: bo
         )"
     )];
     create.extend(counted::create(dialect, table_name));
+    create.push(records::create(dialect, table_name));
     if fair {
         create.push(format!(
             "CREATE TABLE IF NOT EXISTS {queue} (
@@ -131,6 +132,7 @@ pub(super) fn queries(dialect: Dialect, table_name: &str, notify: bool, fair: bo
         renew_batch: RenewBatch::new(dialect, table_name),
         counted: Counted::new(dialect, table_name, notify),
         inspect: Inspect::new(dialect, table_name, fair),
+        records: Records::new(dialect, table_name),
         create: create
             .into_iter()
             .map(|s| Statement::new(s, &[]).sql)

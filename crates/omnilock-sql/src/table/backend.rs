@@ -95,6 +95,8 @@ impl Backend for TableStore {
             .with_inspect(true)
             .with_inspect_waiters(self.inner.config.fair)
             .with_list(true)
+            // In `<table>_records`, timed by the database's clock.
+            .with_records(true)
     }
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
@@ -335,6 +337,18 @@ impl Backend for TableStore {
 
     async fn list(&self, prefix: &str) -> Result<Vec<Listed>> {
         self.list_held(prefix).await
+    }
+
+    async fn write_record(&self, name: &LockName, value: &str, keep: Duration) -> Result<()> {
+        self.set_record(name, value, keep).await
+    }
+
+    async fn read_record(&self, name: &LockName) -> Result<Option<omnilock_core::Record>> {
+        self.get_record(name).await
+    }
+
+    async fn delete_record(&self, name: &LockName) -> Result<bool> {
+        self.del_record(name).await
     }
 
     async fn holder(&self, name: &LockName) -> Result<Option<omnilock_core::Holder>> {

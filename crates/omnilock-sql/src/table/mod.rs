@@ -2,7 +2,7 @@
 //! released by single atomic statements, waited for by polling with
 //! backoff and jitter (see [`queue`]); semaphores and read-write locks in
 //! the entries table (see [`counted`]); an operator's reads in
-//! [`inspect`].
+//! [`inspect`]; records in their own table (see [`records`]).
 
 mod backend;
 #[cfg(feature = "mysql")]
@@ -10,6 +10,7 @@ mod bells;
 mod counted;
 mod inspect;
 mod queue;
+mod records;
 mod renew;
 
 use std::sync::atomic::AtomicUsize;

@@ -75,10 +75,14 @@ pub(crate) fn unique(prefix: &str) -> String {
     )
 }
 
-/// Drops a lock table and its fair-mode line.
+/// Drops a lock table, its fair-mode line and its records.
 pub(crate) async fn drop_tables(pool: &AnyPool, table: &str) {
     use sqlx::Executor;
-    for t in [format!("{table}_queue"), table.to_string()] {
+    for t in [
+        format!("{table}_queue"),
+        format!("{table}_records"),
+        table.to_string(),
+    ] {
         let _ = pool
             .execute(sqlx::AssertSqlSafe(format!("DROP TABLE IF EXISTS {t}")))
             .await;
