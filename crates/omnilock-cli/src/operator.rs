@@ -59,9 +59,10 @@ pub(crate) async fn status(store: &str, args: StatusArgs) -> u8 {
         Err(code) => return code,
     };
     let kinds = kinds(&locks, args.kind);
+    // A store that cannot report holders may still keep the job's record.
     let seen = match inspect_all(&locks, &args.name, &kinds).await {
-        Ok(seen) => seen,
-        Err(err) => return fail(&err),
+        Err(err) if err.kind() != omnilock::ErrorKind::Unsupported => return fail(&err),
+        seen => seen,
     };
     // The job's `--once-per` record, where the store keeps records.
     let record = if locks.capabilities().records && args.kind.is_none() {
@@ -73,6 +74,21 @@ pub(crate) async fn status(store: &str, args: StatusArgs) -> u8 {
         None
     };
     let now = SystemTime::now();
+    let record_line = record.as_ref().map(|record| {
+        let left = record
+            .left
+            .map_or(String::new(), |left| format!(", kept {} more", short(left)));
+        format!("--once-per record: {}{left}", record.value)
+    });
+    let seen = match seen {
+        Ok(seen) => seen,
+        Err(unsupported) => {
+            if let Some(line) = record_line.filter(|_| !args.json) {
+                println!("{line}");
+            }
+            return fail(&unsupported);
+        }
+    };
     if args.json {
         let mut shown = status_json(&locks, &args.name, &seen, now);
         shown["record"] = record.as_ref().map_or(
@@ -82,11 +98,8 @@ pub(crate) async fn status(store: &str, args: StatusArgs) -> u8 {
         println!("{shown}");
     } else {
         print!("{}", status_text(&args.name, &seen, now));
-        if let Some(record) = record {
-            let left = record
-                .left
-                .map_or(String::new(), |left| format!(", kept {} more", short(left)));
-            println!("--once-per record: {}{left}", record.value);
+        if let Some(line) = record_line {
+            println!("{line}");
         }
     }
     0

@@ -10,7 +10,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use crate::process::{
-    WithoutTerminal, lock_name, signal, stderr_of, text, wait_for_file, wait_with_deadline,
+    KillOnDrop, WithoutTerminal, lock_name, signal, stderr_of, text, wait_for_file,
+    wait_with_deadline,
 };
 
 /// A candidate campaigning as `value`, whose command writes its term to
@@ -40,6 +41,34 @@ fn term(marker: &Path, child: &mut Child, who: &str) -> u64 {
         .unwrap_or_else(|_| panic!("{who} wrote no term: {term:?}"))
 }
 
+/// `omnilock elect --listen --json NAME`, its lines read by a thread of
+/// their own.
+fn listen(
+    omnilock: &Path,
+    url: &str,
+    name: &str,
+    reaper: &mut KillOnDrop,
+) -> (Child, mpsc::Receiver<String>) {
+    let mut listener = Command::new(omnilock)
+        .args(["elect", "--store", url, "--listen", "--json", name])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .without_terminal()
+        .spawn()
+        .expect("spawn the listener");
+    reaper.watch(&listener);
+    let (tx, lines) = mpsc::channel();
+    let stdout = listener.stdout.take().expect("listener stdout");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (listener, lines)
+}
+
 /// Reads the listener's JSON lines until one names `leader`.
 fn wait_for_leader(lines: &mpsc::Receiver<String>, leader: &str) {
     loop {
@@ -59,31 +88,36 @@ fn wait_for_leader(lines: &mpsc::Receiver<String>, leader: &str) {
 /// SIGTERM to the first makes its command end and omnilock resign (exit
 /// 143 as the command's own status), and the second leads with a higher
 /// term; breaking the election's lock stops the second's command and it
-/// exits 70. The listener prints each leader and exits 0 on SIGINT.
-pub fn elect_across_processes(omnilock: &Path, url: &str, dir: &Path) {
+/// exits 70. The listener prints each leader and exits 0 on SIGINT. On a
+/// store that cannot say who leads (`listens` false: Redlock, etcd's
+/// Lock RPC), `--listen` exits 64 and the candidates still take turns.
+pub fn elect_across_processes(omnilock: &Path, url: &str, dir: &Path, listens: bool) {
     let name = lock_name("elect", dir);
     let (first_marker, second_marker) = (dir.join("elect-first"), dir.join("elect-second"));
-    let mut listener = Command::new(omnilock)
-        .args(["elect", "--store", url, "--listen", "--json", &name])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .without_terminal()
-        .spawn()
-        .expect("spawn the listener");
-    let (tx, lines) = mpsc::channel();
-    let stdout = listener.stdout.take().expect("listener stdout");
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let mut reaper = KillOnDrop::default();
+    if !listens {
+        let out = Command::new(omnilock)
+            .args(["elect", "--store", url, "--listen", &name])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run the listener");
+        assert_eq!(
+            out.status.code(),
+            Some(64),
+            "--listen where the store cannot say who leads: {}",
+            text(&out.stderr)
+        );
+    }
+    let mut listener = listens.then(|| listen(omnilock, url, &name, &mut reaper));
 
     let mut first = candidate(omnilock, url, &name, "leader-one", &first_marker);
+    reaper.watch(&first);
     let first_term = term(&first_marker, &mut first, "the first candidate");
     let mut second = candidate(omnilock, url, &name, "leader-two", &second_marker);
-    wait_for_leader(&lines, "leader-one");
+    reaper.watch(&second);
+    if let Some((_, lines)) = &listener {
+        wait_for_leader(lines, "leader-one");
+    }
     std::thread::sleep(Duration::from_millis(300));
     assert!(!second_marker.exists(), "two leaders at once");
 
@@ -99,7 +133,9 @@ pub fn elect_across_processes(omnilock: &Path, url: &str, dir: &Path) {
         second_term > first_term,
         "term {second_term} after {first_term}"
     );
-    wait_for_leader(&lines, "leader-two");
+    if let Some((_, lines)) = &listener {
+        wait_for_leader(lines, "leader-two");
+    }
 
     let broke = Command::new(omnilock)
         .args(["break", "--store", url, &format!("election/{name}")])
@@ -115,11 +151,13 @@ pub fn elect_across_processes(omnilock: &Path, url: &str, dir: &Path) {
         "a leader whose leadership was taken exits 70: {stderr}"
     );
 
-    signal(&listener, "-INT", false);
-    let status = wait_with_deadline(&mut listener, Duration::from_secs(10));
-    assert_eq!(
-        status.code(),
-        Some(0),
-        "the listener ends cleanly on SIGINT"
-    );
+    if let Some((listener, _)) = &mut listener {
+        signal(listener, "-INT", false);
+        let status = wait_with_deadline(listener, Duration::from_secs(10));
+        assert_eq!(
+            status.code(),
+            Some(0),
+            "the listener ends cleanly on SIGINT"
+        );
+    }
 }

@@ -262,6 +262,29 @@ fn paused_holder_loses(omnilock: &Path, url: &str, dir: &Path, side: &[&str]) {
     );
 }
 
+/// Kills the process groups of the children it was told of when dropped,
+/// so that a scenario that fails half-way leaves no holder running (its
+/// children run in groups of their own: `without_terminal`).
+#[derive(Default)]
+pub(crate) struct KillOnDrop(Vec<u32>);
+
+impl KillOnDrop {
+    pub(crate) fn watch(&mut self, child: &std::process::Child) {
+        self.0.push(child.id());
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        for pid in &self.0 {
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pid}")])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
 /// What an exited child (spawned with a piped stderr) wrote on stderr.
 pub(crate) fn stderr_of(child: &mut std::process::Child) -> String {
     let mut stderr = String::new();

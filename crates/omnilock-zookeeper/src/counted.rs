@@ -124,7 +124,8 @@ impl ZkStore {
             .await?
         {
             if !wait {
-                return Ok(None); // the entry deletes the node
+                entry.withdraw(self.ctx()).await;
+                return Ok(None);
             }
             if !waited {
                 request.waiting.raise();
@@ -177,6 +178,7 @@ impl ZkStore {
         let mut waited = false;
         if let Some(predecessor) = position(self.ctx(), session, &locks, &lock.path).await? {
             if !wait {
+                lock.withdraw(self.ctx()).await;
                 return Ok(None);
             }
             request.waiting.raise();
@@ -213,7 +215,9 @@ impl ZkStore {
                 break;
             }
             if !wait {
-                return Ok(None); // both entries delete their nodes
+                lease.withdraw(self.ctx()).await;
+                lock.withdraw(self.ctx()).await;
+                return Ok(None);
             }
             if !waited {
                 request.waiting.raise();

@@ -22,6 +22,22 @@ pub(crate) struct Entry {
     pub(crate) armed: bool,
 }
 
+impl Entry {
+    /// Deletes the node now, for a try that found the lock busy: a caller
+    /// that exits right after (`omnilock run -n`) would otherwise leave it
+    /// in line until its session times out, ahead of every later try. The
+    /// background delete of `Drop` stays the fallback.
+    pub(crate) async fn withdraw(mut self, ctx: &Ctx) {
+        let deleted = crate::conn::call_raw(ctx, self.client.delete(&self.path, None)).await;
+        if matches!(
+            deleted,
+            Ok(Ok(())) | Ok(Err(zookeeper_client::Error::NoNode))
+        ) {
+            self.armed = false;
+        }
+    }
+}
+
 impl Drop for Entry {
     fn drop(&mut self) {
         if self.armed {

@@ -228,6 +228,7 @@ impl ZkStore {
         let mut checked = started;
         if let Some(predecessor) = position(&self.ctx, &session, &lock_path, &path).await? {
             if !wait {
+                entry.withdraw(&self.ctx).await;
                 return Ok(None);
             }
             refuse_own_holder(&self.ctx, &session, &lock_path, &path, request).await?;
