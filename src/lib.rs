@@ -72,7 +72,7 @@ pub use omnilock_core::{
     Inspection, Leader, Leadership, Listed, LockGuard, LockKind, LockName, LockRequest, Locks,
     MAX_ELECTION_VALUE_BYTES, MAX_RECORD_KEEP, MAX_TTL, MIN_TTL, MemStore, MultiGuard,
     MultiLockRequest, Observer, Operation, Owner, Primitive, ReadWriteLock, Record, Result, Side,
-    Waiting, parse_duration,
+    Waiting, check_hold_bounds, parse_duration,
 };
 
 pub mod blocking;

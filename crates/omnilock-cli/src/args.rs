@@ -148,6 +148,15 @@ executable, 127 not found); 75 lock not acquired in time (-E to change);
 ran (its process group gets SIGTERM first); 77 credentials refused or
 access denied; 78 TLS failed (a certificate that does not verify).";
 
+/// What `omnilock elect --help` adds: the exit statuses a script tests.
+const ELECT_AFTER_HELP: &str = "\
+Exit status: the command's own (128+N if it died of signal N; 126 not
+executable, 127 not found); 75 not elected within --wait (-E to change);
+64 bad arguments, name or URL, or --listen on a store that cannot say who
+leads; 69 store unreachable or failing; 70 leadership lost while the
+command ran (its process group gets SIGTERM first); 77 credentials refused
+or access denied; 78 TLS failed. --listen exits 0 when interrupted.";
+
 /// Distributed locks from the command line: hold a lock while a command runs.
 #[derive(Parser, Debug)]
 #[command(name = "omnilock", version, after_help = after_help())]
@@ -184,7 +193,7 @@ pub(crate) enum Command {
     /// SIGTERM (SIGKILL 10 s later) and omnilock exits 70; when CMD ends,
     /// omnilock resigns and exits with its status. The election's lock is
     /// `election/NAME` (`omnilock status election/NAME`).
-    #[command(after_help = RUN_AFTER_HELP)]
+    #[command(after_help = ELECT_AFTER_HELP)]
     Elect(ElectArgs),
     /// Show who holds NAME and who waits, as the store sees it (every
     /// process and machine): owner, fencing token, how long held, lease
@@ -311,8 +320,10 @@ pub(crate) struct RunArgs {
     /// a record of its start is kept in the store for DUR from the start;
     /// a later start within DUR finds it (under the lock), does not run the
     /// command, says when the last run started, and exits 79
-    /// (--done-exit-code). A failed run leaves no record
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    /// (--done-exit-code). A failed run leaves no record. Needs the lock or
+    /// --write (a hold no other process shares)
+    #[arg(long, value_name = "DUR", value_parser = parse_duration,
+          conflicts_with_all = ["permits", "read"])]
     pub once_per: Option<Duration>,
 
     /// Exit status when --once-per finds that the command already ran
@@ -428,8 +439,9 @@ pub(crate) struct BreakArgs {
     #[arg(long, value_enum)]
     pub kind: Option<KindArg>,
 
-    /// Break only the holds of this owner (as `status` shows it)
-    #[arg(long, value_name = "OWNER")]
+    /// Break only the holds of this owner (as `status` shows it): with
+    /// --kind semaphore or rw
+    #[arg(long, value_name = "OWNER", requires = "kind")]
     pub owner: Option<String>,
 
     /// Delete NAME's `run --once-per` record instead, so that the job may

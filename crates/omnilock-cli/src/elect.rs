@@ -9,7 +9,7 @@ use serde_json::json;
 
 use crate::args::ElectArgs;
 use crate::exit::{self, fail};
-use crate::run::{Holding, Signals, SuperviseExits, failed, start, supervise};
+use crate::run::{Holding, Rules, Signals, failed, start, supervise};
 
 /// Campaigns (or listens) as `args` says.
 pub(crate) async fn elect(store: &str, args: ElectArgs) -> u8 {
@@ -80,12 +80,7 @@ pub(crate) async fn elect(store: &str, args: ElectArgs) -> u8 {
         &args.name,
         &args.command,
         &mut signals,
-        SuperviseExits {
-            lost: args.lost_exit_code,
-            unavailable: args.unavailable_exit_code,
-        },
-        false,
-        None,
+        Rules::exits(args.lost_exit_code, args.unavailable_exit_code),
     )
     .await
 }
@@ -106,6 +101,11 @@ fn check(args: &ElectArgs) -> omnilock::Result<()> {
     }
     if let Some(ttl) = args.ttl {
         omnilock::AcquireOptions::new().ttl(ttl).check()?;
+    }
+    if args.listen && args.value.is_some() {
+        return Err(omnilock::Error::config(
+            "--listen prints the leaders and campaigns with no VALUE; leave it out",
+        ));
     }
     match (args.listen, args.command.is_empty()) {
         (true, false) => Err(omnilock::Error::config(

@@ -107,6 +107,11 @@ pub(crate) async fn status(store: &str, args: StatusArgs) -> u8 {
 
 /// `omnilock ls [PREFIX]`: the held locks under PREFIX.
 pub(crate) async fn ls(store: &str, args: LsArgs) -> u8 {
+    if !args.prefix.is_empty()
+        && let Err(err) = LockName::new(&args.prefix)
+    {
+        return fail(&err);
+    }
     let locks = match connect(store, None).await {
         Ok(locks) => locks,
         Err(code) => return code,
@@ -163,9 +168,31 @@ pub(crate) async fn watch(store: &str, args: WatchArgs) -> u8 {
     };
     let kinds = kinds(&locks, args.kind);
     let mut last: Option<Vec<Key>> = None;
+    // Installed once, before the first read: a Ctrl-C at any moment (a
+    // read that hangs on a stalled store included) ends the watch with 0.
+    let mut interrupted = match Interrupted::install() {
+        Ok(interrupted) => interrupted,
+        Err(err) => {
+            eprintln!("omnilock: cannot install signal handlers: {err}");
+            return crate::exit::SOFTWARE;
+        }
+    };
     loop {
-        let seen = match inspect_all(&locks, &args.name, &kinds).await {
+        let seen = tokio::select! {
+            seen = inspect_all(&locks, &args.name, &kinds) => seen,
+            _ = interrupted.next() => return 0,
+        };
+        let seen = match seen {
             Ok(seen) => seen,
+            // A store that is down for a moment: say so and keep watching.
+            Err(err) if err.is_retryable() => {
+                eprintln!("omnilock: {err}; still watching");
+                last = None;
+                tokio::select! {
+                    _ = tokio::time::sleep(args.interval) => continue,
+                    _ = interrupted.next() => return 0,
+                }
+            }
             Err(err) => return fail(&err),
         };
         let key: Vec<Key> = seen.iter().map(Key::of).collect();
@@ -183,7 +210,27 @@ pub(crate) async fn watch(store: &str, args: WatchArgs) -> u8 {
         }
         tokio::select! {
             _ = tokio::time::sleep(args.interval) => {}
-            _ = tokio::signal::ctrl_c() => return 0,
+            _ = interrupted.next() => return 0,
+        }
+    }
+}
+
+/// SIGINT or SIGTERM, which end `watch` cleanly.
+struct Interrupted(tokio::signal::unix::Signal, tokio::signal::unix::Signal);
+
+impl Interrupted {
+    fn install() -> std::io::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Interrupted(
+            signal(SignalKind::interrupt())?,
+            signal(SignalKind::terminate())?,
+        ))
+    }
+
+    async fn next(&mut self) {
+        tokio::select! {
+            _ = self.0.recv() => {}
+            _ = self.1.recv() => {}
         }
     }
 }

@@ -82,40 +82,44 @@ pub(crate) fn check(args: &RunArgs) -> omnilock::Result<Checked> {
     if let Some(ttl) = args.ttl {
         options = options.ttl(ttl);
     }
-    if let (Some(min), Some(max)) = (args.min_hold, args.max_hold)
-        && min > max
-    {
-        return Err(omnilock::Error::config(format!(
-            "--min-hold ({}) is longer than --max-hold ({}): the lock cannot be kept at \
-             least the one and at most the other",
-            humantime::format_duration(min),
-            humantime::format_duration(max)
-        )));
-    }
-    if args.max_hold == Some(Duration::ZERO) {
-        return Err(omnilock::Error::config(
-            "--max-hold must be above zero (leave it out to hold for as long as the command runs)",
-        ));
-    }
-    if let Some(period) = args.once_per
-        && (period < Duration::from_secs(1) || period > omnilock::MAX_RECORD_KEEP)
-    {
-        return Err(omnilock::Error::config(format!(
-            "--once-per takes a period from 1s to {} days",
-            omnilock::MAX_RECORD_KEEP.as_secs() / 86_400
-        )));
-    }
-    if let Some(max_hold) = args.max_hold {
-        options = options.max_hold(max_hold);
-    }
-    if let Some(min_hold) = args.min_hold {
-        options = options.min_hold(min_hold);
-    }
+    check_job_rules(args)?;
     options.check()?;
     if let Some(owner) = &args.owner {
         options = options.owner(&Owner::new(owner)?);
     }
     Ok(Checked { options })
+}
+
+/// `--min-hold`, `--max-hold` and `--once-per`, checked before any I/O.
+/// The command line enforces the hold bounds itself (see [`Rules`]), so
+/// that a run that never started its command lets go at once and a run
+/// past its max-hold is stopped while its lock is still renewed.
+fn check_job_rules(args: &RunArgs) -> omnilock::Result<()> {
+    let flagged = |e: omnilock::Error| {
+        omnilock::Error::config(
+            e.message()
+                .replace("min_hold", "--min-hold")
+                .replace("max_hold", "--max-hold"),
+        )
+    };
+    omnilock::check_hold_bounds(args.min_hold, args.max_hold).map_err(flagged)?;
+    let longest = omnilock::MAX_RECORD_KEEP;
+    let days = longest.as_secs() / 86_400;
+    for (flag, value) in [("--min-hold", args.min_hold), ("--max-hold", args.max_hold)] {
+        if value.is_some_and(|value| value > longest) {
+            return Err(omnilock::Error::config(format!(
+                "{flag} is at most {days} days"
+            )));
+        }
+    }
+    if let Some(period) = args.once_per
+        && (period < Duration::from_secs(1) || period > longest)
+    {
+        return Err(omnilock::Error::config(format!(
+            "--once-per takes a period from 1s to {days} days"
+        )));
+    }
+    Ok(())
 }
 
 pub(crate) async fn run(store: &str, args: RunArgs) -> u8 {
@@ -146,7 +150,10 @@ pub(crate) async fn run(store: &str, args: RunArgs) -> u8 {
         (None, false, true) => locks.rw_lock(&args.name).write(),
         (None, false, false) => locks.lock(&args.name),
     }
-    .options(checked.options);
+    .options(checked.options)
+    // A record read and written under a hold that another process of the
+    // same --owner could share would not stop a second run.
+    .reentrant(args.once_per.is_none());
     if args.verbose {
         let (name, shown) = (args.name.clone(), exit::shown(store));
         request =
@@ -210,19 +217,21 @@ pub(crate) async fn run(store: &str, args: RunArgs) -> u8 {
         },
         None => None,
     };
-    let held = Holding::Lock(guard);
-    let min_hold_note = args.verbose && args.min_hold.is_some();
+    let acquired = tokio::time::Instant::now();
+    let rules = Rules {
+        lost_exit_code: args.lost_exit_code,
+        unavailable_exit_code: args.unavailable_exit_code,
+        keep_until: args.min_hold.map(|min| acquired + min),
+        stop_at: args.max_hold.map(|max| acquired + max),
+        verbose: args.verbose,
+        done,
+    };
     supervise(
-        held,
+        Holding::Lock(guard),
         &args.name,
         &args.command,
         &mut signals,
-        SuperviseExits {
-            lost: args.lost_exit_code,
-            unavailable: args.unavailable_exit_code,
-        },
-        min_hold_note,
-        done,
+        rules,
     )
     .await
 }
@@ -280,10 +289,31 @@ impl DoneRecord {
     }
 }
 
-/// The exit statuses `supervise` may need besides the command's own.
-pub(crate) struct SuperviseExits {
-    pub(crate) lost: u8,
-    pub(crate) unavailable: u8,
+/// What `supervise` applies besides running the command: exit statuses,
+/// `--min-hold` (`keep_until`), `--max-hold` (`stop_at`) and `--once-per`.
+pub(crate) struct Rules {
+    pub(crate) lost_exit_code: u8,
+    pub(crate) unavailable_exit_code: u8,
+    /// Keep the lock until then after the command ended.
+    pub(crate) keep_until: Option<tokio::time::Instant>,
+    /// Stop the command then (the lock still renewed until it has exited).
+    pub(crate) stop_at: Option<tokio::time::Instant>,
+    pub(crate) verbose: bool,
+    pub(crate) done: Option<DoneRecord>,
+}
+
+impl Rules {
+    /// Just the exit statuses (`elect`).
+    pub(crate) fn exits(lost_exit_code: u8, unavailable_exit_code: u8) -> Self {
+        Rules {
+            lost_exit_code,
+            unavailable_exit_code,
+            keep_until: None,
+            stop_at: None,
+            verbose: false,
+            done: None,
+        }
+    }
 }
 
 /// What `run` and `elect` do once the input is checked: create the
@@ -372,11 +402,10 @@ pub(crate) async fn supervise(
     name: &str,
     command: &[String],
     signals: &mut Signals,
-    exits: SuperviseExits,
-    min_hold_note: bool,
-    done: Option<DoneRecord>,
+    rules: Rules,
 ) -> u8 {
-    let lost_exit_code = exits.lost;
+    let lost_exit_code = rules.lost_exit_code;
+    let mut done = rules.done;
     let (program, rest) = command.split_first().expect("clap requires CMD");
     let env = [
         ("OMNILOCK_TOKEN", held.token().to_string()),
@@ -399,6 +428,8 @@ pub(crate) async fn supervise(
     tokio::pin!(lost);
     let mut status = None;
     let group = command.group();
+    let too_long = sleep_until_opt(rules.stop_at);
+    tokio::pin!(too_long);
     loop {
         tokio::select! {
             ended = command.child.wait(), if status.is_none() => {
@@ -424,10 +455,29 @@ pub(crate) async fn supervise(
                 }
             }
             _ = child::emptied(group), if status.is_some() => break,
+            _ = &mut too_long => {
+                // The lock is still renewed while the command stops, so no
+                // other holder starts beside it; released once it is gone.
+                eprintln!("omnilock: --max-hold reached; stopping the command");
+                command.stop(LOST_GRACE).await;
+                command.finish().await;
+                if let Err(err) = held.release().await {
+                    eprintln!("omnilock: release after --max-hold: {err}");
+                }
+                return lost_exit_code;
+            }
             loss = &mut lost => {
                 eprintln!("omnilock: {loss}; stopping the command");
                 command.stop(LOST_GRACE).await;
                 command.finish().await;
+                // The command had already succeeded (what it left in its
+                // group was still running): its run is recorded, which can
+                // only prevent a run, never add one.
+                if let (Some(done), Some(ended)) = (done.take(), status)
+                    && ended.success()
+                {
+                    let _ = done.write().await;
+                }
                 // Says what the store answered, so that scripts (and the
                 // tests) see that the stale release touched nothing.
                 if let Err(err) = held.release().await {
@@ -450,20 +500,31 @@ pub(crate) async fn supervise(
     {
         eprintln!(
             "omnilock: the command succeeded, but its run could not be recorded for \
-             --once-per ({err}); a later start within the period may run it again"
+             --once-per; a later start within the period may run it again"
         );
         let _ = held.release().await;
-        return exits.unavailable;
+        return failed(&err, rules.unavailable_exit_code);
     }
-    if min_hold_note {
-        eprintln!("omnilock: the command ended; keeping the lock until --min-hold has passed");
+    if let Some(until) = rules
+        .keep_until
+        .filter(|until| *until > tokio::time::Instant::now())
+    {
+        if rules.verbose {
+            eprintln!("omnilock: the command ended; keeping the lock until --min-hold has passed");
+        }
+        // Still renewed meanwhile; a loss or a signal ends the wait (the
+        // lease then frees the lock).
+        tokio::select! {
+            _ = tokio::time::sleep_until(until) => {}
+            loss = &mut lost => {
+                eprintln!("omnilock: {loss} during --min-hold");
+                let _ = held.release().await;
+                return exit_status(status);
+            }
+            signal = signals.next() => return exit::die_of(signal),
+        }
     }
-    // A release inside --min-hold waits, holding the lock; a signal then
-    // ends omnilock, and the lease frees the lock.
-    let released = tokio::select! {
-        released = held.release() => released,
-        signal = signals.next() => return exit::die_of(signal),
-    };
+    let released = held.release().await;
     match released {
         Ok(()) => exit_status(status),
         Err(err) if matches!(err.kind(), ErrorKind::NotOwner | ErrorKind::LockLost) => {
@@ -475,6 +536,14 @@ pub(crate) async fn supervise(
             eprintln!("omnilock: warning: {err}");
             exit_status(status)
         }
+    }
+}
+
+/// Sleeps until `at`, or for ever without one.
+async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

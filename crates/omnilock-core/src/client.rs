@@ -278,10 +278,12 @@ impl Locks {
     /// [`Locks::break_lock`] does for a mutex: every hold, or only those of
     /// `owner`. Returns how many were removed. For a semaphore that is
     /// permits; for a read-write lock, readers and the writer alike; for a
-    /// mutex, its holder (with `owner`, only if it is the holder; the read
-    /// and the break are two steps). Waiters stay in line. `Unsupported`
-    /// where [`Capabilities::break_lock`] is false or the store does not
-    /// offer `kind`.
+    /// mutex, its holder (`owner` is refused there with `InvalidConfig`:
+    /// the store cannot break a mutex only if a given owner still holds it,
+    /// and a read followed by a break could remove the next holder).
+    /// Waiters stay in line. `Unsupported` where
+    /// [`Capabilities::break_lock`] is false or the store does not offer
+    /// `kind`.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -327,11 +329,11 @@ impl Locks {
                 .await
                 .map_err(context);
         }
-        if let Some(owner) = owner {
-            let holder = backend.holder(&lock_name).await.map_err(context)?;
-            if holder.is_none_or(|holder| &holder.owner != owner) {
-                return Ok(0);
-            }
+        if owner.is_some() {
+            return Err(context(Error::config(
+                "a mutex is broken whoever holds it: leave out the owner (only a \
+                 semaphore's or read-write lock's holds can be broken by owner)",
+            )));
         }
         let broke = backend.break_lock(&lock_name).await.map_err(context)?;
         Ok(usize::from(broke))

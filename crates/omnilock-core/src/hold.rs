@@ -83,11 +83,13 @@ impl Hold {
     /// now (just after the grant).
     pub(crate) fn bound(self: &Arc<Self>, max_hold: Option<Duration>, min_hold: Option<Duration>) {
         let now = Instant::now();
-        if let Some(min_hold) = min_hold {
-            let _ = self.keep_until.set(now + min_hold);
+        // Checked to at most 400 days before the acquisition; `checked_add`
+        // keeps an `Instant` at the far end of its range from panicking.
+        if let Some(until) = min_hold.and_then(|min| now.checked_add(min)) {
+            let _ = self.keep_until.set(until);
         }
-        if let Some(max_hold) = max_hold {
-            self.shared.renewals.bound(self, now + max_hold, max_hold);
+        if let Some((until, max)) = max_hold.and_then(|max| Some((now.checked_add(max)?, max))) {
+            self.shared.renewals.bound(self, until, max);
         }
     }
 

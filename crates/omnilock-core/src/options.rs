@@ -459,6 +459,14 @@ impl AcquireOptions {
 /// assert!(check_hold_bounds(Some(max), Some(min)).is_ok());
 /// ```
 pub fn check_hold_bounds(min_hold: Option<Duration>, max_hold: Option<Duration>) -> Result<()> {
+    // Far beyond any job; what a typo of units gives is refused, not
+    // overflowed.
+    const LONGEST: Duration = Duration::from_secs(400 * 24 * 3600);
+    for (name, bound) in [("min_hold", min_hold), ("max_hold", max_hold)] {
+        if bound.is_some_and(|bound| bound > LONGEST) {
+            return Err(Error::config(format!("{name} is at most 400 days")));
+        }
+    }
     if max_hold.is_some_and(|max| max.is_zero()) {
         return Err(Error::config(
             "max_hold must be above zero (leave it out to renew for as long as the lock is held)",

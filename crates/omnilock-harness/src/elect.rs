@@ -3,15 +3,14 @@
 //! leader, and a leader whose leadership is taken away stops its command
 //! and exits 70. Run by the CLI crate's tests for every store.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use crate::process::{
-    KillOnDrop, WithoutTerminal, lock_name, signal, stderr_of, text, wait_for_file,
-    wait_with_deadline,
+    KillOnDrop, WithoutTerminal, lock_name, printing, signal, stderr_of, text, wait_for_file,
+    wait_for_line, wait_with_deadline,
 };
 
 /// A candidate campaigning as `value`, whose command writes its term to
@@ -41,47 +40,11 @@ fn term(marker: &Path, child: &mut Child, who: &str) -> u64 {
         .unwrap_or_else(|_| panic!("{who} wrote no term: {term:?}"))
 }
 
-/// `omnilock elect --listen --json NAME`, its lines read by a thread of
-/// their own.
-fn listen(
-    omnilock: &Path,
-    url: &str,
-    name: &str,
-    reaper: &mut KillOnDrop,
-) -> (Child, mpsc::Receiver<String>) {
-    let mut listener = Command::new(omnilock)
-        .args(["elect", "--store", url, "--listen", "--json", name])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .without_terminal()
-        .spawn()
-        .expect("spawn the listener");
-    reaper.watch(&listener);
-    let (tx, lines) = mpsc::channel();
-    let stdout = listener.stdout.take().expect("listener stdout");
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    (listener, lines)
-}
-
-/// Reads the listener's JSON lines until one names `leader`.
+/// Waits until the listener prints `leader` leading.
 fn wait_for_leader(lines: &mpsc::Receiver<String>, leader: &str) {
-    loop {
-        let line = lines
-            .recv_timeout(Duration::from_secs(20))
-            .unwrap_or_else(|_| panic!("the listener never showed {leader:?} leading"));
-        let parsed: serde_json::Value =
-            serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
-        if parsed["leader"] == leader {
-            assert!(parsed["term"].as_u64().is_some(), "{line}");
-            return;
-        }
-    }
+    wait_for_line(lines, &format!("{leader:?} leading"), |parsed| {
+        parsed["leader"] == leader && parsed["term"].as_u64().is_some()
+    });
 }
 
 /// Two candidates and a listener: the first leads while the second waits;
@@ -108,7 +71,13 @@ pub fn elect_across_processes(omnilock: &Path, url: &str, dir: &Path, listens: b
             text(&out.stderr)
         );
     }
-    let mut listener = listens.then(|| listen(omnilock, url, &name, &mut reaper));
+    let mut listener = listens.then(|| {
+        printing(
+            omnilock,
+            &["elect", "--store", url, "--listen", "--json", &name],
+            &mut reaper,
+        )
+    });
 
     let mut first = candidate(omnilock, url, &name, "leader-one", &first_marker);
     reaper.watch(&first);

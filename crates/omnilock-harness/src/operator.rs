@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::process::{
-    KillOnDrop, WithoutTerminal, lock_name, signal, stderr_of, text, wait_for_file,
-    wait_with_deadline,
+    KillOnDrop, WithoutTerminal, lock_name, printing, signal, stderr_of, text, wait_for_file,
+    wait_for_line, wait_with_deadline,
 };
 
 /// What the store under test is expected to answer.
@@ -213,6 +213,27 @@ pub fn operator_view_across_processes(omnilock: &Path, url: &str, dir: &Path, of
         );
     }
 
+    // `watch` prints the state now, then each change: the break below
+    // hands the lock to the waiter.
+    let watching = offers.inspect.then(|| {
+        let args = [
+            "--store",
+            url,
+            "watch",
+            "--json",
+            "--kind",
+            "mutex",
+            "--interval",
+            "100ms",
+            &name,
+        ];
+        let (watcher, lines) = printing(omnilock, &args, &mut reaper);
+        wait_for_line(&lines, "the first holder", |state| {
+            owners(&state["locks"][0], "holders") == ["nightly@host-1"] && state["at"].is_string()
+        });
+        (watcher, lines)
+    });
+
     let broke = omnilock_at(omnilock, url, &["break", &name]);
     assert_eq!(
         broke.status.code(),
@@ -227,6 +248,14 @@ pub fn operator_view_across_processes(omnilock: &Path, url: &str, dir: &Path, of
     );
     assert_told_of_break(&mut first, "the broken holder");
     let next = token_of(&second_marker, &mut second, "the waiter");
+    if let Some((mut watcher, lines)) = watching {
+        wait_for_line(&lines, "the waiter holding", |state| {
+            owners(&state["locks"][0], "holders") == ["waiter@host-2"]
+        });
+        signal(&watcher, "-INT", false);
+        let status = wait_with_deadline(&mut watcher, Duration::from_secs(10));
+        assert_eq!(status.code(), Some(0), "watch ends cleanly on SIGINT");
+    }
     assert!(next > token, "the waiter's token {next} after {token}");
     stop(&mut second);
 

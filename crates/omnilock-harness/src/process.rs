@@ -285,6 +285,56 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// Starts `omnilock ARGS` with stdout piped, watched by `reaper`, and a
+/// thread that sends each line it prints: for the commands that print
+/// until interrupted (`watch`, `elect --listen`).
+pub(crate) fn printing(
+    omnilock: &Path,
+    args: &[&str],
+    reaper: &mut KillOnDrop,
+) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
+    use std::io::BufRead as _;
+    let mut child = Command::new(omnilock)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .without_terminal()
+        .spawn()
+        .expect("spawn omnilock");
+    reaper.watch(&child);
+    let (tx, lines) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().expect("stdout");
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (child, lines)
+}
+
+/// Reads JSON lines from `lines` until one satisfies `wanted`.
+pub(crate) fn wait_for_line(
+    lines: &std::sync::mpsc::Receiver<String>,
+    what: &str,
+    wanted: impl Fn(&serde_json::Value) -> bool,
+) {
+    loop {
+        let line = lines
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("never printed: {what}"));
+        let parsed: serde_json::Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        if wanted(&parsed) {
+            return;
+        }
+    }
+}
+
 /// What an exited child (spawned with a piped stderr) wrote on stderr.
 pub(crate) fn stderr_of(child: &mut std::process::Child) -> String {
     let mut stderr = String::new();

@@ -451,6 +451,11 @@ pub(crate) async fn break_holds_frees_permits_and_sides(subject: &Subject) {
     // A short lease, so that a broken holder learns of it at its next
     // renewal (a third of the lease) on stores that tell it no sooner.
     let ttl = Duration::from_secs(3);
+    let err = admin
+        .break_holds(&name, LockKind::Mutex, Some(&stuck))
+        .await
+        .expect_err("a mutex is not broken by owner");
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
     let permit = |who: &Owner| a.semaphore(&name, 2).owner(who).ttl(ttl).acquire();
     let stuck_permit = permit(&stuck).await.expect("stuck's permit");
     let other_permit = permit(&other).await.expect("other's permit");
