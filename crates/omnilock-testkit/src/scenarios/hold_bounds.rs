@@ -29,9 +29,12 @@ pub(crate) async fn max_hold_stops_renewal_and_reports_the_loss(subject: &Subjec
     let name = unique("max-hold");
     let max_hold = Duration::from_millis(1500);
     let started = Instant::now();
+    // A lease longer than three max-holds: the loss must come from the
+    // max-hold, before the first renewal is even due (a renewal late on a
+    // loaded machine would otherwise report a lease that ran out).
     let guard = a
         .lock(&name)
-        .ttl(Duration::from_secs(3))
+        .ttl(Duration::from_secs(10))
         .max_hold(max_hold)
         .acquire()
         .await
