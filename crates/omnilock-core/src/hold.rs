@@ -25,6 +25,9 @@ pub(crate) struct Hold {
     pub(crate) lost: LostNotifier,
     pub(crate) grant: ErasedGrant,
     pub(crate) valid_until: Mutex<Instant>,
+    /// The lease granted at the start: the TTL, or less where the store
+    /// granted less (renewal runs on a third of it).
+    pub(crate) lease: Duration,
     state: Mutex<HoldState>,
     pub(crate) renewal: Mutex<Renewal>,
     /// The runtime that acquired the lock: background releases, and the
@@ -56,11 +59,19 @@ impl Hold {
         lent_owner: bool,
     ) -> Arc<Self> {
         let runtime = Handle::current();
-        let renewal = Renewal::new(request.ttl / 3);
+        // The lease the store granted, if shorter than the TTL asked for;
+        // renewal runs on a third of it.
+        let lease = grant
+            .valid_until
+            .saturating_duration_since(Instant::now())
+            .min(request.ttl)
+            .max(Duration::from_millis(30));
+        let renewal = Renewal::new(lease / 3);
         // The wait is over: only the lost signal outlives the acquire.
         let AcquireRequest { spec, lost, .. } = request;
         let hold = Arc::new(Hold {
             valid_until: Mutex::new(grant.valid_until),
+            lease,
             shared,
             spec,
             lost,

@@ -76,9 +76,11 @@ impl Renewal {
     }
 }
 
-/// How often a hold is renewed: every third of its TTL.
+/// How often a hold is renewed: every third of its lease (the TTL asked
+/// for, or the shorter lease the store granted: a ZooKeeper session the
+/// application opened may time out sooner than the TTL).
 fn interval(hold: &Hold) -> Duration {
-    hold.spec.ttl / 3
+    hold.lease / 3
 }
 
 impl Renewals {
