@@ -310,8 +310,9 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub min_hold: Option<Duration>,
 
-    /// Stop renewing the lock DUR after it was taken: the command's process
-    /// group gets SIGTERM (SIGKILL 10 s later) and omnilock exits with the
+    /// Stop the command DUR after the lock was taken: its process group gets
+    /// SIGTERM (SIGKILL 10 s later) while the lock is still renewed, the lock
+    /// is released once the group has exited, and omnilock exits with the
     /// lost status (70), so a hung job cannot keep the lock for ever
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub max_hold: Option<Duration>,

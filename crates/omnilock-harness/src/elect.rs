@@ -9,35 +9,19 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use crate::process::{
-    KillOnDrop, WithoutTerminal, lock_name, printing, signal, stderr_of, text, wait_for_file,
+    KillOnDrop, holding, lock_name, printing, signal, stderr_of, text, token_written,
     wait_for_line, wait_with_deadline,
 };
 
 /// A candidate campaigning as `value`, whose command writes its term to
+/// A candidate campaigning as `value`, whose command writes its term to
 /// `marker` once elected, then sleeps.
 fn candidate(omnilock: &Path, url: &str, name: &str, value: &str, marker: &Path) -> Child {
-    let _ = std::fs::remove_file(marker);
-    Command::new(omnilock)
-        .args([
-            "elect", "--store", url, "--ttl", "3s", name, value, "--", "sh", "-c",
-        ])
-        .arg(format!(
-            "echo $OMNILOCK_TOKEN > '{m}.tmp'; mv '{m}.tmp' '{m}'; exec sleep 600",
-            m = marker.display()
-        ))
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .without_terminal()
-        .spawn()
-        .expect("spawn a candidate")
-}
-
-fn term(marker: &Path, child: &mut Child, who: &str) -> u64 {
-    wait_for_file(marker, child, who);
-    let term = std::fs::read_to_string(marker).expect("term file");
-    term.trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("{who} wrote no term: {term:?}"))
+    holding(
+        omnilock,
+        &["elect", "--store", url, "--ttl", "3s", name, value],
+        marker,
+    )
 }
 
 /// Waits until the listener prints `leader` leading.
@@ -81,7 +65,7 @@ pub fn elect_across_processes(omnilock: &Path, url: &str, dir: &Path, listens: b
 
     let mut first = candidate(omnilock, url, &name, "leader-one", &first_marker);
     reaper.watch(&first);
-    let first_term = term(&first_marker, &mut first, "the first candidate");
+    let first_term = token_written(&first_marker, &mut first, "the first candidate");
     let mut second = candidate(omnilock, url, &name, "leader-two", &second_marker);
     reaper.watch(&second);
     if let Some((_, lines)) = &listener {
@@ -97,7 +81,7 @@ pub fn elect_across_processes(omnilock: &Path, url: &str, dir: &Path, listens: b
         Some(143),
         "the first leader exits with its command's status"
     );
-    let second_term = term(&second_marker, &mut second, "the second candidate");
+    let second_term = token_written(&second_marker, &mut second, "the second candidate");
     assert!(
         second_term > first_term,
         "term {second_term} after {first_term}"

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::process::{
-    KillOnDrop, WithoutTerminal, lock_name, printing, signal, stderr_of, text, wait_for_file,
+    KillOnDrop, holding, lock_name, printing, signal, stderr_of, text, token_written,
     wait_for_line, wait_with_deadline,
 };
 
@@ -34,32 +34,12 @@ fn hold(
     side: &[&str],
     marker: &Path,
 ) -> Child {
-    let _ = std::fs::remove_file(marker);
-    Command::new(omnilock)
-        .args([
-            "run", "--store", url, "--ttl", "3s", "--wait", "60s", "--owner", owner,
-        ])
-        .args(side)
-        .args([name, "--", "sh", "-c"])
-        .arg(format!(
-            "echo $OMNILOCK_TOKEN > '{m}.tmp'; mv '{m}.tmp' '{m}'; exec sleep 600",
-            m = marker.display()
-        ))
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .without_terminal()
-        .spawn()
-        .expect("spawn holder")
-}
-
-/// The fencing token `hold` wrote, once it holds.
-fn token_of(marker: &Path, child: &mut Child, who: &str) -> u64 {
-    wait_for_file(marker, child, who);
-    let token = std::fs::read_to_string(marker).expect("token file");
-    token
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("{who} wrote no token: {token:?}"))
+    let mut args = vec![
+        "run", "--store", url, "--ttl", "3s", "--wait", "60s", "--owner", owner,
+    ];
+    args.extend_from_slice(side);
+    args.push(name);
+    holding(omnilock, &args, marker)
 }
 
 fn omnilock_at(omnilock: &Path, url: &str, args: &[&str]) -> Output {
@@ -128,7 +108,7 @@ pub fn operator_view_across_processes(omnilock: &Path, url: &str, dir: &Path, of
     let first_marker = dir.join("operator-first");
     let mut first = hold(omnilock, url, &name, "nightly@host-1", &[], &first_marker);
     reaper.watch(&first);
-    let token = token_of(&first_marker, &mut first, "the first holder");
+    let token = token_written(&first_marker, &mut first, "the first holder");
 
     let waiters_recorded = if offers.inspect {
         let entry = status(omnilock, url, &name, "mutex");
@@ -247,7 +227,7 @@ pub fn operator_view_across_processes(omnilock: &Path, url: &str, dir: &Path, of
         text(&broke.stderr)
     );
     assert_told_of_break(&mut first, "the broken holder");
-    let next = token_of(&second_marker, &mut second, "the waiter");
+    let next = token_written(&second_marker, &mut second, "the waiter");
     if let Some((mut watcher, lines)) = watching {
         wait_for_line(&lines, "the waiter holding", |state| {
             owners(&state["locks"][0], "holders") == ["waiter@host-2"]
@@ -269,8 +249,8 @@ pub fn operator_view_across_processes(omnilock: &Path, url: &str, dir: &Path, of
     let mut holder_two = permit("permit@host-2", &two);
     reaper.watch(&holder_one);
     reaper.watch(&holder_two);
-    token_of(&one, &mut holder_one, "the first permit holder");
-    token_of(&two, &mut holder_two, "the second permit holder");
+    token_written(&one, &mut holder_one, "the first permit holder");
+    token_written(&two, &mut holder_two, "the second permit holder");
     if offers.inspect {
         let entry = status(omnilock, url, &name, "semaphore");
         assert_eq!(entry["permits"], 2, "{entry}");

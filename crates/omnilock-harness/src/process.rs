@@ -335,6 +335,35 @@ pub(crate) fn wait_for_line(
     }
 }
 
+/// Starts `omnilock ARGS -- sh -c ...` whose command, once it runs (holds
+/// the lock, leads), writes its `$OMNILOCK_TOKEN` to `marker` and sleeps;
+/// stderr piped. Read the token with [`token_written`].
+pub(crate) fn holding(omnilock: &Path, args: &[&str], marker: &Path) -> std::process::Child {
+    let _ = std::fs::remove_file(marker);
+    Command::new(omnilock)
+        .args(args)
+        .args(["--", "sh", "-c"])
+        .arg(format!(
+            "echo $OMNILOCK_TOKEN > '{m}.tmp'; mv '{m}.tmp' '{m}'; exec sleep 600",
+            m = marker.display()
+        ))
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .without_terminal()
+        .spawn()
+        .expect("spawn omnilock")
+}
+
+/// The token a [`holding`] command wrote, once it runs.
+pub(crate) fn token_written(marker: &Path, child: &mut std::process::Child, who: &str) -> u64 {
+    wait_for_file(marker, child, who);
+    let token = std::fs::read_to_string(marker).expect("token file");
+    token
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{who} wrote no token: {token:?}"))
+}
+
 /// What an exited child (spawned with a piped stderr) wrote on stderr.
 pub(crate) fn stderr_of(child: &mut std::process::Child) -> String {
     let mut stderr = String::new();
