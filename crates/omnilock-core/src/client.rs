@@ -556,7 +556,13 @@ impl Locks {
     }
 
     /// Closes the store's connections; guards still alive lose their locks.
+    ///
+    /// First waits (at most [`SETTLE_WITHIN`](crate::SETTLE_WITHIN)) for
+    /// the clean-up of dropped acquisitions still under way in this
+    /// process: a waiter's place in line, an acquire undone. A process that
+    /// exits right after `close` leaves nothing of them behind.
     pub async fn close(&self) {
+        crate::settle(crate::SETTLE_WITHIN).await;
         self.shared.backend.close().await;
     }
 }

@@ -16,7 +16,8 @@ use std::task::{Context, Poll};
 ///
 /// The call runs inline (no task, no thread hop) as long as the caller polls
 /// it; only if the caller drops it unfinished is the rest of the call moved
-/// to a background task on the current runtime, followed by `undo`. Dropped
+/// to a background task on the current runtime, followed by `undo`
+/// ([`Locks::close`](crate::Locks::close) waits for it). Dropped
 /// outside any runtime, the call is abandoned: the lease then frees whatever
 /// it may have taken.
 ///
@@ -37,9 +38,7 @@ where
     CompleteOrUndo {
         call: Some(Box::pin(call)),
         abandon: Some(Box::new(move |rest: Call<T>| {
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(async move { undo(rest.await).await });
-            }
+            crate::spawn_cleanup(async move { undo(rest.await).await });
         })),
     }
 }

@@ -29,6 +29,7 @@
 
 mod backend;
 mod capabilities;
+mod cleanup;
 mod client;
 mod detach;
 mod driver;
@@ -59,6 +60,7 @@ pub use backend::{
     AcquireRequest, Backend, Capabilities, Grant, Holder, HolderChange, LockSpec, Primitive,
     RW_CAPACITY, Share, mutex_grant,
 };
+pub use cleanup::{SETTLE_WITHIN, settle, spawn_cleanup};
 pub use client::{DEFAULT_TTL, Locks, MAX_TTL, MIN_TTL, check_ttl};
 pub use detach::{CompleteOrUndo, complete_or_undo};
 pub use driver::{Connecting, Driver};

@@ -131,14 +131,13 @@ const BACKGROUND_ATTEMPTS: u32 = 10;
 /// its lease runs out. Outside any runtime nothing runs: the lease then
 /// removes whatever was left. A caller that must know when the clean-up is
 /// over (before it tries again what the clean-up undoes) awaits the
-/// returned task.
+/// returned task; [`Locks::close`](crate::Locks::close) waits for it too.
 pub fn retry_in_background<F, Fut>(mut attempt: F) -> Option<tokio::task::JoinHandle<()>>
 where
     F: FnMut() -> Fut + Send + 'static,
     Fut: Future<Output = Result<()>> + Send,
 {
-    let runtime = tokio::runtime::Handle::try_current().ok()?;
-    Some(runtime.spawn(async move {
+    crate::spawn_cleanup(async move {
         let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(1));
         for _ in 0..BACKGROUND_ATTEMPTS {
             match attempt().await {
@@ -146,7 +145,7 @@ where
                 _ => return,
             }
         }
-    }))
+    })
 }
 
 #[cfg(test)]

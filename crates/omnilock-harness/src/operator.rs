@@ -96,6 +96,45 @@ fn assert_told_of_break(child: &mut Child, who: &str) {
     );
 }
 
+/// How many waiters a status entry shows.
+fn waiting(entry: &Value) -> usize {
+    entry["waiters"].as_array().map_or(0, Vec::len)
+}
+
+/// A waiting `omnilock run` stopped by SIGTERM gives its place in line
+/// back before it exits: `status` right after shows it no longer. (A
+/// process that exited with its entry still queued would leave it there
+/// for a lease, ahead of every later waiter.)
+fn stopped_waiter_leaves_the_line(
+    omnilock: &Path,
+    url: &str,
+    name: &str,
+    dir: &Path,
+    reaper: &mut KillOnDrop,
+) {
+    let marker = dir.join("operator-leaver");
+    let mut leaver = hold(omnilock, url, name, "leaver@host-3", &[], &marker);
+    reaper.watch(&leaver);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let entry = status(omnilock, url, name, "mutex");
+        if waiting(&entry) == 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the second waiting process never showed: {entry}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    stop(&mut leaver);
+    let entry = status(omnilock, url, name, "mutex");
+    assert!(
+        waiting(&entry) == 1 && !owners(&entry, "waiters").contains(&"leaver@host-3".to_string()),
+        "a waiter stopped by SIGTERM is still in line after it exited: {entry}"
+    );
+}
+
 /// `status` shows the holder of a running `omnilock run` (its owner and
 /// the token its command got) and the process waiting behind it; `ls`
 /// lists the lock under its prefix; `break` frees it for the waiter and the
@@ -162,6 +201,10 @@ pub fn operator_view_across_processes(omnilock: &Path, url: &str, dir: &Path, of
             );
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    if waiters_recorded {
+        stopped_waiter_leaves_the_line(omnilock, url, &name, dir, &mut reaper);
     }
 
     let prefix = name

@@ -25,6 +25,11 @@ use zookeeper_client::{Client, SessionState};
 use crate::config::ZkConfig;
 use crate::conn::classify;
 
+/// How long [`Session::end`] waits for the server to confirm the session's
+/// end: a reachable server answers within milliseconds; an unreachable one
+/// expires the session after its timeout anyway.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
 pub(crate) struct Session {
     pub client: Client,
     /// The timeout the server granted (it bounds what clients ask for).
@@ -97,6 +102,30 @@ impl Session {
         if self.guards.end(cause.clone()) {
             tracing::warn!(error = %cause, "omnilock ZooKeeper session lost");
         }
+    }
+
+    /// Marks the session over and, when nothing else uses it, ends it on
+    /// the server, waiting (at most [`CLOSE_WAIT`]) for the server to
+    /// confirm. The client sends `CloseSession`, which deletes every node
+    /// of the session at once, only when its last handle is dropped, from
+    /// a task of the runtime: a process that exits right after
+    /// `Locks::close` would otherwise leave its nodes (a line entry whose
+    /// delete was still under way, say) for a whole session timeout. A
+    /// guard still alive keeps its session open until it is dropped.
+    pub(crate) async fn end(session: Arc<Session>) {
+        session.close();
+        if Arc::strong_count(&session) > 1 {
+            return;
+        }
+        let mut states = session.client.state_watcher();
+        drop(session);
+        let closed = async {
+            while !matches!(
+                states.changed().await,
+                SessionState::Closed | SessionState::Expired | SessionState::AuthFailed
+            ) {}
+        };
+        let _ = tokio::time::timeout(CLOSE_WAIT, closed).await;
     }
 
     /// Marks the session over; the connection (and with it every ephemeral

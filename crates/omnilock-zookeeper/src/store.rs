@@ -562,7 +562,7 @@ impl Backend for ZkStore {
         match &self.sessions {
             Sessions::PerTtl { open, .. } => {
                 for session in open.take_all() {
-                    session.close();
+                    Session::end(session).await;
                 }
             }
             Sessions::Given(session) => session.close(),

@@ -88,11 +88,8 @@ impl Drop for Place {
         {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         let (store, name, entry) = (self.store.clone(), self.name.clone(), self.entry.clone());
-        runtime.spawn(async move {
+        omnilock_core::spawn_cleanup(async move {
             let left_on = |i: usize| {
                 granted_on
                     .as_ref()

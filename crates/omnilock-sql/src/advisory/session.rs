@@ -47,14 +47,12 @@ impl Drop for Session {
         }
         // Dropped outside a runtime (a process exiting): the socket closes
         // and the server ends the session when it notices.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let (pool, id, started_us) = (self.killer.clone(), self.id, self.started_us);
-            runtime.spawn(async move {
-                if let Err(err) = kill(&pool, id, started_us).await {
-                    tracing::debug!(error = %err, session = id, "omnilock advisory: killing a session failed; the server ends it when idle");
-                }
-            });
-        }
+        let (pool, id, started_us) = (self.killer.clone(), self.id, self.started_us);
+        omnilock_core::spawn_cleanup(async move {
+            if let Err(err) = kill(&pool, id, started_us).await {
+                tracing::debug!(error = %err, session = id, "omnilock advisory: killing a session failed; the server ends it when idle");
+            }
+        });
     }
 }
 

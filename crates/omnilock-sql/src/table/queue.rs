@@ -54,20 +54,19 @@ impl Drop for Ticket {
             store.left_line(&self.name, id);
             return;
         }
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                self.store.inner.leaving.fetch_add(1, Ordering::SeqCst);
-                let name = self.name.clone();
-                runtime.spawn(async move {
-                    store.dequeue(id).await;
-                    store.left_line(&name, id);
-                    if store.inner.leaving.fetch_sub(1, Ordering::SeqCst) == 1 {
-                        store.inner.left.notify_waiters();
-                    }
-                });
-            }
-            Err(_) => store.left_line(&self.name, id),
+        if tokio::runtime::Handle::try_current().is_err() {
+            store.left_line(&self.name, id);
+            return;
         }
+        self.store.inner.leaving.fetch_add(1, Ordering::SeqCst);
+        let name = self.name.clone();
+        omnilock_core::spawn_cleanup(async move {
+            store.dequeue(id).await;
+            store.left_line(&name, id);
+            if store.inner.leaving.fetch_sub(1, Ordering::SeqCst) == 1 {
+                store.inner.left.notify_waiters();
+            }
+        });
     }
 }
 
