@@ -15,8 +15,10 @@ scripts/stores.sh up >target/stores-up.log 2>&1 &
 stores=$!
 trap 'wait "$stores" 2>/dev/null; scripts/stores.sh down' EXIT
 
-# One build of the whole workspace, shared by every test binary.
-cargo test --workspace --all-features --no-run
+# One build of the whole workspace, shared by every test binary; cargo's
+# messages list the binaries for scripts/test-lanes.sh.
+cargo test --workspace --all-features --no-run --message-format=json-render-diagnostics \
+  >target/test-binaries.json
 if ! wait "$stores"; then
   cat target/stores-up.log >&2
   echo "test.sh: the stores did not start" >&2
@@ -27,7 +29,14 @@ cat target/stores-up.log
 source target/stores/env
 unset OMNILOCK_TEST_ALLOW_MISSING
 
-cargo test --workspace --all-features --no-fail-fast "$@"
+# With arguments (a filter, `-p CRATE`), cargo runs what they select;
+# without, every binary runs in the lanes of scripts/test-lanes.sh, the
+# documentation tests included.
+if [ $# -gt 0 ]; then
+  cargo test --workspace --all-features --no-fail-fast "$@"
+else
+  scripts/test-lanes.sh <target/test-binaries.json
+fi
 
 # The examples run too (each asserts its own outcome); `cargo test` built
 # them with these features, so this builds nothing new. Skipped when the

@@ -1040,13 +1040,14 @@ async fn check_leftovers(harness: &Arc<Harness>, locks: &omnilock::Locks) {
                 break;
             }
             if Instant::now() > deadline {
+                let detail = match attempt {
+                    Err(err) => err.to_string(),
+                    _ => format!("still held ({})", who_holds(locks, &name).await),
+                };
                 harness.record(
                     Event::now(Source::Harness, Op::Leftover, Phase::Fail)
                         .lock(&name)
-                        .detail(match attempt {
-                            Err(err) => err.to_string(),
-                            _ => "still held".to_string(),
-                        }),
+                        .detail(detail),
                 );
                 break;
             }
@@ -1102,6 +1103,23 @@ async fn collect_documents(
 }
 
 /// Tries to take all of `name` at once, and gives it back.
+/// What the store says of a lock left behind: its mutex's holders and
+/// waiters (owners name the client's host and process), for the history.
+async fn who_holds(locks: &omnilock::Locks, name: &str) -> String {
+    match locks.inspect(name, omnilock::LockKind::Mutex).await {
+        Ok(seen) => {
+            let holders: Vec<_> = seen
+                .holders
+                .iter()
+                .map(|h| format!("{} token {}", h.owner, h.token))
+                .collect();
+            let waiters = seen.waiters.as_ref().map_or(0, Vec::len);
+            format!("holders: [{}]; waiters: {waiters}", holders.join(", "))
+        }
+        Err(err) => format!("inspect: {err}"),
+    }
+}
+
 async fn take_all(
     harness: &Harness,
     locks: &omnilock::Locks,

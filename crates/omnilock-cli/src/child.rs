@@ -64,7 +64,7 @@ struct Guardian {
 /// Starts `program args` under supervision, with `env` added and
 /// `OMNILOCK_STORE` (which may carry a password) removed from its
 /// environment.
-pub(crate) fn spawn(
+pub(crate) async fn spawn(
     program: &str,
     args: &[String],
     env: &[(&str, String)],
@@ -104,7 +104,17 @@ pub(crate) fn spawn(
             Ok(())
         });
     }
-    let child = command.spawn()?;
+    let child = match command.spawn() {
+        Ok(child) => child,
+        Err(err) => {
+            // Nothing to guard: a guardian left running would report its
+            // end as a failure beside the real one (command not found).
+            if let Some(guardian) = guardian {
+                guardian.dismiss().await;
+            }
+            return Err(err);
+        }
+    };
     let pid = child.id().map(|id| id as libc::pid_t).unwrap_or(0);
     let group = (own_group && pid > 0).then_some(pid);
     if let Some(pgid) = group {
@@ -169,13 +179,8 @@ impl Supervised {
     /// The command and its group have ended: dismiss the guardian without
     /// letting it kill anything.
     pub(crate) async fn finish(mut self) {
-        if let Some(mut guardian) = self.guardian.take() {
-            guardian
-                .dismissed
-                .store(true, std::sync::atomic::Ordering::SeqCst);
-            let _ = writeln!(guardian.pipe, "done");
-            drop(guardian.pipe);
-            let _ = tokio::time::timeout(Duration::from_secs(1), guardian.ended).await;
+        if let Some(guardian) = self.guardian.take() {
+            guardian.dismiss().await;
         }
     }
 
@@ -255,6 +260,18 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     })
 }
 
+impl Guardian {
+    /// Tells the guardian its work is over (it exits without killing
+    /// anything) and waits a moment for it to go.
+    async fn dismiss(mut self) {
+        self.dismissed
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = writeln!(self.pipe, "done");
+        drop(self.pipe);
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.ended).await;
+    }
+}
+
 fn start_guardian() -> Result<Guardian, String> {
     let unguarded = |e: std::io::Error| {
         format!(
@@ -294,8 +311,12 @@ fn start_guardian() -> Result<Guardian, String> {
     tokio::spawn(async move {
         let status = process.wait().await;
         if !watching.load(std::sync::atomic::Ordering::SeqCst) {
+            let how = match status {
+                Ok(status) => status.to_string(),
+                Err(err) => err.to_string(),
+            };
             eprintln!(
-                "omnilock: warning: the guardian process ended ({status:?}): if omnilock \
+                "omnilock: warning: the guardian process ended ({how}): if omnilock \
                  is killed now, what the command started may outlive it"
             );
         }

@@ -411,7 +411,7 @@ pub(crate) async fn supervise(
         ("OMNILOCK_TOKEN", held.token().to_string()),
         ("OMNILOCK_LOCK", name.to_string()),
     ];
-    let mut command = match child::spawn(program, rest, &env) {
+    let mut command = match child::spawn(program, rest, &env).await {
         Ok(command) => command,
         Err(err) => {
             eprintln!("omnilock: cannot run {program:?}: {err}");

@@ -86,6 +86,28 @@ fn exit_status_is_the_commands() {
     assert_eq!(out.status.code(), Some(127));
 }
 
+/// A command that cannot start gets one message, naming it: no warning
+/// about the guardian (started without a terminal, the command would have
+/// had a process group and a guardian of its own) follows, however
+/// long the release that comes after takes (on SQLite, a write).
+#[test]
+fn a_command_that_cannot_start_gets_one_message() {
+    let dir = scratch("cannot-start");
+    let script = dir.join("not-executable");
+    std::fs::write(&script, "echo hi\n").expect("write the script");
+    let store = sqlite_store(&dir);
+    for _ in 0..5 {
+        let out = run_on(&store, &["job", "--"])
+            .arg(&script)
+            .output()
+            .expect("run omnilock");
+        let said = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(126), "{said}");
+        assert!(said.contains("cannot run"), "{said}");
+        assert_eq!(said.lines().count(), 1, "one message, no more: {said}");
+    }
+}
+
 #[test]
 fn bad_arguments_exit_64() {
     let long = "x".repeat(300);

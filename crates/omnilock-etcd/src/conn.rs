@@ -193,6 +193,12 @@ fn endpoint_list(endpoints: &[String]) -> String {
         .join(",")
 }
 
+/// Whether `err` says etcd no longer knows the lease a request used (a
+/// put on a revoked or expired lease).
+pub(crate) fn lease_gone(err: &Error) -> bool {
+    err.to_string().contains("requested lease not found")
+}
+
 /// Maps an etcd client error to a portable one whose message is one short
 /// line: which endpoints and what went wrong ("etcd 127.0.0.1:1 (backend
 /// etcd): connection refused"). The client's own error, a multi-line-long

@@ -139,6 +139,50 @@ async fn errors_are_one_short_line_naming_the_endpoint_and_the_cause() {
     assert_one_clear_line(&err, &endpoint, "authentication failed", "not-the-pw");
 }
 
+/// The lease of omnilock's session revoked behind its back, and an
+/// acquisition right after, before the keep-alive task can have noticed:
+/// the acquisition takes a new lease instead of failing on the dead one
+/// (`requested lease not found`), for a mutex and for a semaphore.
+#[tokio::test]
+async fn an_acquisition_right_after_a_revoke_takes_a_new_lease() {
+    let locks = connect(&cluster_url()).await.expect("connect");
+    let ttl = Duration::from_secs(9);
+    let first = unique_name("revoked-first");
+    let held = locks
+        .lock(&first)
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect("acquire");
+    let mut client = raw().await;
+    let resp = client
+        .get(
+            format!("omnilock/{}", first.replace('/', "%2F")),
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+    let lease = resp.kvs().first().expect("the holder's key").lease();
+    client.lease_revoke(lease).await.expect("revoke");
+    let mutex = locks
+        .lock(&unique_name("revoked-next"))
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect("a mutex right after the revoke");
+    let permit = locks
+        .semaphore(&unique_name("revoked-permit"), 2)
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect("a permit right after the revoke");
+    assert!(mutex.is_held() && permit.is_held());
+    let loss = tokio::time::timeout(PATIENCE, held.lost())
+        .await
+        .expect("the guard on the revoked lease is told");
+    assert_eq!(loss.kind(), ErrorKind::LockLost);
+}
+
 #[tokio::test]
 async fn lease_loss_fires_every_guard_and_a_new_lease_serves_later_acquisitions() {
     let locks = connect(&cluster_url()).await.expect("connect");

@@ -46,6 +46,29 @@ impl Base {
             .await
     }
 
+    /// Runs `op` on the shared session for `ttl`. A lease etcd no longer
+    /// knows (revoked behind omnilock's back, or run out before the
+    /// keep-alive task noticed) ends that session, and `op` runs once more
+    /// on a new lease: the acquisition that found the lease gone is not the
+    /// place to report it (no guard of it was granted).
+    pub(super) async fn on_shared_session<T, F, Fut>(&self, ttl: Duration, op: F) -> Result<T>
+    where
+        F: Fn(Arc<Session>) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let session = self.shared_session(ttl).await?;
+        match op(session.clone()).await {
+            Err(err) if crate::conn::lease_gone(&err) => {
+                session.kill(Error::new(
+                    ErrorKind::LockLost,
+                    "the etcd lease is gone (revoked, or run out)",
+                ));
+                op(self.shared_session(ttl).await?).await
+            }
+            done => done,
+        }
+    }
+
     /// Takes (or, with `wait`, waits for) what `request` asks: a semaphore
     /// permit or a side of a read-write lock here, in the same way in both
     /// modes; a mutex through `mutex`, the mode's own acquisition (not run
@@ -57,8 +80,11 @@ impl Base {
         mutex: impl Future<Output = Result<Option<Grant>>>,
     ) -> Result<Option<Grant>> {
         if Counted::of(request.primitive).is_some() {
-            let session = self.shared_session(request.ttl).await?;
-            return counted::acquire(&self.etcd, session, request, wait).await;
+            return self
+                .on_shared_session(request.ttl, |session| {
+                    counted::acquire(&self.etcd, session, request, wait)
+                })
+                .await;
         }
         mutex.await
     }

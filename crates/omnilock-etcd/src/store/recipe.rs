@@ -5,6 +5,7 @@
 //! a lock, and every part of a `lock_all` goes in one transaction.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, WatchOptions};
@@ -23,6 +24,7 @@ use super::{Grant, Held};
 use crate::config::Mode;
 use crate::conn::Etcd;
 use crate::queue::{Enqueued, Turn, gets, hold_count};
+use crate::session::Session;
 
 /// The [`Backend`] of [`Mode::Recipe`] (the default).
 pub(crate) struct RecipeStore {
@@ -85,7 +87,20 @@ impl RecipeStore {
     /// shared lease; with `wait`, waits for its turn. An owner that holds
     /// or waits through another client re-enters its key instead.
     async fn acquire_mutex(&self, request: &AcquireRequest, wait: bool) -> Result<Option<Grant>> {
-        let session = self.base.shared_session(request.ttl).await?;
+        self.base
+            .on_shared_session(request.ttl, |session| {
+                self.acquire_mutex_on(request, wait, session)
+            })
+            .await
+    }
+
+    /// [`Self::acquire_mutex`] on the lease of `session`.
+    async fn acquire_mutex_on(
+        &self,
+        request: &AcquireRequest,
+        wait: bool,
+        session: Arc<Session>,
+    ) -> Result<Option<Grant>> {
         let lock_prefix = self.base.etcd.lock_prefix(request.name.as_str());
         let key = Etcd::owner_key(&lock_prefix, request.owner.as_str());
         let enqueued = if wait {

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Runs the test binaries one build made (the JSON messages of
+# `cargo test --no-run --message-format=json`, on standard input) in two
+# lanes at once, then the ones that need the machine to themselves:
+#
+#   sql lane   the SQL crate's binaries (its conformance suite is the longest
+#              by far), then the CLI's: they use only the SQL servers'
+#              ordinary connections, which nothing else here disturbs;
+#   main lane  every other binary, one after another (the etcd, Redis and
+#              ZooKeeper fault tests stop their own store's nodes, and the
+#              herd tests count their store's requests: none of that touches
+#              the SQL servers the other lane uses);
+#   alone      binaries that stop or kill servers every suite uses (the
+#              MariaDB restart, the chaos run), or time what they measure
+#              (the benchmark's test), each with nothing beside it.
+#
+# A test run mostly waits (for a lease to run out, a poll, a server), so two
+# lanes keep a 2-CPU machine busy where one left it a quarter idle. Each
+# binary runs as `cargo test` runs it (from its package's directory, with
+# CARGO_MANIFEST_DIR), its output kept apart and printed whole when it ends.
+# Exits non-zero if any binary failed, after running them all.
+#
+#   scripts/test-lanes.sh < target/test-binaries.json   (scripts/test.sh)
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+logs=$ROOT/target/test-lanes
+rm -rf "$logs"
+mkdir -p "$logs"
+CARGO=${CARGO:-$(command -v cargo)}
+export CARGO
+
+# One line per test executable: package directory, a label, the executable.
+# cargo prints one JSON object per line; a test executable is an artifact
+# built with the test profile ("test":true closes the profile object).
+binaries=$logs/binaries
+grep '"reason":"compiler-artifact"' |
+  grep '"overflow_checks":[a-z]*,"test":true}' |
+  grep '"executable":"/' |
+  sed -E 's/.*"manifest_path":"([^"]*)\/Cargo.toml".*"target":\{"kind":\["([^"]*)"[^]]*\][^}]*"name":"([^"]*)".*"executable":"([^"]*)".*/\1 \3(\2) \4/' \
+    >"$binaries"
+if [ ! -s "$binaries" ] || grep -qv '^/' "$binaries"; then
+  echo "test-lanes: no test executables in cargo's messages" >&2
+  exit 1
+fi
+
+# Runs a command (label, directory, command...) and prints its output when
+# it ends; records a failure.
+run() {
+  local label=$1 dir=$2 log started status
+  shift 2
+  log=$logs/${label//[^A-Za-z0-9_.-]/_}.log
+  started=$SECONDS
+  (cd "$dir" && "$@") >"$log" 2>&1
+  status=$?
+  {
+    flock 9
+    echo "     Running $label ($*)"
+    cat "$log"
+    echo "test-lanes: $label: exit $status after $((SECONDS - started)) s"
+  } 9>"$logs/.print"
+  if [ "$status" -ne 0 ]; then
+    echo "$label (exit $status)" >>"$logs/failed"
+  fi
+}
+
+# Runs the binaries listed in file $1 one after another, as `cargo test`
+# runs them.
+lane() {
+  local dir label exe package
+  while read -r dir label exe; do
+    package=$(basename "$dir")
+    [ "$dir" = "$ROOT" ] && package=omnilock
+    run "$package $label" "$dir" env CARGO_MANIFEST_DIR="$dir" CARGO_PKG_NAME="$package" "$exe"
+  done <"$1"
+}
+
+alone='/omnilock-sql restart\(test\)|/omnilock-chaos short_run\(test\)|/omnilock-bench bench\(test\)'
+grep -E "$alone" "$binaries" >"$logs/alone"
+grep -vE "$alone" "$binaries" >"$logs/rest"
+{
+  grep -E '/omnilock-sql conformance\(test\)' "$logs/rest"
+  grep -E '/omnilock-sql ' "$logs/rest" | grep -vE 'conformance\(test\)'
+  grep -E '/omnilock-cli ' "$logs/rest"
+} >"$logs/sql"
+grep -vE '/omnilock-(sql|cli) ' "$logs/rest" >"$logs/main"
+
+# The documentation tests (compiled as they run) end the SQL lane.
+{
+  lane "$logs/sql"
+  run "doc tests" "$ROOT" "$CARGO" test --workspace --all-features --doc
+} &
+sql=$!
+lane "$logs/main"
+wait "$sql"
+lane "$logs/alone"
+
+if [ -s "$logs/failed" ]; then
+  echo "test-lanes: failed:" >&2
+  sed 's/^/  /' "$logs/failed" >&2
+  exit 1
+fi
+echo "test-lanes: every test binary passed ($(wc -l <"$binaries") binaries)"
