@@ -4,21 +4,22 @@
 # lanes at once, then the ones that need the machine to themselves:
 #
 #   sql lane   the SQL crate's binaries (its conformance suite is the longest
-#              by far), then the CLI's: they use only the SQL servers'
-#              ordinary connections, which nothing else here disturbs;
-#   main lane  every other binary, one after another (the etcd, Redis and
-#              ZooKeeper fault tests stop their own store's nodes, and the
-#              herd tests count their store's requests: none of that touches
-#              the SQL servers the other lane uses);
+#              by far), then, once the main lane's store faults are over,
+#              the CLI's (they use every store);
+#   main lane  first the tests that stop nodes of etcd, Redis or ZooKeeper
+#              (`*_faults`, `failover`) or count a store's requests (`herd`),
+#              one after another, beside nothing else that uses those stores;
+#              then every other binary, then the documentation tests;
 #   alone      binaries that stop or kill servers every suite uses (the
 #              MariaDB restart, the chaos run), or time what they measure
 #              (the benchmark's test), each with nothing beside it.
 #
 # A test run mostly waits (for a lease to run out, a poll, a server), so two
-# lanes keep a 2-CPU machine busy where one left it a quarter idle. Each
-# binary runs as `cargo test` runs it (from its package's directory, with
-# CARGO_MANIFEST_DIR), its output kept apart and printed whole when it ends.
-# Exits non-zero if any binary failed, after running them all.
+# lanes keep a 2-CPU machine busier than one. Each binary runs as
+# `cargo test` runs it (from its package's directory, with
+# CARGO_MANIFEST_DIR, standard input empty), its output kept apart and
+# printed whole when it ends. Exits non-zero if any binary failed, or if
+# fewer binaries ran than cargo listed, after running them all.
 #
 #   scripts/test-lanes.sh < target/test-binaries.json   (scripts/test.sh)
 set -uo pipefail
@@ -51,8 +52,9 @@ run() {
   shift 2
   log=$logs/${label//[^A-Za-z0-9_.-]/_}.log
   started=$SECONDS
-  (cd "$dir" && "$@") >"$log" 2>&1
+  (cd "$dir" && "$@") </dev/null >"$log" 2>&1
   status=$?
+  echo "$label" >>"$logs/ran"
   {
     flock 9
     echo "     Running $label ($*)"
@@ -76,28 +78,39 @@ lane() {
 }
 
 alone='/omnilock-sql restart\(test\)|/omnilock-chaos short_run\(test\)|/omnilock-bench bench\(test\)'
+faults=' ([a-z]+_faults|failover|herd)\(test\)'
 grep -E "$alone" "$binaries" >"$logs/alone"
 grep -vE "$alone" "$binaries" >"$logs/rest"
 {
   grep -E '/omnilock-sql conformance\(test\)' "$logs/rest"
   grep -E '/omnilock-sql ' "$logs/rest" | grep -vE 'conformance\(test\)'
-  grep -E '/omnilock-cli ' "$logs/rest"
 } >"$logs/sql"
-grep -vE '/omnilock-(sql|cli) ' "$logs/rest" >"$logs/main"
+grep -E '/omnilock-cli ' "$logs/rest" >"$logs/cli"
+grep -vE '/omnilock-(sql|cli) ' "$logs/rest" | grep -E "$faults" >"$logs/faults"
+grep -vE '/omnilock-(sql|cli) ' "$logs/rest" | grep -vE "$faults" >"$logs/main"
 
-# The documentation tests (compiled as they run) end the SQL lane.
 {
   lane "$logs/sql"
-  run "doc tests" "$ROOT" "$CARGO" test --workspace --all-features --doc
+  # The CLI's tests use every store: not beside a fault or herd test.
+  while [ ! -e "$logs/faults-done" ]; do sleep 1; done
+  lane "$logs/cli"
 } &
 sql=$!
+lane "$logs/faults"
+touch "$logs/faults-done"
 lane "$logs/main"
+run "doc tests" "$ROOT" "$CARGO" test --workspace --all-features --doc
 wait "$sql"
 lane "$logs/alone"
 
+listed=$(wc -l <"$binaries")
+ran=$(grep -cv '^doc tests$' "$logs/ran")
+if [ "$ran" -ne "$listed" ]; then
+  echo "test-lanes: cargo listed $listed test binaries and $ran ran" >>"$logs/failed"
+fi
 if [ -s "$logs/failed" ]; then
   echo "test-lanes: failed:" >&2
   sed 's/^/  /' "$logs/failed" >&2
   exit 1
 fi
-echo "test-lanes: every test binary passed ($(wc -l <"$binaries") binaries)"
+echo "test-lanes: every test binary passed ($listed binaries, and the doc tests)"

@@ -63,6 +63,12 @@ pub(crate) async fn elect(store: &str, args: ElectArgs) -> u8 {
             );
             return args.conflict_exit_code;
         }
+        // Not yet leader: the store's trouble, as for `run`.
+        Err(err) if err.kind() == ErrorKind::LockLost => {
+            locks.close().await;
+            fail(&err);
+            return args.unavailable_exit_code;
+        }
         Err(err) => {
             locks.close().await;
             return failure(&err);

@@ -200,6 +200,13 @@ pub(crate) async fn run(store: &str, args: RunArgs) -> u8 {
             );
             return args.conflict_exit_code;
         }
+        // Before the command ran, a loss is the store's trouble (it dropped
+        // this waiter's place again and again), not a lock lost under a
+        // running command: the unavailable status, not the lost one.
+        Err(err) if err.kind() == ErrorKind::LockLost => {
+            exit::fail(&err);
+            return args.unavailable_exit_code;
+        }
         Err(err) => return failure(&err),
     };
 

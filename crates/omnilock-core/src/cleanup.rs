@@ -1,6 +1,6 @@
 //! Clean-up that outlives its caller: the undo of an acquire dropped while
 //! its request was on the wire, the delete of a dropped waiter's place in
-//! line. Each runs in a task of its own on the current runtime, and this
+//! line, the release of a dropped guard. Each runs in a task of its own on the current runtime, and this
 //! module counts the ones under way, so that [`Locks::close`] can wait for
 //! them: a process that closes its stores and exits would otherwise leave
 //! their entries in the store until a lease runs out (a waiter's place
@@ -60,11 +60,23 @@ where
     F: Future<Output = ()> + Send + 'static,
 {
     let runtime = tokio::runtime::Handle::try_current().ok()?;
+    Some(spawn_cleanup_on(&runtime, cleanup))
+}
+
+/// [`spawn_cleanup`] on `runtime` (a guard dropped on a thread outside the
+/// runtime that acquired it releases on that runtime).
+pub(crate) fn spawn_cleanup_on<F>(
+    runtime: &tokio::runtime::Handle,
+    cleanup: F,
+) -> tokio::task::JoinHandle<()>
+where
+    F: Future<Output = ()> + Send + 'static,
+{
     let counted = Counted::start();
-    Some(runtime.spawn(async move {
+    runtime.spawn(async move {
         let _counted = counted;
         cleanup.await;
-    }))
+    })
 }
 
 /// Waits until no clean-up of this process is under way, or `within` has

@@ -562,6 +562,9 @@ impl Locks {
     /// process: a waiter's place in line, an acquire undone. A process that
     /// exits right after `close` leaves nothing of them behind.
     pub async fn close(&self) {
+        self.shared
+            .closed
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         crate::settle(crate::SETTLE_WITHIN).await;
         self.shared.backend.close().await;
     }

@@ -210,7 +210,7 @@ impl Hold {
     pub(crate) fn release_in_background(self: Arc<Self>) {
         let runtime = self.runtime.clone();
         let spawn = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
-            runtime.spawn(async move {
+            crate::cleanup::spawn_cleanup_on(&runtime, async move {
                 let _ = self.release_in_store().await;
             });
         }));

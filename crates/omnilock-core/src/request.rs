@@ -279,6 +279,7 @@ impl LockRequest<'_> {
         lent: bool,
     ) -> Result<Option<LockGuard>> {
         let shared = &self.locks.shared;
+        let mut requeued = 0;
         loop {
             let request = AcquireRequest {
                 spec: LockSpec {
@@ -292,7 +293,30 @@ impl LockRequest<'_> {
                 waiting: self.options.waiting(),
             };
             let grant = if wait {
-                Some(shared.backend.acquire(&request).await?)
+                match shared.backend.acquire(&request).await {
+                    Ok(grant) => Some(grant),
+                    // The session or lease the wait stood on ended (a
+                    // network cut longer than the TTL, a revoked lease):
+                    // nothing was granted, so nothing is lost but the place
+                    // in line. Queue again (at the back), a few times at
+                    // most (a session that dies at every wait is a store
+                    // problem to report), unless the loss was `close`.
+                    Err(err)
+                        if err.kind() == ErrorKind::LockLost
+                            && requeued < MAX_REQUEUES
+                            && !shared.closed.load(std::sync::atomic::Ordering::SeqCst) =>
+                    {
+                        requeued += 1;
+                        tracing::warn!(
+                            lock = %name,
+                            error = %err,
+                            "omnilock: the store lost this waiter's place in line; queueing again"
+                        );
+                        tokio::time::sleep(REQUEUE_PAUSE * requeued).await;
+                        continue;
+                    }
+                    Err(err) => return Err(err),
+                }
             } else {
                 shared.backend.try_acquire(&request).await?
             };
@@ -319,6 +343,12 @@ impl LockRequest<'_> {
         }
     }
 }
+
+/// How often a waiting acquire queues again after the store lost its place
+/// in line ([`ErrorKind::LockLost`] while waiting), and the pause before
+/// the first time (doubled, then tripled).
+const MAX_REQUEUES: u32 = 3;
+const REQUEUE_PAUSE: Duration = Duration::from_millis(100);
 
 #[cfg(test)]
 mod tests {

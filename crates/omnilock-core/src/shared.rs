@@ -35,6 +35,9 @@ pub(crate) struct Shared {
     /// the same few keys again and again, instead of a new key, and a new
     /// tombstone, per acquisition.
     spare_owners: Mutex<Vec<Owner>>,
+    /// Set by [`Locks::close`](crate::Locks::close): a waiting acquire that
+    /// the close ended does not queue again.
+    pub(crate) closed: std::sync::atomic::AtomicBool,
 }
 
 /// The most spare owners a handle keeps: about the number of acquisitions
@@ -49,6 +52,7 @@ impl Shared {
             rw_holds: Mutex::new(HashMap::new()),
             renewals: Arc::default(),
             spare_owners: Mutex::new(Vec::new()),
+            closed: std::sync::atomic::AtomicBool::new(false),
         }
     }
 

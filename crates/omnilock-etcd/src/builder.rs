@@ -111,7 +111,9 @@ impl EtcdBuilder {
             check_ttl(ttl).map_err(context)?;
         }
         let deadline = tokio::time::Instant::now() + self.options.connect_timeout;
-        let etcd = Etcd::open(self.client, &self.options, SHOWN.into(), deadline)
+        // The client's endpoints are not known here: three reads, as for a
+        // cluster of three members.
+        let etcd = Etcd::open(self.client, &self.options, SHOWN.into(), deadline, 3)
             .await
             .map_err(context)?;
         let locks = EtcdStore::open(etcd, self.options.mode).into_locks();

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, Identity, TlsOptions};
-use omnilock_core::{Error, ErrorKind, Result};
+use omnilock_core::{Backoff, Error, ErrorKind, Result};
 use percent_encoding::{AsciiSet, CONTROLS, percent_decode_str, utf8_percent_encode};
 
 use crate::config::{EtcdConfig, EtcdOptions};
@@ -59,28 +59,48 @@ impl Etcd {
         if config.tls {
             options = options.with_tls(tls_options(config)?);
         }
-        let endpoints = config.endpoints.clone();
-        let client = match tokio::time::timeout_at(
-            deadline,
-            Client::connect(endpoints, Some(options)),
-        )
-        .await
-        {
-            Ok(Ok(client)) => client,
-            Ok(Err(e)) => return Err(classify(e, &shown)),
-            Err(_) => return Err(no_answer(&shown, config.options.connect_timeout)),
-        };
-        Self::open(client, &config.options, shown, deadline).await
+        // The client spreads requests over the endpoints, and the first
+        // (its authentication, the probe) may go to a member that is down:
+        // with several endpoints, a retryable failure is tried again (once
+        // per endpoint at most), on whichever member the client picks
+        // next. With one endpoint there is no other to try.
+        let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_millis(500));
+        let mut tries = config.endpoints.len();
+        loop {
+            tries -= 1;
+            let connecting = Client::connect(config.endpoints.clone(), Some(options.clone()));
+            let err = match tokio::time::timeout_at(deadline, connecting).await {
+                Ok(Ok(client)) => {
+                    let probes = config.endpoints.len();
+                    match Self::open(client, &config.options, shown.clone(), deadline, probes).await
+                    {
+                        Ok(etcd) => return Ok(etcd),
+                        Err(err) => err,
+                    }
+                }
+                Ok(Err(e)) => classify(e, &shown),
+                Err(_) => no_answer(&shown, config.options.connect_timeout),
+            };
+            let pause = backoff.next_delay();
+            if tries == 0 || !err.is_retryable() || tokio::time::Instant::now() + pause >= deadline
+            {
+                return Err(err);
+            }
+            tokio::time::sleep(pause).await;
+        }
     }
 
     /// The one way a connection is made ready, from a URL or from the
     /// application's client: proves the cluster answers (and accepts the
-    /// client's credentials) by `deadline`.
+    /// client's credentials) by `deadline`, in at most `tries` reads (one
+    /// per endpoint: a member that is down refuses one, the next may go to
+    /// another).
     pub(crate) async fn open(
         client: Client,
         options: &EtcdOptions,
         shown: String,
         deadline: tokio::time::Instant,
+        mut tries: usize,
     ) -> Result<Self> {
         // The channel connects lazily: one cheap read of omnilock's own
         // range proves the cluster is there and that the client may read
@@ -94,10 +114,27 @@ impl Etcd {
             .with_prefix()
             .with_count_only()
             .with_serializable();
-        match tokio::time::timeout_at(deadline, probe.get(range, Some(read))).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(classify(e, &shown)),
-            Err(_) => return Err(no_answer(&shown, options.connect_timeout)),
+        let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(200));
+        loop {
+            let err = match tokio::time::timeout_at(
+                deadline,
+                probe.get(range.as_str(), Some(read.clone())),
+            )
+            .await
+            {
+                Ok(Ok(_)) => break,
+                Ok(Err(e)) => classify(e, &shown),
+                Err(_) => return Err(no_answer(&shown, options.connect_timeout)),
+            };
+            // A member that is down refused it; the next try may go to
+            // another.
+            tries = tries.saturating_sub(1);
+            let pause = backoff.next_delay();
+            if tries == 0 || !err.is_retryable() || tokio::time::Instant::now() + pause >= deadline
+            {
+                return Err(err);
+            }
+            tokio::time::sleep(pause).await;
         }
         Ok(Etcd {
             client,

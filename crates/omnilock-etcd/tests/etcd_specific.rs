@@ -183,6 +183,62 @@ async fn an_acquisition_right_after_a_revoke_takes_a_new_lease() {
     assert_eq!(loss.kind(), ErrorKind::LockLost);
 }
 
+/// A waiter whose lease is revoked while it waits (as when a network cut
+/// outlasts its TTL) lost only its place in line: it queues again on a new
+/// lease and gets the lock once the holder lets go, instead of failing with
+/// `LockLost` (the CLI exited 70, "lost while the command ran", for a
+/// command that never ran).
+#[tokio::test]
+async fn a_waiter_whose_lease_ends_queues_again() {
+    let ttl = Duration::from_secs(6);
+    let name = unique_name("requeue");
+    let holder = connect(&cluster_url()).await.expect("connect");
+    let held = holder
+        .lock(&name)
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect("acquire");
+    let waiter = connect(&cluster_url()).await.expect("connect");
+    let waiting = {
+        let name = name.clone();
+        tokio::spawn(async move {
+            let guard = waiter
+                .lock(&name)
+                .ttl(ttl)
+                .timeout(PATIENCE)
+                .acquire()
+                .await;
+            (guard, waiter)
+        })
+    };
+    let mut client = raw().await;
+    let prefix = format!("omnilock/{}", name.replace('/', "%2F"));
+    let deadline = Instant::now() + PATIENCE;
+    let waiters_lease = loop {
+        // In line order (etcd sorts a range by key otherwise, and keys are
+        // owner names).
+        let in_line = etcd_client::GetOptions::new().with_prefix().with_sort(
+            etcd_client::SortTarget::Create,
+            etcd_client::SortOrder::Ascend,
+        );
+        let resp = client.get(prefix.as_str(), Some(in_line)).await.unwrap();
+        if let [first, second, ..] = resp.kvs() {
+            assert_ne!(first.lease(), second.lease(), "two clients, two leases");
+            break second.lease();
+        }
+        assert!(Instant::now() < deadline, "the waiter never queued");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    client.lease_revoke(waiters_lease).await.expect("revoke");
+    // Let the waiter notice (its keep-alive runs every third of the TTL).
+    tokio::time::sleep(ttl / 2).await;
+    held.release().await.expect("release");
+    let (guard, _waiter) = waiting.await.expect("the waiting task");
+    let guard = guard.expect("the waiter queued again and got the lock");
+    assert!(guard.is_held());
+}
+
 #[tokio::test]
 async fn lease_loss_fires_every_guard_and_a_new_lease_serves_later_acquisitions() {
     let locks = connect(&cluster_url()).await.expect("connect");

@@ -114,7 +114,11 @@ impl Session {
     /// guard still alive keeps its session open until it is dropped.
     pub(crate) async fn end(session: Arc<Session>) {
         session.close();
-        if Arc::strong_count(&session) > 1 {
+        let over = matches!(
+            session.client.state(),
+            SessionState::Closed | SessionState::Expired | SessionState::AuthFailed
+        );
+        if over || Arc::strong_count(&session) > 1 {
             return;
         }
         let mut states = session.client.state_watcher();
