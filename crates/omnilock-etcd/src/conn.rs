@@ -5,7 +5,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, Identity, TlsOptions};
-use omnilock_core::{Backoff, Error, ErrorKind, Result};
+use omnilock_core::{Backoff, Error, ErrorKind, Result, retry_when};
 use percent_encoding::{AsciiSet, CONTROLS, percent_decode_str, utf8_percent_encode};
 
 use crate::config::{EtcdConfig, EtcdOptions};
@@ -64,30 +64,23 @@ impl Etcd {
         // with several endpoints, a retryable failure is tried again (once
         // per endpoint at most), on whichever member the client picks
         // next. With one endpoint there is no other to try.
-        let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_millis(500));
-        let mut tries = config.endpoints.len();
-        loop {
-            tries -= 1;
-            let connecting = Client::connect(config.endpoints.clone(), Some(options.clone()));
-            let err = match tokio::time::timeout_at(deadline, connecting).await {
-                Ok(Ok(client)) => {
-                    let probes = config.endpoints.len();
-                    match Self::open(client, &config.options, shown.clone(), deadline, probes).await
-                    {
-                        Ok(etcd) => return Ok(etcd),
-                        Err(err) => err,
+        retry_when(
+            Backoff::new(Duration::from_millis(50), Duration::from_millis(500)),
+            deadline,
+            tries_left(config.endpoints.len()),
+            || async {
+                let connecting = Client::connect(config.endpoints.clone(), Some(options.clone()));
+                match tokio::time::timeout_at(deadline, connecting).await {
+                    Ok(Ok(client)) => {
+                        let probes = config.endpoints.len();
+                        Self::open(client, &config.options, shown.clone(), deadline, probes).await
                     }
+                    Ok(Err(e)) => Err(classify(e, &shown)),
+                    Err(_) => Err(no_answer(&shown, config.options.connect_timeout)),
                 }
-                Ok(Err(e)) => classify(e, &shown),
-                Err(_) => no_answer(&shown, config.options.connect_timeout),
-            };
-            let pause = backoff.next_delay();
-            if tries == 0 || !err.is_retryable() || tokio::time::Instant::now() + pause >= deadline
-            {
-                return Err(err);
-            }
-            tokio::time::sleep(pause).await;
-        }
+            },
+        )
+        .await
     }
 
     /// The one way a connection is made ready, from a URL or from the
@@ -100,7 +93,7 @@ impl Etcd {
         options: &EtcdOptions,
         shown: String,
         deadline: tokio::time::Instant,
-        mut tries: usize,
+        tries: usize,
     ) -> Result<Self> {
         // The channel connects lazily: one cheap read of omnilock's own
         // range proves the cluster is there and that the client may read
@@ -108,34 +101,30 @@ impl Etcd {
         // here, not at its first lock. Serializable: any member answers,
         // without a quorum.
         let prefix = segment(&options.prefix);
-        let mut probe = client.clone();
+        let probe = client.clone();
         let range = format!("{prefix}/");
         let read = GetOptions::new()
             .with_prefix()
             .with_count_only()
             .with_serializable();
-        let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(200));
-        loop {
-            let err = match tokio::time::timeout_at(
-                deadline,
-                probe.get(range.as_str(), Some(read.clone())),
-            )
-            .await
-            {
-                Ok(Ok(_)) => break,
-                Ok(Err(e)) => classify(e, &shown),
-                Err(_) => return Err(no_answer(&shown, options.connect_timeout)),
-            };
-            // A member that is down refused it; the next try may go to
-            // another.
-            tries = tries.saturating_sub(1);
-            let pause = backoff.next_delay();
-            if tries == 0 || !err.is_retryable() || tokio::time::Instant::now() + pause >= deadline
-            {
-                return Err(err);
-            }
-            tokio::time::sleep(pause).await;
-        }
+        // A member that is down refuses a read; the next may go to another.
+        retry_when(
+            Backoff::new(Duration::from_millis(20), Duration::from_millis(200)),
+            deadline,
+            tries_left(tries),
+            || {
+                let (mut probe, range, read) = (probe.clone(), range.clone(), read.clone());
+                let shown = &shown;
+                async move {
+                    match tokio::time::timeout_at(deadline, probe.get(range, Some(read))).await {
+                        Ok(Ok(_)) => Ok(()),
+                        Ok(Err(e)) => Err(classify(e, shown)),
+                        Err(_) => Err(no_answer(shown, options.connect_timeout)),
+                    }
+                }
+            },
+        )
+        .await?;
         Ok(Etcd {
             client,
             prefix,
@@ -194,6 +183,16 @@ impl Etcd {
     /// Lock RPC uses in the same range.
     pub(crate) fn owner_key(lock_prefix: &str, owner: &str) -> String {
         format!("{lock_prefix}o:{}", segment(owner))
+    }
+}
+
+/// For [`retry_when`]: a retryable error is tried again until `tries`
+/// attempts in all have failed.
+fn tries_left(tries: usize) -> impl Fn(&Error) -> bool {
+    let failed = std::sync::atomic::AtomicUsize::new(0);
+    move |err| {
+        let failed = failed.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        failed < tries && err.is_retryable()
     }
 }
 
