@@ -600,7 +600,11 @@ async fn nemesis(harness: Arc<Harness>) {
         return;
     }
     let mut node_turn = 0usize;
-    for turn in 0.. {
+    // A fault that found no holder to hit (a store still recovering from
+    // the last one, on a loaded machine) is tried again next turn, so that
+    // a short run still has each of its faults.
+    let mut turn = 0usize;
+    loop {
         let wait = harness
             .config
             .interval
@@ -615,18 +619,24 @@ async fn nemesis(harness: Arc<Harness>) {
                 let down = (fault == Fault::Node).then(|| harness.fault_length());
                 node_fault(&harness, node_turn, down).await;
                 node_turn += 1;
+                turn += 1;
                 continue;
             }
             Fault::Clock => {
                 clock_jump(&harness).await;
+                turn += 1;
                 continue;
             }
             Fault::MajorityRestart => {
-                majority_restart(&harness).await;
+                if majority_restart(&harness).await {
+                    turn += 1;
+                }
                 continue;
             }
             Fault::Failover => {
-                failover(&harness).await;
+                if failover(&harness).await {
+                    turn += 1;
+                }
                 continue;
             }
             _ => {}
@@ -654,6 +664,7 @@ async fn nemesis(harness: Arc<Harness>) {
             }
             Fault::Partition => {
                 let Some(proxy) = harness.proxy_of(client) else {
+                    turn += 1;
                     continue;
                 };
                 let length = harness.fault_length();
@@ -665,6 +676,7 @@ async fn nemesis(harness: Arc<Harness>) {
             }
             Fault::Minority => {
                 let Some(proxy) = harness.proxy_of(client) else {
+                    turn += 1;
                     continue;
                 };
                 let cut = minority(proxy.nodes());
@@ -686,6 +698,7 @@ async fn nemesis(harness: Arc<Harness>) {
                 unreachable!("handled above")
             }
         }
+        turn += 1;
     }
 }
 
@@ -800,9 +813,9 @@ async fn fault_node(harness: &Arc<Harness>, nodes: Nodes, n: String, down: Optio
 }
 
 /// See [`Fault::Failover`].
-async fn failover(harness: &Arc<Harness>) {
+async fn failover(harness: &Arc<Harness>) -> bool {
     let Some((client, lock, _)) = harness.pick_holder().await else {
-        return;
+        return false;
     };
     let nodes = Nodes::of(&harness.config.store).expect("checked at start");
     let master = match master_serving(&harness.config.store, &lock).await {
@@ -814,17 +827,18 @@ async fn failover(harness: &Arc<Harness>) {
                     .lock(&lock)
                     .detail(format!("failover: no master found: {err}")),
             );
-            return;
+            return true;
         }
     };
     let Some(n) = omnilock_harness::topology::Topology::load()
         .ok()
         .and_then(|t| Some(t.get(&nodes.deployment)?.node_on(master)?.name.clone()))
     else {
-        return;
+        return true;
     };
     let down = harness.fault_length();
     fault_node(harness, nodes, n, Some(down)).await;
+    true
 }
 
 /// The port of the master that serves `lock` now.
@@ -906,12 +920,12 @@ fn minority(n: usize) -> Vec<usize> {
 }
 
 /// See [`Fault::MajorityRestart`].
-async fn majority_restart(harness: &Arc<Harness>) {
+async fn majority_restart(harness: &Arc<Harness>) -> bool {
     let Some((client, lock, _)) = harness.pick_holder().await else {
-        return;
+        return false;
     };
     let Some(proxy) = harness.proxy_of(client) else {
-        return;
+        return true;
     };
     let cut = minority(proxy.nodes());
     let length = harness.fault_length().max(harness.config.ttl * 2);
@@ -949,6 +963,7 @@ async fn majority_restart(harness: &Arc<Harness>) {
     tokio::time::sleep(length.saturating_sub(harness.config.ttl)).await;
     proxy.set_cut(false);
     harness.record(partition(Phase::Ok));
+    true
 }
 
 /// What a wall-clock jump of `ahead` does to a Redis node's keys: each loses

@@ -192,7 +192,13 @@ fn run_case(case: &Case) -> Result<(), String> {
         println!("{shown}");
         Ok(())
     } else {
-        Err(format!("{}\n{shown}", problems.join("; ")))
+        Err(format!(
+            "{} {} {}: {}\n{shown}",
+            case.store,
+            case.primitive,
+            case.register,
+            problems.join("; ")
+        ))
     }
 }
 
@@ -215,5 +221,16 @@ fn every_store_survives_its_faults() {
             }
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    // CI logs keep a failure's end when they cut a long output: the cases
+    // that failed are named again, last.
+    let named: Vec<&str> = failures
+        .iter()
+        .map(|failure| failure.lines().next().unwrap_or_default())
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{}\n\nfailed: {}",
+        failures.join("\n\n"),
+        named.join(" | ")
+    );
 }
