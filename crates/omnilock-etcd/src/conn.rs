@@ -81,6 +81,7 @@ impl Etcd {
             },
         )
         .await
+        .map_err(|err| misfit(err, config, &shown))
     }
 
     /// The one way a connection is made ready, from a URL or from the
@@ -186,6 +187,35 @@ impl Etcd {
     }
 }
 
+/// A connection that every try saw end in the TLS handshake, or right
+/// after it, is no outage but a TLS setting that does not fit the server:
+/// a plain-text endpoint (the handshake ends early), or a server that wants
+/// a client certificate the URL did not give (it hangs up): said so, as a
+/// TLS error that no retry mends. A plain-text connection that the server
+/// hangs up on may be one to a TLS endpoint, or an outage: it stays
+/// unavailable, with the hint. Any other error is left as it is.
+fn misfit(err: Error, config: &EtcdConfig, shown: &str) -> Error {
+    let text = err.message().to_string();
+    let hung_up = text.contains("broken pipe") || text.contains("connection closed");
+    let why = if !config.tls {
+        if hung_up {
+            return Error::unavailable(format!(
+                "{text} (if the endpoint serves TLS, the URL needs etcds://)"
+            ))
+            .with_cause(err);
+        }
+        return err;
+    } else if text.contains("tls handshake eof") {
+        "the TLS handshake ended early: is the endpoint plain text (etcd://)?"
+    } else if hung_up && config.tls_identity.is_none() {
+        "the server hung up after the TLS handshake: does it want a client \
+         certificate (tls_cert and tls_key)?"
+    } else {
+        return err;
+    };
+    Error::new(ErrorKind::Tls, format!("etcd {shown}: {why}")).with_cause(err)
+}
+
 /// For [`retry_when`]: a retryable error is tried again until `tries`
 /// attempts in all have failed.
 fn tries_left(tries: usize) -> impl Fn(&Error) -> bool {
@@ -210,14 +240,75 @@ fn tls_options(config: &EtcdConfig) -> Result<TlsOptions> {
     };
     let mut tls = TlsOptions::new();
     if let Some(ca) = &config.tls_ca {
-        tls = tls.ca_certificate(Certificate::from_pem(read(ca)?));
+        let pem = read(ca)?;
+        certificates(&pem, ca)?;
+        tls = tls.ca_certificate(Certificate::from_pem(pem));
     } else {
         tls = tls.with_enabled_roots();
     }
     if let Some((cert, key)) = &config.tls_identity {
-        tls = tls.identity(Identity::from_pem(read(cert)?, read(key)?));
+        let (cert_pem, key_pem) = (read(cert)?, read(key)?);
+        check_identity(&cert_pem, cert, &key_pem, key)?;
+        tls = tls.identity(Identity::from_pem(cert_pem, key_pem));
     }
     Ok(tls)
+}
+
+/// The certificates of the PEM file `path`; a configuration error if it
+/// holds none (a key, or not PEM at all).
+fn certificates(
+    pem: &[u8],
+    path: &std::path::Path,
+) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| Error::config(format!("{}: not a PEM certificate: {e}", path.display())))?;
+    if certs.is_empty() {
+        return Err(Error::config(format!(
+            "{}: no PEM certificate in it",
+            path.display()
+        )));
+    }
+    Ok(certs)
+}
+
+/// Checks, before any I/O, that the client certificate and key read and
+/// belong together: otherwise every connection would fail its handshake
+/// in a way that reads like a store that is down, though no retry can
+/// mend it. Messages name the files, never their contents.
+fn check_identity(
+    cert_pem: &[u8],
+    cert: &std::path::Path,
+    key_pem: &[u8],
+    key: &std::path::Path,
+) -> Result<()> {
+    use rustls::pki_types::PrivateKeyDer;
+    use rustls::pki_types::pem::PemObject;
+    let chain = certificates(cert_pem, cert)?;
+    let private = PrivateKeyDer::from_pem_slice(key_pem).map_err(|_| {
+        Error::config(format!(
+            "{}: no PEM private key in it (tls_key)",
+            key.display()
+        ))
+    })?;
+    let provider = rustls::crypto::ring::default_provider();
+    let signing = provider
+        .key_provider
+        .load_private_key(private)
+        .map_err(|e| Error::config(format!("{}: not a usable private key: {e}", key.display())))?;
+    match rustls::sign::CertifiedKey::new(chain, signing).keys_match() {
+        Ok(()) => Ok(()),
+        // A key type whose public half rustls cannot derive: the
+        // handshake will tell.
+        Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => Ok(()),
+        Err(_) => Err(Error::config(format!(
+            "the client certificate {} and key {} do not belong together (tls_cert, tls_key)",
+            cert.display(),
+            key.display()
+        ))),
+    }
 }
 
 /// `http://a:1`, `https://b:2` → `a:1,b:2`.

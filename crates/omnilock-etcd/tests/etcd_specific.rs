@@ -388,8 +388,12 @@ async fn etcdctl_lock_and_omnilock_exclude_each_other() {
     guard.release().await.unwrap();
 }
 
-/// TLS with a private CA and a client certificate: works with them, and is
-/// a clear error without the client certificate or with the wrong CA.
+/// TLS with a private CA and a client certificate: works with them. Without
+/// the client certificate, with the wrong CA, or with TLS to a plain-text
+/// endpoint, connecting is a TLS error, which no retry mends (the CLI's
+/// exit 78), not "store unavailable"; a certificate and key that do not
+/// belong together, or a key file that holds no key, are configuration
+/// errors found before any I/O.
 #[tokio::test]
 async fn tls_with_a_client_certificate() {
     let url = store_url("ETCD_TLS").expect("OMNILOCK_TEST_ETCD_TLS_URL");
@@ -401,28 +405,53 @@ async fn tls_with_a_client_certificate() {
 
     let base = url.split('?').next().unwrap().to_string();
     let query = url.split('?').nth(1).unwrap();
-    let ca = query
-        .split('&')
-        .find(|kv| kv.starts_with("tls_ca="))
-        .unwrap()
-        .to_string();
-    for (what, bad) in [
+    let option = |key: &str| {
+        query
+            .split('&')
+            .find(|kv| kv.starts_with(&format!("{key}=")))
+            .unwrap()
+            .to_string()
+    };
+    let (ca, cert) = (option("tls_ca"), option("tls_cert"));
+    // The server's key: a real key, of another certificate.
+    let other_key = cert
+        .replace("tls_cert=", "tls_key=")
+        .replace("client.crt", "server.key");
+    let plain = cluster_url().replacen("etcd://", "etcds://", 1);
+    for (what, bad, kind) in [
         (
             "no client certificate",
             format!("{base}?{ca}&connect_timeout=2s"),
+            ErrorKind::Tls,
         ),
         (
             "the system's CAs only",
             format!("{base}?connect_timeout=2s"),
+            ErrorKind::Tls,
+        ),
+        ("TLS to plain-text members", plain, ErrorKind::Tls),
+        (
+            "a key of another certificate",
+            format!("{base}?{ca}&{cert}&{other_key}"),
+            ErrorKind::InvalidConfig,
+        ),
+        (
+            "a certificate as the key",
+            format!(
+                "{base}?{ca}&{cert}&{}",
+                cert.replace("tls_cert=", "tls_key=")
+            ),
+            ErrorKind::InvalidConfig,
         ),
     ] {
-        let started = Instant::now();
-        let err = connect(&bad).await.expect_err(what);
-        assert!(
-            matches!(err.kind(), ErrorKind::Unavailable | ErrorKind::Tls),
-            "{what}: {err}"
-        );
-        assert!(started.elapsed() < Duration::from_secs(5), "{what}: slow");
+        // Several times: the server's refusal of a missing certificate
+        // reaches the client in one of three ways.
+        for _ in 0..3 {
+            let started = Instant::now();
+            let err = connect(&bad).await.expect_err(what);
+            assert_eq!(err.kind(), kind, "{what}: {err}");
+            assert!(started.elapsed() < Duration::from_secs(5), "{what}: slow");
+        }
     }
 }
 
