@@ -53,11 +53,16 @@ GRANT ALL ON omnilock.* TO '${TEST_USER}_tls'@'127.0.0.1';
 CREATE USER '${TEST_USER}_cert'@'127.0.0.1' IDENTIFIED BY '$TEST_PASSWORD'
   REQUIRE SUBJECT '/CN=omnilock_cert';
 GRANT ALL ON omnilock.* TO '${TEST_USER}_cert'@'127.0.0.1';
+-- An account of few connections: the server's limit, reached at will.
+CREATE USER '${TEST_USER}_few'@'127.0.0.1' IDENTIFIED BY '$TEST_PASSWORD'
+  WITH MAX_USER_CONNECTIONS 4;
+GRANT ALL ON omnilock.* TO '${TEST_USER}_few'@'127.0.0.1';
 SQL
   export_url MYSQL "mysql://$TEST_USER:$TEST_PASSWORD@127.0.0.1:$MARIADB_PORT/omnilock"
   # An account that may connect only over TLS, and one that must also show
   # the client certificate.
   export_url MYSQL_TLS "mysql://${TEST_USER}_tls:$TEST_PASSWORD@127.0.0.1:$MARIADB_PORT/omnilock?$(sql_tls_options)"
+  export_url MYSQL_FEW "mysql://${TEST_USER}_few:$TEST_PASSWORD@127.0.0.1:$MARIADB_PORT/omnilock"
   export_url MYSQL_CERT "mysql://${TEST_USER}_cert:$TEST_PASSWORD@127.0.0.1:$MARIADB_PORT/omnilock?ssl-mode=VERIFY_IDENTITY&ssl-ca=$SQL_TLS/ca.crt&ssl-cert=$SQL_TLS/client.crt&ssl-key=$SQL_TLS/client.key"
   echo "export OMNILOCK_TEST_MARIADB_SOCKET='$sock'" >>"$ENV_FILE"
 }

@@ -55,8 +55,11 @@ CREATE USER ${TEST_USER}_tls PASSWORD '$TEST_PASSWORD' IN ROLE $TEST_USER;
 CREATE USER ${TEST_USER}_cert IN ROLE $TEST_USER;
 ALTER ROLE ${TEST_USER}_tls SET role = '$TEST_USER';
 ALTER ROLE ${TEST_USER}_cert SET role = '$TEST_USER';
+-- An account of few connections: the server's limit, reached at will.
+CREATE USER ${TEST_USER}_few PASSWORD '$TEST_PASSWORD' IN ROLE $TEST_USER CONNECTION LIMIT 4;
 SQL
   export_url POSTGRES "postgres://$TEST_USER:$TEST_PASSWORD@127.0.0.1:$POSTGRES_PORT/omnilock"
   export_url POSTGRES_TLS "postgres://${TEST_USER}_tls:$TEST_PASSWORD@127.0.0.1:$POSTGRES_PORT/omnilock?$(sql_tls_options)"
+  export_url POSTGRES_FEW "postgres://${TEST_USER}_few:$TEST_PASSWORD@127.0.0.1:$POSTGRES_PORT/omnilock"
   export_url POSTGRES_CERT "postgres://${TEST_USER}_cert@127.0.0.1:$POSTGRES_PORT/omnilock?$(sql_tls_options)&sslcert=$SQL_TLS/client.crt&sslkey=$SQL_TLS/client.key"
 }

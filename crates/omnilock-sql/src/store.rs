@@ -123,15 +123,26 @@ impl SqlStore {
         let kind = config.dialect.kind();
         let target = Target::new(&config)?;
         let queries = Queries::new(config.dialect, &config.table, config.notify, config.fair);
-        let mut conn = tokio::time::timeout(config.connect_timeout, target.connect_one(&config))
-            .await
-            .map_err(|_| {
-                Error::unavailable(format!(
-                    "no answer from the database at {} within {:?}",
-                    config.place, config.connect_timeout
-                ))
-                .with_backend(kind)
-            })??;
+        // A server at its connection limit lets the next one in when a
+        // client closes one: tried again until the connect timeout.
+        let deadline = tokio::time::Instant::now() + config.connect_timeout;
+        let mut conn = omnilock_core::retry_when(
+            omnilock_core::Backoff::new(Duration::from_millis(50), Duration::from_millis(500)),
+            deadline,
+            crate::conn::errors::is_connection_limit,
+            || async {
+                tokio::time::timeout_at(deadline, target.connect_one(&config))
+                    .await
+                    .map_err(|_| {
+                        Error::unavailable(format!(
+                            "no answer from the database at {} within {:?}",
+                            config.place, config.connect_timeout
+                        ))
+                        .with_backend(kind)
+                    })?
+            },
+        )
+        .await?;
         let prepared = prepare(conn.borrow(), &config, &queries).await;
         // Closing (also on error) frees MySQL's DDL lock at once.
         conn.close().await;

@@ -220,6 +220,110 @@ async fn unreachable_server_is_unavailable() {
     }
 }
 
+/// A server at its connection limit (here the account's, 4 connections)
+/// lets the next client in when another closes one. Connecting tries again
+/// until its timeout, and a waiting acquire until its own, in table and
+/// advisory mode, instead of failing at once; the message is the server's
+/// reason, without the server's source line.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_server_is_waited_for() {
+    for store in ["POSTGRES_FEW", "MYSQL_FEW"] {
+        let base = store_url(store).expect("the account of few connections");
+        for mode in ["mode=table", "mode=advisory"] {
+            let url = with_option(&base, &format!("{mode}&table=omnilock_few"));
+            let what = format!("{store} {mode}");
+            // The tables first, while there is room.
+            connect(&url).await.expect("connect").close().await;
+
+            let full = fill(&base).await;
+            let refused = connect(&with_option(&url, "connect_timeout=500ms"))
+                .await
+                .map(|_| ())
+                .expect_err("no room: refused once its timeout passed");
+            assert_eq!(refused.kind(), ErrorKind::Unavailable, "{what}: {refused}");
+            assert!(refused.is_retryable(), "{what}: {refused}");
+            assert!(
+                refused.message().contains("refused one more connection")
+                    && !refused.message().contains(" at line "),
+                "{what}: {refused}"
+            );
+
+            let connecting = tokio::spawn({
+                let url = with_option(&url, "connect_timeout=10s");
+                async move { connect(&url).await }
+            });
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            close_all(full).await;
+            let locks = connecting
+                .await
+                .unwrap()
+                .unwrap_or_else(|e| panic!("{what}: connect once a connection closed: {e}"));
+
+            let full = fill(&base).await;
+            let name = format!("full-{}", std::process::id());
+            let waiting = tokio::spawn({
+                let locks = locks.clone();
+                async move {
+                    let guard = locks
+                        .lock(&name)
+                        .timeout(Duration::from_secs(20))
+                        .acquire()
+                        .await?;
+                    guard.release().await
+                }
+            });
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            close_all(full).await;
+            waiting
+                .await
+                .unwrap()
+                .unwrap_or_else(|e| panic!("{what}: acquire once a connection closed: {e}"));
+            locks.close().await;
+        }
+    }
+}
+
+/// Advisory mode needs to see its own session's start in pg_stat_activity
+/// (to end its sessions, and no other). An account whose `role` setting
+/// switches to another role (the TLS test account) cannot: a configuration
+/// error that says so, not a decoding error.
+#[tokio::test(flavor = "multi_thread")]
+async fn advisory_mode_refuses_an_account_that_switches_role() {
+    let url = store_url("POSTGRES_TLS").expect("the TLS account");
+    let locks = connect(&with_option(&url, "mode=advisory"))
+        .await
+        .expect("connect");
+    let err = locks
+        .acquire("switched-role")
+        .await
+        .map(|_| ())
+        .expect_err("no session it can see");
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    assert!(err.message().contains("role"), "{err}");
+    locks.close().await;
+}
+
+/// Connections of `url`'s account until the server refuses one more.
+async fn fill(url: &str) -> Vec<sqlx::AnyConnection> {
+    use sqlx::Connection;
+    sqlx::any::install_default_drivers();
+    let mut open = Vec::new();
+    for _ in 0..16 {
+        match sqlx::AnyConnection::connect(url).await {
+            Ok(conn) => open.push(conn),
+            Err(_) => return open,
+        }
+    }
+    panic!("{url}: 16 connections and no refusal: is the account limited?");
+}
+
+async fn close_all(open: Vec<sqlx::AnyConnection>) {
+    use sqlx::Connection;
+    for conn in open {
+        let _ = conn.close().await;
+    }
+}
+
 /// Many clients using a store for the first time at once all connect: the
 /// table is created once, and a creator that loses the race is not an error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

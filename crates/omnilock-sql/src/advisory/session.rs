@@ -123,8 +123,21 @@ impl AdvisoryStore {
                     .fetch_one(&mut c)
                     .await
                     .map_err(err)?;
-                let (id, started): (i64, i64) =
+                let (id, started): (i64, Option<i64>) =
                     (row.try_get(0).map_err(err)?, row.try_get(1).map_err(err)?);
+                // pg_stat_activity hides a session's start from a role
+                // without the privileges of the user who logged in (an
+                // account whose `role` setting switches to another): its
+                // sessions could not be told from a later one on the same
+                // process ID, nor ended.
+                let Some(started) = started else {
+                    return Err(Error::config(
+                        "mode=advisory cannot see its own session in pg_stat_activity: the \
+                         account's `role` setting switches to a role without the privileges of \
+                         the user who logged in; log in as that role, or use mode=table",
+                    )
+                    .with_backend(config.dialect.kind()));
+                };
                 (SessionConn::Postgres(c), id, started)
             }
             #[allow(unreachable_patterns)]
@@ -204,23 +217,17 @@ pub(super) fn gone() -> sqlx::Error {
     ))
 }
 
-/// A refused connection says why advisory mode needs so many, when the
-/// server's connection limit refused it.
+/// A refusal by the server's connection limit says why advisory mode
+/// needs so many connections.
 fn too_many_sessions(err: Error, config: &SqlConfig) -> Error {
-    let text = err.to_string();
-    let limit = [
-        "Too many connections",
-        "too many clients",
-        "connection slots are reserved",
-    ];
-    if !limit.iter().any(|l| text.contains(l)) {
+    if !crate::conn::errors::is_connection_limit(&err) {
         return err;
     }
     Error::unavailable(format!(
-        "the database at {} refused one more connection ({text}); advisory mode holds a \
-         connection of its own per waiting acquire (held locks share a few): raise the \
-         server's max_connections, or use mode=table (docs/backends/sql.md, Advisory mode)",
-        config.place
+        "{}; advisory mode holds a connection of its own per waiting acquire (held locks \
+         share a few): raise the server's max_connections, or use mode=table \
+         (docs/backends/sql.md, Advisory mode)",
+        err.message()
     ))
     .with_backend(config.dialect.kind())
 }

@@ -138,6 +138,15 @@ pub(crate) fn map_err(err: sqlx::Error, config: &SqlConfig) -> Error {
                         _ => "",
                     }
                 )),
+                // The server's connection limit (or the account's): a
+                // connection closes, and the next is let in.
+                (Dialect::Postgres, "53300") => connection_limit(place, message),
+                (Dialect::MySql, _)
+                    if message.contains("Too many connections")
+                        || message.contains("max_user_connections") =>
+                {
+                    connection_limit(place, message)
+                }
                 (Dialect::Postgres, "3D000") => Error::config(format!(
                     "the database named in the URL does not exist at {place}"
                 )),
@@ -174,6 +183,26 @@ pub(crate) fn map_err(err: sqlx::Error, config: &SqlConfig) -> Error {
         _ => Error::new(ErrorKind::Backend, format!("database error ({place})")),
     };
     error.with_backend(kind).with_cause(err)
+}
+
+/// What a refusal by the server's connection limit says (see
+/// [`is_connection_limit`]).
+pub(crate) const REFUSED_ONE_MORE: &str = "refused one more connection";
+
+/// The server refused a connection for its connection limit: retryable,
+/// with the server's own words (not sqlx's rendering, which adds the
+/// server's source line).
+fn connection_limit(place: &str, why: &str) -> Error {
+    Error::unavailable(format!(
+        "the database at {place} {REFUSED_ONE_MORE} ({why})"
+    ))
+}
+
+/// Whether `err` is a refusal by the server's connection limit, which
+/// passes as other clients close theirs: connecting tries again until its
+/// timeout, as waits do until theirs.
+pub(crate) fn is_connection_limit(err: &Error) -> bool {
+    err.kind() == ErrorKind::Unavailable && err.message().contains(REFUSED_ONE_MORE)
 }
 
 /// A failed TLS handshake. A certificate that does not verify, or a server
