@@ -114,7 +114,7 @@ impl Logs {
                 let config = EtcdConfig::from_url(&parsed).map_err(|e| e.to_string())?;
                 Ok(Logs::Etcd(Box::new(etcd_client(&config).await?)))
             }
-            "zk" | "zookeeper" => {
+            "zk" | "zks" | "zookeeper" => {
                 let config = ZkConfig::from_url(&parsed).map_err(|e| e.to_string())?;
                 Ok(Logs::Zk(zk_client(&config).await?))
             }
@@ -412,14 +412,14 @@ async fn etcd_client(config: &EtcdConfig) -> Result<EtcdClient, String> {
     if let (Some(user), Some(password)) = (&config.username, &config.password) {
         options = options.with_user(user.clone(), password.expose());
     }
-    if config.tls {
-        let read = |path: &std::path::Path| std::fs::read(path).map_err(|e| e.to_string());
+    if config.tls.enabled {
+        let pem = config.tls.read().map_err(|e| e.to_string())?;
         let mut tls = TlsOptions::new();
-        if let Some(ca) = &config.tls_ca {
-            tls = tls.ca_certificate(Certificate::from_pem(read(ca)?));
+        if let Some(ca) = pem.ca {
+            tls = tls.ca_certificate(Certificate::from_pem(ca));
         }
-        if let Some((cert, key)) = &config.tls_identity {
-            tls = tls.identity(Identity::from_pem(read(cert)?, read(key)?));
+        if let Some((cert, key)) = pem.identity {
+            tls = tls.identity(Identity::from_pem(cert, key));
         }
         options = options.with_tls(tls);
     }

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use omnilock_harness::deadline::{RunBounded, WaitBounded};
 use omnilock_harness::process::{WithoutTerminal, running, scratch_dir, sqlite_store, text};
 
 const OMNILOCK: &str = env!("CARGO_BIN_EXE_omnilock");
@@ -27,7 +28,7 @@ fn omnilock(args: &[&str]) -> Command {
 }
 
 fn run(args: &[&str]) -> Output {
-    omnilock(args).output().expect("run omnilock")
+    omnilock(args).output_or_fail("run omnilock")
 }
 
 /// `omnilock run --store <store> <rest>`, to be started.
@@ -43,13 +44,12 @@ fn run_nested(store: &str, rest: &[&str]) -> Output {
     run_on(store, rest)
         .env("OMNILOCK", OMNILOCK)
         .env("STORE", store)
-        .output()
-        .expect("run omnilock")
+        .output_or_fail("run omnilock")
 }
 
 /// `omnilock run --store <store> <rest>`, run to its end.
 fn run_at(store: &str, rest: &[&str]) -> Output {
-    run_on(store, rest).output().expect("run omnilock")
+    run_on(store, rest).output_or_fail("run omnilock")
 }
 
 #[test]
@@ -99,8 +99,7 @@ fn a_command_that_cannot_start_gets_one_message() {
     for _ in 0..5 {
         let out = run_on(&store, &["job", "--"])
             .arg(&script)
-            .output()
-            .expect("run omnilock");
+            .output_or_fail("run omnilock");
         let said = text(&out.stderr);
         assert_eq!(out.status.code(), Some(126), "{said}");
         assert!(said.contains("cannot run"), "{said}");
@@ -244,8 +243,7 @@ fn demo_runs_on_the_embedded_default() {
     let dir = scratch("demo");
     let out = omnilock(&["demo", "--workers", "3", "--rounds", "2"])
         .env("XDG_DATA_HOME", &dir)
-        .output()
-        .expect("demo");
+        .output_or_fail("demo");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     assert_eq!(
@@ -263,15 +261,14 @@ fn demo_runs_on_the_embedded_default() {
     );
     let help = omnilock(&["--help"])
         .env("XDG_DATA_HOME", &dir)
-        .output()
-        .expect("help");
+        .output_or_fail("help");
     assert!(text(&help.stdout).contains(&format!("{}/omnilock/locks.db", dir.display())));
 }
 
 /// `--help` shows every scheme the library knows, aliases included.
 #[test]
 fn help_lists_every_scheme() {
-    let help = omnilock(&["--help"]).output().expect("help");
+    let help = omnilock(&["--help"]).output_or_fail("help");
     assert_eq!(help.status.code(), Some(0));
     let help = text(&help.stdout);
     for (scheme, _) in omnilock::SCHEMES {
@@ -370,7 +367,7 @@ fn no_home_means_no_default_store() {
     command
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap());
-    let out = command.env("HOME", not_utf8).output().expect("run");
+    let out = command.env("HOME", not_utf8).output_or_fail("run");
     assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("UTF-8"), "{}", text(&out.stderr));
     for home in [None, Some("relative/home")] {
@@ -383,7 +380,7 @@ fn no_home_means_no_default_store() {
                 .env("HOME", home)
                 .env("XDG_DATA_HOME", "also/relative");
         }
-        let out = command.output().expect("run");
+        let out = command.output_or_fail("run");
         let stderr = text(&out.stderr);
         assert_eq!(out.status.code(), Some(64), "HOME={home:?}: {stderr}");
         for hint in ["--store", "OMNILOCK_STORE", "HOME"] {
@@ -460,8 +457,7 @@ fn store_url_is_not_passed_to_the_command() {
         "echo store=${OMNILOCK_STORE-unset}",
     ])
     .env("OMNILOCK_STORE", sqlite_store(&dir))
-    .output()
-    .expect("run");
+    .output_or_fail("run");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout).trim(), "store=unset");
 }
@@ -473,8 +469,7 @@ fn default_store_is_private_to_the_user() {
     let dir = scratch("private");
     let out = omnilock(&["run", "job", "--", "true"])
         .env("XDG_DATA_HOME", &dir)
-        .output()
-        .expect("run");
+        .output_or_fail("run");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let mode = |p: &Path| std::fs::metadata(p).expect("metadata").permissions().mode() & 0o777;
     assert_eq!(mode(&dir.join("omnilock")), 0o700);
@@ -507,7 +502,7 @@ fn signals_reach_the_command_and_the_lock_is_released() {
         wait_until_exists(&ready, &format!("SIG{signal}: the command"));
         // SAFETY: signalling a child we spawned and have not reaped.
         unsafe { libc::kill(child.id() as libc::pid_t, number) };
-        let status = child.wait().expect("wait");
+        let status = child.wait_or_fail("wait");
         assert_eq!(
             status.code(),
             Some(42),
@@ -516,6 +511,39 @@ fn signals_reach_the_command_and_the_lock_is_released() {
         let out = run_at(&store, &["--no-wait", "job", "--", "true"]);
         assert_eq!(out.status.code(), Some(0), "SIG{signal}: lock not released");
     }
+}
+
+/// The test command may be started with signals ignored: `nohup` ignores
+/// SIGHUP, and CI launchers and cron wrappers SIGINT and SIGQUIT too, which
+/// every process started inherits (and `omnilock` keeps ignored signals
+/// ignored). The signal test above resets what it sends in the processes
+/// it starts, so it passes there too instead of waiting for ever.
+#[test]
+fn the_signal_test_passes_with_signals_ignored() {
+    use std::os::unix::process::CommandExt as _;
+    let mut nested = Command::new(std::env::current_exe().expect("this test binary"));
+    nested.args([
+        "signals_reach_the_command_and_the_lock_is_released",
+        "--exact",
+        "--test-threads",
+        "1",
+    ]);
+    // SAFETY: signal(2) between fork and exec is async-signal-safe.
+    unsafe {
+        nested.pre_exec(|| {
+            for signal in [libc::SIGHUP, libc::SIGINT, libc::SIGQUIT] {
+                libc::signal(signal, libc::SIG_IGN);
+            }
+            Ok(())
+        });
+    }
+    let out = nested.output_or_fail("the signal test, signals ignored");
+    let said = text(&out.stdout);
+    assert!(out.status.success(), "{said}{}", text(&out.stderr));
+    assert!(
+        said.contains("1 passed"),
+        "the signal test did not run: {said}"
+    );
 }
 
 /// Waits (30 s at most) until the command under test has created `path`.
@@ -552,7 +580,7 @@ fn background_children_keep_the_lock() {
         Some(75),
         "the lock was released while the command's background child still ran"
     );
-    let status = first.wait().expect("wait");
+    let status = first.wait_or_fail("wait");
     assert_eq!(status.code(), Some(0));
     assert!(done.exists(), "omnilock exited before its command's group");
     let after = run_at(&store, &["--no-wait", "job", "--", "true"]);
@@ -583,7 +611,7 @@ fn ignored_signals_stay_ignored() {
     wait_until_exists(&ready, "the command");
     // SAFETY: signalling a child we spawned and have not reaped.
     unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGHUP) };
-    let out = child.wait_with_output().expect("wait");
+    let out = child.output_or_fail("wait");
     assert_eq!(out.status.code(), Some(0), "SIGHUP ended the run");
     let mask = text(&out.stdout)
         .split_whitespace()
@@ -746,6 +774,18 @@ mod cross_process {
             "killed-writer",
             Turns::AtOnce,
             process::killed_writer_frees_lock,
+        );
+    }
+
+    /// Callers of two permit counts at once: the refused ones (exit 65)
+    /// leave nothing in the line that would hold up the others.
+    #[test]
+    fn mismatched_permits_leave_the_line_at_once() {
+        each_of(
+            &counted(),
+            "mismatch",
+            Turns::AtOnce,
+            process::mismatched_permits_leave_the_line_at_once,
         );
     }
 

@@ -7,6 +7,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use omnilock_harness::deadline::{RunBounded, WaitBounded};
 use omnilock_harness::process::{WithoutTerminal, scratch_dir, sqlite_store, text};
 
 const OMNILOCK: &str = env!("CARGO_BIN_EXE_omnilock");
@@ -34,7 +35,7 @@ fn write(file: &Path, args: &[&str], input: &str) -> Output {
         .expect("stdin")
         .write_all(input.as_bytes())
         .expect("feed stdin");
-    child.wait_with_output().expect("omnilock write ends")
+    child.output_or_fail("omnilock write ends")
 }
 
 fn contents(file: &Path) -> String {
@@ -85,7 +86,7 @@ fn without_a_token_nothing_is_written() {
         .env("OMNILOCK_TOKEN", "twelve")
         .stdin(Stdio::null())
         .without_terminal();
-    let out = bad.output().expect("run");
+    let out = bad.output_or_fail("run");
     assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
     assert!(!file.exists());
 }
@@ -119,7 +120,7 @@ fn racing_writers_end_with_the_highest_tokens_output() {
         .collect();
     for (token, child, fed) in writers {
         fed.expect("feed a writer");
-        let out = child.wait_with_output().expect("a writer ends");
+        let out = child.output_or_fail("a writer ends");
         assert!(
             matches!(out.status.code(), Some(0 | 73)),
             "token {token}: {:?} {}",
@@ -159,8 +160,7 @@ fn under_run_the_token_comes_from_the_environment() {
             .env_remove("OMNILOCK_STORE")
             .stdin(Stdio::null())
             .without_terminal()
-            .output()
-            .expect("run omnilock")
+            .output_or_fail("run omnilock")
     };
     let first = job("first");
     assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));

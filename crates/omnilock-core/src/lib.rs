@@ -54,6 +54,7 @@ mod sessions;
 mod shared;
 mod signal;
 mod sync;
+mod tls;
 mod url;
 
 pub use backend::{
@@ -80,6 +81,7 @@ pub use retry::{Backoff, retry, retry_in_background, retry_when};
 pub use sessions::SessionsPerTtl;
 pub use signal::{LostNotifier, SessionGuards, WaitNotice};
 pub use sync::lock_unpoisoned;
+pub use tls::{TlsFiles, TlsPem};
 pub use url::{HostPort, Secret, StoreUrl, check_timeouts, parse_duration};
 
 /// Re-exported so backend crates implement [`Backend`] with the same macro.

@@ -3,10 +3,9 @@
 //! `etcd://[user:pw@]h1:p1,h2:p2,h3:p3[/prefix][?mode=recipe|lockapi&tls=true&...]`
 //! (`etcds://` is `etcd://` with `tls=true`).
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use omnilock_core::{Error, Result, Secret, StoreUrl, check_timeouts};
+use omnilock_core::{Error, Result, Secret, StoreUrl, TlsFiles, check_timeouts};
 
 /// How locks are taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,12 +35,10 @@ pub struct EtcdConfig {
     pub username: Option<String>,
     /// Password, if any.
     pub password: Option<Secret>,
-    /// Speak TLS (`etcds://` or `?tls=true`).
-    pub tls: bool,
-    /// PEM file of CA certificates to trust (`?tls_ca=/abs/ca.pem`).
-    pub tls_ca: Option<PathBuf>,
-    /// Client certificate and key for mutual TLS (`?tls_cert=&tls_key=`).
-    pub tls_identity: Option<(PathBuf, PathBuf)>,
+    /// TLS (`etcds://` or `?tls=true`), with `?tls_ca=` (CA certificates
+    /// to trust, PEM) and `?tls_cert=` / `?tls_key=` (a client certificate
+    /// and key for mutual TLS).
+    pub tls: TlsFiles,
     /// The lock options: prefix (the URL path), `?mode=`,
     /// `?connect_timeout=`, `?timeout=`.
     pub options: EtcdOptions,
@@ -116,11 +113,12 @@ impl EtcdConfig {
     /// ```
     pub fn from_url(url: &StoreUrl) -> Result<Self> {
         let mut url = url.clone();
-        let secure_scheme = match url.scheme() {
-            "etcd" => false,
-            "etcds" => true,
-            other => return Err(Error::config(format!("not an etcd scheme: {other}"))),
-        };
+        if !matches!(url.scheme(), "etcd" | "etcds") {
+            return Err(Error::config(format!(
+                "not an etcd scheme: {}",
+                url.scheme()
+            )));
+        }
         if url.hosts().is_empty() {
             return Err(Error::config("the URL names no etcd endpoint"));
         }
@@ -138,31 +136,7 @@ impl EtcdConfig {
                 )));
             }
         };
-        let tls = secure_scheme || url.take_bool("tls")?.unwrap_or(false);
-        let absolute = |key: &str, path: Option<String>| -> Result<Option<PathBuf>> {
-            match path.map(PathBuf::from) {
-                Some(p) if !tls => Err(Error::config(format!(
-                    "option \"{key}\" needs etcds:// or tls=true ({})",
-                    p.display()
-                ))),
-                Some(p) if !p.is_absolute() => Err(Error::config(format!(
-                    "option \"{key}\" must be an absolute path"
-                ))),
-                other => Ok(other),
-            }
-        };
-        let tls_ca = absolute("tls_ca", url.take("tls_ca"))?;
-        let cert = absolute("tls_cert", url.take("tls_cert"))?;
-        let key = absolute("tls_key", url.take("tls_key"))?;
-        let tls_identity = match (cert, key) {
-            (Some(c), Some(k)) => Some((c, k)),
-            (None, None) => None,
-            _ => {
-                return Err(Error::config(
-                    "options \"tls_cert\" and \"tls_key\" go together",
-                ));
-            }
-        };
+        let tls = TlsFiles::take(&mut url, "etcds")?;
         url.take_timeouts(&mut options.connect_timeout, &mut options.request_timeout)?;
         options.check()?;
         url.finish()?;
@@ -171,7 +145,7 @@ impl EtcdConfig {
                 "a password needs a user name (etcd://user:pw@...)",
             ));
         }
-        let scheme = if tls { "https" } else { "http" };
+        let scheme = if tls.enabled { "https" } else { "http" };
         let endpoints = url
             .hosts()
             .iter()
@@ -186,8 +160,6 @@ impl EtcdConfig {
             username: url.username().filter(|u| !u.is_empty()).map(str::to_string),
             password: url.password().cloned(),
             tls,
-            tls_ca,
-            tls_identity,
             options,
             shown: url.to_string(),
         })
@@ -215,7 +187,7 @@ mod tests {
         assert_eq!(c.options.request_timeout, Duration::from_secs(1));
         let c = parse("etcds://h?tls_ca=/ca.pem&tls_cert=/c.pem&tls_key=/k.pem").unwrap();
         assert_eq!(c.endpoints, ["https://h:2379"]);
-        assert!(c.tls_identity.is_some());
+        assert!(c.tls.identity.is_some());
         assert_eq!(parse("etcd://h/").unwrap().options.prefix, "omnilock");
     }
 

@@ -141,7 +141,10 @@ impl Etcd {
     pub(crate) async fn holder(&self, lock_prefix: &str) -> Result<Option<KeyValue>> {
         let prefix = lock_prefix.to_string();
         let mut resp = self
-            .call(|mut c| async move { c.get(prefix, Some(first_created())).await })
+            .call(|mut c| {
+                let prefix = prefix.clone();
+                async move { c.get(prefix, Some(first_created())).await }
+            })
             .await?;
         Ok(resp.take_kvs().into_iter().next())
     }
@@ -282,7 +285,10 @@ impl Etcd {
             .with_keys_only();
         let prefix = lock_prefix.to_string();
         let read = self
-            .call(|mut c| async move { c.get(prefix, Some(options)).await })
+            .call(|mut c| {
+                let (prefix, options) = (prefix.clone(), options.clone());
+                async move { c.get(prefix, Some(options)).await }
+            })
             .await;
         let Ok(mut resp) = read else {
             // Most often this member has not applied `at` yet.
@@ -324,7 +330,10 @@ impl Etcd {
         let classify = |e| crate::conn::classify(e, &self.shown);
         let (again, again_options) = (key.clone(), options.clone());
         let mut stream = self
-            .call(|mut c| async move { c.watch(key, Some(options)).await })
+            .call(|mut c| {
+                let (key, options) = (key.clone(), options.clone());
+                async move { c.watch(key, Some(options)).await }
+            })
             .await?;
         stream
             .watch(again, Some(again_options))
@@ -387,7 +396,11 @@ impl Etcd {
 
     /// One transaction under the request deadline.
     pub(crate) async fn txn(&self, txn: Txn) -> Result<TxnResponse> {
-        self.call(|mut c| async move { c.txn(txn).await }).await
+        self.call(|mut c| {
+            let txn = txn.clone();
+            async move { c.txn(txn).await }
+        })
+        .await
     }
 }
 

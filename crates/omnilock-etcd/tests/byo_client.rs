@@ -123,7 +123,7 @@ async fn tls_identity_comes_from_the_client() {
         return;
     };
     assert!(
-        config.tls_identity.is_some(),
+        config.tls.identity.is_some(),
         "the TLS URL names a client certificate"
     );
     let client = app_client(&config).await.expect("client");

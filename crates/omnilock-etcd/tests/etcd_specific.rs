@@ -320,6 +320,62 @@ async fn the_same_owner_reenters_across_processes_and_the_count_lives_in_etcd() 
     assert!(keys_under(&client, &prefix).await.is_empty());
 }
 
+/// Callers of two permit counts at once on a semaphore: those of the count
+/// in force (the oldest key's) go on, those of the other are refused. A key
+/// of the other count that stands between (a caller being refused) is
+/// waited for, not a reason to refuse the caller whose count is in force.
+#[tokio::test]
+async fn the_count_in_force_goes_on_past_a_caller_being_refused() {
+    let locks = connect(&cluster_url()).await.expect("connect");
+    let name = unique_name("sem-dispute");
+    let holder = locks.semaphore(&name, 3).acquire().await.expect("holder");
+    // A caller of count 1 that joined and has not yet left: its key, as
+    // omnilock writes it (weight, count, owner), on a lease of its own.
+    let mut client = raw().await;
+    let lease = client.lease_grant(30, None).await.expect("lease").id();
+    let disputed = format!("omnilock/%sem/{}/ffff-0", name.replace('/', "%2F"));
+    client
+        .put(
+            disputed.as_str(),
+            "1 1 refused-one",
+            Some(etcd_client::PutOptions::new().with_lease(lease)),
+        )
+        .await
+        .expect("put");
+    // The other count is refused at once, as before.
+    let err = locks
+        .semaphore(&name, 1)
+        .timeout(PATIENCE)
+        .acquire()
+        .await
+        .map(|_| ())
+        .expect_err("another count");
+    assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
+    // The count in force waits for the disputed key, then goes on.
+    let waiting = tokio::spawn({
+        let locks = locks.clone();
+        let name = name.clone();
+        async move { locks.semaphore(&name, 3).timeout(PATIENCE).acquire().await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiting.is_finished(),
+        "admitted past a key of another count, or refused: {:?}",
+        waiting.await
+    );
+    client
+        .delete(disputed.as_str(), None)
+        .await
+        .expect("delete");
+    let second = waiting
+        .await
+        .unwrap()
+        .expect("the count in force, once the disputed key is gone");
+    second.release().await.expect("release");
+    holder.release().await.expect("release");
+    client.lease_revoke(lease).await.expect("revoke");
+}
+
 #[tokio::test]
 async fn cancelled_waiters_leave_no_keys() {
     let locks = connect(&cluster_url()).await.expect("connect");

@@ -8,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use crate::deadline::RunBounded;
 use crate::process::{
     KillOnDrop, holding, lock_name, printing, signal, stderr_of, text, token_written,
     wait_for_line, wait_with_deadline,
@@ -46,8 +47,7 @@ pub fn elect_across_processes(omnilock: &Path, url: &str, dir: &Path, listens: b
         let out = Command::new(omnilock)
             .args(["elect", "--store", url, "--listen", &name])
             .stdin(Stdio::null())
-            .output()
-            .expect("run the listener");
+            .output_or_fail("run the listener");
         assert_eq!(
             out.status.code(),
             Some(64),
@@ -93,8 +93,7 @@ pub fn elect_across_processes(omnilock: &Path, url: &str, dir: &Path, listens: b
     let broke = Command::new(omnilock)
         .args(["break", "--store", url, &format!("election/{name}")])
         .stdin(Stdio::null())
-        .output()
-        .expect("break");
+        .output_or_fail("break");
     assert_eq!(broke.status.code(), Some(0), "{}", text(&broke.stderr));
     let status = wait_with_deadline(&mut second, Duration::from_secs(30));
     let stderr = stderr_of(&mut second);

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use omnilock_core::Locks;
 use tokio::task::JoinHandle;
 
+use crate::deadline::RunBounded;
 use crate::topology::Topology;
 
 /// A running contention; see [`Contention::start`].
@@ -251,8 +252,7 @@ pub fn restart_node(deployment: &str, node: &str) {
 pub fn kill_store_process(pid: u32) {
     let status = Command::new("kill")
         .args(["-KILL", &pid.to_string()])
-        .status()
-        .expect("kill");
+        .status_or_fail("kill");
     assert!(status.success(), "kill -KILL {pid} failed");
     let stat = format!("/proc/{pid}/stat");
     while std::fs::read_to_string(&stat).is_ok_and(|s| !s.contains(") Z")) {
@@ -269,8 +269,7 @@ pub struct PausedStore(u32);
 pub fn pause_store_process(pid: u32) -> PausedStore {
     let status = Command::new("kill")
         .args(["-STOP", &pid.to_string()])
-        .status()
-        .expect("kill");
+        .status_or_fail("kill");
     assert!(status.success(), "kill -STOP {pid} failed");
     PausedStore(pid)
 }

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::deadline::{RunBounded, WaitBounded};
 use crate::process::{
     WithoutTerminal, lock_name, stderr_of, text, wait_for_file, wait_with_deadline,
 };
@@ -18,8 +19,7 @@ fn try_run(omnilock: &Path, url: &str, name: &str) -> Option<i32> {
         .args(["run", "--store", url, "--no-wait", name, "--", "true"])
         .stdin(Stdio::null())
         .without_terminal()
-        .status()
-        .expect("run omnilock")
+        .status_or_fail("run omnilock")
         .code()
 }
 
@@ -115,8 +115,7 @@ fn skipped_run_ignores_min_hold(omnilock: &Path, url: &str, name: &str) {
         ])
         .stdin(Stdio::null())
         .without_terminal()
-        .output()
-        .expect("run omnilock");
+        .output_or_fail("run omnilock");
     assert_eq!(out.status.code(), Some(79), "{}", text(&out.stderr));
     assert!(
         started.elapsed() < Duration::from_secs(20),
@@ -195,8 +194,7 @@ pub fn contradicting_rules_are_refused(omnilock: &Path, url: &str) {
             "true",
         ])
         .stdin(Stdio::null())
-        .output()
-        .expect("run omnilock");
+        .output_or_fail("run omnilock");
     assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
     let said = text(&out.stderr);
     assert!(
@@ -239,7 +237,7 @@ pub fn once_per_across_processes(omnilock: &Path, url: &str, dir: &Path) {
     let mut statuses = Vec::new();
     let mut said = String::new();
     for job in jobs {
-        let out = job.wait_with_output().expect("job");
+        let out = job.output_or_fail("job");
         said.push_str(&text(&out.stderr));
         statuses.push(out.status.code());
     }
@@ -268,8 +266,7 @@ pub fn once_per_across_processes(omnilock: &Path, url: &str, dir: &Path) {
             .args(["--store", url])
             .args(args)
             .stdin(Stdio::null())
-            .output()
-            .expect("run omnilock")
+            .output_or_fail("run omnilock")
     };
     let status = operator(&["status", &name]);
     assert!(
@@ -279,7 +276,7 @@ pub fn once_per_across_processes(omnilock: &Path, url: &str, dir: &Path) {
     );
     let deleted = operator(&["break", "--record", &name]);
     assert_eq!(deleted.status.code(), Some(0), "{}", text(&deleted.stderr));
-    let again = job(&name, "true").wait_with_output().expect("job");
+    let again = job(&name, "true").output_or_fail("job");
     assert_eq!(
         again.status.code(),
         Some(0),
@@ -288,16 +285,16 @@ pub fn once_per_across_processes(omnilock: &Path, url: &str, dir: &Path) {
     );
 
     let failing = format!("{name}/failing");
-    let out = job(&failing, "exit 3").wait_with_output().expect("job");
+    let out = job(&failing, "exit 3").output_or_fail("job");
     assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
-    let out = job(&failing, "true").wait_with_output().expect("job");
+    let out = job(&failing, "true").output_or_fail("job");
     assert_eq!(
         out.status.code(),
         Some(0),
         "a failed run leaves no record: {}",
         text(&out.stderr)
     );
-    let out = job(&failing, "true").wait_with_output().expect("job");
+    let out = job(&failing, "true").output_or_fail("job");
     assert_eq!(
         out.status.code(),
         Some(79),

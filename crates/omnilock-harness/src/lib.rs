@@ -16,7 +16,11 @@
 //!
 //! [`process`]: cross-process scenarios, several `omnilock` commands
 //! contending for one lock, and the helpers that run them (the CLI's tests).
+//!
+//! [`deadline`]: waiting on a started process with a deadline, so that a
+//! test fails with a message where it would hang.
 
+pub mod deadline;
 pub mod elect;
 pub mod faults;
 pub mod job_rules;

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::deadline::RunBounded;
 use crate::process::{
     KillOnDrop, holding, lock_name, printing, signal, stderr_of, text, token_written,
     wait_for_line, wait_with_deadline,
@@ -47,8 +48,7 @@ fn omnilock_at(omnilock: &Path, url: &str, args: &[&str]) -> Output {
         .args(["--store", url])
         .args(args)
         .stdin(Stdio::null())
-        .output()
-        .expect("run omnilock")
+        .output_or_fail("run omnilock")
 }
 
 /// `omnilock status NAME --json [--kind KIND]`, parsed: the entry of `kind`.

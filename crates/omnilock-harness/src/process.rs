@@ -2,6 +2,7 @@
 //! command against one store. Run by the CLI crate's tests (which know where
 //! the binary is) for every store whose capabilities include `cross_process`.
 
+use crate::deadline::{RunBounded, WaitBounded};
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -119,7 +120,7 @@ fn run_workers(
         );
     }
     for mut child in children {
-        let status = child.wait().expect("worker");
+        let status = child.wait_or_fail("worker");
         assert!(status.success(), "a worker process failed: {status}");
     }
 }
@@ -138,6 +139,54 @@ pub fn killed_permit_holder_frees_permit(omnilock: &Path, url: &str, dir: &Path)
 /// The same for a writer (`--write`), freeing the lock for a writer.
 pub fn killed_writer_frees_lock(omnilock: &Path, url: &str, dir: &Path) {
     killed_holder_frees(omnilock, url, dir, &["--write"]);
+}
+
+/// Callers of two permit counts at once, six of each, every one willing to
+/// wait: those of the other count than the one in force are refused (exit
+/// 65), and leave nothing in the line. The semaphore never stands idle
+/// while callers of its count wait: all are done within seconds, where a
+/// refused caller's place left standing in line held up everyone behind it
+/// until its session or lease ran out (on ZooKeeper the default TTL,
+/// 15 s).
+pub fn mismatched_permits_leave_the_line_at_once(omnilock: &Path, url: &str, dir: &Path) {
+    let name = lock_name("mismatch", dir);
+    let started = Instant::now();
+    let mut reaper = KillOnDrop::default();
+    let callers: Vec<_> = (0..12)
+        .map(|i| {
+            let permits = if i % 2 == 0 { "1" } else { "3" };
+            let child = Command::new(omnilock)
+                .args(["run", "--store", url, "--permits", permits])
+                .args(["--wait", "60s", &name, "--", "sleep", "0.2"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .without_terminal()
+                .spawn()
+                .expect("spawn a caller");
+            reaper.watch(&child);
+            (permits, child)
+        })
+        .collect();
+    let (mut ran, mut refused) = (0, 0);
+    for (permits, child) in callers {
+        let out = child.output_or_fail("a caller");
+        match out.status.code() {
+            Some(0) => ran += 1,
+            Some(65) => refused += 1,
+            other => panic!(
+                "a caller of {permits} permit(s) exited {other:?}: {}",
+                text(&out.stderr)
+            ),
+        }
+    }
+    let took = started.elapsed();
+    assert!(ran >= 1, "nobody ran ({refused} refused)");
+    assert!(
+        took < Duration::from_secs(10),
+        "12 callers of two counts took {took:?} ({ran} ran, {refused} refused): a refused \
+         caller's place in line held up the others"
+    );
 }
 
 /// A holder of `side` (extra `omnilock run` flags: none for the mutex)
@@ -168,20 +217,18 @@ fn killed_holder_frees(omnilock: &Path, url: &str, dir: &Path, side: &[&str]) {
     let group = format!("-{}", holder.id());
     let killed = Command::new("kill")
         .args(["-KILL", "--", &group])
-        .status()
-        .expect("kill");
+        .status_or_fail("kill");
     assert!(
         killed.success(),
         "could not kill the holder's process group"
     );
     let killed_at = Instant::now();
-    holder.wait().expect("reap holder");
+    holder.wait_or_fail("reap holder");
     let status = Command::new(omnilock)
         .args(["run", "--store", url, "--wait", "30s"])
         .args(side)
         .args([&name, "--", "true"])
-        .status()
-        .expect("run successor");
+        .status_or_fail("run successor");
     let waited = killed_at.elapsed();
     assert!(status.success(), "the successor failed: {status}");
     assert!(
@@ -238,10 +285,9 @@ fn paused_holder_loses(omnilock: &Path, url: &str, dir: &Path, side: &[&str]) {
         .args(["run", "--store", url, "--no-wait"])
         .args(side)
         .args([&name, "--", "true"])
-        .status()
-        .expect("probe");
+        .status_or_fail("probe");
     signal(&successor, "-KILL", true);
-    let _ = successor.wait();
+    let _ = successor.wait_or_fail("the successor");
     assert!(
         waited <= ttl + Duration::from_secs(1),
         "the successor got the lock {waited:?} after the holder paused (TTL {ttl:?})"
@@ -393,8 +439,7 @@ pub(crate) fn signal(child: &std::process::Child, sig: &str, group: bool) {
     };
     let sent = Command::new("kill")
         .args([sig, "--", &target])
-        .status()
-        .expect("kill");
+        .status_or_fail("kill");
     assert!(sent.success(), "kill {sig} {target} failed");
 }
 
@@ -455,7 +500,7 @@ pub fn killed_wrapper_takes_its_command_along(omnilock: &Path, url: &str, dir: &
         })
         .collect();
     signal(&wrapper, "-KILL", false);
-    wrapper.wait().expect("reap omnilock");
+    wrapper.wait_or_fail("reap omnilock");
     let killed_at = Instant::now();
     for pid in &pids {
         while running(*pid) {
@@ -469,8 +514,7 @@ pub fn killed_wrapper_takes_its_command_along(omnilock: &Path, url: &str, dir: &
     let status = Command::new(omnilock)
         .args(["run", "--store", url, "--wait", "30s", &name, "--", "true"])
         .stdin(Stdio::null())
-        .status()
-        .expect("run successor");
+        .status_or_fail("run successor");
     assert!(status.success(), "the successor failed: {status}");
 }
 
@@ -524,11 +568,20 @@ impl WithoutTerminal for Command {
                 libc::setsid();
                 // A test harness started as a background job of a
                 // non-interactive shell (`cmd &`) inherits SIGINT and SIGQUIT
-                // ignored, and omnilock keeps ignored signals ignored: the
-                // signal tests would test the harness. Start from the
-                // defaults; a test that wants a signal ignored sets it after.
-                libc::signal(libc::SIGINT, libc::SIG_DFL);
-                libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+                // ignored, and under `nohup` SIGHUP too; omnilock keeps
+                // ignored signals ignored, so the signal tests would test
+                // the harness. Start from the defaults of every signal the
+                // tests send; a test that wants one ignored sets it after.
+                for signal in [
+                    libc::SIGHUP,
+                    libc::SIGINT,
+                    libc::SIGQUIT,
+                    libc::SIGTERM,
+                    libc::SIGUSR1,
+                    libc::SIGUSR2,
+                ] {
+                    libc::signal(signal, libc::SIG_DFL);
+                }
                 Ok(())
             })
         }

@@ -681,6 +681,47 @@ async fn sentinel_master_killed_with_wait_replicas() {
     sentinel_fault(true, true).await;
 }
 
+/// Fresh clients connect while the sentinels promote the replica of a
+/// killed master: connecting asks the sentinels again until its timeout
+/// (they name the dead master, then a replica not yet promoted) instead of
+/// failing at once; once connected, a client locks on the new master.
+async fn fresh_clients_connect_during_a_failover() {
+    let url = with_option(
+        &store_url("REDIS_SENTINEL").expect("sentinel URL"),
+        "connect_timeout=20s",
+    );
+    let ports = ports("redis_sentinel");
+    sentinel_whole(&ports).await;
+    let master = sentinel_master(ports[2]).await;
+    let (pid, node) = node_on("redis_sentinel", master);
+    kill_store_process(pid);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut fresh = 0;
+    loop {
+        let promoted = sentinel_master(ports[2]).await != master;
+        let config = RedisConfig::from_url(&StoreUrl::parse(&url).unwrap()).unwrap();
+        let locks = omnilock_redis::connect(config)
+            .await
+            .unwrap_or_else(|e| panic!("fresh client {fresh} during the failover: {e}"));
+        let guard = locks
+            .acquire(&format!("fresh-during-failover/{fresh}"))
+            .await
+            .unwrap_or_else(|e| panic!("fresh client {fresh}: acquire: {e}"));
+        guard.release().await.expect("release");
+        locks.close().await;
+        fresh += 1;
+        // Until one connected after the sentinels named the new master.
+        if promoted {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no failover within 60 s");
+    }
+    tokio::task::spawn_blocking(move || restart_node("redis_sentinel", &node))
+        .await
+        .unwrap();
+    sentinel_whole(&ports).await;
+}
+
 /// A reentrant acquire whose grants the replica cannot confirm (it is
 /// paused: still connected, never acknowledging) is undone each time, and
 /// only its own hold is undone: the owner's outer hold survives every
@@ -751,5 +792,6 @@ async fn sentinel_faults() {
     sentinel_failover_command().await;
     sentinel_master_killed().await;
     sentinel_master_killed_with_wait_replicas().await;
+    fresh_clients_connect_during_a_failover().await;
     an_unconfirmed_reentrant_acquire_keeps_the_outer_hold().await;
 }

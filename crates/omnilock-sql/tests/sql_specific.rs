@@ -324,6 +324,28 @@ async fn close_all(open: Vec<sqlx::AnyConnection>) {
     }
 }
 
+/// A connection whose bytes break the protocol during the handshake (cut or
+/// garbled on its way: here a peer that answers PostgreSQL's SSLRequest
+/// with a byte it never sends) is `Unavailable` and retryable, like any
+/// connection that did not go through, not a `Backend` error that ends a
+/// waiting acquire.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_garbled_handshake_is_unavailable() {
+    use tokio::io::AsyncWriteExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let _ = socket.write_all(b"X").await;
+        }
+    });
+    let url = format!("postgres://u:sekrit@127.0.0.1:{port}/db?connect_timeout=2s");
+    let err = connect(&url).await.map(|_| ()).expect_err("garbled");
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(err.is_retryable(), "{err}");
+    assert!(!format!("{err} {err:?}").contains("sekrit"));
+}
+
 /// Many clients using a store for the first time at once all connect: the
 /// table is created once, and a creator that loses the race is not an error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -185,8 +185,15 @@ impl ZkStore {
             waited = true;
             wait_turn(self.ctx(), session, &locks, &lock.path, predecessor).await?;
         }
-        // Holding `locks`: nobody else adds a lease meanwhile.
-        self.check_permits(session, &leases, permits).await?;
+        // Holding `locks`: nobody else adds a lease meanwhile. A refused
+        // count gives up its place in line before the error returns: the
+        // caller may close and exit at once, before a deletion left to the
+        // background has run, and its node would then stand first in line
+        // until its session expires, stalling everyone behind it.
+        if let Err(err) = self.check_permits(session, &leases, permits).await {
+            lock.withdraw(self.ctx()).await;
+            return Err(err);
+        }
         let record = format!("{PERMITS_RECORD}{permits} owner={}", request.owner);
         let (mut lease, czxid) = self
             .create_entry(

@@ -60,20 +60,31 @@ impl Counted {
     /// Where the key created at `rev` stands among `entries` (the range's
     /// keys up to it, oldest first).
     fn place(&self, entries: &[KeyValue], rev: i64) -> Result<Place> {
-        // Every key before ours must agree: a key with another count (even
-        // one whose client is about to delete it) means the count is in
-        // dispute, and admitting by ours could exceed the count another
-        // holder was promised.
-        let disagreeing = entries
-            .iter()
-            .filter(|kv| kv.create_revision() != rev)
-            .find_map(|kv| {
-                parse(kv)
-                    .map(|(_, c, _)| c)
-                    .filter(|c| *c != self.0.capacity)
+        let capacity = self.0.capacity;
+        let count = |kv: &KeyValue| parse(kv).map(|(_, count, _)| count);
+        let before = || entries.iter().filter(|kv| kv.create_revision() != rev);
+        // The oldest key's count is the one in force: a caller with
+        // another is refused.
+        if let Some(recorded) = before()
+            .next()
+            .and_then(count)
+            .filter(|recorded| *recorded != capacity)
+        {
+            return Err(Error::permits_conflict(recorded, capacity));
+        }
+        // A later key with another count has seen the oldest disagree, so
+        // its caller is refused and deletes it (or its lease ends). It is
+        // waited for, never admitted past: it stands for a count in
+        // dispute, and admitting by ours beside it could exceed the count
+        // another holder was promised. (Refusing here refused the callers
+        // whose count had won, when callers with two counts came at once.)
+        if let Some(disputed) =
+            before().rfind(|kv| count(kv).is_some_and(|recorded| recorded != capacity))
+        {
+            return Ok(Place::Behind {
+                predecessor: disputed.key().to_vec(),
+                first: false,
             });
-        if let Some(recorded) = disagreeing {
-            return Err(Error::permits_conflict(recorded, self.0.capacity));
         }
         let mut previous: Option<(&KeyValue, bool)> = None;
         for (kv, fits) in entries.iter().zip(fits(entries, self.0.capacity)) {
@@ -398,9 +409,12 @@ fn delete_in_background(etcd: &Etcd, key: &str) {
     retry_in_background(move || {
         let (etcd, key) = (etcd.clone(), key.clone());
         async move {
-            etcd.call(|mut c| async move { c.delete(key, None).await })
-                .await
-                .map(drop)
+            etcd.call(|mut c| {
+                let key = key.clone();
+                async move { c.delete(key, None).await }
+            })
+            .await
+            .map(drop)
         }
     });
 }

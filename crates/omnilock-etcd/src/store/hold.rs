@@ -142,7 +142,10 @@ pub(super) async fn renew(etcd: &Etcd, spec: &LockSpec, grant: &Grant) -> Result
     }
     let key = held.key.clone();
     let resp = etcd
-        .call(|mut c| async move { c.get(key, None).await })
+        .call(|mut c| {
+            let key = key.clone();
+            async move { c.get(key, None).await }
+        })
         .await?;
     let present = resp
         .kvs()

@@ -43,7 +43,10 @@ pub(super) async fn mutex(etcd: &Etcd, name: &LockName) -> Result<Inspection> {
         .with_keys_only();
     let range = lock_prefix.clone();
     let kvs = etcd
-        .call(|mut c| async move { c.get(range, Some(options)).await })
+        .call(|mut c| {
+            let (range, options) = (range.clone(), options.clone());
+            async move { c.get(range, Some(options)).await }
+        })
         .await?
         .take_kvs();
     let leases = leases_left(etcd, &kvs).await?;
@@ -124,7 +127,10 @@ async fn read_counted(
         .with_prefix()
         .with_sort(SortTarget::Create, SortOrder::Ascend);
     let kvs = etcd
-        .call(|mut c| async move { c.get(prefix, Some(options)).await })
+        .call(|mut c| {
+            let (prefix, options) = (prefix.clone(), options.clone());
+            async move { c.get(prefix, Some(options)).await }
+        })
         .await?
         .take_kvs();
     let leases = leases_left(etcd, &kvs).await?;

@@ -33,7 +33,10 @@ pub(super) async fn write(etcd: &Etcd, name: &LockName, value: &str, keep: Durat
     let value = value.to_string();
     let options = PutOptions::new().with_lease(lease).with_prev_key();
     let put = etcd
-        .call(|mut c| async move { c.put(key, value, Some(options)).await })
+        .call(|mut c| {
+            let (key, value, options) = (key.clone(), value.clone(), options.clone());
+            async move { c.put(key, value, Some(options)).await }
+        })
         .await;
     let put = match put {
         Ok(put) => put,
@@ -59,7 +62,10 @@ pub(super) async fn read(etcd: &Etcd, name: &LockName) -> Result<Option<Record>>
     for _ in 0..REREADS {
         let get_key = key.clone();
         let resp = etcd
-            .call(|mut c| async move { c.get(get_key, None).await })
+            .call(|mut c| {
+                let get_key = get_key.clone();
+                async move { c.get(get_key, None).await }
+            })
             .await?;
         let Some(kv) = resp.kvs().first() else {
             return Ok(None);
@@ -87,7 +93,10 @@ pub(super) async fn delete(etcd: &Etcd, name: &LockName) -> Result<bool> {
     let key = etcd.record_key(name.as_str());
     let options = DeleteOptions::new().with_prev_key();
     let resp = etcd
-        .call(|mut c| async move { c.delete(key, Some(options)).await })
+        .call(|mut c| {
+            let (key, options) = (key.clone(), options.clone());
+            async move { c.delete(key, Some(options)).await }
+        })
         .await?;
     let Some(lease) = resp.prev_kvs().first().map(|kv| kv.lease()) else {
         return Ok(false);

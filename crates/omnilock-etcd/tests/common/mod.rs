@@ -31,12 +31,12 @@ pub(crate) async fn app_client(config: &EtcdConfig) -> Result<Client, etcd_clien
     if let (Some(user), Some(password)) = (&config.username, &config.password) {
         options = options.with_user(user.clone(), password.expose());
     }
-    if config.tls {
+    if config.tls.enabled {
         let mut tls = TlsOptions::new();
-        if let Some(ca) = &config.tls_ca {
+        if let Some(ca) = &config.tls.ca {
             tls = tls.ca_certificate(Certificate::from_pem(std::fs::read(ca).unwrap()));
         }
-        if let Some((cert, key)) = &config.tls_identity {
+        if let Some((cert, key)) = &config.tls.identity {
             tls = tls.identity(Identity::from_pem(
                 std::fs::read(cert).unwrap(),
                 std::fs::read(key).unwrap(),

@@ -85,9 +85,27 @@ pub(crate) async fn open(config: &RedisConfig) -> Result<Node> {
         })
         .collect::<Result<Vec<_>>>()?;
     let shared_config = config.clone();
+    // During a failover the sentinels name a master that is down, or a
+    // replica not yet promoted: asked again until the connect timeout, as
+    // the connected clients follow the failover. Sentinels that cannot be
+    // reached, or refuse, fail at once.
+    let deadline = Instant::now() + config.options.connect_timeout;
     let resolve = async {
-        let candidates = resolve(&sentinels, master, config).await?;
-        connect_first_master(&shared_config, &candidates).await
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
+        loop {
+            let candidates = resolve(&sentinels, master, config).await?;
+            match connect_first_master(&shared_config, &candidates).await {
+                Err(err) if err.is_retryable() => {
+                    let delay = backoff.next_delay();
+                    if Instant::now() + delay >= deadline {
+                        return Err(err);
+                    }
+                    tracing::debug!(error = %err, "omnilock sentinel: no master yet; asking again");
+                    tokio::time::sleep(delay).await;
+                }
+                result => return result,
+            }
+        }
     };
     let current = tokio::time::timeout(config.options.connect_timeout, resolve)
         .await

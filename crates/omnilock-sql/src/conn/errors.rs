@@ -86,6 +86,12 @@ pub(crate) fn map_err(err: sqlx::Error, config: &SqlConfig) -> Error {
             return tls_error(&io.to_string(), place).with_backend(kind);
         }
         sqlx::Error::Io(_) => Error::unavailable(format!("cannot reach the database at {place}")),
+        // Bytes that are not what the protocol expects, most often a
+        // connection cut or garbled on its way (a proxy, a partition)
+        // during the handshake: another connection may go through.
+        sqlx::Error::Protocol(_) => Error::unavailable(format!(
+            "the connection to the database at {place} broke the protocol (cut or garbled on its way?)"
+        )),
         sqlx::Error::Tls(why) => return tls_error(&why.to_string(), place).with_backend(kind),
         sqlx::Error::PoolTimedOut => {
             return Error::unavailable(no_connection(place, config.connect_timeout))
