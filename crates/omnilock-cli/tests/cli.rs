@@ -537,7 +537,16 @@ fn the_signal_test_passes_with_signals_ignored() {
             Ok(())
         });
     }
-    let out = nested.output_or_fail("the signal test, signals ignored");
+    // Longer than the nested test's own deadline on its processes, so
+    // that a hang there is reported by it, with its reason.
+    let child = nested
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("start the signal test");
+    let limit = omnilock_harness::deadline::PROCESS_DEADLINE * 2;
+    let out = child.output_within("the signal test, signals ignored", limit);
     let said = text(&out.stdout);
     assert!(out.status.success(), "{said}{}", text(&out.stderr));
     assert!(
@@ -781,10 +790,11 @@ mod cross_process {
     /// leave nothing in the line that would hold up the others.
     #[test]
     fn mismatched_permits_leave_the_line_at_once() {
+        // One store at a time: twelve processes each, timed.
         each_of(
             &counted(),
             "mismatch",
-            Turns::AtOnce,
+            Turns::OneByOne,
             process::mismatched_permits_leave_the_line_at_once,
         );
     }

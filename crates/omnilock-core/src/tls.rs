@@ -1,6 +1,5 @@
-//! The TLS options of the stores whose clients take PEM files (etcd and
-//! ZooKeeper): the URL's `tls`, `tls_ca`, `tls_cert` and `tls_key`, read
-//! and checked once. With the `pem` feature, [`TlsFiles::read`] also checks
+//! The TLS options of the stores whose clients take PEM files (etcd): the
+//! URL's `tls`, `tls_ca`, `tls_cert` and `tls_key`, read and checked once. With the `pem` feature, [`TlsFiles::read`] also checks
 //! the files themselves before any I/O, so that a certificate and key that
 //! do not belong together are a configuration error, not a handshake that
 //! fails like a store that is down.
@@ -16,10 +15,10 @@ use crate::url::StoreUrl;
 ///
 /// ```
 /// use omnilock_core::{StoreUrl, TlsFiles};
-/// let mut url = StoreUrl::parse("zks://h?tls_ca=/etc/zk/ca.pem").unwrap();
-/// let tls = TlsFiles::take(&mut url, "zks").unwrap();
+/// let mut url = StoreUrl::parse("etcds://h?tls_ca=/etc/etcd/ca.pem").unwrap();
+/// let tls = TlsFiles::take(&mut url, "etcds").unwrap();
 /// assert!(tls.enabled);
-/// assert_eq!(tls.ca.as_deref(), Some(std::path::Path::new("/etc/zk/ca.pem")));
+/// assert_eq!(tls.ca.as_deref(), Some(std::path::Path::new("/etc/etcd/ca.pem")));
 /// assert!(tls.identity.is_none());
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -56,7 +55,7 @@ impl std::fmt::Debug for TlsPem {
 
 impl TlsFiles {
     /// Reads `tls`, `tls_ca`, `tls_cert` and `tls_key` from `url`, whose
-    /// scheme `secure_scheme` (`etcds`, `zks`) means TLS without `tls=true`.
+    /// scheme `secure_scheme` (`etcds`) means TLS without `tls=true`.
     /// A file option without TLS, a relative path, or a certificate
     /// without its key are `InvalidConfig`.
     pub fn take(url: &mut StoreUrl, secure_scheme: &str) -> Result<TlsFiles> {

@@ -81,7 +81,7 @@ impl Etcd {
             },
         )
         .await
-        .map_err(|err| misfit(err, config, &shown))
+        .map_err(|err| misfit(err, config))
     }
 
     /// The one way a connection is made ready, from a URL or from the
@@ -202,17 +202,17 @@ impl Etcd {
     }
 }
 
-/// A connection that every try saw end in the TLS handshake, or right
-/// after it, is no outage but a TLS setting that does not fit the server:
-/// a plain-text endpoint, or a server that wants a client certificate the
-/// URL did not give. Which of the two the server's hang-up cannot tell (it
-/// reaches the client as an early end of the handshake, a reset, a broken
-/// pipe or a closed connection, varying from run to run), so the message
-/// names both; it is a TLS error that no retry mends. A plain-text
-/// connection that the server hangs up on may be one to a TLS endpoint, or
-/// an outage: it stays unavailable, with the hint. Any other error is left
-/// as it is.
-fn misfit(err: Error, config: &EtcdConfig, shown: &str) -> Error {
+/// A connect whose last try the server hung up on, in the TLS handshake or
+/// right after it, may have met a TLS setting that does not fit the server
+/// (a plain-text endpoint, a server that wants a client certificate the URL
+/// did not give, or TLS to a server that has none) or an outage (a member
+/// restarting, a balancer with no member behind it). The hang-up reaches
+/// the client as an early end of the handshake, a reset, a broken pipe or a
+/// closed connection, varying from run to run, and cannot tell the two
+/// apart: the error stays `Unavailable` (retryable), and its message says
+/// which settings to check. A certificate the client rejects, or one the
+/// server rejects with an alert, is already `Tls`.
+fn misfit(err: Error, config: &EtcdConfig) -> Error {
     let text = err.message().to_ascii_lowercase();
     let hung_up = [
         "tls handshake eof",
@@ -226,21 +226,18 @@ fn misfit(err: Error, config: &EtcdConfig, shown: &str) -> Error {
     if !hung_up || err.kind() != ErrorKind::Unavailable {
         return err;
     }
-    if !config.tls.enabled {
-        return Error::unavailable(format!(
-            "{} (if the endpoint serves TLS, the URL needs etcds://)",
-            err.message()
-        ))
-        .with_cause(err);
-    }
-    let why = if config.tls.identity.is_some() {
-        "the server ended the TLS connection at its start: is the endpoint plain text \
-         (etcd://), or does it refuse the client certificate?"
-    } else {
-        "the server ended the TLS connection at its start: is the endpoint plain text \
-         (etcd://), or does it want a client certificate (tls_cert and tls_key)?"
+    let hint = match (config.tls.enabled, config.tls.identity.is_some()) {
+        (false, _) => "if the endpoint serves TLS, the URL needs etcds://",
+        (true, true) => {
+            "if every member answers so: is the endpoint plain text (etcd://), or does it \
+             refuse the client certificate?"
+        }
+        (true, false) => {
+            "if every member answers so: is the endpoint plain text (etcd://), or does it \
+             want a client certificate (tls_cert and tls_key)?"
+        }
     };
-    Error::new(ErrorKind::Tls, format!("etcd {shown}: {why}")).with_cause(err)
+    Error::unavailable(format!("{} ({hint})", err.message())).with_cause(err)
 }
 
 /// How many refused connections one request meets before it fails: one

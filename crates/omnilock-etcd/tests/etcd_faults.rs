@@ -72,6 +72,16 @@ async fn member_loss_keeps_exclusion_and_progress() {
     .await;
 }
 
+/// Restarts the killed member when dropped, also when a test fails half
+/// way: the tests after it need the whole cluster.
+struct RestartOnDrop(&'static str);
+
+impl Drop for RestartOnDrop {
+    fn drop(&mut self) {
+        omnilock_harness::faults::restart_node("etcd", self.0);
+    }
+}
+
 /// One member of three down (quorum intact): a fresh client of the whole
 /// cluster connects and locks every time, whichever member is down. Before,
 /// the connect probe was one read, and the first requests of a lock one
@@ -85,6 +95,7 @@ async fn fresh_clients_connect_with_one_member_down() {
     let config = EtcdConfig::from_url(&StoreUrl::parse(&url).unwrap()).unwrap();
     for down in ["e3", "e1"] {
         omnilock_harness::faults::kill_node("etcd", down);
+        let _back = RestartOnDrop(down);
         // The quorum intact and led (if the leader was killed, once the
         // two left have elected one): what the rounds test is a member
         // down, not an election.
@@ -109,7 +120,7 @@ async fn fresh_clients_connect_with_one_member_down() {
             }
             locks.close().await;
         }
-        omnilock_harness::faults::restart_node("etcd", down);
+        drop(_back);
         assert!(
             failures.is_empty(),
             "with member {down} down, fresh clients failed: {failures:#?}"

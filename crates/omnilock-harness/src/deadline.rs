@@ -18,6 +18,11 @@ pub trait WaitBounded {
 
     /// [`Child::wait_with_output`], with the deadline.
     fn output_or_fail(self, who: &str) -> Output;
+
+    /// [`Child::wait_with_output`], with the deadline `limit` (a process
+    /// that itself waits on others with [`PROCESS_DEADLINE`] needs longer,
+    /// so that their failure, not its, is what the test reports).
+    fn output_within(self, who: &str, limit: Duration) -> Output;
 }
 
 impl WaitBounded for Child {
@@ -40,6 +45,10 @@ impl WaitBounded for Child {
     }
 
     fn output_or_fail(self, who: &str) -> Output {
+        self.output_within(who, PROCESS_DEADLINE)
+    }
+
+    fn output_within(self, who: &str, limit: Duration) -> Output {
         let pid = self.id();
         let (done, finished) = mpsc::channel();
         // The pipes are read to their end where wait_with_output reads
@@ -47,12 +56,12 @@ impl WaitBounded for Child {
         std::thread::spawn(move || {
             let _ = done.send(self.wait_with_output());
         });
-        match finished.recv_timeout(PROCESS_DEADLINE) {
+        match finished.recv_timeout(limit) {
             Ok(Ok(output)) => output,
             Ok(Err(err)) => panic!("{who}: cannot wait: {err}"),
             Err(_) => {
                 kill(pid);
-                panic!("{who}: still running after {PROCESS_DEADLINE:?}; killed");
+                panic!("{who}: still running after {limit:?}; killed");
             }
         }
     }

@@ -170,7 +170,9 @@ pub fn mismatched_permits_leave_the_line_at_once(omnilock: &Path, url: &str, dir
         .collect();
     let (mut ran, mut refused) = (0, 0);
     for (permits, child) in callers {
+        let pid = child.id();
         let out = child.output_or_fail("a caller");
+        reaper.reaped(pid);
         match out.status.code() {
             Some(0) => ran += 1,
             Some(65) => refused += 1,
@@ -317,6 +319,11 @@ pub(crate) struct KillOnDrop(Vec<u32>);
 impl KillOnDrop {
     pub(crate) fn watch(&mut self, child: &std::process::Child) {
         self.0.push(child.id());
+    }
+
+    /// Forgets `pid`, reaped: its number may now be another process's.
+    pub(crate) fn reaped(&mut self, pid: u32) {
+        self.0.retain(|watched| *watched != pid);
     }
 }
 

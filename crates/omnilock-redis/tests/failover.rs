@@ -695,6 +695,8 @@ async fn fresh_clients_connect_during_a_failover() {
     let master = sentinel_master(ports[2]).await;
     let (pid, node) = node_on("redis_sentinel", master);
     kill_store_process(pid);
+    // Back also if a fresh client fails: the steps after this one need it.
+    let back = RestartOnDrop(Some(node));
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut fresh = 0;
     loop {
@@ -716,10 +718,21 @@ async fn fresh_clients_connect_during_a_failover() {
         }
         assert!(Instant::now() < deadline, "no failover within 60 s");
     }
-    tokio::task::spawn_blocking(move || restart_node("redis_sentinel", &node))
+    tokio::task::spawn_blocking(move || drop(back))
         .await
         .unwrap();
     sentinel_whole(&ports).await;
+}
+
+/// Restarts a killed node of the sentinel deployment when dropped.
+struct RestartOnDrop(Option<String>);
+
+impl Drop for RestartOnDrop {
+    fn drop(&mut self) {
+        if let Some(node) = self.0.take() {
+            restart_node("redis_sentinel", &node);
+        }
+    }
 }
 
 /// A reentrant acquire whose grants the replica cannot confirm (it is

@@ -343,6 +343,7 @@ async fn a_garbled_handshake_is_unavailable() {
     let err = connect(&url).await.map(|_| ()).expect_err("garbled");
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
     assert!(err.is_retryable(), "{err}");
+    assert!(err.message().contains("SSLRequest"), "the reason: {err}");
     assert!(!format!("{err} {err:?}").contains("sekrit"));
 }
 

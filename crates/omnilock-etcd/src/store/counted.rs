@@ -15,8 +15,10 @@
 //! its own key when it is granted after waiting. A release thus wakes the
 //! first waiter, and each grant the next one.
 //!
-//! The count (a semaphore's permits) is in every key: a key behind one with
-//! another count is deleted at once and its acquire fails, so while any
+//! The count (a semaphore's permits) is in every key, and the oldest key's
+//! is in force: a key whose count differs from the oldest's is deleted at
+//! once and its acquire fails; a key that agrees with the oldest but has a
+//! key of another count before it waits for that key to go. So while any
 //! holder or waiter exists, nobody is admitted by another count. A waiter
 //! also reads the range again every few seconds without an event.
 
@@ -235,6 +237,7 @@ pub(super) async fn acquire(
                     }
                     Ok(Err(err)) => {
                         if !err.is_retryable() {
+                            entry.leave_now().await;
                             return Err(err);
                         }
                         tracing::debug!(error = %err, "omnilock etcd watch failed; looking again");
@@ -259,7 +262,16 @@ pub(super) async fn acquire(
         };
         backoff.reset();
         seen_at = now;
-        place = counted.place(&entries, rev)?;
+        place = match counted.place(&entries, rev) {
+            Ok(place) => place,
+            Err(err) => {
+                // Refused while waiting (a count in dispute): gone before
+                // the error returns, as at the first look, so that nobody
+                // waits behind a key whose caller has given up.
+                entry.leave_now().await;
+                return Err(err);
+            }
+        };
     }
     if waited {
         // The waiter behind us watches our key: tell it we hold now. In

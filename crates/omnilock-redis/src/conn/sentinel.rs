@@ -94,7 +94,23 @@ pub(crate) async fn open(config: &RedisConfig) -> Result<Node> {
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
         loop {
             let candidates = resolve(&sentinels, master, config).await?;
-            match connect_first_master(&shared_config, &candidates).await {
+            // Within what is left: a master that drops packets instead of
+            // refusing would otherwise use it all, and the error would not
+            // say which master the sentinels named.
+            let connecting = connect_first_master(&shared_config, &candidates);
+            let until = tokio::time::Instant::from_std(deadline);
+            let connected = tokio::time::timeout_at(until, connecting)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Error::unavailable(format!(
+                        "the master the sentinels name ({}) did not answer in time",
+                        candidates
+                            .first()
+                            .map(HostPort::to_string)
+                            .unwrap_or_default()
+                    )))
+                });
+            match connected {
                 Err(err) if err.is_retryable() => {
                     let delay = backoff.next_delay();
                     if Instant::now() + delay >= deadline {

@@ -191,16 +191,16 @@ impl RedlockStore {
             // A node that did not answer may still grant (a paused node
             // runs the queued acquire when it resumes). Nobody would
             // release or renew that grant, and it would block the lock
-            // there for a TTL: release it by owner, on the same connection,
-            // so it runs right after.
+            // there for a TTL: release it by owner, until the node has
+            // answered after it ran what it had queued.
             if !failures.is_empty() {
                 let late: Vec<Option<String>> = votes
                     .iter()
                     .map(|v| matches!(v, Vote::Unknown).then(String::new))
                     .collect();
                 let (store, late_request) = (self.clone(), request.clone());
-                tokio::spawn(async move {
-                    store.release_on(&late_request, &late, None).await;
+                omnilock_core::spawn_cleanup(async move {
+                    store.release_late(&late_request, late).await;
                 });
             }
             return Ok(Outcome::Held {
@@ -272,6 +272,45 @@ impl RedlockStore {
         .await
     }
 
+    /// Releases by owner the grants that nodes which did not answer a won
+    /// round may still apply (`late`: `Some` for those nodes). A release
+    /// sent to a stalled node runs after the acquire it had queued, if
+    /// both went on one connection; but a timeout may have replaced that
+    /// connection meanwhile, and then the order is not sure. So each node
+    /// is asked, every quarter of a second, until it released something, or
+    /// [`LATE_SETTLE`] after its first answer (which shows it runs again):
+    /// what it had queued from before has run by then. (An
+    /// application that names the owner itself and takes the lock again
+    /// within those three seconds may lose that one node's grant to this
+    /// release; the hold keeps the nodes that answered, a majority.)
+    pub(super) async fn release_late(
+        &self,
+        request: &AcquireRequest,
+        mut late: Vec<Option<String>>,
+    ) {
+        const TRIES: usize = 16;
+        let mut first_answer: Vec<Option<Instant>> = vec![None; late.len()];
+        for _ in 0..TRIES {
+            let answers = self.release_on(request, &late, None).await;
+            for (i, answer) in answers.iter().enumerate() {
+                match answer {
+                    Some(NodeAnswer::Released) => late[i] = None,
+                    Some(NodeAnswer::Absent | NodeAnswer::NotOwner) => {
+                        let first = *first_answer[i].get_or_insert_with(Instant::now);
+                        if first.elapsed() >= LATE_SETTLE {
+                            late[i] = None;
+                        }
+                    }
+                    Some(NodeAnswer::NoAnswer) | None => {}
+                }
+            }
+            if late.iter().all(Option::is_none) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
     /// Undoes a failed round: granted nodes by token, silent nodes by owner
     /// (the release follows the late acquire on the same connection), and
     /// puts the waiter back in line where a grant took it out.
@@ -292,6 +331,10 @@ impl RedlockStore {
         self.release_on(request, &tokens, requeue).await;
     }
 }
+
+/// How long after a stalled node answers again its late grant may still
+/// land (see [`RedlockStore::release_late`]).
+const LATE_SETTLE: Duration = Duration::from_secs(1);
 
 impl RedlockStore {
     /// `token` is not a fencing token (capabilities say so): it names the

@@ -86,12 +86,26 @@ pub(crate) fn map_err(err: sqlx::Error, config: &SqlConfig) -> Error {
             return tls_error(&io.to_string(), place).with_backend(kind);
         }
         sqlx::Error::Io(_) => Error::unavailable(format!("cannot reach the database at {place}")),
-        // Bytes that are not what the protocol expects, most often a
+        // What the client cannot speak (an authentication method or plugin
+        // it lacks) stays so.
+        sqlx::Error::Protocol(why) if why.to_ascii_lowercase().contains("authentication") => {
+            return Error::config(format!(
+                "the database at {place} asks for what this client cannot do: {why}"
+            ))
+            .with_backend(kind);
+        }
+        // Other bytes that are not what the protocol expects: most often a
         // connection cut or garbled on its way (a proxy, a partition)
-        // during the handshake: another connection may go through.
-        sqlx::Error::Protocol(_) => Error::unavailable(format!(
-            "the connection to the database at {place} broke the protocol (cut or garbled on its way?)"
-        )),
+        // during the handshake, which another connection may get through;
+        // or another kind of server on that port, which the message lets
+        // the reader see.
+        sqlx::Error::Protocol(why) => {
+            return Error::unavailable(format!(
+                "the connection to the database at {place} broke the protocol ({why}): cut \
+                 or garbled on its way, or not a database of this kind on that port?"
+            ))
+            .with_backend(kind);
+        }
         sqlx::Error::Tls(why) => return tls_error(&why.to_string(), place).with_backend(kind),
         sqlx::Error::PoolTimedOut => {
             return Error::unavailable(no_connection(place, config.connect_timeout))
@@ -148,8 +162,7 @@ pub(crate) fn map_err(err: sqlx::Error, config: &SqlConfig) -> Error {
                 // connection closes, and the next is let in.
                 (Dialect::Postgres, "53300") => connection_limit(place, message),
                 (Dialect::MySql, _)
-                    if message.contains("Too many connections")
-                        || message.contains("max_user_connections") =>
+                    if matches!(mysql_number(db.as_ref()), Some(1040 | 1203 | 1226)) =>
                 {
                     connection_limit(place, message)
                 }
@@ -189,6 +202,22 @@ pub(crate) fn map_err(err: sqlx::Error, config: &SqlConfig) -> Error {
         _ => Error::new(ErrorKind::Backend, format!("database error ({place})")),
     };
     error.with_backend(kind).with_cause(err)
+}
+
+/// MySQL's error number of `db`: 1040 too many connections, 1203 the
+/// account's `max_user_connections`, 1226 another account limit. (The
+/// message is in the server's language, `lc_messages`.)
+fn mysql_number(db: &dyn sqlx::error::DatabaseError) -> Option<u16> {
+    #[cfg(feature = "mysql")]
+    {
+        db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+            .map(sqlx::mysql::MySqlDatabaseError::number)
+    }
+    #[cfg(not(feature = "mysql"))]
+    {
+        let _ = db;
+        None
+    }
 }
 
 /// What a refusal by the server's connection limit says (see
