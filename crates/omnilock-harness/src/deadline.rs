@@ -16,6 +16,9 @@ pub trait WaitBounded {
     /// process group, if it leads one) and panics naming `who`.
     fn wait_or_fail(&mut self, who: &str) -> ExitStatus;
 
+    /// [`wait_or_fail`](Self::wait_or_fail) with the deadline `limit`.
+    fn wait_within(&mut self, who: &str, limit: Duration) -> ExitStatus;
+
     /// [`Child::wait_with_output`], with the deadline.
     fn output_or_fail(self, who: &str) -> Output;
 
@@ -27,7 +30,11 @@ pub trait WaitBounded {
 
 impl WaitBounded for Child {
     fn wait_or_fail(&mut self, who: &str) -> ExitStatus {
-        let deadline = Instant::now() + PROCESS_DEADLINE;
+        self.wait_within(who, PROCESS_DEADLINE)
+    }
+
+    fn wait_within(&mut self, who: &str, limit: Duration) -> ExitStatus {
+        let deadline = Instant::now() + limit;
         loop {
             match self.try_wait() {
                 Ok(Some(status)) => return status,
@@ -37,7 +44,7 @@ impl WaitBounded for Child {
                 Ok(None) => {
                     kill(self.id());
                     let _ = self.wait();
-                    panic!("{who}: still running after {PROCESS_DEADLINE:?}; killed");
+                    panic!("{who}: still running after {limit:?}; killed");
                 }
                 Err(err) => panic!("{who}: cannot wait: {err}"),
             }

@@ -8,10 +8,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::deadline::RunBounded;
+use crate::deadline::{RunBounded, WaitBounded};
 use crate::process::{
-    KillOnDrop, holding, lock_name, printing, signal, stderr_of, text, token_written,
-    wait_for_line, wait_with_deadline,
+    KillOnDrop, holding, lock_name, printing, signal, stderr_of, text, token_written, wait_for_line,
 };
 
 /// A candidate campaigning as `value`, whose command writes its term to
@@ -75,7 +74,7 @@ pub fn elect_across_processes(omnilock: &Path, url: &str, dir: &Path, listens: b
     assert!(!second_marker.exists(), "two leaders at once");
 
     signal(&first, "-TERM", false);
-    let status = wait_with_deadline(&mut first, Duration::from_secs(30));
+    let status = first.wait_within("the first leader", Duration::from_secs(30));
     assert_eq!(
         status.code(),
         Some(143),
@@ -95,7 +94,7 @@ pub fn elect_across_processes(omnilock: &Path, url: &str, dir: &Path, listens: b
         .stdin(Stdio::null())
         .output_or_fail("break");
     assert_eq!(broke.status.code(), Some(0), "{}", text(&broke.stderr));
-    let status = wait_with_deadline(&mut second, Duration::from_secs(30));
+    let status = second.wait_within("the second leader", Duration::from_secs(30));
     let stderr = stderr_of(&mut second);
     assert_eq!(
         status.code(),
@@ -105,7 +104,7 @@ pub fn elect_across_processes(omnilock: &Path, url: &str, dir: &Path, listens: b
 
     if let Some((listener, _)) = &mut listener {
         signal(listener, "-INT", false);
-        let status = wait_with_deadline(listener, Duration::from_secs(10));
+        let status = listener.wait_within("the listener", Duration::from_secs(10));
         assert_eq!(
             status.code(),
             Some(0),

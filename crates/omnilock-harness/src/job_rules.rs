@@ -8,9 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::deadline::{RunBounded, WaitBounded};
-use crate::process::{
-    WithoutTerminal, lock_name, stderr_of, text, wait_for_file, wait_with_deadline,
-};
+use crate::process::{WithoutTerminal, lock_name, stderr_of, text, wait_for_file};
 
 /// `omnilock run --no-wait NAME -- true`: its exit status (0 got the lock,
 /// 75 busy).
@@ -155,7 +153,7 @@ pub fn max_hold_across_processes(omnilock: &Path, url: &str, dir: &Path) {
     // At least 2 s after the spawn (the grant came later); at most a few
     // seconds after the command started (the grant came earlier).
     let started = Instant::now();
-    let status = wait_with_deadline(&mut job, Duration::from_secs(30));
+    let status = job.wait_within("the job", Duration::from_secs(30));
     let (since_spawn, ran_for) = (spawned.elapsed(), started.elapsed());
     let stderr = stderr_of(&mut job);
     assert_eq!(

@@ -8,10 +8,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::deadline::RunBounded;
+use crate::deadline::{RunBounded, WaitBounded};
 use crate::process::{
-    KillOnDrop, holding, lock_name, printing, signal, stderr_of, text, token_written,
-    wait_for_line, wait_with_deadline,
+    KillOnDrop, holding, lock_name, printing, signal, stderr_of, text, token_written, wait_for_line,
 };
 
 /// What the store under test is expected to answer.
@@ -82,12 +81,12 @@ fn owners(entry: &Value, field: &str) -> Vec<String> {
 /// passes it on and releases once its command has exited), and reaps it.
 fn stop(child: &mut Child) {
     signal(child, "-TERM", false);
-    wait_with_deadline(child, Duration::from_secs(20));
+    child.wait_within("the told holder", Duration::from_secs(20));
 }
 
 /// The holder exits 70 (lock lost) soon after its hold was broken.
 fn assert_told_of_break(child: &mut Child, who: &str) {
-    let status = wait_with_deadline(child, Duration::from_secs(20));
+    let status = child.wait_within("the told holder", Duration::from_secs(20));
     let stderr = stderr_of(child);
     assert_eq!(
         status.code(),
@@ -276,7 +275,7 @@ pub fn operator_view_across_processes(omnilock: &Path, url: &str, dir: &Path, of
             owners(&state["locks"][0], "holders") == ["waiter@host-2"]
         });
         signal(&watcher, "-INT", false);
-        let status = wait_with_deadline(&mut watcher, Duration::from_secs(10));
+        let status = watcher.wait_within("watch", Duration::from_secs(10));
         assert_eq!(status.code(), Some(0), "watch ends cleanly on SIGINT");
     }
     assert!(next > token, "the waiter's token {next} after {token}");

@@ -281,7 +281,7 @@ fn paused_holder_loses(omnilock: &Path, url: &str, dir: &Path, side: &[&str]) {
     wait_for_file(&next, &mut successor, "the successor");
     let waited = paused_at.elapsed();
     signal(&holder, "-CONT", false);
-    let status = wait_with_deadline(&mut holder, Duration::from_secs(30));
+    let status = holder.wait_within("the holder", Duration::from_secs(30));
     let stderr = stderr_of(&mut holder);
     let probe = Command::new(omnilock)
         .args(["run", "--store", url, "--no-wait"])
@@ -448,23 +448,6 @@ pub(crate) fn signal(child: &std::process::Child, sig: &str, group: bool) {
         .args([sig, "--", &target])
         .status_or_fail("kill");
     assert!(sent.success(), "kill {sig} {target} failed");
-}
-
-pub(crate) fn wait_with_deadline(
-    child: &mut std::process::Child,
-    limit: Duration,
-) -> std::process::ExitStatus {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().expect("child status") {
-            return status;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            panic!("the process did not exit within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// `omnilock` itself killed with SIGKILL while its command runs: the command
