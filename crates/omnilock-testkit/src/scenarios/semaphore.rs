@@ -27,6 +27,7 @@ pub(crate) static SCENARIOS: &[Scenario] = &[
     scenario!(semaphore_full_refuses_until_release, Claim::Semaphore),
     scenario!(semaphore_first_tries_at_once_never_error, Claim::Semaphore),
     scenario!(semaphore_permits_mismatch_rejected, Claim::Semaphore),
+    scenario!(semaphore_two_counts_at_once_never_overlap, Claim::Semaphore),
     scenario!(semaphore_cancelled_acquire_leaves_nothing, Claim::Semaphore),
     scenario!(semaphore_fifo_order, Claim::Semaphore, Claim::Fair),
     scenario!(
@@ -235,6 +236,57 @@ pub(crate) async fn semaphore_permits_mismatch_rejected(subject: &Subject) {
     held.release().await.expect("release");
     second.release().await.expect("release");
     take_freed_permit("an unused semaphore takes a new count", &b, &name, 3).await;
+}
+
+/// Callers of two permit counts race on a fresh semaphore, four of each,
+/// every one willing to wait: each either holds under its count or is
+/// refused with `Conflict` (no other error, no timeout), and a holder of
+/// one count never holds beside a holder of the other.
+pub(crate) async fn semaphore_two_counts_at_once_never_overlap(subject: &Subject) {
+    let name = unique("semaphore-two-counts");
+    // Holders inside, per count (1 and 3), and what was seen wrong.
+    let inside = Arc::new(std::sync::Mutex::new([0u32; 2]));
+    let callers = clients(subject, 8)
+        .await
+        .into_iter()
+        .enumerate()
+        .map(|(i, locks)| {
+            let (name, inside) = (name.clone(), Arc::clone(&inside));
+            tokio::spawn(async move {
+                let side = i % 2;
+                let permits = [1, 3][side];
+                let request = locks.semaphore(&name, permits).timeout(PATIENCE);
+                let guard = match request.acquire().await {
+                    Ok(guard) => guard,
+                    Err(err) if err.kind() == ErrorKind::Conflict => return Ok(None),
+                    Err(err) => return Err(format!("count {permits}: {err}")),
+                };
+                let beside = {
+                    let mut inside = inside.lock().unwrap();
+                    inside[side] += 1;
+                    (inside[1 - side] > 0 || inside[side] > permits)
+                        .then(|| format!("count {permits} held beside {:?}", *inside))
+                };
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                inside.lock().unwrap()[side] -= 1;
+                guard
+                    .release()
+                    .await
+                    .map_err(|err| format!("release: {err}"))?;
+                Ok(Some(beside))
+            })
+        })
+        .collect::<Vec<_>>();
+    let mut held = 0;
+    for caller in callers {
+        match caller.await.expect("a caller") {
+            Ok(Some(None)) => held += 1,
+            Ok(Some(Some(overlap))) => panic!("{overlap}"),
+            Ok(None) => {}
+            Err(err) => panic!("a caller failed otherwise than with Conflict: {err}"),
+        }
+    }
+    assert!(held >= 1, "nobody held the semaphore");
 }
 
 /// Bad input is refused before any I/O with a clear error, on every store:
