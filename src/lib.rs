@@ -30,7 +30,7 @@
 //! |---|---|---|
 //! | in-memory (one process) | `mem://` or `mem://NAME` | always |
 //! | etcd | `etcd://h1:p1,h2:p2/prefix`, `etcds://` (TLS) | `etcd` |
-//! | ZooKeeper | `zk://h1:p1,h2:p2/prefix`, or `zookeeper://` | `zookeeper` |
+//! | ZooKeeper | `zk://h1:p1,h2:p2/prefix`, or `zookeeper://`; `zks://` (TLS) | `zookeeper`; `zookeeper-tls` for `zks://` |
 //! | Redis | `redis://[:pw@]host:port[/db]`, `rediss://` (TLS) | `redis` |
 //! | Redis Cluster | `redis+cluster://[:pw@]h1:p1,h2:p2,h3:p3`, `rediss+cluster://` (TLS) | `redis` |
 //! | Redis Sentinel | `redis+sentinel://[:pw@]s1:p1,s2:p2,s3:p3/MASTER`, `rediss+sentinel://` (TLS) | `redis` |
@@ -180,6 +180,7 @@ pub const SCHEMES: &[(&str, Option<&str>)] = &[
     ("etcds", Some("etcd")),
     ("zk", Some("zookeeper")),
     ("zookeeper", Some("zookeeper")),
+    ("zks", Some("zookeeper")),
     ("redis", Some("redis")),
     ("rediss", Some("redis")),
     ("redis+cluster", Some("redis")),

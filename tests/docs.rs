@@ -208,6 +208,7 @@ fn matrix_url(pattern: &str, sqlite_dir: &std::path::Path) -> Option<String> {
                 "etcd" => "ETCD",
                 "etcds" => "ETCD_TLS",
                 "zk" | "zookeeper" => "ZK",
+                "zks" => "ZK_TLS",
                 "redis" => "REDIS",
                 "rediss" => "REDIS_TLS",
                 "redis+sentinel" => "REDIS_SENTINEL",

@@ -35,6 +35,7 @@ fn url_with_password() -> impl Strategy<Value = (String, Vec<String>)> {
         "etcd",
         "etcds",
         "zk",
+        "zks",
         "zookeeper",
         "redis",
         "rediss",
@@ -191,7 +192,7 @@ fn store_config_text(url: &StoreUrl) -> String {
         #[cfg(feature = "etcd")]
         "etcd" | "etcds" => shown(omnilock::etcd::EtcdConfig::from_url(url)),
         #[cfg(feature = "zookeeper")]
-        "zk" | "zookeeper" => shown(omnilock::zookeeper::ZkConfig::from_url(url)),
+        "zk" | "zks" | "zookeeper" => shown(omnilock::zookeeper::ZkConfig::from_url(url)),
         #[cfg(feature = "redis")]
         "redis" | "rediss" | "redlock" => shown(omnilock::redis::RedisConfig::from_url(url)),
         #[cfg(any(feature = "mysql", feature = "postgres", feature = "sqlite"))]

@@ -428,7 +428,8 @@ async fn etcd_client(config: &EtcdConfig) -> Result<EtcdClient, String> {
         .map_err(|e| failed("etcd client")(e.to_string()))
 }
 
-/// An application's own ZooKeeper client with the URL's hosts and digest.
+/// An application's own ZooKeeper client with the URL's hosts, digest and
+/// TLS.
 async fn zk_client(config: &ZkConfig) -> Result<ZkClient, String> {
     let connector = ZkClient::connector().with_session_timeout(Duration::from_secs(10));
     let connector = match &config.digest {
@@ -437,8 +438,9 @@ async fn zk_client(config: &ZkConfig) -> Result<ZkClient, String> {
         }
         None => connector,
     };
-    connector
-        .connect(&config.hosts)
-        .await
-        .map_err(|e| failed("ZooKeeper client")(e.to_string()))
+    let connected = match config.client_tls().map_err(|e| e.to_string())? {
+        Some(tls) => connector.with_tls(tls).secure_connect(&config.hosts).await,
+        None => connector.connect(&config.hosts).await,
+    };
+    connected.map_err(|e| failed("ZooKeeper client")(e.to_string()))
 }

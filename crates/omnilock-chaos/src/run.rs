@@ -723,6 +723,7 @@ impl Nodes {
             "etcd"
                 | "etcds"
                 | "zk"
+                | "zks"
                 | "zookeeper"
                 | "mysql"
                 | "redis"

@@ -108,7 +108,8 @@ fn after_help() -> String {
 
 const AFTER_HELP: &str = "\
 Store URLs: mem://, etcd://h1:p1,h2:p2/prefix (etcds:// for TLS),
-  zk://h1:p1,h2:p2/prefix (or zookeeper://), redis://[:pw@]host:port[/db]
+  zk://h1:p1,h2:p2/prefix (or zookeeper://; zks:// for TLS, when built with
+  the zookeeper-tls feature), redis://[:pw@]host:port[/db]
   (rediss:// for TLS), redis+cluster://h1:p1,h2:p2,h3:p3 (rediss+cluster://),
   redis+sentinel://s1:p1,s2:p2,s3:p3/MASTER (rediss+sentinel://),
   redlock://h1:p1,h2:p2,h3:p3/, mysql://user:pw@host:port/db

@@ -1,11 +1,11 @@
 //! ZooKeeper store URLs → settings.
 //!
 //! `zk://[user:pw@]h1:p1,h2:p2,h3:p3[/prefix][?connect_timeout=3s]`
-//! (`zookeeper://` is the same).
+//! (`zookeeper://` is the same; `zks://` is `zk://` with `tls=true`).
 
 use std::time::Duration;
 
-use omnilock_core::{Error, Result, Secret, StoreUrl, check_timeouts};
+use omnilock_core::{Error, Result, Secret, StoreUrl, TlsFiles, check_timeouts};
 
 /// Settings for one ZooKeeper ensemble: where it is and how to log in (from
 /// the URL), plus the [`ZkOptions`] that [`ZkBuilder`](crate::ZkBuilder)
@@ -22,6 +22,11 @@ pub struct ZkConfig {
     /// with the ACL `creator_all`, so only clients with the same credentials
     /// can delete them.
     pub digest: Option<(String, Secret)>,
+    /// TLS to every server (`zks://` or `?tls=true`: ZooKeeper's
+    /// `secureClientPort`), with `?tls_ca=` (CA certificates to trust, PEM;
+    /// else the system's) and `?tls_cert=` / `?tls_key=` (a client
+    /// certificate and key, for `ssl.clientAuth`).
+    pub tls: TlsFiles,
     /// The lock options: prefix (the URL path), `?connect_timeout=`,
     /// `?timeout=`.
     pub options: ZkOptions,
@@ -95,7 +100,8 @@ impl ZkOptions {
 }
 
 impl ZkConfig {
-    /// Reads a `zk://` or `zookeeper://` URL. Unknown options are an error.
+    /// Reads a `zk://`, `zookeeper://` or `zks://` URL. Unknown options are
+    /// an error.
     ///
     /// ```
     /// use omnilock_core::StoreUrl;
@@ -107,7 +113,7 @@ impl ZkConfig {
     /// ```
     pub fn from_url(url: &StoreUrl) -> Result<Self> {
         let mut url = url.clone();
-        if !matches!(url.scheme(), "zk" | "zookeeper") {
+        if !matches!(url.scheme(), "zk" | "zookeeper" | "zks") {
             return Err(Error::config(format!(
                 "not a ZooKeeper scheme: {}",
                 url.scheme()
@@ -123,6 +129,14 @@ impl ZkConfig {
         url.take_timeouts(&mut options.connect_timeout, &mut options.request_timeout)?;
         options.check()?;
         let session_timeout = url.take_duration("session_timeout")?;
+        let tls = TlsFiles::take(&mut url, "zks")?;
+        #[cfg(not(feature = "tls"))]
+        if tls.enabled {
+            return Err(Error::config(
+                "TLS to ZooKeeper (zks:// or tls=true) needs the cargo feature \
+                 `zookeeper-tls` of omnilock (`tls` of omnilock-zookeeper)",
+            ));
+        }
         url.finish()?;
         let digest = match (url.username(), url.password()) {
             (Some(user), Some(pw)) if !user.is_empty() => Some((user.to_string(), pw.clone())),
@@ -146,10 +160,36 @@ impl ZkConfig {
         Ok(ZkConfig {
             hosts,
             digest,
+            tls,
             options,
             session_timeout,
             shown: url.to_string(),
         })
+    }
+}
+
+#[cfg(feature = "tls")]
+impl ZkConfig {
+    /// The TLS settings of this URL for a `zookeeper_client` connector
+    /// (`None` without TLS): the files read, and checked before any I/O
+    /// (`InvalidConfig` naming the file: unreadable, no certificate, no
+    /// key, or a certificate and key that do not belong together). For an
+    /// application that opens its own client from the same URL:
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// use omnilock_core::StoreUrl;
+    /// use omnilock_zookeeper::{ZkConfig, zookeeper_client::Client};
+    /// let url = StoreUrl::parse("zks://zk1:2281/locks?tls_ca=/etc/zk/ca.pem")?;
+    /// let config = ZkConfig::from_url(&url)?;
+    /// let client = match config.client_tls()? {
+    ///     Some(tls) => Client::connector().with_tls(tls).secure_connect(&config.hosts).await?,
+    ///     None => Client::connector().connect(&config.hosts).await?,
+    /// };
+    /// # Ok(()) }
+    /// ```
+    pub fn client_tls(&self) -> Result<Option<zookeeper_client::TlsOptions>> {
+        Ok(crate::tls::Setup::read(&self.tls)?.map(|setup| setup.options))
     }
 }
 
@@ -173,6 +213,25 @@ mod tests {
         assert_eq!(c.session_timeout, Some(Duration::from_secs(4)));
         assert_eq!(parse("zookeeper://h").unwrap().options.prefix, "/omnilock");
         assert_eq!(parse("zk://h").unwrap().hosts, "h:2181");
+        assert!(!parse("zk://h").unwrap().tls.enabled);
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn tls_shapes() {
+        let c = parse("zks://h?tls_ca=/ca.pem&tls_cert=/c.pem&tls_key=/k.pem").unwrap();
+        assert!(c.tls.enabled && c.tls.identity.is_some());
+        assert!(parse("zk://h?tls=true").unwrap().tls.enabled);
+    }
+
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn tls_without_the_feature_is_a_config_error_naming_it() {
+        for url in ["zks://h", "zk://h?tls=true"] {
+            let e = parse(url).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidConfig);
+            assert!(e.to_string().contains("zookeeper-tls"), "{e}");
+        }
     }
 
     #[test]
@@ -187,6 +246,9 @@ mod tests {
             "zk://user@h",
             "zk://h?timeout=soon",
             "zk://h?connect_timeout=0s",
+            "zk://h?tls_ca=/ca.pem",
+            "zks://h?tls_ca=ca.pem",
+            "zks://h?tls_cert=/c.pem",
         ] {
             assert_eq!(
                 parse(bad).unwrap_err().kind(),

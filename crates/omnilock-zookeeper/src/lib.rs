@@ -13,6 +13,8 @@ mod queue;
 mod records;
 mod session;
 mod store;
+#[cfg(feature = "tls")]
+mod tls;
 mod watch;
 
 pub use builder::ZkBuilder;
@@ -42,9 +44,23 @@ pub async fn connect(config: ZkConfig) -> Result<Locks> {
     }
 }
 
-/// How `omnilock::connect(url)` opens `zk://` and `zookeeper://` URLs.
+/// zookeeper-client builds its rustls configuration from the process-wide
+/// crypto provider, and with more than one compiled in it panics when none
+/// is installed. An application that chose a provider has installed it by
+/// now and keeps it; otherwise omnilock installs ring's, as its Redis and
+/// etcd backends use.
+#[cfg(feature = "tls")]
+fn ensure_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race to another installer is fine: any provider will do.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+/// How `omnilock::connect(url)` opens `zk://`, `zookeeper://` and `zks://`
+/// URLs.
 pub const DRIVER: omnilock_core::Driver = omnilock_core::Driver {
     feature: Some("zookeeper"),
-    schemes: &["zk", "zookeeper"],
+    schemes: &["zk", "zookeeper", "zks"],
     connect: |url| Box::pin(async move { connect(ZkConfig::from_url(&url)?).await }),
 };

@@ -24,6 +24,8 @@ use zookeeper_client::{Client, SessionState};
 
 use crate::config::ZkConfig;
 use crate::conn::classify;
+#[cfg(feature = "tls")]
+use crate::tls::{self, Diagnosis, Setup};
 
 /// How long [`Session::end`] waits for the server to confirm the session's
 /// end: a reachable server answers within milliseconds; an unreachable one
@@ -51,18 +53,48 @@ impl Session {
             }
             None => connector,
         };
-        let connecting = connector.connect(&config.hosts);
         let connect_timeout = config.options.connect_timeout;
-        let client = match tokio::time::timeout(connect_timeout, connecting).await {
-            Ok(Ok(client)) => client,
-            Ok(Err(e)) => return Err(classify(e, &config.shown)),
-            Err(_) => {
-                return Err(Error::unavailable(format!(
-                    "no ZooKeeper server of {} answered within {:?}",
-                    config.shown, connect_timeout
-                )));
-            }
+        let slow = |hint: Option<String>| {
+            let hint = hint.map(|hint| format!("; {hint}")).unwrap_or_default();
+            Error::unavailable(format!(
+                "no ZooKeeper server of {} answered within {connect_timeout:?}{hint}",
+                config.shown
+            ))
         };
+        #[cfg(feature = "tls")]
+        if let Some(Setup { options, ca, pem }) = Setup::read(&config.tls)? {
+            // The client retries a failed handshake until the timeout and
+            // then says only that nobody answered; a handshake of our own
+            // beside it says why (see `crate::tls`).
+            let connecting = connector.with_tls(options).secure_connect(&config.hosts);
+            let diagnosing = tls::diagnose(&config.hosts, &ca, &pem, connect_timeout);
+            let deadline = tokio::time::sleep(connect_timeout);
+            tokio::pin!(connecting, diagnosing, deadline);
+            let (mut hint, mut diagnosed) = (None, false);
+            let client = loop {
+                tokio::select! {
+                    connected = &mut connecting => {
+                        break connected.map_err(|e| classify(e, &config.shown))?;
+                    }
+                    diagnosis = &mut diagnosing, if !diagnosed => {
+                        diagnosed = true;
+                        match diagnosis {
+                            Diagnosis::Refused(e) => return Err(e),
+                            Diagnosis::Hint(why) => hint = Some(why),
+                            Diagnosis::Fine => {}
+                        }
+                    }
+                    () = &mut deadline => return Err(slow(hint)),
+                }
+            };
+            return Ok(Session::adopt(client));
+        }
+        let client =
+            match tokio::time::timeout(connect_timeout, connector.connect(&config.hosts)).await {
+                Ok(Ok(client)) => client,
+                Ok(Err(e)) => return Err(classify(e, &config.shown)),
+                Err(_) => return Err(slow(None)),
+            };
         Ok(Session::adopt(client))
     }
 

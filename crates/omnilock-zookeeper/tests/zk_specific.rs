@@ -283,3 +283,88 @@ async fn closing_a_client_ends_its_waiting_acquires() {
         .expect("the waiting acquire's task");
     assert!(acquired.is_err(), "a closed client's acquire was granted");
 }
+
+/// TLS with a client certificate (the server requires one): locks work
+/// over it, and every misconfiguration is a clear error at once (`Tls` or
+/// `InvalidConfig`, never retried), not a timeout that reads as an outage.
+/// A server that does not speak TLS is an outage with a hint.
+#[cfg(feature = "tls")]
+#[tokio::test(flavor = "multi_thread")]
+async fn tls_with_a_client_certificate() {
+    let url = store_url("ZK_TLS").expect("OMNILOCK_TEST_ZK_TLS_URL");
+    let locks = connect(&url).await.expect("connect over TLS");
+    let guard = locks
+        .acquire(&unique_name("tls"))
+        .await
+        .expect("acquire over TLS");
+    assert!(guard.token() > 0);
+    guard.release().await.expect("release over TLS");
+
+    let base = url.split('?').next().unwrap().to_string();
+    let query = url.split('?').nth(1).unwrap();
+    let option = |key: &str| {
+        let found = query
+            .split('&')
+            .find(|kv| kv.starts_with(&format!("{key}=")));
+        found.unwrap().to_string()
+    };
+    let (ca, cert, key) = (option("tls_ca"), option("tls_cert"), option("tls_key"));
+    // The etcd test members' CA: a real CA, not the one that signed the
+    // server's certificate.
+    let other_ca = ca.replace("zk/tls", "etcd/tls");
+    // The server's key: a real key, of another certificate.
+    let other_key = key.replace("client.key", "server.key");
+    let cert_as_key = cert.replace("tls_cert=", "tls_key=");
+    let plain = ensemble_url().replacen("zk://", "zks://", 1);
+    for (what, bad, kind) in [
+        (
+            "no client certificate",
+            format!("{base}?{ca}"),
+            ErrorKind::Tls,
+        ),
+        (
+            "the system's CAs only",
+            format!("{base}?{cert}&{key}"),
+            ErrorKind::Tls,
+        ),
+        (
+            "another CA",
+            format!("{base}?{other_ca}&{cert}&{key}"),
+            ErrorKind::Tls,
+        ),
+        (
+            "a key of another certificate",
+            format!("{base}?{ca}&{cert}&{other_key}"),
+            ErrorKind::InvalidConfig,
+        ),
+        (
+            "a certificate as the key",
+            format!("{base}?{ca}&{cert}&{cert_as_key}"),
+            ErrorKind::InvalidConfig,
+        ),
+        (
+            "TLS to plain-text servers",
+            format!("{plain}?{ca}&{cert}&{key}&connect_timeout=2s"),
+            ErrorKind::Unavailable,
+        ),
+    ] {
+        let started = std::time::Instant::now();
+        let err = connect(&bad).await.expect_err(what);
+        assert_eq!(err.kind(), kind, "{what}: {err}");
+        if kind == ErrorKind::Unavailable {
+            assert!(
+                err.message().contains("does not speak TLS"),
+                "{what}: {err}"
+            );
+        } else {
+            assert!(
+                started.elapsed() < Duration::from_secs(2),
+                "{what}: slow: {err}"
+            );
+        }
+        assert!(
+            !err.is_retryable() || kind == ErrorKind::Unavailable,
+            "{what}: {err}"
+        );
+    }
+}

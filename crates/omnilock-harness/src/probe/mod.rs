@@ -60,7 +60,7 @@ impl Probe {
             "mysql" | "mariadb" | "postgres" | "postgresql" | "sqlite" => {
                 Store::Sql(sql::SqlProbe::connect(&url).await?)
             }
-            "etcds" | "rediss" | "rediss+cluster" | "rediss+sentinel" => {
+            "etcds" | "zks" | "rediss" | "rediss+cluster" | "rediss+sentinel" => {
                 return Err(Error::new(
                     ErrorKind::Unsupported,
                     format!(

@@ -45,8 +45,8 @@ fn subject_at(store: &str, url: String) -> Option<Subject> {
     )
 }
 
-/// An application's own client with a store URL's hosts and credentials,
-/// its session timeout `session`.
+/// An application's own client with a store URL's hosts, credentials and
+/// TLS, its session timeout `session`.
 pub(crate) async fn app_client(config: &ZkConfig, session: Duration) -> Client {
     let connector = Client::connector().with_session_timeout(session);
     let connector = match &config.digest {
@@ -55,5 +55,10 @@ pub(crate) async fn app_client(config: &ZkConfig, session: Duration) -> Client {
         }
         None => connector,
     };
+    #[cfg(feature = "tls")]
+    if let Some(tls) = config.client_tls().expect("TLS files") {
+        let connecting = connector.with_tls(tls).secure_connect(&config.hosts);
+        return connecting.await.expect("app client over TLS");
+    }
     connector.connect(&config.hosts).await.expect("app client")
 }
