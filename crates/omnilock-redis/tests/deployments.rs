@@ -107,6 +107,66 @@ fn rand_suffix() -> String {
     format!("{:08x}", rand::random::<u32>())
 }
 
+/// `WAIT` blocks the connection it runs on. With `wait_replicas`, each
+/// confirmed write waits on a connection of its own: while the replicas
+/// asked for are missing (here: 3 asked, fewer exist), six confirmed
+/// writes of one process take one `wait_timeout` together, not one each
+/// behind the others (on the cluster's three masters, two each), and a
+/// read on the store's shared connection answers at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn confirmed_writes_wait_side_by_side() {
+    const WAIT: Duration = Duration::from_secs(1);
+    for store in ["REDIS_CLUSTER", "REDIS_SENTINEL"] {
+        let url = store_url(store).expect("URL");
+        let stalled = connect(&with_option(&url, "wait_replicas=3&wait_timeout=1s"))
+            .await
+            .expect("connect");
+        let names: Vec<String> = (0..6)
+            .map(|i| format!("side-{store}-{i}-{}", rand_suffix()))
+            .collect();
+        let writes = || {
+            let mut writes = tokio::task::JoinSet::new();
+            for name in names.clone() {
+                let locks = stalled.clone();
+                writes.spawn(async move { locks.try_acquire(&name).await.map(drop) });
+            }
+            writes
+        };
+        // A first round loads the scripts on masters that have not seen
+        // them (a `NOSCRIPT` answer costs one more `WAIT`).
+        writes().join_all().await;
+        // Their unconfirmed grants are undone in the background.
+        for name in &names {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while stalled.holder(name).await.expect("holder").is_some() {
+                assert!(Instant::now() < deadline, "{store}: {name} undone");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        let started = Instant::now();
+        let mut measured = writes();
+        // A read while the writes wait in `WAIT`.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let read = Instant::now();
+        stalled.holder("side-read").await.expect("holder");
+        let read_took = read.elapsed();
+        while let Some(result) = measured.join_next().await {
+            let err = result.expect("task").expect_err("3 replicas do not exist");
+            assert_clear(&err, ErrorKind::Unavailable, "replicas");
+        }
+        let took = started.elapsed();
+        assert!(
+            took < WAIT + Duration::from_millis(900),
+            "{store}: six confirmed writes took {took:?}: they waited behind each other's WAIT"
+        );
+        assert!(
+            read_took < Duration::from_millis(500),
+            "{store}: a read took {read_took:?} behind the writes' WAIT"
+        );
+        stalled.close().await;
+    }
+}
+
 /// `wait_replicas=1` on a master with one replica: grants and renewals
 /// come back confirmed; asking for more replicas than exist fails with a
 /// typed error, leaves no lock behind, and a patient acquire waits for the

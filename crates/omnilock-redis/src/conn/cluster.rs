@@ -50,6 +50,22 @@ impl ClusterConn {
         }
     }
 
+    /// The master of `key`'s slot by the slot map as last read: its
+    /// address and a client for connections of one's own to it.
+    pub(crate) fn master_client(&self, key: &str) -> Option<(String, redis::Client)> {
+        let slot = slot(key.as_bytes());
+        let table = match self.router.table.read() {
+            Ok(table) => table,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let (_, _, address) = table
+            .ranges
+            .iter()
+            .find(|(first, last, _)| (*first..=*last).contains(&slot))?;
+        let client = table.clients.get(address)?.clone();
+        Some((address.clone(), client))
+    }
+
     /// A connection to every master of the cluster, by the slot map read
     /// anew: `Unavailable` when a master serving some slots cannot be
     /// reached (a command over the whole keyspace would miss its keys).
@@ -120,7 +136,7 @@ impl redis::aio::ConnectionLike for ClusterConn {
 /// the slot is served by another node now (`MOVED`, `ASK`; nothing ran) or
 /// the cluster is changing (`CLUSTERDOWN`, `TRYAGAIN`). redis-rs gives
 /// server errors as values, not as `Err`.
-fn redirected(value: &Value) -> bool {
+pub(crate) fn redirected(value: &Value) -> bool {
     matches!(value, Value::ServerError(e)
         if matches!(e.code(), "MOVED" | "ASK" | "CLUSTERDOWN" | "TRYAGAIN"))
 }
@@ -141,6 +157,8 @@ struct Table {
     /// Master address → omnilock's connection to it (absent while it does
     /// not answer).
     conns: std::collections::HashMap<String, ConnectionManager>,
+    /// Master address → a client for connections of one's own to it.
+    clients: std::collections::HashMap<String, redis::Client>,
 }
 
 impl Router {
@@ -211,28 +229,34 @@ impl Router {
         };
         let mut ranges = Vec::new();
         let mut conns = std::collections::HashMap::new();
+        let mut clients = std::collections::HashMap::new();
         for range in &map {
             let Some(master) = range.nodes.first() else {
                 continue;
             };
             let address = master.to_string();
             ranges.push((range.first, range.last, address.clone()));
-            if conns.contains_key(&address) {
-                continue;
-            }
-            if let Some(conn) = known.get(&address) {
-                conns.insert(address, conn.clone());
+            if clients.contains_key(&address) {
                 continue;
             }
             let Ok(client) = Node::client(&self.config, master) else {
                 continue;
             };
+            clients.insert(address.clone(), client.clone());
+            if let Some(conn) = known.get(&address) {
+                conns.insert(address, conn.clone());
+                continue;
+            }
             if let Ok(conn) = connection_manager(&client, &self.config.options).await {
                 conns.insert(address, conn);
             }
         }
         ranges.sort();
-        let table = Table { ranges, conns };
+        let table = Table {
+            ranges,
+            conns,
+            clients,
+        };
         match self.table.write() {
             Ok(mut current) => *current = table,
             Err(poisoned) => *poisoned.into_inner() = table,

@@ -278,6 +278,20 @@ impl Node {
         }
     }
 
+    /// The master that serves `key` now: its address and a client for
+    /// connections of one's own to it (`None` while a cluster's slot map
+    /// does not know).
+    pub(crate) fn master_for(&self, key: &str) -> Option<(String, redis::Client)> {
+        match (&self.conn, &self.subscriber) {
+            (Conn::Cluster(conn), _) => conn.master_client(key),
+            (Conn::Sentinel(conn), _) => Some(conn.master()),
+            (Conn::Single(_), Subscriber::Server(client)) => {
+                Some((self.address.clone(), (**client).clone()))
+            }
+            (Conn::Single(_), _) => None,
+        }
+    }
+
     /// The connection for commands on `key`: on a cluster, straight to the
     /// master of its slot when known.
     pub(crate) fn conn_for(&self, key: &str) -> Conn {
@@ -286,6 +300,12 @@ impl Node {
             conn => conn.clone(),
         }
     }
+}
+
+/// An answer that says the command did not run on this server and belongs
+/// on another: a cluster's redirect, or a server that is no master now.
+pub(crate) fn sent_elsewhere(value: &Value) -> bool {
+    cluster::redirected(value) || sentinel::answered_as_no_master(value)
 }
 
 /// omnilock's own auto-reconnecting connection to the server `client`

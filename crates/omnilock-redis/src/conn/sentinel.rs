@@ -160,6 +160,13 @@ impl SentinelConn {
         }
     }
 
+    /// The master of the moment: its address and a client for
+    /// connections of one's own to it.
+    pub(crate) fn master(&self) -> (String, redis::Client) {
+        let master = self.current();
+        (master.address, master.client)
+    }
+
     /// Completes the next time the connection moves to a new master.
     pub(crate) async fn moved(&self) {
         self.shared.moved.notified().await;
@@ -329,7 +336,7 @@ fn may_have_failed_over(e: &redis::RedisError) -> bool {
 /// An answer (redis-rs gives server errors as values, not as `Err`) that
 /// says this server is no master now: a replica's `READONLY`, or a
 /// server that is not ready.
-fn answered_as_no_master(value: &Value) -> bool {
+pub(crate) fn answered_as_no_master(value: &Value) -> bool {
     matches!(value, Value::ServerError(e) if no_master(e.code()))
 }
 

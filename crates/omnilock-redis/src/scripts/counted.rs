@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use crate::config::WaitReplicas;
 use crate::conn::Conn;
+use redis::aio::ConnectionLike;
 
 use super::keys::CountedKeys;
 use super::mutex::Acquired;
@@ -45,7 +46,7 @@ impl Scripts {
     /// recorded.
     pub(crate) async fn acquire_counted(
         &self,
-        conn: &mut Conn,
+        conn: &mut impl ConnectionLike,
         keys: &CountedKeys,
         req: &AcquireCounted<'_>,
         wait: Option<WaitReplicas>,

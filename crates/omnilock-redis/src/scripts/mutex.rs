@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::config::WaitReplicas;
 use crate::conn::Conn;
+use redis::aio::ConnectionLike;
 
 use super::keys::Keys;
 use super::{Scripts, answer, evalsha, ms, run};
@@ -84,7 +85,7 @@ impl Scripts {
     /// With `wait`, also how many replicas confirmed the write.
     pub(crate) async fn acquire(
         &self,
-        conn: &mut Conn,
+        conn: &mut impl ConnectionLike,
         keys: &Keys,
         req: &Acquire<'_>,
         wait: Option<WaitReplicas>,
@@ -197,7 +198,7 @@ impl Scripts {
     /// how many replicas confirmed.
     pub(crate) async fn renew_all(
         &self,
-        conn: &mut Conn,
+        conn: &mut impl ConnectionLike,
         holds: &[Renewal<'_>],
         wait: Option<WaitReplicas>,
     ) -> redis::RedisResult<(Option<Vec<bool>>, Option<u32>)> {
@@ -248,7 +249,7 @@ pub(crate) struct Renewal<'a> {
 /// A renewal script (one master's or a Redlock node's) over `holds`: `None`
 /// for an answer about a different number of locks.
 pub(super) async fn run_renewals(
-    conn: &mut Conn,
+    conn: &mut impl ConnectionLike,
     script: &redis::Script,
     holds: &[Renewal<'_>],
     wait: Option<WaitReplicas>,

@@ -30,6 +30,7 @@ use crate::wake::{self, WakeTarget};
 
 mod backend;
 mod blocking;
+mod confirmed;
 mod counted;
 mod guarded;
 mod inspect;
@@ -78,6 +79,11 @@ struct Inner {
     blockers: Mutex<Vec<redis::aio::MultiplexedConnection>>,
     /// Waiters blocked in the server now (`blocking.rs`).
     blocked: AtomicUsize,
+    /// Idle connections for writes confirmed with `WAIT`, by master
+    /// address (`confirmed.rs`).
+    confirmers: Mutex<Vec<(String, redis::aio::MultiplexedConnection)>>,
+    /// Confirmed writes on connections of their own now (`confirmed.rs`).
+    confirming: AtomicUsize,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -201,6 +207,8 @@ impl RedisStore {
                 listener: Mutex::new(None),
                 blockers: Mutex::new(Vec::new()),
                 blocked: AtomicUsize::new(0),
+                confirmers: Mutex::new(Vec::new()),
+                confirming: AtomicUsize::new(0),
             }),
         };
         let weak = Arc::downgrade(&store.inner);

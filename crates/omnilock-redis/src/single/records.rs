@@ -26,7 +26,7 @@ impl RedisStore {
     ) -> Result<()> {
         let inner = &self.inner;
         let key = self.record_key(name);
-        let mut conn = inner.node.conn_for(&key);
+        let mut conn = self.write_conn(&key).await;
         let set = set_record(&key, value, keep);
         let Some(wait) = inner.options.wait_replicas else {
             let () = set

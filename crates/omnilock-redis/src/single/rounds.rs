@@ -34,7 +34,7 @@ impl RedisStore {
         let answer = match Counted::of(request.primitive) {
             None => {
                 let keys = self.keys(&request.name);
-                let mut conn = inner.node.conn_for(&keys.lock);
+                let mut conn = self.write_conn(&keys.lock).await;
                 let acquire = Acquire {
                     owner,
                     ttl,
@@ -52,7 +52,7 @@ impl RedisStore {
                 // A counted lock's keys only share its slot with the
                 // mutex's key, which routes the command.
                 let keys = counted.keys(&inner.options.prefix, request);
-                let mut conn = inner.node.conn_for(&keys.lock);
+                let mut conn = self.write_conn(&keys.lock).await;
                 let acquire = AcquireCounted {
                     entry,
                     owner,
@@ -220,7 +220,7 @@ impl RedisStore {
                 ttl: request.ttl,
             })
             .collect();
-        let mut conn = inner.node.conn_for(&locks[0]);
+        let mut conn = self.write_conn(&locks[0]).await;
         let (renewed, confirmed) = inner
             .scripts
             .renew_all(&mut conn, &renewals, inner.options.wait_replicas)
