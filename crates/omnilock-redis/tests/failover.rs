@@ -43,6 +43,7 @@ const RESUME_BOUND_WAITING: Duration = Duration::from_secs(45);
 
 mod common;
 
+use common::silent::Silent;
 use common::{PASSWORD, hand_off_by_message, master_of, ports, raw, with_option};
 
 async fn connect(url: &str) -> Locks {
@@ -799,6 +800,64 @@ async fn cluster_faults() {
     cluster_wakeups_follow_a_moved_slot().await;
 }
 
+/// While every sentinel is silent (a network that drops their packets),
+/// calls that fail on the master do not each ask the sentinels again:
+/// eight calls, each after the master dropped every client connection,
+/// ask them at most three times (each ask waits on silent sentinels for
+/// half the connect timeout).
+async fn refreshes_are_spaced_during_a_sentinel_outage() {
+    let ports = ports("redis_sentinel");
+    sentinel_whole(&ports).await;
+    let mut proxies = Vec::new();
+    for sentinel in &ports[2..] {
+        proxies.push(Silent::start(*sentinel).await);
+    }
+    let seeds: Vec<String> = proxies
+        .iter()
+        .map(|p| format!("127.0.0.1:{}", p.port))
+        .collect();
+    let url = format!(
+        "redis+sentinel://:{PASSWORD}@{}/omnilock-master?sentinel_password={SENTINEL_PASSWORD}&connect_timeout=1s",
+        seeds.join(",")
+    );
+    let locks = connect(&url).await;
+    locks.holder("outage").await.expect("through the proxies");
+    // The watcher's subscription and first look are done.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let master = sentinel_master(ports[2]).await;
+    let mut admin = raw(master, PASSWORD).await;
+    for proxy in &proxies {
+        proxy.set(true);
+    }
+    let accepted = |proxies: &[Silent]| proxies.iter().map(Silent::accepted).sum::<usize>();
+    let before = accepted(&proxies);
+    for _ in 0..8 {
+        let _: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("normal")
+            .query_async(&mut admin)
+            .await
+            .expect("CLIENT KILL");
+        let _ = locks.holder("outage").await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Each ask opens a connection to each of the three sentinels.
+    let asks = (accepted(&proxies) - before).div_ceil(3);
+    for proxy in &proxies {
+        proxy.set(false);
+    }
+    locks.close().await;
+    assert!(
+        asks >= 1,
+        "the dropped connections made a call ask the sentinels"
+    );
+    assert!(
+        asks <= 3,
+        "{asks} asks of silent sentinels for 8 failed calls"
+    );
+}
+
 /// Sentinel's faults, one after another: each needs its master and replica.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sentinel_faults() {
@@ -807,4 +866,5 @@ async fn sentinel_faults() {
     sentinel_master_killed_with_wait_replicas().await;
     fresh_clients_connect_during_a_failover().await;
     an_unconfirmed_reentrant_acquire_keeps_the_outer_hold().await;
+    refreshes_are_spaced_during_a_sentinel_outage().await;
 }

@@ -39,10 +39,9 @@ struct Shared {
     master_name: String,
     sentinels: Vec<(String, redis::Client)>,
     current: RwLock<Master>,
-    /// One re-resolution at a time; the others wait for its outcome. Holds
-    /// when the last one ended: calls that failed while it ran take its
-    /// answer instead of asking the sentinels again, one after another.
-    refreshing: tokio::sync::Mutex<Option<Instant>>,
+    /// One re-resolution at a time; the others wait for its outcome (see
+    /// [`Refreshes`]).
+    refreshing: tokio::sync::Mutex<Refreshes>,
     /// Woken when the connection moves to a new master.
     moved: tokio::sync::Notify,
     /// The task that listens for `+switch-master`.
@@ -54,6 +53,52 @@ impl Drop for Shared {
         if let Some(task) = self.watcher.get_mut().ok().and_then(|t| t.take()) {
             task.abort();
         }
+    }
+}
+
+/// When the sentinels were last asked, and how long to leave them be.
+///
+/// Calls that failed while a re-resolution ran take its answer instead of
+/// asking again. And a re-resolution that found no new master is not
+/// repeated for a gap that doubles (from [`FIRST_GAP`] to [`LAST_GAP`])
+/// while they keep finding none: during a sentinel outage every failing
+/// call would otherwise ask the sentinels again, one after another, and
+/// wait on silent ones each time. A `+switch-master` moves the connection
+/// whatever the gap.
+#[derive(Default)]
+struct Refreshes {
+    ended: Option<Instant>,
+    gap: Duration,
+}
+
+/// The gap after the first re-resolution that found nothing new.
+const FIRST_GAP: Duration = Duration::from_millis(250);
+/// The longest gap: a failover the announcement did not reach is followed
+/// at most this late.
+const LAST_GAP: Duration = Duration::from_secs(2);
+
+impl Refreshes {
+    /// Whether a call that failed at `asked_at` asks the sentinels.
+    fn due(&self, asked_at: Instant) -> bool {
+        match self.ended {
+            None => true,
+            // One ran since the call failed: its answer stands.
+            Some(ended) if ended >= asked_at => false,
+            Some(ended) => asked_at >= ended + self.gap,
+        }
+    }
+
+    /// Records a re-resolution's end; `moved`: it found a new master.
+    fn ended(&mut self, moved: bool) {
+        let now = Instant::now();
+        // Quiet for a while (or moved): the next trouble is news.
+        let quiet = self.ended.is_some_and(|ended| now > ended + 4 * LAST_GAP);
+        self.gap = if moved || quiet {
+            Duration::ZERO
+        } else {
+            (self.gap * 2).clamp(FIRST_GAP, LAST_GAP)
+        };
+        self.ended = Some(now);
     }
 }
 
@@ -138,7 +183,7 @@ pub(crate) async fn open(config: &RedisConfig) -> Result<Node> {
             master_name: master.clone(),
             sentinels,
             current: RwLock::new(current),
-            refreshing: tokio::sync::Mutex::new(None),
+            refreshing: tokio::sync::Mutex::new(Refreshes::default()),
             moved: tokio::sync::Notify::new(),
             watcher: std::sync::Mutex::new(None),
         }),
@@ -182,13 +227,14 @@ impl SentinelConn {
     }
 
     /// Moves to the master the sentinels name now, unless another call has
-    /// already moved away from `stale`. Failures are logged: the caller's
-    /// own error is what it reports, and the next failure tries again.
+    /// already moved away from `stale`, or the sentinels were asked lately
+    /// (see [`Refreshes`]). Failures are logged: the caller's own error is
+    /// what it reports, and a later failure tries again.
     async fn refresh(&self, stale: &str) {
         let shared = &self.shared;
         let asked_at = Instant::now();
         let mut last = shared.refreshing.lock().await;
-        if self.current().address != stale || last.is_some_and(|ended| ended >= asked_at) {
+        if self.current().address != stale || !last.due(asked_at) {
             return;
         }
         let moved = async {
@@ -202,7 +248,9 @@ impl SentinelConn {
                 .await
                 .map(Some)
         };
-        match tokio::time::timeout(shared.config.options.connect_timeout, moved).await {
+        let found = tokio::time::timeout(shared.config.options.connect_timeout, moved).await;
+        last.ended(matches!(found, Ok(Ok(Some(_)))));
+        match found {
             Ok(Ok(Some(master))) => {
                 tracing::warn!(
                     from = stale,
@@ -221,7 +269,6 @@ impl SentinelConn {
             }
             Err(_) => tracing::debug!("omnilock redis: asking the sentinels timed out"),
         }
-        *last = Some(Instant::now());
     }
 }
 
@@ -300,13 +347,14 @@ impl SentinelConn {
     /// Moves to `address` if it is a master now (a `+switch-master`).
     async fn move_to(&self, address: HostPort) {
         let shared = &self.shared;
-        let _one_at_a_time = shared.refreshing.lock().await;
+        let mut last = shared.refreshing.lock().await;
         if self.current().address == address.to_string() {
             return;
         }
         let connect = connect_master(&shared.config, &address);
         match tokio::time::timeout(shared.config.options.connect_timeout, connect).await {
             Ok(Ok(master)) => {
+                last.ended(true);
                 tracing::warn!(to = %master.address, "omnilock redis: +switch-master; moving");
                 match shared.current.write() {
                     Ok(mut current) => *current = master,

@@ -156,7 +156,10 @@ impl RedisStore {
         let inner = &self.inner;
         let client = match &inner.node.subscriber {
             Subscriber::Server(client) => (**client).clone(),
-            Subscriber::Sentinel(conn) => conn.master_client().await.ok()?,
+            // The master of the moment: a new waiter is no sign of a
+            // failover, and asking the sentinels for each would be a query
+            // per waiter.
+            Subscriber::Sentinel(conn) => conn.master().1,
             Subscriber::Shards(_) => return None,
         };
         // No response timeout of the connection's own: a blocked `BLPOP`

@@ -1,6 +1,7 @@
 //! The subject every Redis test binary builds its scenarios on.
 
 pub(crate) mod guarded;
+pub(crate) mod silent;
 
 use omnilock_core::StoreUrl;
 use omnilock_redis::RedisConfig;
