@@ -10,6 +10,7 @@ use tokio::net::{TcpListener, TcpStream};
 /// Forwards a loopback port to `upstream` until [`Silent::set`]: from then
 /// on nothing passes either way, on connections old or new (bytes are read
 /// and dropped), until it is set back. Counts the connections it accepts.
+#[allow(dead_code)] // not every test binary uses it
 pub(crate) struct Silent {
     pub port: u16,
     silent: Arc<AtomicBool>,
