@@ -1,7 +1,7 @@
 //! One Redis instance: one wake-up per release, lost wake-ups, cancelled
 //! waiters, credentials. (`OMNILOCK_TEST_REDIS_URL`)
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use omnilock_core::{ErrorKind, LockRequest, Locks, StoreUrl};
 use omnilock_redis::{FencedKey, GuardedWrite, RedisConfig, RedisStore};
@@ -9,6 +9,8 @@ use omnilock_testkit::fixtures::queue_handoff_chain;
 use omnilock_testkit::store_url;
 
 mod common;
+
+use common::silent::Silent;
 
 async fn store(options: &str) -> Option<(RedisStore, String)> {
     let mut url = store_url("REDIS")?;
@@ -103,6 +105,74 @@ async fn lost_wakeup_is_covered_by_recheck() {
         .expect("acquire");
     guard.release().await.expect("release");
     let _ = holder.release().await;
+}
+
+/// A wake-up subscription whose connection died silently (packets dropped,
+/// no reset: here a proxy that stops forwarding it) is found by its
+/// keepalive PING and opened again, so the next release wakes the waiter by
+/// message, long before its periodic re-check (every 16 to 20 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_silently_dead_subscription_is_found_by_its_keepalive() {
+    let url = store_url("REDIS").expect("OMNILOCK_TEST_REDIS_URL");
+    let parsed = StoreUrl::parse(&url).unwrap();
+    let proxy = Silent::start(parsed.hosts()[0].port.unwrap()).await;
+    let password = parsed.password().unwrap().expose().to_string();
+    let proxied = format!(
+        "redis://:{password}@127.0.0.1:{}?waiter_lease=60s",
+        proxy.port
+    );
+    let open = |url: String| async move {
+        let config = RedisConfig::from_url(&StoreUrl::parse(&url).unwrap()).unwrap();
+        omnilock_redis::connect(config).await.expect("connect")
+    };
+    let (direct, through) = (open(url.clone()).await, open(proxied).await);
+    let name = format!("silent-subscription/{:08x}", rand::random::<u32>());
+    let ttl = Duration::from_secs(60);
+    // A semaphore's waiter waits for a message (a mutex's may block in the
+    // server instead).
+    let held = direct
+        .semaphore(&name, 1)
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect("hold");
+    let waiting = {
+        let (locks, name) = (through.clone(), name.clone());
+        tokio::spawn(async move { locks.semaphore(&name, 1).ttl(ttl).acquire().await })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let waiters = direct
+            .inspect(&name, omnilock_core::LockKind::Semaphore)
+            .await
+            .expect("inspect")
+            .waiters
+            .map_or(0, |waiters| waiters.len());
+        if waiters == 1 && proxy.silence_subscriptions() > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the waiter queued and subscribed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The PING comes within 2 s and is given the connect timeout (3 s) to
+    // answer; then the subscription is opened again.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let released = Instant::now();
+    held.release().await.expect("release");
+    let guard = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("the waiter got the permit")
+        .expect("task")
+        .expect("acquire");
+    let took = released.elapsed();
+    guard.release().await.expect("release");
+    assert!(
+        took < Duration::from_secs(3),
+        "the waiter took {took:?} after the release: its wake-up went to the dead subscription"
+    );
 }
 
 /// 500 waits that time out leave no queue entries behind.

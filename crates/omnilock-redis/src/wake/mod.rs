@@ -14,6 +14,13 @@ use crate::conn::Subscriber;
 
 pub(crate) mod shards;
 
+/// How often a subscription is PINGed. A connection that died silently (a
+/// network path that drops packets, without a reset) delivers nothing and
+/// reports nothing: without the PING its waiters would learn of releases
+/// only at their periodic re-check, every time, until the operating system
+/// gave up on the connection, which takes minutes to hours.
+const KEEPALIVE: Duration = Duration::from_secs(2);
+
 /// What a subscription delivers its messages to.
 pub(crate) trait WakeTarget: Send + Sync + 'static {
     /// A release on server `from` (the store's own numbering) woke `entry`.
@@ -24,7 +31,8 @@ pub(crate) trait WakeTarget: Send + Sync + 'static {
 }
 
 /// Delivers wake-up messages from server `from` to `store`'s waiters, and
-/// re-subscribes (with backoff) when the subscription's connection is lost.
+/// re-subscribes (with backoff) when the subscription's connection is lost
+/// or does not answer a PING within `connect_timeout` ([`KEEPALIVE`]).
 /// After a loss every waiter re-checks at once, since a release may have
 /// been missed. Ends when the store is dropped.
 pub(crate) async fn listen<T: WakeTarget>(
@@ -59,12 +67,23 @@ pub(crate) async fn listen<T: WakeTarget>(
         let subscribed_at = Instant::now();
         let moved = subscriber.moved();
         tokio::pin!(moved);
-        let mut messages = subscribed.into_on_message();
+        let (mut sink, mut messages) = subscribed.split();
+        let mut keepalive =
+            tokio::time::interval_at(tokio::time::Instant::now() + KEEPALIVE, KEEPALIVE);
+        keepalive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let message = tokio::select! {
                 message = messages.next() => message,
                 // The master moved (Sentinel): subscribe there.
                 () = &mut moved => None,
+                _ = keepalive.tick() => {
+                    let pong = tokio::time::timeout(connect_timeout, sink.ping::<redis::Value>());
+                    if matches!(pong.await, Ok(Ok(_))) {
+                        continue;
+                    }
+                    tracing::warn!("omnilock redis: the wake-up subscription did not answer a PING");
+                    None
+                }
             };
             let Some(message) = message else { break };
             let Some(store) = store.upgrade() else { return };
