@@ -520,6 +520,70 @@ async fn advisory_try_after_its_shared_session_was_killed() {
     }
 }
 
+/// Advisory mode: a holder whose session is ended from outside (here by
+/// `break_lock` from another client, which ends it as an operator's
+/// `pg_terminate_backend` or `KILL` would) hears it within about a second,
+/// through its lost signal: the database has handed the lock on already.
+/// Its renewal alone would tell it only a third of the TTL later (10 s
+/// here). Both a lock taken by a try (on a shared session) and one waited
+/// for (on a session of its own).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_ended_from_outside_is_reported_within_a_second() {
+    for (store, url) in stores() {
+        if store == "SQLITE" {
+            continue;
+        }
+        let url = with_option(&url, "mode=advisory&table=omnilock_advisory_ended");
+        let (ours, admin) = (
+            connect(&url).await.expect("connect"),
+            connect(&url).await.expect("connect"),
+        );
+        let run = format!("{}/{store}", std::process::id());
+        let ttl = Duration::from_secs(30);
+        let tried = ours
+            .lock(&format!("ended-tried/{run}"))
+            .ttl(ttl)
+            .acquire()
+            .await
+            .expect("acquire");
+        // A wait: another holds the name first.
+        let waited_for = format!("ended-waited/{run}");
+        let first = admin
+            .lock(&waited_for)
+            .ttl(ttl)
+            .acquire()
+            .await
+            .expect("first");
+        let waiting = {
+            let (ours, name) = (ours.clone(), waited_for.clone());
+            tokio::spawn(async move { ours.lock(&name).ttl(ttl).acquire().await })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        first.release().await.expect("release");
+        let waited = waiting.await.expect("task").expect("waited for");
+        for (what, guard) in [("tried", &tried), ("waited", &waited)] {
+            let lost = guard.lost();
+            let name = guard.name().to_string();
+            assert!(
+                admin.break_lock(&name).await.expect("break_lock"),
+                "{store}: {what}"
+            );
+            let ended = std::time::Instant::now();
+            let err = tokio::time::timeout(Duration::from_secs(8), lost)
+                .await
+                .unwrap_or_else(|_| panic!("{store}: {what}: no lost signal within 8 s"));
+            let heard = ended.elapsed();
+            eprintln!("{store} {what}: told {heard:?} after its session ended");
+            assert_eq!(err.kind(), ErrorKind::LockLost, "{store}: {what}: {err}");
+            assert!(!guard.is_held(), "{store}: {what}");
+            assert!(
+                heard < Duration::from_millis(2500),
+                "{store}: {what}: the holder was told {heard:?} after its session ended"
+            );
+        }
+    }
+}
+
 /// omnilock's pool pings a connection only after a second of idleness, so a
 /// statement can meet a connection the server has just dropped. Each of
 /// them then fails once as `Unavailable` and is left behind: a release and

@@ -25,6 +25,10 @@
 //! - **Fencing tokens:** the lock table's row for the name, bumped by the
 //!   statement that takes the lock (in the same statement when the lock is
 //!   free), which also records the owner for `holder`.
+//! - **A session ended from outside** (`pg_terminate_backend`, `KILL`, a
+//!   restart) is found within a second by one statement on the pool over
+//!   every session that holds locks (`watch.rs`): its locks report lost then,
+//!   not at their next renewal.
 //! - **Sessions in an unknown state are never reused:** a session dropped
 //!   mid-statement (a cancelled acquire) or after an error is killed from
 //!   the store's pool (`KILL`, `pg_terminate_backend`), which ends its wait
@@ -36,6 +40,7 @@ mod inspect;
 mod session;
 mod shared;
 mod take;
+mod watch;
 
 pub(crate) use take::Held;
 
@@ -68,7 +73,10 @@ pub(crate) struct AdvisoryStore {
     /// Sessions holding this store's locks, or ready to: a lock taken by a
     /// try goes to one of them; a session that waited joins them once
     /// granted.
-    shared: Mutex<Vec<Arc<Shared>>>,
+    shared: Arc<Mutex<Vec<Arc<Shared>>>>,
+    /// The task that looks for sessions ended from outside (`watch.rs`),
+    /// once a lock is held.
+    watcher: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Sessions being opened at once, at most [`OPENING_AT_ONCE`]: a burst
     /// of acquisitions (a hundred locks taken side by side) queues for
     /// connections instead of opening them all at once, each a TLS
@@ -96,7 +104,8 @@ impl AdvisoryStore {
             sql: Sql::new(config.dialect, &config.table),
             table,
             target,
-            shared: Mutex::new(Vec::new()),
+            shared: Arc::new(Mutex::new(Vec::new())),
+            watcher: Mutex::new(None),
             opening: tokio::sync::Semaphore::new(OPENING_AT_ONCE),
         }
     }
@@ -107,6 +116,14 @@ impl AdvisoryStore {
 
     fn err(&self, e: sqlx::Error) -> Error {
         map_err(e, self.table.config())
+    }
+}
+
+impl Drop for AdvisoryStore {
+    fn drop(&mut self) {
+        if let Some(watcher) = omnilock_core::lock_unpoisoned(&self.watcher).take() {
+            watcher.abort();
+        }
     }
 }
 

@@ -3,11 +3,11 @@
 //! lock on one of them; a wait gets a session of its own, which joins them
 //! once granted.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use omnilock_core::{Error, Result};
+use omnilock_core::{Error, ErrorKind, LostNotifier, Result};
 
 use super::AdvisoryStore;
 use super::session::{Session, SessionConn, bounded, gone, idle_timeout};
@@ -26,6 +26,11 @@ pub(super) struct Shared {
     pub(super) held: std::sync::atomic::AtomicUsize,
     /// When it last ran a statement (for dropping idle ones).
     pub(super) used: Mutex<Instant>,
+    /// The session's ID and start, as the server lists it (`watch.rs`).
+    identity: (i64, i64),
+    /// The lost signals of the locks it holds, fired if the session is
+    /// found gone (`watch.rs`).
+    lost: Mutex<HashMap<Key, LostNotifier>>,
 }
 
 /// A session and the keys of the locks it holds. Never takes a key it
@@ -40,6 +45,8 @@ pub(super) struct Holding {
 impl Shared {
     pub(super) fn new(session: Session, keys: HashSet<Key>) -> Arc<Self> {
         Arc::new(Shared {
+            identity: (session.id, session.started_us),
+            lost: Mutex::new(HashMap::new()),
             idle_timeout: session.idle_timeout,
             held: std::sync::atomic::AtomicUsize::new(keys.len()),
             slot: tokio::sync::Mutex::new(Some(Holding { session, keys })),
@@ -51,6 +58,51 @@ impl Shared {
     /// A session busy with a statement right now counts as alive.
     pub(super) fn is_dead(&self) -> bool {
         self.slot.try_lock().is_ok_and(|slot| slot.is_none())
+    }
+
+    /// The session's ID and start, as the server lists it.
+    pub(super) fn identity(&self) -> (i64, i64) {
+        self.identity
+    }
+
+    /// Fires `lost` if this session is found gone while it holds `key`.
+    pub(super) fn watch(&self, key: Key, lost: &LostNotifier) {
+        omnilock_core::lock_unpoisoned(&self.lost).insert(key, lost.clone());
+    }
+
+    /// `key` is no longer held here.
+    pub(super) fn unwatch(&self, key: &Key) {
+        omnilock_core::lock_unpoisoned(&self.lost).remove(key);
+    }
+
+    /// Whether it holds locks someone should hear of losing.
+    pub(super) fn is_watched(&self) -> bool {
+        !omnilock_core::lock_unpoisoned(&self.lost).is_empty()
+    }
+
+    /// The server no longer has this session: its locks are gone (the
+    /// database may have handed them on already). Each holder hears it now,
+    /// and the session is not used again.
+    pub(super) fn ended_outside(&self) {
+        let lost: Vec<LostNotifier> = omnilock_core::lock_unpoisoned(&self.lost)
+            .drain()
+            .map(|(_, lost)| lost)
+            .collect();
+        for notifier in lost {
+            notifier.fire(Error::new(
+                ErrorKind::LockLost,
+                "the lock's database session was ended from outside (pg_terminate_backend, \
+                 KILL, break_lock or a server restart)",
+            ));
+        }
+        tracing::warn!(
+            session = self.identity.0,
+            "omnilock advisory: a session holding locks was ended from outside; its holders are told"
+        );
+        if let Ok(mut slot) = self.slot.try_lock() {
+            slot.take();
+            self.held.store(0, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     pub(super) fn held(&self) -> usize {
@@ -236,6 +288,7 @@ pub(super) async fn release_on(shared: &Shared, sql: &Sql, key: Key) -> sqlx::Re
     .await;
     match released {
         Ok(released) => {
+            shared.unwatch(&key);
             holding.keys.remove(&key);
             holding.session.clean = holding.keys.is_empty();
             shared.touch(holding);

@@ -84,7 +84,7 @@ impl AdvisoryStore {
         .await
         .map_err(|e| (self.err(e), Some(Arc::clone(&shared))))?;
         Ok(match took {
-            Took::Taken(token) => Some(held(shared, key, token, started + request.ttl)),
+            Took::Taken(token) => Some(self.held(request, shared, key, token, started)),
             Took::Busy => None,
         })
     }
@@ -160,7 +160,7 @@ impl AdvisoryStore {
         .map_err(err)?;
         let shared = Shared::new(session, HashSet::from([key]));
         omnilock_core::lock_unpoisoned(&self.shared).push(Arc::clone(&shared));
-        Ok(held(shared, key, token, started + request.ttl))
+        Ok(self.held(request, shared, key, token, started))
     }
 
     /// Releases on the session that holds the lock.
@@ -243,7 +243,20 @@ fn lost(message: impl Into<String>) -> Error {
     Error::new(ErrorKind::LockLost, message)
 }
 
-fn held(shared: Arc<Shared>, key: Key, token: u64, valid_until: Instant) -> Grant {
-    omnilock_core::Grant::new(token, valid_until)
-        .with_hold(SqlHold(HoldKind::Session(Held { shared, key })))
+impl AdvisoryStore {
+    /// The grant of `key` on `shared`, whose holder hears at once if the
+    /// session is ended from outside (`watch.rs`).
+    fn held(
+        &self,
+        request: &AcquireRequest,
+        shared: Arc<Shared>,
+        key: Key,
+        token: u64,
+        started: Instant,
+    ) -> Grant {
+        shared.watch(key, &request.lost);
+        self.watch_sessions();
+        omnilock_core::Grant::new(token, started + request.ttl)
+            .with_hold(SqlHold(HoldKind::Session(Held { shared, key })))
+    }
 }
