@@ -248,14 +248,25 @@ const REFUSALS: usize = 3;
 /// again until `tries` attempts in all have been refused.
 fn refused_again(tries: usize) -> impl Fn(&Error) -> bool {
     let refused = tries_left(tries);
-    move |err| {
-        err.kind() == ErrorKind::Unavailable
-            && err
-                .message()
-                .to_ascii_lowercase()
-                .contains("connection refused")
-            && refused(err)
+    move |err| err.kind() == ErrorKind::Unavailable && is_refusal(err) && refused(err)
+}
+
+/// Whether `err` is a refused connection: an I/O error of that kind among
+/// its causes, or, where a layer in between (gRPC's status) kept only the
+/// text, its words.
+fn is_refusal(err: &Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cause {
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            return true;
+        }
+        cause = e.source();
     }
+    err.message()
+        .to_ascii_lowercase()
+        .contains("connection refused")
 }
 
 /// For [`retry_when`]: a retryable error is tried again until `tries`
@@ -443,6 +454,17 @@ mod tests {
             let encoded = segment(name);
             assert!(encoded.starts_with("%25"), "{encoded}");
         }
+    }
+
+    #[test]
+    fn a_refusal_is_found_among_the_causes_or_in_the_words() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "os error 111");
+        assert!(is_refusal(&Error::unavailable("acquire failed").with_cause(io)));
+        assert!(is_refusal(&Error::unavailable(
+            "etcd a:1: transport error: Connection refused"
+        )));
+        let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        assert!(!is_refusal(&Error::unavailable("acquire failed").with_cause(reset)));
     }
 
     #[test]
