@@ -303,7 +303,9 @@ async fn advisory_mode_refuses_an_account_that_switches_role() {
     locks.close().await;
 }
 
-/// Connections of `url`'s account until the server refuses one more.
+/// Connections of `url`'s account until the server refuses one more for
+/// the account's limit (any other failure fails the test: the scenario
+/// needs a full server, not one that did not answer).
 async fn fill(url: &str) -> Vec<sqlx::AnyConnection> {
     use sqlx::Connection;
     sqlx::any::install_default_drivers();
@@ -311,10 +313,21 @@ async fn fill(url: &str) -> Vec<sqlx::AnyConnection> {
     for _ in 0..16 {
         match sqlx::AnyConnection::connect(url).await {
             Ok(conn) => open.push(conn),
-            Err(_) => return open,
+            Err(sqlx::Error::Database(e))
+                // PostgreSQL's too_many_connections; MySQL's 1203
+                // (max_user_connections) and 1226 (a resource limit),
+                // whose SQLSTATE is 42000.
+                if matches!(e.code().as_deref(), Some("53300" | "42000" | "08004")) =>
+            {
+                return open;
+            }
+            Err(e) => panic!(
+                "connection {} of the limited account: not a refusal for the limit: {e}",
+                open.len() + 1
+            ),
         }
     }
-    panic!("{url}: 16 connections and no refusal: is the account limited?");
+    panic!("16 connections and no refusal: is the account limited?");
 }
 
 async fn close_all(open: Vec<sqlx::AnyConnection>) {
