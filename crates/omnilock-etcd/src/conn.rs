@@ -459,12 +459,16 @@ mod tests {
     #[test]
     fn a_refusal_is_found_among_the_causes_or_in_the_words() {
         let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "os error 111");
-        assert!(is_refusal(&Error::unavailable("acquire failed").with_cause(io)));
+        assert!(is_refusal(
+            &Error::unavailable("acquire failed").with_cause(io)
+        ));
         assert!(is_refusal(&Error::unavailable(
             "etcd a:1: transport error: Connection refused"
         )));
         let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
-        assert!(!is_refusal(&Error::unavailable("acquire failed").with_cause(reset)));
+        assert!(!is_refusal(
+            &Error::unavailable("acquire failed").with_cause(reset)
+        ));
     }
 
     #[test]
