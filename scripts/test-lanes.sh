@@ -87,7 +87,7 @@ lane() {
   done <"$1"
 }
 
-alone='/omnilock-sql restart\(test\)|/omnilock-chaos short_run\(test\)|/omnilock-bench bench\(test\)'
+alone='/omnilock-sql restart\(test\)|/omnilock-chaos short_run\(test\)|/omnilock-chaos soak\(test\)|/omnilock-bench bench\(test\)'
 faults=' ([a-z]+_faults|failover|herd)\(test\)'
 grep -E "$alone" "$binaries" >"$logs/alone"
 grep -vE "$alone" "$binaries" >"$logs/rest"

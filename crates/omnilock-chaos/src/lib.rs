@@ -19,6 +19,11 @@
 //! ([`documents`]).
 //! `docs/reliability.md` explains each figure and publishes a long run.
 //!
+//! A soak (`omnilock-chaos soak`, [`soak`]) is the other kind of run: one
+//! process loads every store at once for an hour while store nodes are
+//! paused and restarted, samples its own memory, descriptors, connections
+//! and tasks, and fails when one of them keeps growing.
+//!
 //! ```
 //! use omnilock_chaos::checker::check;
 //! use omnilock_chaos::history::read;
@@ -36,3 +41,4 @@ pub mod proxy;
 pub mod records;
 pub mod register;
 pub mod run;
+pub mod soak;

@@ -3,9 +3,12 @@
 //! ```sh
 //! omnilock-chaos run --store "$OMNILOCK_TEST_ETCD_URL" --fault kill --fault pause --duration 2m
 //! omnilock-chaos check target/chaos/history.jsonl
+//! omnilock-chaos soak --store "$OMNILOCK_TEST_ETCD_URL" --store mem:// --duration 1h
 //! ```
-//! Exit status: 0 no safety violation, 1 violations (unless
-//! `--allow-violations`), 2 bad input or a store that cannot be reached.
+//! Exit status: 0 no safety violation (soak: nothing grew), 1 violations
+//! (unless `--allow-violations`; soak: a series grew, or too few samples to
+//! judge), 2 bad input or a store that cannot be reached, 130 a soak
+//! interrupted.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -18,6 +21,9 @@ use omnilock_chaos::documents::{DocumentKind, DocumentWrite};
 use omnilock_chaos::logs::LogWrite;
 use omnilock_chaos::primitive::Primitive;
 use omnilock_chaos::run::{self, Fault, RunConfig};
+use omnilock_chaos::soak::load::Workload;
+use omnilock_chaos::soak::nemesis::{Schedule, SoakFault};
+use omnilock_chaos::soak::{self, Leak, SoakConfig};
 
 #[derive(Parser)]
 #[command(name = "omnilock-chaos", version, about)]
@@ -69,6 +75,10 @@ enum Command {
         /// The history.jsonl file.
         history: PathBuf,
     },
+    /// Loads every store at once for a long time, faulting a store node
+    /// every so often, and fails if memory, descriptors, sockets,
+    /// connections or tasks keep growing after the warm-up.
+    Soak(SoakArgs),
     /// Prints a markdown table of every `report.json` one level under DIR
     /// (each row labelled by its directory's name).
     Table {
@@ -131,6 +141,62 @@ struct RunArgs {
     /// them: Redlock under restarts, unfenced registers).
     #[arg(long)]
     allow_violations: bool,
+}
+
+/// The options of `soak`.
+#[derive(Args)]
+struct SoakArgs {
+    /// A store URL; repeat for several, all loaded at once.
+    #[arg(long = "store", required = true)]
+    stores: Vec<String>,
+    /// Clients per store, each with a `Locks` (and connections) of its own.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    clients: u32,
+    /// Lock names per store: half mutexes, a quarter 3-permit semaphores,
+    /// a quarter read-write locks.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(8..=1_000_000))]
+    names: u32,
+    /// How long the clients run.
+    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    duration: Duration,
+    /// Time between two samples.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    sample_every: Duration,
+    /// Time between two faults (the first comes one interval in).
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    fault_every: Duration,
+    /// How long a faulted node stays paused or down.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    fault_length: Duration,
+    /// A kind of fault; repeat for several, taken in turn per store
+    /// (default: restart, then pause).
+    #[arg(long = "fault", value_enum)]
+    faults: Vec<SoakFault>,
+    /// No faults at all.
+    #[arg(long, conflicts_with_all = ["faults", "fault_every"])]
+    no_faults: bool,
+    /// The longest a client holds a guard (1 ms up to this).
+    #[arg(long, default_value = "10ms", value_parser = parse_duration)]
+    hold: Duration,
+    /// A client's mean pause between two operations.
+    #[arg(long, default_value = "250ms", value_parser = parse_duration)]
+    think: Duration,
+    /// The lease of every acquisition.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    ttl: Duration,
+    /// The longest an acquire waits.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    wait: Duration,
+    /// Where samples.csv, summary.{json,md}, faults.csv and the SVG curves go.
+    #[arg(long, default_value = "target/soak")]
+    out: PathBuf,
+    /// A test aid: leak one of these deliberately every --leak-every, to
+    /// show that the verdict fails.
+    #[arg(long, value_enum, hide = true)]
+    leak: Option<Leak>,
+    /// See --leak.
+    #[arg(long, default_value = "1s", value_parser = parse_duration, hide = true)]
+    leak_every: Duration,
 }
 
 /// The options of one client process.
@@ -222,6 +288,55 @@ async fn main() -> ExitCode {
                 }
                 Err(err) => {
                     eprintln!("omnilock-chaos: {err}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Command::Soak(args) => {
+            let config = SoakConfig {
+                stores: args.stores,
+                clients: args.clients,
+                workload: Workload {
+                    names: args.names,
+                    hold: args.hold,
+                    think: args.think,
+                    ttl: args.ttl,
+                    wait: args.wait,
+                },
+                duration: args.duration,
+                sample_every: args.sample_every,
+                schedule: (!args.no_faults).then(|| Schedule {
+                    every: args.fault_every,
+                    length: args.fault_length,
+                    faults: if args.faults.is_empty() {
+                        vec![SoakFault::Restart, SoakFault::Pause]
+                    } else {
+                        args.faults
+                    },
+                }),
+                out: args.out,
+                leak: args.leak.map(|leak| (leak, args.leak_every)),
+            };
+            match soak::run(config).await {
+                Ok(outcome) => {
+                    println!("{}", outcome.markdown);
+                    if outcome.interrupted {
+                        ExitCode::from(130)
+                    } else if outcome.flat() {
+                        println!("nothing grew after the warm-up");
+                        ExitCode::SUCCESS
+                    } else {
+                        for finding in outcome.findings.iter().filter(|f| !f.flat()) {
+                            println!("LEAK: {}: {}", finding.series, finding.grew.join("; "));
+                        }
+                        for problem in &outcome.problems {
+                            println!("NO VERDICT: {problem}");
+                        }
+                        ExitCode::from(1)
+                    }
+                }
+                Err(err) => {
+                    eprintln!("omnilock-chaos soak: {err}");
                     ExitCode::from(2)
                 }
             }
