@@ -41,6 +41,9 @@ pub struct ClientConfig {
     pub careful: bool,
     /// What it takes.
     pub primitive: Primitive,
+    /// Build the store on an application's own client or pool (`byo.rs`)
+    /// instead of from the URL.
+    pub byo: bool,
     /// The resource is a table in the lock's SQL database (`records.rs`):
     /// `Some(true)` written in guarded transactions.
     pub records: Option<bool>,
@@ -81,6 +84,9 @@ pub async fn run(config: ClientConfig) -> Result<(), String> {
     };
     let locks = match logs.as_ref().and_then(Logs::locks) {
         Some(locks) => locks,
+        None if config.byo => crate::byo::locks(&config.store, config.ttl)
+            .await
+            .map_err(|e| format!("client {id}: {e}"))?,
         None => omnilock::connect(&config.store)
             .await
             .map_err(|e| format!("client {id}: {e}"))?,

@@ -31,6 +31,7 @@
 //! assert!(check(&history).violations().is_empty());
 //! ```
 
+pub mod byo;
 pub mod checker;
 pub mod client;
 pub mod documents;

@@ -116,7 +116,7 @@ impl Logs {
             }
             "zk" | "zks" | "zookeeper" => {
                 let config = ZkConfig::from_url(&parsed).map_err(|e| e.to_string())?;
-                Ok(Logs::Zk(zk_client(&config).await?))
+                Ok(Logs::Zk(zk_client(&config, Duration::from_secs(10)).await?))
             }
             _ => Err(
                 "the log modes need etcd, ZooKeeper or Redis (one server, Sentinel, Cluster)"
@@ -407,7 +407,7 @@ fn zk_parent(run: &str, guard: &LockGuard) -> String {
 
 /// An application's own etcd client with the URL's endpoints, credentials
 /// and TLS.
-async fn etcd_client(config: &EtcdConfig) -> Result<EtcdClient, String> {
+pub(crate) async fn etcd_client(config: &EtcdConfig) -> Result<EtcdClient, String> {
     let mut options = ConnectOptions::new().with_timeout(Duration::from_secs(5));
     if let (Some(user), Some(password)) = (&config.username, &config.password) {
         options = options.with_user(user.clone(), password.expose());
@@ -429,9 +429,9 @@ async fn etcd_client(config: &EtcdConfig) -> Result<EtcdClient, String> {
 }
 
 /// An application's own ZooKeeper client with the URL's hosts, digest and
-/// TLS.
-async fn zk_client(config: &ZkConfig) -> Result<ZkClient, String> {
-    let connector = ZkClient::connector().with_session_timeout(Duration::from_secs(10));
+/// TLS, asking for a session of `session`.
+pub(crate) async fn zk_client(config: &ZkConfig, session: Duration) -> Result<ZkClient, String> {
+    let connector = ZkClient::connector().with_session_timeout(session);
     let connector = match &config.digest {
         Some((user, pw)) => {
             connector.with_auth("digest", format!("{user}:{}", pw.expose()).as_bytes())

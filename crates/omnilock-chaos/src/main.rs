@@ -134,6 +134,11 @@ struct RunArgs {
     /// random order; needs --locks 2 or more).
     #[arg(long, default_value = "mutex")]
     primitive: Primitive,
+    /// Clients build the store on an application's own client or pool, as
+    /// an application that shares its client does (etcd, ZooKeeper and
+    /// PostgreSQL), instead of from the URL.
+    #[arg(long)]
+    byo: bool,
     /// Where the history, client logs and report.json go.
     #[arg(long, default_value = "target/chaos")]
     out: PathBuf,
@@ -216,6 +221,8 @@ struct ClientArgs {
     careful: bool,
     #[arg(long, default_value = "mutex")]
     primitive: Primitive,
+    #[arg(long)]
+    byo: bool,
     /// The records mode: `guarded` or `unguarded` (see `--register`).
     #[arg(long)]
     records: Option<String>,
@@ -276,6 +283,7 @@ async fn main() -> ExitCode {
                 },
                 careful: args.careful,
                 primitive: args.primitive,
+                byo: args.byo,
                 out: args.out,
             };
             match run::run(config).await {
@@ -372,6 +380,7 @@ async fn main() -> ExitCode {
                 work: args.work,
                 careful: args.careful,
                 primitive: args.primitive,
+                byo: args.byo,
                 records: args.records.map(|mode| mode == "guarded"),
                 document: args.document.map(|how| {
                     let how = if how == "fenced" {

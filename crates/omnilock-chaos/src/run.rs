@@ -102,6 +102,9 @@ pub struct RunConfig {
     pub careful: bool,
     /// What the clients take.
     pub primitive: Primitive,
+    /// Clients build the store on an application's own client or pool
+    /// (etcd, ZooKeeper, PostgreSQL; `byo.rs`).
+    pub byo: bool,
     /// Where the history, the client logs and the report go.
     pub out: PathBuf,
 }
@@ -138,6 +141,13 @@ struct Harness {
 pub async fn run(config: RunConfig) -> Result<Report, String> {
     if config.primitive == Primitive::Multi && config.locks < 2 {
         return Err("--primitive multi takes two locks at once: give --locks 2 or more".into());
+    }
+    if config.byo {
+        // Fails on a store --byo does not cover, before any client starts.
+        crate::byo::locks(&config.store, config.ttl)
+            .await?
+            .close()
+            .await;
     }
     std::fs::create_dir_all(&config.out)
         .map_err(|e| format!("cannot create {}: {e}", config.out.display()))?;
@@ -440,6 +450,7 @@ async fn spawn_client(harness: &Arc<Harness>) -> Result<(), String> {
             &humantime::format_duration(harness.config.work).to_string(),
         ])
         .args(harness.config.careful.then_some("--careful"))
+        .args(harness.config.byo.then_some("--byo"))
         .args(harness.config.records.map(|guarded| {
             format!(
                 "--records={}",

@@ -3,7 +3,9 @@
 //! semaphore run and a read-write lock run, whose checker counts holders
 //! beyond the capacity, and a `lock_all` run (two of three locks at once,
 //! in random order, each behind the fenced register), and logs in Redis and
-//! ZooKeeper appended through the store's own guard. Fails on any safety violation where
+//! ZooKeeper appended through the store's own guard. Those later runs go
+//! over TLS (PostgreSQL and MySQL `verify-full`, `rediss://`, `etcds://`,
+//! `zks://`), three of them on the application's own pool or client. Fails on any safety violation where
 //! docs/reliability.md says there must be none, and when the run did not
 //! actually exercise the faults.
 //!
@@ -29,6 +31,8 @@ struct Case {
     /// `--register`: the resource written under the lock (the fenced
     /// register when empty).
     register: &'static str,
+    /// `--byo`: on an application's own client or pool.
+    byo: bool,
 }
 
 impl Case {
@@ -45,6 +49,7 @@ impl Case {
             primitive,
             options: "",
             register: "",
+            byo: false,
         }
     }
 
@@ -59,6 +64,11 @@ impl Case {
     /// The same run in a mode of the store (URL options).
     const fn with_options(self, options: &'static str) -> Case {
         Case { options, ..self }
+    }
+
+    /// The same run on an application's own client or pool (`--byo`).
+    const fn on_its_own_client(self) -> Case {
+        Case { byo: true, ..self }
     }
 
     /// The same run writing another resource (`--register`).
@@ -89,16 +99,26 @@ const CASES: &[Case] = &[
         &["kill", "pause", "partition", "minority", "node"],
         "mutex",
     ),
-    Case::new("POSTGRES", &["kill", "pause", "partition"], "semaphore:3"),
-    Case::new("ETCD", &["kill", "pause", "partition"], "rw"),
-    Case::new("REDIS", &["kill", "pause", "partition"], "multi"),
+    // The cases below run over TLS, as users who have it run: PostgreSQL
+    // and MySQL with `verify-full`, `rediss://`, `etcds://` and `zks://`
+    // (client certificates on etcd and ZooKeeper). Partitions cut the TLS
+    // connections in the proxy.
+    Case::new(
+        "POSTGRES_TLS",
+        &["kill", "pause", "partition"],
+        "semaphore:3",
+    ),
+    Case::new("ETCD_TLS", &["kill", "pause", "partition"], "rw"),
+    Case::new("REDIS_TLS", &["kill", "pause", "partition"], "multi"),
     // SQL advisory mode: a held lock is a database session, and its lease
     // that session's idle timeout.
-    Case::new("MYSQL", &["kill", "pause", "partition"], "mutex")
+    Case::new("MYSQL_TLS", &["kill", "pause", "partition"], "mutex")
         .with_options("mode=advisory&table=omnilock_chaos_advisory"),
     // A log in the lock's own store, appended through the store's guard.
     Case::new("REDIS", &["kill", "pause", "partition"], "mutex").writing("log-guarded"),
-    Case::new("ZK", &["kill", "pause", "partition"], "mutex").writing("log-guarded"),
+    Case::new("ZK_TLS", &["kill", "pause", "partition"], "mutex")
+        .writing("log-guarded")
+        .on_its_own_client(),
 ];
 
 fn run_case(case: &Case) -> Result<(), String> {
@@ -110,7 +130,7 @@ fn run_case(case: &Case) -> Result<(), String> {
         url.push_str(case.options);
     }
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "chaos-{}-{}{}{}",
+        "chaos-{}-{}{}{}{}",
         case.store,
         case.primitive.replace(':', ""),
         if case.options.is_empty() {
@@ -122,7 +142,8 @@ fn run_case(case: &Case) -> Result<(), String> {
             String::new()
         } else {
             format!("-{}", case.register)
-        }
+        },
+        if case.byo { "-byo" } else { "" }
     ));
     let _ = std::fs::remove_dir_all(&out);
     let mut command = Command::new(env!("CARGO_BIN_EXE_omnilock-chaos"));
@@ -138,6 +159,9 @@ fn run_case(case: &Case) -> Result<(), String> {
         .arg(&out);
     for fault in case.faults {
         command.args(["--fault", fault]);
+    }
+    if case.byo {
+        command.arg("--byo");
     }
     if !case.fenced {
         command.args(["--register", "unfenced", "--allow-violations"]);
