@@ -102,13 +102,15 @@ const CASES: &[Case] = &[
     // The cases below run over TLS, as users who have it run: PostgreSQL
     // and MySQL with `verify-full`, `rediss://`, `etcds://` and `zks://`
     // (client certificates on etcd and ZooKeeper). Partitions cut the TLS
-    // connections in the proxy.
+    // connections in the proxy. Three of them build the store on the
+    // application's own pool or client (PostgreSQL, etcd, ZooKeeper).
     Case::new(
         "POSTGRES_TLS",
         &["kill", "pause", "partition"],
         "semaphore:3",
-    ),
-    Case::new("ETCD_TLS", &["kill", "pause", "partition"], "rw"),
+    )
+    .on_its_own_client(),
+    Case::new("ETCD_TLS", &["kill", "pause", "partition"], "rw").on_its_own_client(),
     Case::new("REDIS_TLS", &["kill", "pause", "partition"], "multi"),
     // SQL advisory mode: a held lock is a database session, and its lease
     // that session's idle timeout.

@@ -574,6 +574,15 @@ async fn a_session_ended_from_outside_is_reported_within_a_second() {
         tokio::time::sleep(Duration::from_millis(300)).await;
         first.release().await.expect("release");
         let waited = waiting.await.expect("task").expect("waited for");
+        // The watch runs every second: nothing it does touches a session
+        // that is still there.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        for (what, guard) in [("tried", &tried), ("waited", &waited)] {
+            assert!(
+                guard.is_held(),
+                "{store}: {what}: lost while its session lives"
+            );
+        }
         for (what, guard) in [("tried", &tried), ("waited", &waited)] {
             let lost = guard.lost();
             let name = guard.name().to_string();

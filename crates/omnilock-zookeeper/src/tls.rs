@@ -99,36 +99,49 @@ pub(crate) enum Diagnosis {
     Fine,
 }
 
-/// One TLS handshake to each of `hosts` (`h1:p1,h2:p2`), each bounded by
-/// `budget`.
+/// One TLS handshake to each of `hosts` (`h1:p1,h2:p2`) at once, each
+/// bounded by `budget`: `Fine` if any went through, `Refused` if none did
+/// and a server refused a certificate (or had one refused).
 pub(crate) async fn diagnose(hosts: &str, ca: &str, pem: &TlsPem, budget: Duration) -> Diagnosis {
     let config = match client_config(ca, pem) {
         Ok(config) => config,
         Err(e) => return Diagnosis::Refused(e),
     };
-    let mut hint = None;
-    for host in hosts.split(',') {
-        match tokio::time::timeout(budget, handshake(host, config.clone())).await {
-            Ok(Ok(())) => return Diagnosis::Fine,
-            Ok(Err(Failure::Certificate(why))) => {
-                return Diagnosis::Refused(Error::new(
-                    ErrorKind::Tls,
-                    format!(
-                        "TLS to ZooKeeper at {host}: {why}; check tls_ca, and tls_cert and \
-                         tls_key if the server asks for a client certificate"
-                    ),
-                ));
-            }
-            Ok(Err(Failure::NotTls)) => {
-                hint = Some(format!(
-                    "{host} does not speak TLS: is it a plain-text port (zk://), not the \
-                     server's secureClientPort?"
-                ));
-            }
-            Ok(Err(Failure::Io)) | Err(_) => {}
+    // Every server at once, each within the budget: the client connects
+    // if any one lets it, so one refusal means nothing while another
+    // server takes the handshake.
+    let tries = hosts.split(',').map(|host| {
+        let config = config.clone();
+        async move {
+            let outcome = tokio::time::timeout(budget, handshake(host, config)).await;
+            (host, outcome.unwrap_or(Err(Failure::Io)))
+        }
+    });
+    let outcomes = futures_util::future::join_all(tries).await;
+    if outcomes.iter().any(|(_, outcome)| outcome.is_ok()) {
+        return Diagnosis::Fine;
+    }
+    for (host, outcome) in &outcomes {
+        if let Err(Failure::Certificate(why)) = outcome {
+            return Diagnosis::Refused(Error::new(
+                ErrorKind::Tls,
+                format!(
+                    "TLS to ZooKeeper at {host}: {why}; check tls_ca, and tls_cert and \
+                     tls_key if the server asks for a client certificate"
+                ),
+            ));
         }
     }
-    hint.map_or(Diagnosis::Fine, Diagnosis::Hint)
+    let not_tls = outcomes
+        .iter()
+        .find(|(_, outcome)| matches!(outcome, Err(Failure::NotTls)));
+    match not_tls {
+        Some((host, _)) => Diagnosis::Hint(format!(
+            "{host} does not speak TLS: is it a plain-text port (zk://), not the server's \
+             secureClientPort?"
+        )),
+        None => Diagnosis::Fine,
+    }
 }
 
 enum Failure {
@@ -204,7 +217,11 @@ fn client_config(ca: &str, pem: &TlsPem) -> Result<Arc<ClientConfig>> {
         // A certificate rustls cannot use is left out, as the client does.
         let _ = roots.add(cert);
     }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    // The provider the client uses: the process's (omnilock installs
+    // ring's when the application installed none).
+    let provider = rustls::crypto::CryptoProvider::get_default()
+        .cloned()
+        .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
     let builder = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| Error::config(format!("TLS to ZooKeeper: {e}")))?

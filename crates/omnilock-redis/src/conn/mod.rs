@@ -175,6 +175,10 @@ pub(crate) fn client_for(
     login: Login<'_>,
 ) -> Result<redis::Client> {
     let address = node.to_string();
+    if config.tls {
+        // Every TLS client of this store is made here, before it connects.
+        ensure_crypto_provider();
+    }
     let info = connection_info(config, node, login)?;
     match &config.tls_ca {
         Some(_) => redis::Client::build_with_tls(info, tls_certificates(config)?),

@@ -38,11 +38,34 @@ pub(super) enum WriteConn {
 pub(super) struct Lane {
     conn: MultiplexedConnection,
     address: String,
-    /// Where a command goes that the master sent elsewhere (the slot moved,
-    /// it is no master now): the shared connection, which follows.
+    /// Where commands go once the master sent one elsewhere (the slot
+    /// moved, it is no master now): the shared connection, which follows.
     shared: Conn,
+    /// Every command sent on it answered, none sent elsewhere. False while
+    /// a command is out: a caller that goes away mid-command (a renewal's
+    /// deadline) leaves a connection whose `WAIT` may still be pending.
     healthy: bool,
-    inner: Arc<Inner>,
+    _slot: Confirming,
+}
+
+/// One of the [`MOST_CONFIRMING`] places, given back when dropped, even if
+/// the caller went away while the connection was opened.
+struct Confirming(Arc<Inner>);
+
+impl Confirming {
+    fn take(inner: &Arc<Inner>) -> Option<Confirming> {
+        if inner.confirming.fetch_add(1, Ordering::AcqRel) >= MOST_CONFIRMING {
+            inner.confirming.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(Confirming(inner.clone()))
+    }
+}
+
+impl Drop for Confirming {
+    fn drop(&mut self) {
+        self.0.confirming.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl RedisStore {
@@ -57,10 +80,9 @@ impl RedisStore {
         let Some((address, client)) = inner.node.master_for(key) else {
             return WriteConn::Shared(shared);
         };
-        if inner.confirming.fetch_add(1, Ordering::AcqRel) >= MOST_CONFIRMING {
-            inner.confirming.fetch_sub(1, Ordering::AcqRel);
+        let Some(slot) = Confirming::take(inner) else {
             return WriteConn::Shared(shared);
-        }
+        };
         let kept = {
             let mut kept = lock_unpoisoned(&inner.confirmers);
             let found = kept.iter().position(|(at, _)| *at == address);
@@ -80,7 +102,6 @@ impl RedisStore {
                 {
                     Ok(conn) => conn,
                     Err(err) => {
-                        inner.confirming.fetch_sub(1, Ordering::AcqRel);
                         tracing::debug!(error = %err, %address, "omnilock redis: no confirming connection; using the shared one");
                         return WriteConn::Shared(shared);
                     }
@@ -92,38 +113,41 @@ impl RedisStore {
             address,
             shared,
             healthy: true,
-            inner: inner.clone(),
+            _slot: slot,
         })
     }
 }
 
 impl Drop for Lane {
     fn drop(&mut self) {
-        self.inner.confirming.fetch_sub(1, Ordering::AcqRel);
         if !self.healthy {
             return;
         }
-        let mut kept = lock_unpoisoned(&self.inner.confirmers);
-        if kept.len() < KEPT {
-            kept.push((std::mem::take(&mut self.address), self.conn.clone()));
+        // The oldest kept goes first: after a failover, or past KEPT
+        // masters, connections to masters no longer asked for do not stay.
+        let mut kept = lock_unpoisoned(&self._slot.0.confirmers);
+        if kept.len() >= KEPT {
+            kept.remove(0);
         }
+        kept.push((std::mem::take(&mut self.address), self.conn.clone()));
     }
 }
 
 impl ConnectionLike for Lane {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
+            if !self.healthy {
+                return self.shared.req_packed_command(cmd).await;
+            }
+            self.healthy = false;
             match self.conn.req_packed_command(cmd).await {
-                Ok(value) if !sent_elsewhere(&value) => Ok(value),
-                Ok(_) => {
-                    // Nothing ran: the shared connection follows.
-                    self.healthy = false;
-                    self.shared.req_packed_command(cmd).await
+                Ok(value) if !sent_elsewhere(&value) => {
+                    self.healthy = true;
+                    Ok(value)
                 }
-                Err(e) => {
-                    self.healthy = false;
-                    Err(e)
-                }
+                // Nothing ran: the shared connection follows.
+                Ok(_) => self.shared.req_packed_command(cmd).await,
+                Err(e) => Err(e),
             }
         })
     }
@@ -135,18 +159,24 @@ impl ConnectionLike for Lane {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
+            if !self.healthy {
+                return self
+                    .shared
+                    .req_packed_commands(pipeline, offset, count)
+                    .await;
+            }
+            self.healthy = false;
             match self.conn.req_packed_commands(pipeline, offset, count).await {
-                Ok(values) if !values.iter().any(sent_elsewhere) => Ok(values),
+                Ok(values) if !values.iter().any(sent_elsewhere) => {
+                    self.healthy = true;
+                    Ok(values)
+                }
                 Ok(_) => {
-                    self.healthy = false;
                     self.shared
                         .req_packed_commands(pipeline, offset, count)
                         .await
                 }
-                Err(e) => {
-                    self.healthy = false;
-                    Err(e)
-                }
+                Err(e) => Err(e),
             }
         })
     }

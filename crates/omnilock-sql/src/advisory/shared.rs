@@ -29,8 +29,8 @@ pub(super) struct Shared {
     /// The session's ID and start, as the server lists it (`watch.rs`).
     identity: (i64, i64),
     /// The lost signals of the locks it holds, fired if the session is
-    /// found gone (`watch.rs`).
-    lost: Mutex<HashMap<Key, LostNotifier>>,
+    /// found gone (`watch.rs`); `None` once it was.
+    lost: Mutex<Option<HashMap<Key, LostNotifier>>>,
 }
 
 /// A session and the keys of the locks it holds. Never takes a key it
@@ -46,7 +46,7 @@ impl Shared {
     pub(super) fn new(session: Session, keys: HashSet<Key>) -> Arc<Self> {
         Arc::new(Shared {
             identity: (session.id, session.started_us),
-            lost: Mutex::new(HashMap::new()),
+            lost: Mutex::new(Some(HashMap::new())),
             idle_timeout: session.idle_timeout,
             held: std::sync::atomic::AtomicUsize::new(keys.len()),
             slot: tokio::sync::Mutex::new(Some(Holding { session, keys })),
@@ -65,44 +65,43 @@ impl Shared {
         self.identity
     }
 
-    /// Fires `lost` if this session is found gone while it holds `key`.
+    /// Fires `lost` if this session is found gone while it holds `key`;
+    /// at once if it was found gone already.
     pub(super) fn watch(&self, key: Key, lost: &LostNotifier) {
-        omnilock_core::lock_unpoisoned(&self.lost).insert(key, lost.clone());
+        match omnilock_core::lock_unpoisoned(&self.lost).as_mut() {
+            Some(watched) => {
+                watched.insert(key, lost.clone());
+            }
+            None => lost.fire(ended()),
+        }
     }
 
     /// `key` is no longer held here.
     pub(super) fn unwatch(&self, key: &Key) {
-        omnilock_core::lock_unpoisoned(&self.lost).remove(key);
+        if let Some(watched) = omnilock_core::lock_unpoisoned(&self.lost).as_mut() {
+            watched.remove(key);
+        }
     }
 
     /// Whether it holds locks someone should hear of losing.
     pub(super) fn is_watched(&self) -> bool {
-        !omnilock_core::lock_unpoisoned(&self.lost).is_empty()
+        omnilock_core::lock_unpoisoned(&self.lost)
+            .as_ref()
+            .is_some_and(|watched| !watched.is_empty())
     }
 
-    /// The server no longer has this session: its locks are gone (the
-    /// database may have handed them on already). Each holder hears it now,
-    /// and the session is not used again.
+    /// The server no longer lists this session, and its own statement
+    /// failed (which also let go of it): its locks are gone, and the
+    /// database may have handed them on already. Each holder hears it now.
     pub(super) fn ended_outside(&self) {
-        let lost: Vec<LostNotifier> = omnilock_core::lock_unpoisoned(&self.lost)
-            .drain()
-            .map(|(_, lost)| lost)
-            .collect();
-        for notifier in lost {
-            notifier.fire(Error::new(
-                ErrorKind::LockLost,
-                "the lock's database session was ended from outside (pg_terminate_backend, \
-                 KILL, break_lock or a server restart)",
-            ));
+        let lost = omnilock_core::lock_unpoisoned(&self.lost).take();
+        for notifier in lost.into_iter().flat_map(HashMap::into_values) {
+            notifier.fire(ended());
         }
         tracing::warn!(
             session = self.identity.0,
             "omnilock advisory: a session holding locks was ended from outside; its holders are told"
         );
-        if let Ok(mut slot) = self.slot.try_lock() {
-            slot.take();
-            self.held.store(0, std::sync::atomic::Ordering::Relaxed);
-        }
     }
 
     pub(super) fn held(&self) -> usize {
@@ -114,6 +113,15 @@ impl Shared {
             .store(holding.keys.len(), std::sync::atomic::Ordering::Relaxed);
         *omnilock_core::lock_unpoisoned(&self.used) = Instant::now();
     }
+}
+
+/// Why a holder whose session was ended from outside lost its lock.
+fn ended() -> Error {
+    Error::new(
+        ErrorKind::LockLost,
+        "the lock's database session was ended from outside (pg_terminate_backend, KILL, \
+         break_lock or a server restart)",
+    )
 }
 
 /// What a take statement found.

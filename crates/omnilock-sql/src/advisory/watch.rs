@@ -6,8 +6,11 @@
 //! the lock to the next waiter at once, while the holder would learn of it
 //! only at its next renewal, up to a third of the TTL later, and work on
 //! meanwhile. So while this store holds locks, one statement on its pool
-//! every [`WATCH`] lists which of its sessions the server still has, and the
-//! locks of a session that is gone report lost at once.
+//! every [`WATCH`] lists which of its sessions the server still has. A
+//! session missing from the list is asked itself (its renewal statement):
+//! the list can be wrong (a pool whose role cannot see the sessions' start,
+//! a router that sends the pool elsewhere), the session's own statement is
+//! not. If that fails too, its locks report lost at once.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, Weak};
@@ -17,8 +20,14 @@ use std::time::Duration;
 use sqlx::Row;
 
 use super::AdvisoryStore;
-use super::shared::Shared;
+use super::shared::{Shared, ping};
 use crate::conn::Pool;
+use crate::queries::advisory::Advisory as Sql;
+
+/// A listed session whose start is not known (MySQL lists none; PostgreSQL
+/// hides it from a role without the session user's privileges): listed by
+/// ID alone.
+const UNSEEN: i64 = i64::MIN;
 
 /// How often the sessions holding locks are looked for.
 pub(super) const WATCH: Duration = Duration::from_secs(1);
@@ -31,10 +40,11 @@ const POSTGRES_ALIVE: &str = "SELECT CAST(pid AS BIGINT),
      FROM pg_stat_activity WHERE pid = ANY($1)";
 
 /// MySQL/MariaDB: the sessions of this account (an account sees its own
-/// without the PROCESS privilege), but those being killed.
+/// without the PROCESS privilege). Those marked `Killed` count: MariaDB
+/// marks a session whose query was killed too, and the session itself is
+/// asked before anything is lost.
 #[cfg(feature = "mysql")]
-const MYSQL_ALIVE: &str = "SELECT CAST(ID AS SIGNED) FROM information_schema.PROCESSLIST
-     WHERE COMMAND <> 'Killed'";
+const MYSQL_ALIVE: &str = "SELECT CAST(ID AS SIGNED) FROM information_schema.PROCESSLIST";
 
 impl AdvisoryStore {
     /// Starts the watch, once, when the first lock is held.
@@ -44,13 +54,14 @@ impl AdvisoryStore {
             return;
         }
         let (list, pool) = (Arc::downgrade(&self.shared), self.table.pool().clone());
-        *watcher = Some(tokio::spawn(watch(list, pool)));
+        *watcher = Some(tokio::spawn(watch(list, pool, self.sql.clone())));
     }
 }
 
 /// Every [`WATCH`] while the store lives: the sessions with locks that the
-/// server no longer has report their locks lost.
-async fn watch(list: Weak<Mutex<Vec<Arc<Shared>>>>, pool: Pool) {
+/// server no longer lists, and that fail their own statement, report their
+/// locks lost.
+async fn watch(list: Weak<Mutex<Vec<Arc<Shared>>>>, pool: Pool, sql: Sql) {
     loop {
         tokio::time::sleep(WATCH).await;
         let Some(list) = list.upgrade() else {
@@ -70,7 +81,10 @@ async fn watch(list: Weak<Mutex<Vec<Arc<Shared>>>>, pool: Pool) {
             continue;
         };
         for shared in watched {
-            if !alive.contains(&shared.identity()) {
+            let (id, started_us) = shared.identity();
+            // A start the pool's role cannot see counts as alive.
+            let listed = alive.contains(&(id, started_us)) || alive.contains(&(id, UNSEEN));
+            if !listed && ping(&shared, &sql).await.is_err() {
                 shared.ended_outside();
             }
         }
@@ -89,7 +103,7 @@ async fn alive(pool: &Pool, sessions: &[Arc<Shared>]) -> sqlx::Result<HashSet<(i
                 .map(|row| {
                     Ok((
                         row.try_get(0)?,
-                        row.try_get::<Option<i64>, _>(1)?.unwrap_or(0),
+                        row.try_get::<Option<i64>, _>(1)?.unwrap_or(UNSEEN),
                     ))
                 })
                 .collect()
@@ -97,10 +111,10 @@ async fn alive(pool: &Pool, sessions: &[Arc<Shared>]) -> sqlx::Result<HashSet<(i
         #[cfg(feature = "mysql")]
         Pool::MySql(p) => {
             let ids: Vec<i64> = sqlx::query_scalar(MYSQL_ALIVE).fetch_all(p).await?;
-            Ok(ids.into_iter().map(|id| (id, 0)).collect())
+            Ok(ids.into_iter().map(|id| (id, UNSEEN)).collect())
         }
         // Advisory mode is MySQL/MariaDB and PostgreSQL only.
         #[allow(unreachable_patterns)]
-        _ => Ok(sessions.iter().map(|s| s.identity()).collect()),
+        _ => Ok(sessions.iter().map(|s| (s.identity().0, UNSEEN)).collect()),
     }
 }
