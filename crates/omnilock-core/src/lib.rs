@@ -81,6 +81,8 @@ pub use retry::{Backoff, retry, retry_in_background, retry_when};
 pub use sessions::SessionsPerTtl;
 pub use signal::{LostNotifier, SessionGuards, WaitNotice};
 pub use sync::lock_unpoisoned;
+#[cfg(feature = "pem")]
+pub use tls::ensure_crypto_provider;
 pub use tls::{TlsFiles, TlsPem};
 pub use url::{HostPort, Secret, StoreUrl, check_timeouts, parse_duration};
 

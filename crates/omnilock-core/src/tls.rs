@@ -112,6 +112,28 @@ impl TlsFiles {
     }
 }
 
+/// Installs ring's rustls crypto provider as the process default, unless
+/// one is installed already (an application's own choice stays).
+///
+/// rustls picks a provider by itself only when exactly one is built in. A
+/// program that has two (zookeeper-client's TLS brings aws-lc beside ring)
+/// panics at the first TLS connection of a library that builds its
+/// configuration from the process default (sqlx, redis-rs,
+/// zookeeper-client) unless a default is installed. The stores call this
+/// before they connect.
+///
+/// ```
+/// omnilock_core::ensure_crypto_provider();
+/// assert!(rustls::crypto::CryptoProvider::get_default().is_some());
+/// ```
+#[cfg(feature = "pem")]
+pub fn ensure_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race to another installer is fine: any provider will do.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
 fn read(path: &Path) -> Result<Vec<u8>> {
     std::fs::read(path)
         .map_err(|e| Error::config(format!("cannot read {}: {e}", path.display())).with_cause(e))

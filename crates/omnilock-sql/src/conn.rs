@@ -247,6 +247,9 @@ impl Target {
     /// connection, a certificate, a file that is not a database) is
     /// reported by name instead of as a pool timeout.
     pub(crate) async fn connect_one(&self, config: &SqlConfig) -> Result<OwnedConn> {
+        // sqlx's TLS (PostgreSQL tries it by default) takes the process's
+        // provider.
+        omnilock_core::ensure_crypto_provider();
         let err = |e| map_err(e, config);
         Ok(match self {
             #[cfg(feature = "sqlite")]
@@ -287,6 +290,7 @@ impl Target {
 
     /// omnilock's pool: `?pool=` connections, opened on demand.
     pub(crate) fn pool(&self, config: &SqlConfig) -> Pool {
+        omnilock_core::ensure_crypto_provider();
         macro_rules! options {
             () => {
                 sqlx::pool::PoolOptions::new()

@@ -51,10 +51,7 @@ pub async fn connect(config: ZkConfig) -> Result<Locks> {
 /// etcd backends use.
 #[cfg(feature = "tls")]
 fn ensure_crypto_provider() {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        // Losing a race to another installer is fine: any provider will do.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
+    omnilock_core::ensure_crypto_provider();
 }
 
 /// How `omnilock::connect(url)` opens `zk://`, `zookeeper://` and `zks://`

@@ -359,10 +359,7 @@ pub(crate) fn address_of(client: &redis::Client) -> String {
 /// installs ring's (the one the etcd backend uses too), so that `rediss://`
 /// works without set-up and never panics.
 pub(crate) fn ensure_crypto_provider() {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        // Losing a race to another installer is fine: any provider will do.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
+    omnilock_core::ensure_crypto_provider();
 }
 
 /// Classifies a Redis error; messages name the node, never the password.

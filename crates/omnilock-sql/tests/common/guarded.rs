@@ -86,26 +86,52 @@ struct SqlWrite {
     record: String,
 }
 
+/// Whether the database rolled the transaction back for a deadlock or a
+/// serialization conflict: InnoDB's gap locks make two transactions that
+/// delete absent records and insert them deadlock now and then, when the
+/// suite runs trials side by side. An application runs it again.
+fn rolled_back(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if matches!(db.code().as_deref(), Some("40001" | "40P01")))
+}
+
 #[async_trait]
 impl GuardedWrite for SqlWrite {
     async fn write(&self, value: u64) -> Result<bool> {
+        let mut tries = 0;
+        loop {
+            match self.write_once(value).await {
+                Err(Retry(e)) if rolled_back(&e) && tries < 3 => tries += 1,
+                Err(Retry(e)) => return Err(failed(e)),
+                Ok(written) => return written,
+            }
+        }
+    }
+}
+
+/// An application statement's failure, kept whole to look at its code.
+struct Retry(sqlx::Error);
+
+impl SqlWrite {
+    /// One transaction: `Ok` with the write's outcome (or the guard's
+    /// error), `Err` with a statement's failure.
+    async fn write_once(&self, value: u64) -> std::result::Result<Result<bool>, Retry> {
         let record = &self.record;
         let delete = format!("DELETE FROM {RECORDS} WHERE record = '{record}'");
         let insert = format!("INSERT INTO {RECORDS} (record, value) VALUES ('{record}', {value})");
         with_app_pool!(&self.app, pool => {
-            let mut tx = pool.begin().await.map_err(failed)?;
+            let mut tx = pool.begin().await.map_err(Retry)?;
             match self.guard.keep(&mut *tx).await {
                 Ok(()) => {}
                 Err(e) if matches!(e.kind(), ErrorKind::StaleToken | ErrorKind::LockLost) => {
-                    tx.rollback().await.map_err(failed)?;
-                    return Ok(false);
+                    tx.rollback().await.map_err(Retry)?;
+                    return Ok(Ok(false));
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Ok(Err(e)),
             }
-            sqlx::query(sqlx::AssertSqlSafe(delete)).execute(&mut *tx).await.map_err(failed)?;
-            sqlx::query(sqlx::AssertSqlSafe(insert)).execute(&mut *tx).await.map_err(failed)?;
-            tx.commit().await.map_err(failed)?;
-            Ok(true)
+            sqlx::query(sqlx::AssertSqlSafe(delete)).execute(&mut *tx).await.map_err(Retry)?;
+            sqlx::query(sqlx::AssertSqlSafe(insert)).execute(&mut *tx).await.map_err(Retry)?;
+            tx.commit().await.map_err(Retry)?;
+            Ok(Ok(true))
         })
     }
 }
