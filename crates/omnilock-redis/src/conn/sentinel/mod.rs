@@ -12,21 +12,22 @@
 //! FAILOVER`, or a master that comes back) gives no such error: the old
 //! master keeps answering as a master for several seconds. So each store
 //! also listens to the sentinels' `+switch-master` announcements and moves
-//! at once.
+//! at once (`watch`).
 
-use std::sync::{Arc, RwLock, Weak};
+mod ask;
+mod watch;
+
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt;
-
 use omnilock_core::{Backoff, Error, HostPort, Result, lock_unpoisoned};
-use redis::aio::ConnectionManager;
-use redis::{AsyncConnectionConfig, Cmd, RedisFuture, Value};
+use redis::{Cmd, RedisFuture, Value};
 
 use crate::config::{Deployment, RedisConfig};
-use crate::conn::{
-    Conn, Login, Node, Subscriber, client_for, connection_manager, map_err, refused_credentials,
-};
+use crate::conn::{Conn, Node, Subscriber};
+
+use ask::{Master, connect_first_master, resolve, sentinel_client, sentinel_list};
+use watch::watch_switches;
 
 /// The command connection to whichever server the sentinels name as master.
 #[derive(Clone)]
@@ -100,13 +101,6 @@ impl Refreshes {
         };
         self.ended = Some(now);
     }
-}
-
-#[derive(Clone)]
-struct Master {
-    address: String,
-    client: redis::Client,
-    conn: ConnectionManager,
 }
 
 /// Asks the sentinels for the master, connects to it, and returns the node
@@ -272,101 +266,6 @@ impl SentinelConn {
     }
 }
 
-/// Listens to one sentinel after another for `+switch-master` of this
-/// master and moves the connection when it comes. Holds the store only
-/// while handling a message, so dropping the store ends it.
-async fn watch_switches(shared: Weak<Shared>) {
-    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
-    let mut next = 0;
-    loop {
-        let (client, master_name, timeout) = {
-            let Some(strong) = shared.upgrade() else {
-                return;
-            };
-            let (_, client) = &strong.sentinels[next % strong.sentinels.len()];
-            (
-                client.clone(),
-                strong.master_name.clone(),
-                strong.config.options.connect_timeout,
-            )
-        };
-        next += 1;
-        let subscribed = tokio::time::timeout(timeout, async {
-            let mut pubsub = client.get_async_pubsub().await?;
-            pubsub.subscribe("+switch-master").await?;
-            Ok::<_, redis::RedisError>(pubsub)
-        })
-        .await;
-        let Ok(Ok(pubsub)) = subscribed else {
-            tokio::time::sleep(backoff.next_delay()).await;
-            continue;
-        };
-        backoff.reset();
-        // A switch may have happened while nobody listened.
-        if let Some(strong) = shared.upgrade() {
-            let conn = SentinelConn { shared: strong };
-            let stale = conn.current().address;
-            conn.refresh(&stale).await;
-        }
-        let mut messages = pubsub.into_on_message();
-        while let Some(message) = messages.next().await {
-            // "<name> <old host> <old port> <new host> <new port>"
-            let Ok(text) = message.get_payload::<String>() else {
-                continue;
-            };
-            let fields: Vec<&str> = text.split(' ').collect();
-            if fields.first() != Some(&master_name.as_str()) {
-                continue;
-            }
-            let Some(strong) = shared.upgrade() else {
-                return;
-            };
-            let conn = SentinelConn { shared: strong };
-            // The announcement names the new master: go there even while
-            // other sentinels, not caught up, still name the old one.
-            let port = fields.get(4).and_then(|p| p.parse().ok());
-            match (fields.get(3), port) {
-                (Some(host), Some(port)) => {
-                    let address = HostPort {
-                        host: host.to_string(),
-                        port: Some(port),
-                    };
-                    conn.move_to(address).await;
-                }
-                _ => {
-                    let stale = conn.current().address;
-                    conn.refresh(&stale).await;
-                }
-            }
-        }
-        tokio::time::sleep(backoff.next_delay()).await;
-    }
-}
-
-impl SentinelConn {
-    /// Moves to `address` if it is a master now (a `+switch-master`).
-    async fn move_to(&self, address: HostPort) {
-        let shared = &self.shared;
-        let mut last = shared.refreshing.lock().await;
-        if self.current().address == address.to_string() {
-            return;
-        }
-        let connect = connect_master(&shared.config, &address);
-        match tokio::time::timeout(shared.config.options.connect_timeout, connect).await {
-            Ok(Ok(master)) => {
-                last.ended(true);
-                tracing::warn!(to = %master.address, "omnilock redis: +switch-master; moving");
-                match shared.current.write() {
-                    Ok(mut current) => *current = master,
-                    Err(poisoned) => *poisoned.into_inner() = master,
-                }
-                shared.moved.notify_waiters();
-            }
-            _ => tracing::debug!(%address, "omnilock redis: the announced master is not ready"),
-        }
-    }
-}
-
 /// An error code of a server that is no master (now).
 fn no_master(code: &str) -> bool {
     matches!(code, "READONLY" | "MASTERDOWN" | "LOADING")
@@ -429,168 +328,4 @@ impl redis::aio::ConnectionLike for SentinelConn {
     fn get_db(&self) -> i64 {
         self.shared.config.db
     }
-}
-
-/// A client for one sentinel: the sentinels' own credentials (none unless
-/// `sentinel_username`/`sentinel_password` are given), the URL's TLS.
-fn sentinel_client(
-    config: &RedisConfig,
-    node: &HostPort,
-    username: Option<&str>,
-    password: Option<&omnilock_core::Secret>,
-) -> Result<redis::Client> {
-    let login = Login {
-        default_port: 26379,
-        username,
-        password,
-        db: 0,
-    };
-    client_for(config, node, login)
-}
-
-fn sentinel_list(sentinels: &[(String, redis::Client)]) -> String {
-    sentinels
-        .iter()
-        .map(|(address, _)| address.as_str())
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// The masters the sentinels name, the most named first (during a
-/// failover, a sentinel that has not caught up names the old one). A
-/// sentinel that answers but does not know `master` counts too: if none
-/// knows it, the error says so (a wrong name is a configuration error, not
-/// an outage).
-async fn resolve(
-    sentinels: &[(String, redis::Client)],
-    master: &str,
-    config: &RedisConfig,
-) -> Result<Vec<HostPort>> {
-    // Each sentinel gets half the connect timeout, so that one that is
-    // down (or silent) cannot use up the whole budget of a connect or a
-    // failover.
-    let probe = config.options.connect_timeout / 2;
-    let asks = sentinels.iter().map(|(address, client)| async move {
-        let ask = async {
-            let connection = client
-                .get_multiplexed_async_connection_with_config(
-                    &AsyncConnectionConfig::new()
-                        .set_connection_timeout(Some(config.options.connect_timeout))
-                        .set_response_timeout(Some(config.options.response_timeout)),
-                )
-                .await;
-            match connection {
-                Ok(mut connection) => {
-                    redis::cmd("SENTINEL")
-                        .arg("GET-MASTER-ADDR-BY-NAME")
-                        .arg(master)
-                        .query_async::<Option<(String, u16)>>(&mut connection)
-                        .await
-                }
-                Err(e) => Err(e),
-            }
-        };
-        match tokio::time::timeout(probe, ask).await {
-            Ok(answer) => answer.map_err(|e| sentinel_error(e, address)),
-            Err(_) => Err(Error::unavailable(format!(
-                "the sentinel at {address} did not answer within {probe:?}"
-            ))),
-        }
-    });
-    let mut votes: Vec<(HostPort, usize)> = Vec::new();
-    let (mut failures, mut unknown, mut refused) = (Vec::new(), 0, None);
-    for answer in futures_util::future::join_all(asks).await {
-        match answer {
-            Ok(Some((host, port))) => {
-                let named = HostPort {
-                    host,
-                    port: Some(port),
-                };
-                match votes.iter_mut().find(|(address, _)| *address == named) {
-                    Some((_, count)) => *count += 1,
-                    None => votes.push((named, 1)),
-                }
-            }
-            Ok(None) => unknown += 1,
-            Err(e) if !e.is_retryable() => refused = Some(e),
-            Err(e) => failures.push(e.message().to_string()),
-        }
-    }
-    if votes.is_empty() && unknown == 0 {
-        // A sentinel that refused us (credentials) says more than the
-        // ones that did not answer.
-        if let Some(refused) = refused {
-            return Err(refused);
-        }
-    }
-    if !votes.is_empty() {
-        votes.sort_by_key(|(_, count)| std::cmp::Reverse(*count));
-        return Ok(votes.into_iter().map(|(address, _)| address).collect());
-    }
-    if unknown > 0 {
-        return Err(Error::config(format!(
-            "no sentinel at {} knows a master named {master:?} ({unknown} answered); \
-             check the name in the URL's path",
-            sentinel_list(sentinels)
-        )));
-    }
-    Err(Error::unavailable(format!(
-        "cannot reach any sentinel: {}",
-        failures.join("; ")
-    )))
-}
-
-/// Connects to the first of `candidates` that is a master.
-async fn connect_first_master(config: &RedisConfig, candidates: &[HostPort]) -> Result<Master> {
-    let mut last = Error::unavailable("the sentinels name no master");
-    for candidate in candidates {
-        match connect_master(config, candidate).await {
-            Ok(master) => return Ok(master),
-            Err(e) if e.kind() == omnilock_core::ErrorKind::InvalidConfig => return Err(e),
-            Err(e) => last = e,
-        }
-    }
-    Err(last)
-}
-
-/// Sentinel errors name the sentinels' own credentials, which differ from
-/// the data nodes'.
-fn sentinel_error(e: redis::RedisError, address: &str) -> Error {
-    let refused = refused_credentials(&e);
-    let mapped = map_err(e, address);
-    if refused {
-        return Error::auth(format!(
-            "the sentinel at {address} refused the credentials: give the sentinels' own with \
-             sentinel_username= and sentinel_password= (the URL's user and password are the \
-             data nodes')"
-        ));
-    }
-    mapped
-}
-
-/// Connects to the server at `address`, checking it is a master: a
-/// sentinel that has not yet noticed a failover may name a server that has
-/// become a replica.
-async fn connect_master(config: &RedisConfig, address: &HostPort) -> Result<Master> {
-    let client = Node::client(config, address)?;
-    let mut conn = connection_manager(&client, &config.options).await?;
-    let shown = address.to_string();
-    let role: Vec<Value> = redis::cmd("ROLE")
-        .query_async(&mut conn)
-        .await
-        .map_err(|e| map_err(e, &shown))?;
-    let role = role
-        .first()
-        .and_then(|r| redis::from_redis_value_ref::<String>(r).ok())
-        .unwrap_or_default();
-    if role != "master" {
-        return Err(Error::unavailable(format!(
-            "the sentinels name {shown} as master, but it is a {role} (failover in progress)"
-        )));
-    }
-    Ok(Master {
-        address: shown,
-        client,
-        conn,
-    })
 }
