@@ -6,7 +6,7 @@
 #                                    (scripts/stores.sh up)
 #   CHAOS_FILTER=REGEX               only the runs whose label matches
 #   CHAOS_KEEP=1                     keep earlier results in target/chaos-long
-#   CHAOS_SET=classic|volume|kleppmann|failover|guarded|logs|documents|all
+#   CHAOS_SET=classic|volume|kleppmann|failover|guarded|logs|documents|tls|all
 #                                    which runs (default all):
 #     classic    the runs below with work 0-2 s (recovery times, 1-lock runs)
 #     volume     every store x fault class once over 100 locks with work
@@ -27,6 +27,12 @@
 #                fence::FencedFile (locks on etcd) and sql::FencedTable (in
 #                the lock's own database); volume runs per fault, and a
 #                pause run without the fence as the control
+#     tls        every store that serves TLS in the test topology, over
+#                TLS as users who have it run (PostgreSQL and MySQL
+#                verify-full, rediss://, etcds:// and zks:// with client
+#                certificates), volume runs per fault, each also on the
+#                application's own pool or client (--byo). Partitions cut
+#                the TLS connections in the proxy.
 #
 # Each run: 16 client processes, TTL 2 s, work under the lock 0-2 s (as the
 # issue that specified the harness asked), one fault class. "1lock" runs put
@@ -58,9 +64,10 @@ run() {
   local label="$store-$fault-${locks}lock-$register$suffix"
   [[ $label =~ $FILTER ]] || return 0
   echo "chaos: $label ($duration)" >&2
+  # shellcheck disable=SC2086 # RUN_ARGS: more options, word-split on purpose
   "$CHAOS" run --store "$url" --fault "$fault" --duration "$duration" --clients 16 \
     --locks "$locks" --ttl 2s --work "$work" --interval 5s --register "$register" \
-    --allow-violations --out "$OUT/$label" >"$OUT/$label.txt" 2>&1 ||
+    --allow-violations --out "$OUT/$label" ${RUN_ARGS:-} >"$OUT/$label.txt" 2>&1 ||
     echo "chaos: $label failed, see $OUT/$label.txt" >&2
 }
 
@@ -132,6 +139,27 @@ if [ "$SET" = documents ] || [ "$SET" = all ]; then
   documents mysql "$OMNILOCK_TEST_MYSQL_URL" table kill pause partition &
   documents sqlite "$OMNILOCK_TEST_SQLITE_URL" table kill pause &
   wait
+fi
+
+if [ "$SET" = tls ] || [ "$SET" = all ]; then
+  # tls STORE URL [byo]: each fault over 100 locks, fenced; with "byo" the
+  # same runs again on the application's own pool or client.
+  tls() {
+    local store=$1 url=$2 byo=${3:-}
+    for fault in kill pause partition; do run "$store-tls" "$url" "$fault" 100 fenced 50ms -volume; done
+    if [ "$byo" = byo ]; then
+      for fault in kill pause partition; do
+        RUN_ARGS=--byo run "$store-tls" "$url" "$fault" 100 fenced 50ms -volume-byo
+      done
+    fi
+  }
+  tls postgres "$OMNILOCK_TEST_POSTGRES_TLS_URL" byo &
+  tls mysql "$OMNILOCK_TEST_MYSQL_TLS_URL" byo &
+  wait
+  tls etcd "$OMNILOCK_TEST_ETCD_TLS_URL" byo &
+  tls redis "$OMNILOCK_TEST_REDIS_TLS_URL" byo &
+  wait
+  tls zk "$OMNILOCK_TEST_ZK_TLS_URL" byo
 fi
 
 if [ "$SET" = failover ] || [ "$SET" = all ]; then

@@ -1,17 +1,20 @@
 //! Locks on the application's own client or pool (`run --byo`).
 //!
-//! Each client process opens an etcd or ZooKeeper client, or a PostgreSQL
-//! pool, from the store URL's settings (endpoints, credentials, TLS) as an
-//! application would, and builds the store on it with the backend's
-//! builder. The faults then hit what applications that share their client
-//! with omnilock run: the client's own reconnects, its session, its pool.
+//! Each client process opens an etcd or ZooKeeper client, a PostgreSQL or
+//! MySQL/MariaDB pool, or a Redis client and connection manager, from the
+//! store URL's settings (endpoints, credentials, TLS) as an application
+//! would, and builds the store on it with the backend's builder. The
+//! faults then hit what applications that share their client with omnilock
+//! run: the client's own reconnects, its session, its pool.
 
+use std::str::FromStr;
 use std::time::Duration;
 
 use omnilock::Locks;
 use omnilock::etcd::{EtcdConfig, EtcdStore};
 use omnilock::raw::StoreUrl;
-use omnilock::sql::{SqlConfig, SqlStore};
+use omnilock::redis::{Deployment, RedisConfig, RedisStore, redis};
+use omnilock::sql::{SqlConfig, SqlStore, SslMode, TlsOptions};
 use omnilock::zookeeper::{ZkConfig, ZkStore};
 
 use crate::logs::{etcd_client, zk_client};
@@ -47,9 +50,37 @@ pub async fn locks(url: &str, ttl: Duration) -> Result<Locks, String> {
                 .build()
                 .await
         }
+        "mysql" | "mariadb" => {
+            let config = SqlConfig::from_url(&parsed).map_err(|e| e.to_string())?;
+            let pool = sqlx::MySqlPool::connect_with(mysql_options(url, &config.tls)?)
+                .await
+                .map_err(|e| format!("the application's pool: {e}"))?;
+            SqlStore::builder(pool)
+                .table(config.table.clone())
+                .advisory(config.advisory)
+                .build()
+                .await
+        }
+        "redis" | "rediss" => {
+            let config = RedisConfig::from_url(&parsed).map_err(|e| e.to_string())?;
+            if !matches!(config.deployment, Deployment::Single) {
+                return Err("--byo on Redis runs on one server (redis://, rediss://)".into());
+            }
+            let client = redis_client(url, &config)?;
+            let manager = client
+                .get_connection_manager()
+                .await
+                .map_err(|e| format!("the application's connection manager: {e}"))?;
+            RedisStore::builder(client)
+                .connection_manager(manager)
+                .prefix(config.options.prefix.clone())
+                .build()
+                .await
+        }
         other => {
             return Err(format!(
-                "--byo runs on etcd, ZooKeeper and PostgreSQL, not {other}://"
+                "--byo runs on etcd, ZooKeeper, PostgreSQL, MySQL/MariaDB and Redis, not \
+                 {other}://"
             ));
         }
     };
@@ -72,6 +103,52 @@ fn postgres_url(url: &str) -> String {
     } else {
         format!("{base}?{}", tls.join("&"))
     }
+}
+
+/// The connect options an application builds for its MySQL/MariaDB pool:
+/// the URL's address, login and database, and its TLS settings through
+/// sqlx's own setters.
+fn mysql_options(url: &str, tls: &TlsOptions) -> Result<sqlx::mysql::MySqlConnectOptions, String> {
+    use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
+    let base = url.split_once('?').map_or(url, |(base, _)| base);
+    let base = base.replacen("mariadb://", "mysql://", 1);
+    let mut options =
+        MySqlConnectOptions::from_str(&base).map_err(|e| format!("the pool's URL: {e}"))?;
+    if let Some(mode) = tls.mode {
+        options = options.ssl_mode(match mode {
+            SslMode::Disable => MySqlSslMode::Disabled,
+            SslMode::Prefer => MySqlSslMode::Preferred,
+            SslMode::Require => MySqlSslMode::Required,
+            SslMode::VerifyCa => MySqlSslMode::VerifyCa,
+            SslMode::VerifyFull => MySqlSslMode::VerifyIdentity,
+        });
+    }
+    if let Some(ca) = &tls.root_cert {
+        options = options.ssl_ca(ca);
+    }
+    if let (Some(cert), Some(key)) = (&tls.cert, &tls.key) {
+        options = options.ssl_client_cert(cert).ssl_client_key(key);
+    }
+    Ok(options)
+}
+
+/// The client an application opens for one Redis server: the URL without
+/// omnilock's options, and the CA of `tls_ca` given to redis-rs.
+fn redis_client(url: &str, config: &RedisConfig) -> Result<redis::Client, String> {
+    let base = url.split_once('?').map_or(url, |(base, _)| base);
+    let client = match &config.tls_ca {
+        Some(path) => {
+            let root_cert = std::fs::read(path)
+                .map_err(|e| format!("cannot read tls_ca {}: {e}", path.display()))?;
+            let certificates = redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(root_cert),
+            };
+            redis::Client::build_with_tls(base, certificates)
+        }
+        None => redis::Client::open(base),
+    };
+    client.map_err(|e| format!("the application's client: {e}"))
 }
 
 #[cfg(test)]

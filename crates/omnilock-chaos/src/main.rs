@@ -135,8 +135,8 @@ struct RunArgs {
     #[arg(long, default_value = "mutex")]
     primitive: Primitive,
     /// Clients build the store on an application's own client or pool, as
-    /// an application that shares its client does (etcd, ZooKeeper and
-    /// PostgreSQL), instead of from the URL.
+    /// an application that shares its client does (etcd, ZooKeeper,
+    /// PostgreSQL, MySQL/MariaDB, one Redis server), instead of from the URL.
     #[arg(long)]
     byo: bool,
     /// Where the history, client logs and report.json go.

@@ -103,7 +103,8 @@ pub struct RunConfig {
     /// What the clients take.
     pub primitive: Primitive,
     /// Clients build the store on an application's own client or pool
-    /// (etcd, ZooKeeper, PostgreSQL; `byo.rs`).
+    /// (etcd, ZooKeeper, PostgreSQL, MySQL/MariaDB, one Redis server;
+    /// `byo.rs`).
     pub byo: bool,
     /// Where the history, the client logs and the report go.
     pub out: PathBuf,

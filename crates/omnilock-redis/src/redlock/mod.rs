@@ -347,6 +347,7 @@ impl RedlockStore {
                     node.subscriber.clone(),
                     channel.clone(),
                     store.inner.options.connect_timeout,
+                    store.inner.options.response_timeout,
                 ))
             })
             .collect();

@@ -223,6 +223,7 @@ impl RedisStore {
                     store.inner.options.prefix, store.inner.client_id
                 ),
                 store.inner.options.connect_timeout,
+                store.inner.options.response_timeout,
             )),
             Incoming::Pushes(pushes) => tokio::spawn(listen_shards(weak, pushes)),
         };

@@ -32,7 +32,8 @@ pub(crate) trait WakeTarget: Send + Sync + 'static {
 
 /// Delivers wake-up messages from server `from` to `store`'s waiters, and
 /// re-subscribes (with backoff) when the subscription's connection is lost
-/// or does not answer a PING within `connect_timeout` ([`KEEPALIVE`]).
+/// or does not answer a PING within `response_timeout` ([`KEEPALIVE`]);
+/// a subscription may take `connect_timeout`, as it opens a connection.
 /// After a loss every waiter re-checks at once, since a release may have
 /// been missed. Ends when the store is dropped.
 pub(crate) async fn listen<T: WakeTarget>(
@@ -42,6 +43,7 @@ pub(crate) async fn listen<T: WakeTarget>(
     subscriber: Subscriber,
     channel: String,
     connect_timeout: Duration,
+    response_timeout: Duration,
 ) {
     let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
     loop {
@@ -77,7 +79,7 @@ pub(crate) async fn listen<T: WakeTarget>(
                 // The master moved (Sentinel): subscribe there.
                 () = &mut moved => None,
                 _ = keepalive.tick() => {
-                    let pong = tokio::time::timeout(connect_timeout, sink.ping::<redis::Value>());
+                    let pong = tokio::time::timeout(response_timeout, sink.ping::<redis::Value>());
                     if matches!(pong.await, Ok(Ok(_))) {
                         continue;
                     }
