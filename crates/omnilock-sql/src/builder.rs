@@ -222,6 +222,8 @@ impl SqlStoreBuilder {
             // The application's pool size: MySQL/MariaDB's waiters block on
             // bells on as many connections of their own (see `bells.rs`).
             pool_size: max_connections(&self.pool),
+            // The application's pool: its connections are its own.
+            max_idle: max_connections(&self.pool),
             create_table: self.create_table,
             notify,
             waiting_mark: config::waiting_mark(self.max_poll),

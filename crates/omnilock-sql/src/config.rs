@@ -87,6 +87,12 @@ pub struct SqlConfig {
     pub connect_timeout: Duration,
     /// Connections in the pool (`?pool=`, default 8; SQLite 4).
     pub pool_size: u32,
+    /// Idle connections the pool keeps (`?max_idle=`, default 2, at most
+    /// `pool`): the ones beyond are closed, least recently used first, so
+    /// that a client holds what its load needs now and not the most it
+    /// ever needed. On an application's pool, its own size (its
+    /// connections are not closed).
+    pub max_idle: u32,
     /// Whether to create the table if it is missing (`?create_table=`, default true).
     pub create_table: bool,
     /// Wake waiters in other processes through the database (`?notify=`,
@@ -115,6 +121,10 @@ pub struct SqlConfig {
     /// held lock has a session of its own.
     pub advisory_sessions: u32,
 }
+
+/// Idle connections a store's own pool keeps unless `?max_idle=` says
+/// otherwise (as Go's `database/sql`).
+pub(crate) const DEFAULT_MAX_IDLE: u64 = 2;
 
 /// Advisory mode's sessions per store before held locks share them.
 pub(crate) const DEFAULT_SESSIONS: u64 = 64;
@@ -194,6 +204,14 @@ impl SqlConfig {
         if !(1..=1000).contains(&pool_size) {
             return Err(Error::config("option \"pool\" must be between 1 and 1000"));
         }
+        let max_idle = url
+            .take_u64("max_idle")?
+            .unwrap_or(DEFAULT_MAX_IDLE.min(pool_size));
+        if max_idle > pool_size {
+            return Err(Error::config(format!(
+                "option \"max_idle\" ({max_idle}) must be at most the pool's size ({pool_size})"
+            )));
+        }
         let create_table = url.take_bool("create_table")?.unwrap_or(true);
         let fair = url.take_bool("fair")?;
         let advisory = take_mode(&mut url, dialect, fair == Some(true))?;
@@ -224,6 +242,7 @@ impl SqlConfig {
             max_poll,
             connect_timeout,
             pool_size: pool_size as u32,
+            max_idle: max_idle as u32,
             create_table,
             notify,
             waiting_mark: waiting_mark(max_poll),

@@ -40,6 +40,7 @@ mod schema;
 mod store;
 mod table;
 mod tls;
+mod trim;
 
 pub use builder::{SqlPool, SqlStoreBuilder};
 pub use config::{DEFAULT_TABLE, Dialect, SqlConfig};

@@ -74,8 +74,11 @@ pub(crate) struct Bells {
     options: MySqlConnectOptions,
     orders: mpsc::UnboundedSender<Order>,
     ringer: tokio::task::JoinHandle<()>,
-    /// Connections that blocked in a wait and came back, for the next.
+    /// Connections that blocked in a wait and came back, for the next
+    /// (the last back goes first); at most `max_idle`, the others are
+    /// closed (see `trim.rs`).
     idle: Mutex<Vec<MySqlConnection>>,
+    max_idle: usize,
     /// How many waits may block at once; a waiter beyond that polls.
     waits: Semaphore,
 }
@@ -91,8 +94,14 @@ enum Order {
 
 impl Bells {
     /// The bells of the store on `table`, connecting with `options`; at
-    /// most `waits` waiters of this store block on a bell at once.
-    pub(crate) fn start(table: &str, options: MySqlConnectOptions, waits: usize) -> Self {
+    /// most `waits` waiters of this store block on a bell at once, and at
+    /// most `max_idle` of their connections are kept between waits.
+    pub(crate) fn start(
+        table: &str,
+        options: MySqlConnectOptions,
+        waits: usize,
+        max_idle: usize,
+    ) -> Self {
         let (orders, received) = mpsc::unbounded_channel();
         let ringer = tokio::spawn(ring(options.clone(), received));
         Bells {
@@ -101,6 +110,7 @@ impl Bells {
             orders,
             ringer,
             idle: Mutex::new(Vec::new()),
+            max_idle,
             waits: Semaphore::new(waits),
         }
     }
@@ -197,7 +207,21 @@ impl Bells {
             };
         match answer {
             Ok((free, got)) => {
-                lock_unpoisoned(&self.idle).push(conn);
+                let surplus = {
+                    let mut idle = lock_unpoisoned(&self.idle);
+                    if idle.len() < self.max_idle {
+                        idle.push(conn);
+                        None
+                    } else {
+                        Some(conn)
+                    }
+                };
+                if let Some(conn) = surplus {
+                    // Not on the waiter's path: it has its answer.
+                    tokio::spawn(async move {
+                        let _ = conn.close().await;
+                    });
+                }
                 match (free, got) {
                     (Some(0), Some(2)) => Rung::Rang,
                     (Some(0), _) => Rung::Silent,

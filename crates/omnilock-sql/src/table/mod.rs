@@ -51,6 +51,9 @@ pub(crate) struct Inner {
     pub(crate) line: queue::LocalLine,
     /// The PostgreSQL LISTEN task, stopped with the store.
     listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The task closing the pool's surplus idle connections (`trim.rs`),
+    /// stopped with the store.
+    trimmer: Option<tokio::task::JoinHandle<()>>,
     /// MySQL/MariaDB: the mutexes' wake-up locks (see `bells.rs`).
     #[cfg(feature = "mysql")]
     bells: Option<bells::Bells>,
@@ -59,6 +62,9 @@ pub(crate) struct Inner {
 impl Drop for Inner {
     fn drop(&mut self) {
         if let Some(task) = self.listener.get_mut().ok().and_then(|t| t.take()) {
+            task.abort();
+        }
+        if let Some(task) = self.trimmer.take() {
             task.abort();
         }
     }
@@ -108,9 +114,11 @@ impl TableStore {
                 &config.table,
                 (*pool.connect_options()).clone(),
                 config.pool_size as usize,
+                config.max_idle as usize,
             )),
             _ => None,
         };
+        let trimmer = crate::trim::start(&pool, config.max_idle, config.pool_size);
         let store = TableStore {
             inner: Arc::new(Inner {
                 config,
@@ -121,6 +129,7 @@ impl TableStore {
                 left: Notify::new(),
                 line: queue::LocalLine::default(),
                 listener: Mutex::new(None),
+                trimmer,
                 #[cfg(feature = "mysql")]
                 bells,
             }),
