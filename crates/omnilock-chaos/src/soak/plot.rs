@@ -1,7 +1,7 @@
 //! The soak's curves as SVG, written by hand (no plotting dependency), in
 //! the style of the benchmark's charts: the warm-up shaded, each fault a
 //! red tick on the time axis, and the verdict's bound (the first third's
-//! peak plus the allowance) dashed where there is one.
+//! high, its 90th percentile, plus the allowance) dashed where there is one.
 
 use std::fmt::Write;
 

@@ -125,7 +125,7 @@ impl Summary {
             }
         );
         md.push_str(
-            "| series | after warm-up | end | first-third peak | last-third peak | trend | allowed | verdict |\n\
+            "| series | after warm-up | end | first-third high | last-third high | trend | allowed | verdict |\n\
              |---|---:|---:|---:|---:|---:|---:|---|\n",
         );
         for f in &self.findings {
@@ -135,8 +135,8 @@ impl Summary {
                 f.series,
                 shown(f.start),
                 shown(f.end),
-                shown(f.first_peak),
-                shown(f.last_peak),
+                shown(f.first_high),
+                shown(f.last_high),
                 if f.trend >= 0.0 { "+" } else { "" },
                 shown(f.trend),
                 shown(f.allowed),
@@ -231,7 +231,7 @@ pub fn write(
             .findings
             .iter()
             .find(|f| f.series == name)
-            .map(|f| f.first_peak + f.allowed)
+            .map(|f| f.first_high + f.allowed)
     };
     let chart = |title: &'static str,
                  y_label: &'static str,
