@@ -97,6 +97,39 @@ pub mod raw {
     };
 }
 
+/// Installs ring's rustls crypto provider as the process default unless
+/// one is installed: for applications that build TLS clients of their own
+/// (a `redis::Client` over TLS, a sqlx pool) before omnilock's first TLS
+/// connection, in a program with two providers built in (the
+/// `zookeeper-tls` feature brings aws-lc beside ring). omnilock's stores
+/// call it themselves before they connect.
+///
+/// ```
+/// omnilock::ensure_crypto_provider();
+/// // Now `redis::Client::open("rediss://…")`, a sqlx pool with
+/// // `sslmode=verify-full`, … find a provider.
+/// ```
+#[cfg(any(
+    feature = "etcd",
+    feature = "redis",
+    feature = "mysql",
+    feature = "postgres",
+    feature = "sqlite",
+    feature = "zookeeper-tls"
+))]
+#[cfg_attr(
+    docsrs,
+    doc(cfg(any(
+        feature = "etcd",
+        feature = "redis",
+        feature = "mysql",
+        feature = "postgres",
+        feature = "sqlite",
+        feature = "zookeeper-tls"
+    )))
+)]
+pub use omnilock_core::ensure_crypto_provider;
+
 /// The names of the metric series and [`metrics::describe`] (cargo feature
 /// `metrics`).
 #[cfg(feature = "metrics")]

@@ -23,6 +23,10 @@ use crate::logs::{etcd_client, zk_client};
 /// is the client's lease (a ZooKeeper session as long as the TTL, the
 /// shortest a lock on it may ask).
 pub async fn locks(url: &str, ttl: Duration) -> Result<Locks, String> {
+    // As an application with two rustls providers built in must (the
+    // chaos crate has ZooKeeper's TLS): the clients below are built here,
+    // before omnilock installs one.
+    omnilock::ensure_crypto_provider();
     let parsed = StoreUrl::parse(url).map_err(|e| e.to_string())?;
     let built = match parsed.scheme() {
         "etcd" | "etcds" => {
@@ -136,6 +140,12 @@ fn mysql_options(url: &str, tls: &TlsOptions) -> Result<sqlx::mysql::MySqlConnec
 /// omnilock's options, and the CA of `tls_ca` given to redis-rs.
 fn redis_client(url: &str, config: &RedisConfig) -> Result<redis::Client, String> {
     let base = url.split_once('?').map_or(url, |(base, _)| base);
+    // `redis://…?tls=true` asks for TLS as `rediss://` does.
+    let base = match base.strip_prefix("redis://") {
+        Some(rest) if config.tls => format!("rediss://{rest}"),
+        _ => base.to_string(),
+    };
+    let base = base.as_str();
     let client = match &config.tls_ca {
         Some(path) => {
             let root_cert = std::fs::read(path)

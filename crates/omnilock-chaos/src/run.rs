@@ -143,6 +143,10 @@ pub async fn run(config: RunConfig) -> Result<Report, String> {
     if config.primitive == Primitive::Multi && config.locks < 2 {
         return Err("--primitive multi takes two locks at once: give --locks 2 or more".into());
     }
+    if config.byo && config.log.is_some() && config.store.starts_with("redis") {
+        // The Redis log appends through the store it opens itself.
+        return Err("--byo does not apply to a Redis log register: its store is its own".into());
+    }
     if config.byo {
         // Fails on a store --byo does not cover, before any client starts.
         crate::byo::locks(&config.store, config.ttl)

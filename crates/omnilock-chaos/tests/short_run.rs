@@ -5,9 +5,8 @@
 //! in random order, each behind the fenced register), and logs in Redis and
 //! ZooKeeper appended through the store's own guard. Those later runs go
 //! over TLS (PostgreSQL and MySQL `verify-full`, `rediss://`, `etcds://`,
-//! `zks://`). Five cases build the store on the application's own pool or
-//! client (`--byo`): the PostgreSQL, etcd, MariaDB and ZooKeeper TLS cases
-//! and the Redis log. Fails on any safety violation where
+//! `zks://`), each on the application's own pool or client (`--byo`).
+//! Fails on any safety violation where
 //! docs/reliability.md says there must be none, and when the run did not
 //! actually exercise the faults.
 //!
@@ -104,9 +103,8 @@ const CASES: &[Case] = &[
     // The cases below run over TLS, as users who have it run: PostgreSQL
     // and MySQL with `verify-full`, `rediss://`, `etcds://` and `zks://`
     // (client certificates on etcd and ZooKeeper). Partitions cut the TLS
-    // connections in the proxy. Four of them build the store on the
-    // application's own pool or client (PostgreSQL, etcd, MariaDB,
-    // ZooKeeper), as does the Redis log case.
+    // connections in the proxy. Each builds the store on the application's
+    // own pool or client (`--byo`).
     Case::new(
         "POSTGRES_TLS",
         &["kill", "pause", "partition"],
@@ -114,16 +112,14 @@ const CASES: &[Case] = &[
     )
     .on_its_own_client(),
     Case::new("ETCD_TLS", &["kill", "pause", "partition"], "rw").on_its_own_client(),
-    Case::new("REDIS_TLS", &["kill", "pause", "partition"], "multi"),
+    Case::new("REDIS_TLS", &["kill", "pause", "partition"], "multi").on_its_own_client(),
     // SQL advisory mode: a held lock is a database session, and its lease
     // that session's idle timeout.
     Case::new("MYSQL_TLS", &["kill", "pause", "partition"], "mutex")
         .with_options("mode=advisory&table=omnilock_chaos_advisory")
         .on_its_own_client(),
     // A log in the lock's own store, appended through the store's guard.
-    Case::new("REDIS", &["kill", "pause", "partition"], "mutex")
-        .writing("log-guarded")
-        .on_its_own_client(),
+    Case::new("REDIS", &["kill", "pause", "partition"], "mutex").writing("log-guarded"),
     Case::new("ZK_TLS", &["kill", "pause", "partition"], "mutex")
         .writing("log-guarded")
         .on_its_own_client(),

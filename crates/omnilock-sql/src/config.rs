@@ -545,6 +545,24 @@ mod tests {
     }
 
     #[test]
+    fn max_idle_is_at_most_the_pool() {
+        assert_eq!(parse("postgres://h/db").unwrap().max_idle, 2);
+        assert_eq!(parse("mysql://h/db?pool=1").unwrap().max_idle, 1);
+        assert_eq!(parse("postgres://h/db?max_idle=0").unwrap().max_idle, 0);
+        assert_eq!(
+            parse("postgres://h/db?pool=4&max_idle=4").unwrap().max_idle,
+            4
+        );
+        let err = parse("postgres://h/db?pool=4&max_idle=5").unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+        assert!(
+            err.to_string().contains("at most the pool's size (4)"),
+            "{err}"
+        );
+        assert!(parse("sqlite:///x.db?max_idle=many").is_err());
+    }
+
+    #[test]
     fn connect_timeout_and_places() {
         assert!(parse("postgres://h/db?connect_timeout=0s").is_err());
         assert!(parse("postgres://h/db?connect_timeout=1h").is_err());

@@ -40,7 +40,6 @@ mod schema;
 mod store;
 mod table;
 mod tls;
-mod trim;
 
 pub use builder::{SqlPool, SqlStoreBuilder};
 pub use config::{DEFAULT_TABLE, Dialect, SqlConfig};

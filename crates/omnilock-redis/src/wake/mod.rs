@@ -21,6 +21,12 @@ pub(crate) mod shards;
 /// gave up on the connection, which takes minutes to hours.
 const KEEPALIVE: Duration = Duration::from_secs(2);
 
+/// The least a PING is given: Redlock's reply timeout (250 ms by default)
+/// bounds each round of a lock, not a subscription, and a busy machine
+/// would otherwise open subscriptions again, and make every waiter
+/// re-check, for nothing.
+const PONG_AT_LEAST: Duration = Duration::from_secs(1);
+
 /// What a subscription delivers its messages to.
 pub(crate) trait WakeTarget: Send + Sync + 'static {
     /// A release on server `from` (the store's own numbering) woke `entry`.
@@ -32,8 +38,9 @@ pub(crate) trait WakeTarget: Send + Sync + 'static {
 
 /// Delivers wake-up messages from server `from` to `store`'s waiters, and
 /// re-subscribes (with backoff) when the subscription's connection is lost
-/// or does not answer a PING within `response_timeout` ([`KEEPALIVE`]);
-/// a subscription may take `connect_timeout`, as it opens a connection.
+/// or does not answer a PING within `response_timeout` but at least
+/// [`PONG_AT_LEAST`] ([`KEEPALIVE`]); a subscription may take
+/// `connect_timeout`, as it opens a connection.
 /// After a loss every waiter re-checks at once, since a release may have
 /// been missed. Ends when the store is dropped.
 pub(crate) async fn listen<T: WakeTarget>(
@@ -79,7 +86,10 @@ pub(crate) async fn listen<T: WakeTarget>(
                 // The master moved (Sentinel): subscribe there.
                 () = &mut moved => None,
                 _ = keepalive.tick() => {
-                    let pong = tokio::time::timeout(response_timeout, sink.ping::<redis::Value>());
+                    let pong = tokio::time::timeout(
+                        response_timeout.max(PONG_AT_LEAST),
+                        sink.ping::<redis::Value>(),
+                    );
                     if matches!(pong.await, Ok(Ok(_))) {
                         continue;
                     }

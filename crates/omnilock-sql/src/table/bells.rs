@@ -74,11 +74,10 @@ pub(crate) struct Bells {
     options: MySqlConnectOptions,
     orders: mpsc::UnboundedSender<Order>,
     ringer: tokio::task::JoinHandle<()>,
-    /// Connections that blocked in a wait and came back, for the next
-    /// (the last back goes first); at most `max_idle`, the others are
-    /// closed (see `trim.rs`).
-    idle: Mutex<Vec<MySqlConnection>>,
-    max_idle: usize,
+    /// Connections that blocked in a wait and came back, for the next, with
+    /// when they came back: the last back goes first, and the store's
+    /// trimming closes the ones unused for a while (`trim.rs`).
+    idle: Mutex<Vec<(MySqlConnection, Instant)>>,
     /// How many waits may block at once; a waiter beyond that polls.
     waits: Semaphore,
 }
@@ -94,14 +93,8 @@ enum Order {
 
 impl Bells {
     /// The bells of the store on `table`, connecting with `options`; at
-    /// most `waits` waiters of this store block on a bell at once, and at
-    /// most `max_idle` of their connections are kept between waits.
-    pub(crate) fn start(
-        table: &str,
-        options: MySqlConnectOptions,
-        waits: usize,
-        max_idle: usize,
-    ) -> Self {
+    /// most `waits` waiters of this store block on a bell at once.
+    pub(crate) fn start(table: &str, options: MySqlConnectOptions, waits: usize) -> Self {
         let (orders, received) = mpsc::unbounded_channel();
         let ringer = tokio::spawn(ring(options.clone(), received));
         Bells {
@@ -110,7 +103,6 @@ impl Bells {
             orders,
             ringer,
             idle: Mutex::new(Vec::new()),
-            max_idle,
             waits: Semaphore::new(waits),
         }
     }
@@ -178,7 +170,7 @@ impl Bells {
         // second for the round trip), and a dropped statement closes its
         // connection.
         let bound = timeout + Duration::from_secs(1);
-        let popped = lock_unpoisoned(&self.idle).pop();
+        let popped = lock_unpoisoned(&self.idle).pop().map(|(conn, _)| conn);
         let mut conn = match popped {
             Some(conn) => conn,
             None => match tokio::time::timeout(bound, self.options.connect()).await {
@@ -207,21 +199,7 @@ impl Bells {
             };
         match answer {
             Ok((free, got)) => {
-                let surplus = {
-                    let mut idle = lock_unpoisoned(&self.idle);
-                    if idle.len() < self.max_idle {
-                        idle.push(conn);
-                        None
-                    } else {
-                        Some(conn)
-                    }
-                };
-                if let Some(conn) = surplus {
-                    // Not on the waiter's path: it has its answer.
-                    tokio::spawn(async move {
-                        let _ = conn.close().await;
-                    });
-                }
+                lock_unpoisoned(&self.idle).push((conn, Instant::now()));
                 match (free, got) {
                     (Some(0), Some(2)) => Rung::Rang,
                     (Some(0), _) => Rung::Silent,
@@ -233,6 +211,19 @@ impl Bells {
                 Rung::Unavailable
             }
         }
+    }
+
+    /// Takes out the wait connections beyond the `keep` used last that
+    /// have not been used for `unused_for`, for the caller to close.
+    pub(crate) fn unused(&self, keep: usize, unused_for: Duration) -> Vec<MySqlConnection> {
+        let mut idle = lock_unpoisoned(&self.idle);
+        // Oldest first: the ones at the front came back longest ago.
+        let candidates = idle.len().saturating_sub(keep);
+        let stale = idle[..candidates]
+            .iter()
+            .take_while(|(_, back)| back.elapsed() >= unused_for)
+            .count();
+        idle.drain(..stale).map(|(conn, _)| conn).collect()
     }
 
     /// Stops the ringer: its connection closes, and with it every bell.

@@ -12,6 +12,7 @@ mod inspect;
 mod queue;
 mod records;
 mod renew;
+mod trim;
 
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
@@ -51,9 +52,9 @@ pub(crate) struct Inner {
     pub(crate) line: queue::LocalLine,
     /// The PostgreSQL LISTEN task, stopped with the store.
     listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
-    /// The task closing the pool's surplus idle connections (`trim.rs`),
-    /// stopped with the store.
-    trimmer: Option<tokio::task::JoinHandle<()>>,
+    /// The task closing the connections a burst left (`trim.rs`), stopped
+    /// with the store.
+    trimmer: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// MySQL/MariaDB: the mutexes' wake-up locks (see `bells.rs`).
     #[cfg(feature = "mysql")]
     bells: Option<bells::Bells>,
@@ -64,7 +65,7 @@ impl Drop for Inner {
         if let Some(task) = self.listener.get_mut().ok().and_then(|t| t.take()) {
             task.abort();
         }
-        if let Some(task) = self.trimmer.take() {
+        if let Some(task) = self.trimmer.get_mut().ok().and_then(|t| t.take()) {
             task.abort();
         }
     }
@@ -114,11 +115,9 @@ impl TableStore {
                 &config.table,
                 (*pool.connect_options()).clone(),
                 config.pool_size as usize,
-                config.max_idle as usize,
             )),
             _ => None,
         };
-        let trimmer = crate::trim::start(&pool, config.max_idle, config.pool_size);
         let store = TableStore {
             inner: Arc::new(Inner {
                 config,
@@ -129,7 +128,7 @@ impl TableStore {
                 left: Notify::new(),
                 line: queue::LocalLine::default(),
                 listener: Mutex::new(None),
-                trimmer,
+                trimmer: Mutex::new(None),
                 #[cfg(feature = "mysql")]
                 bells,
             }),
@@ -143,6 +142,7 @@ impl TableStore {
             ));
             *lock_unpoisoned(&store.inner.listener) = Some(task);
         }
+        *lock_unpoisoned(&store.inner.trimmer) = Some(trim::start(Arc::downgrade(&store.inner)));
         store
     }
 
@@ -300,9 +300,12 @@ impl TableStore {
     }
 
     /// Stops what the store runs beside its pool: the PostgreSQL listener,
-    /// the MySQL/MariaDB bell ringer.
+    /// the trimming task, the MySQL/MariaDB bell ringer.
     pub(crate) fn stop_background(&self) {
         if let Some(task) = lock_unpoisoned(&self.inner.listener).take() {
+            task.abort();
+        }
+        if let Some(task) = lock_unpoisoned(&self.inner.trimmer).take() {
             task.abort();
         }
         #[cfg(feature = "mysql")]
