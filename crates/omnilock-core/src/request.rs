@@ -243,7 +243,12 @@ impl LockRequest<'_> {
         // A named owner may already hold the lock in this process: re-enter
         // without a round trip. The slot's mutex serializes a named owner's
         // first acquisition, so two tasks of one owner never queue against
-        // each other in the store.
+        // each other in the store. Declared first, so dropped last, after
+        // the slot and its lock, whichever way this ends.
+        let _prune = PruneSlot {
+            shared,
+            key: (name.clone(), owner.clone(), self.primitive),
+        };
         let slot = shared.slot(&name, &owner, self.primitive);
         let mut current = if wait {
             slot.lock_owned().await
@@ -341,6 +346,19 @@ impl LockRequest<'_> {
                 return Ok(None);
             }
         }
+    }
+}
+
+/// Drops a reentrancy slot that ended up unused (see
+/// [`Shared::prune_slot`](crate::shared::Shared::prune_slot)).
+struct PruneSlot<'a> {
+    shared: &'a crate::shared::Shared,
+    key: crate::shared::SlotKey,
+}
+
+impl Drop for PruneSlot<'_> {
+    fn drop(&mut self) {
+        self.shared.prune_slot(&self.key);
     }
 }
 
@@ -459,6 +477,52 @@ mod tests {
             .expect("free again");
         assert!(guard.is_held());
         guard.release().await.expect("release");
+    }
+
+    /// A named owner's attempt that ends without a grant leaves no
+    /// reentrancy slot behind, whichever way it ends: busy, timed out,
+    /// cancelled, or a `lock_all` whose parts (an owner each) fail.
+    #[tokio::test]
+    async fn attempts_without_a_grant_leave_no_slot() {
+        let locks = Locks::new(MemStore::default());
+        let holder = locks.acquire("busy").await.expect("acquire");
+        let owner = |name: &str| crate::Owner::new(name).expect("owner");
+        let other = locks.lock("busy").owner(&owner("other"));
+        assert!(other.try_acquire().await.expect("try").is_none());
+        let timed_out = locks
+            .lock("busy")
+            .owner(&owner("other"))
+            .timeout(Duration::from_millis(20))
+            .acquire()
+            .await;
+        assert_eq!(timed_out.err().map(|e| e.kind()), Some(ErrorKind::Timeout));
+        let cancelled = tokio::time::timeout(
+            Duration::from_millis(20),
+            locks.lock("busy").owner(&owner("third")).acquire(),
+        )
+        .await;
+        assert!(cancelled.is_err(), "the lock was busy");
+        for _ in 0..10 {
+            let all = locks
+                .lock_all(["free/a", "busy", "free/b"])
+                .timeout(Duration::from_millis(20))
+                .acquire()
+                .await;
+            assert!(all.is_err(), "one part was busy");
+        }
+        assert_eq!(locks.shared.slots(), 0, "slots left behind");
+
+        // A granted named owner keeps its slot (for re-entry) until released.
+        let named = locks
+            .lock("mine")
+            .owner(&owner("me"))
+            .acquire()
+            .await
+            .expect("acquire");
+        assert_eq!(locks.shared.slots(), 1);
+        named.release().await.expect("release");
+        holder.release().await.expect("release");
+        assert_eq!(locks.shared.slots(), 0);
     }
 
     /// A try-acquire never waits for a holder, and its timeout bounds the

@@ -17,7 +17,7 @@ pub(crate) type HoldSlot = Arc<tokio::sync::Mutex<Weak<Hold>>>;
 /// A reentrancy slot's key: the name, the owner and which lock of that name
 /// (the mutex, or one side of the read-write lock; semaphore permits are
 /// never re-entered and have no slot).
-type SlotKey = (LockName, Owner, Primitive);
+pub(crate) type SlotKey = (LockName, Owner, Primitive);
 
 /// What every clone of a [`Locks`] handle shares: the backend and the holds
 /// of named owners in this process (for reentrancy without a round trip).
@@ -79,6 +79,28 @@ impl Shared {
             .entry((name.clone(), owner.clone(), primitive))
             .or_default()
             .clone()
+    }
+
+    /// Drops the reentrancy slot `key` if nobody uses it and it holds no
+    /// live hold: an attempt that ended without a grant (busy, timed out,
+    /// failed, cancelled) leaves nothing behind. Without this, every
+    /// `lock_all` part that failed (each has an owner of its own) kept its
+    /// slot for the handle's lifetime.
+    pub(crate) fn prune_slot(&self, key: &SlotKey) {
+        let mut holds = lock_unpoisoned(&self.holds);
+        let unused = holds.get(key).is_some_and(|slot| {
+            Arc::strong_count(slot) == 1
+                && slot.try_lock().is_ok_and(|hold| hold.strong_count() == 0)
+        });
+        if unused {
+            holds.remove(key);
+        }
+    }
+
+    /// How many reentrancy slots the handle keeps.
+    #[cfg(test)]
+    pub(crate) fn slots(&self) -> usize {
+        lock_unpoisoned(&self.holds).len()
     }
 
     /// The live hold of `owner` on `name`'s read or write side in this
