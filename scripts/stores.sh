@@ -134,12 +134,38 @@ deps() {
   need_packages "${BUILD_PACKAGES[@]}"
 }
 
+# Private ports inside the kernel's range for outgoing connections
+# (32768-60999 by default) can be taken by another process's outgoing
+# connection just before a store binds them: "Address already in use" (a
+# sentinel failed to start that way once). Where this script may (root,
+# a writable /proc/sys), it reserves them, so that the kernel never picks
+# them for an outgoing connection; elsewhere such a start fails with the
+# server's message in its log, and `up` can be run again.
+reserve_ports() {
+  local file=/proc/sys/net/ipv4/ip_local_reserved_ports ranges=() base step
+  [ -w "$file" ] || return 0
+  for base in "$MARIADB_PORT" "$POSTGRES_PORT" "$REDIS_CLUSTER_PORT" "$REDIS_SENTINEL_PORT"; do
+    # Each store's nodes, cluster buses (+1000) and TLS nodes' buses (+2000).
+    for step in 0 1000 2000; do
+      ranges+=("$((base + step))-$((base + step + 19))")
+    done
+  done
+  local current joined
+  current=$(cat "$file" 2>/dev/null || true)
+  joined=$(
+    IFS=,
+    echo "${ranges[*]}"
+  )
+  echo "${current:+$current,}$joined" >"$file" 2>/dev/null || true
+}
+
 up() {
   mkdir -p "$DIR"
   if [ -s "$PIDS" ]; then
     log "stores already up (target/stores/pids exists); restarting"
     down
   fi
+  reserve_ports
   : >"$PIDS"
   : >"$ENV_FILE"
   {

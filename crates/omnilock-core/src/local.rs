@@ -11,7 +11,11 @@ use crate::name::LockName;
 use crate::sync::lock_unpoisoned;
 
 /// A registry of per-lock wake-up signals, shared by the waiters of one
-/// backend instance. Entries go away with their last waiter.
+/// backend instance. An entry outlives its last waiter only until the
+/// registry next sweeps: it keeps at most about twice the names waited on
+/// at the last sweep, and at least [`SWEEP_FROM`], so a process that
+/// touches many names over time does not keep one entry per name it ever
+/// waited on.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -27,21 +31,37 @@ use crate::sync::lock_unpoisoned;
 /// ```
 #[derive(Debug, Default)]
 pub struct LocalWaiters {
-    signals: Mutex<HashMap<LockName, Weak<Notify>>>,
+    signals: Mutex<Signals>,
 }
+
+#[derive(Debug, Default)]
+struct Signals {
+    by_name: HashMap<LockName, Weak<Notify>>,
+    /// The size at which entries without waiters are swept out next.
+    sweep_at: usize,
+}
+
+/// The fewest entries a registry holds before it sweeps.
+const SWEEP_FROM: usize = 64;
 
 impl LocalWaiters {
     /// The signal for `name`; keep it while waiting.
     pub fn register(&self, name: &LockName) -> Arc<Notify> {
         let mut signals = lock_unpoisoned(&self.signals);
-        if let Some(signal) = signals.get(name).and_then(Weak::upgrade) {
+        if let Some(signal) = signals.by_name.get(name).and_then(Weak::upgrade) {
             return signal;
         }
-        if signals.len() >= 1024 {
-            signals.retain(|_, signal| signal.strong_count() > 0);
+        if signals.by_name.len() >= signals.sweep_at.max(SWEEP_FROM) {
+            // Amortized: the next sweep waits until the map has doubled.
+            signals
+                .by_name
+                .retain(|_, signal| signal.strong_count() > 0);
+            signals.sweep_at = 2 * signals.by_name.len();
         }
         let signal = Arc::new(Notify::new());
-        signals.insert(name.clone(), Arc::downgrade(&signal));
+        signals
+            .by_name
+            .insert(name.clone(), Arc::downgrade(&signal));
         signal
     }
 
@@ -62,6 +82,31 @@ impl LocalWaiters {
 
     fn get(&self, name: &LockName) -> Option<Arc<Notify>> {
         let signals = lock_unpoisoned(&self.signals);
-        signals.get(name).and_then(Weak::upgrade)
+        signals.by_name.get(name).and_then(Weak::upgrade)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Waiting on many names one after another keeps few entries; names
+    /// waited on now are never swept.
+    #[test]
+    fn entries_without_waiters_are_swept() {
+        let waiters = LocalWaiters::default();
+        let name = |i: usize| LockName::new(&format!("n{i}")).unwrap();
+        let live: Vec<Arc<Notify>> = (0..10).map(|i| waiters.register(&name(i))).collect();
+        for i in 10..5_000 {
+            drop(waiters.register(&name(i)));
+        }
+        let kept = lock_unpoisoned(&waiters.signals).by_name.len();
+        assert!(kept <= 2 * SWEEP_FROM, "{kept} entries kept");
+        for (i, signal) in live.iter().enumerate() {
+            assert!(
+                Arc::ptr_eq(signal, &waiters.register(&name(i))),
+                "a live entry was swept"
+            );
+        }
     }
 }
