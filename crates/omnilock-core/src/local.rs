@@ -13,7 +13,7 @@ use crate::sync::lock_unpoisoned;
 /// A registry of per-lock wake-up signals, shared by the waiters of one
 /// backend instance. An entry outlives its last waiter only until the
 /// registry next sweeps: it keeps at most about twice the names waited on
-/// at the last sweep, and at least [`SWEEP_FROM`], so a process that
+/// at the last sweep, and at least 64, so a process that
 /// touches many names over time does not keep one entry per name it ever
 /// waited on.
 ///
