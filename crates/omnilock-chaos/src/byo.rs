@@ -14,7 +14,7 @@ use omnilock::Locks;
 use omnilock::etcd::{EtcdConfig, EtcdStore};
 use omnilock::raw::StoreUrl;
 use omnilock::redis::{Deployment, RedisConfig, RedisStore, redis};
-use omnilock::sql::{SqlConfig, SqlStore, SslMode, TlsOptions};
+use omnilock::sql::{SqlConfig, SqlPool, SqlStore, SslMode, TlsOptions};
 use omnilock::zookeeper::{ZkConfig, ZkStore};
 
 use crate::logs::{etcd_client, zk_client};
@@ -48,22 +48,14 @@ pub async fn locks(url: &str, ttl: Duration) -> Result<Locks, String> {
             let pool = sqlx::PgPool::connect(&postgres_url(url))
                 .await
                 .map_err(|e| format!("the application's pool: {e}"))?;
-            SqlStore::builder(pool)
-                .table(config.table.clone())
-                .advisory(config.advisory)
-                .build()
-                .await
+            on_pool(pool, &config).await
         }
         "mysql" | "mariadb" => {
             let config = SqlConfig::from_url(&parsed).map_err(|e| e.to_string())?;
             let pool = sqlx::MySqlPool::connect_with(mysql_options(url, &config.tls)?)
                 .await
                 .map_err(|e| format!("the application's pool: {e}"))?;
-            SqlStore::builder(pool)
-                .table(config.table.clone())
-                .advisory(config.advisory)
-                .build()
-                .await
+            on_pool(pool, &config).await
         }
         "redis" | "rediss" => {
             let config = RedisConfig::from_url(&parsed).map_err(|e| e.to_string())?;
@@ -89,6 +81,15 @@ pub async fn locks(url: &str, ttl: Duration) -> Result<Locks, String> {
         }
     };
     built.map_err(|e| format!("the store on the application's client: {e}"))
+}
+
+/// The SQL store on the application's `pool`, with the URL's table and mode.
+async fn on_pool(pool: impl Into<SqlPool>, config: &SqlConfig) -> omnilock::Result<Locks> {
+    SqlStore::builder(pool)
+        .table(config.table.clone())
+        .advisory(config.advisory)
+        .build()
+        .await
 }
 
 /// What sqlx takes of an omnilock PostgreSQL URL: the address, login and
