@@ -324,6 +324,10 @@ async fn a_release_retried_through_stalled_nodes_is_not_a_loss() {
 /// go on at a majority, the stalled node is one the round did not wait
 /// for: it joins the hold with the round's token, and the release goes to
 /// it too. Without that it keeps the key.)
+///
+/// Tried twice: with the node's scripts loaded, and with them flushed (as
+/// after a restart), where the release the node runs first is refused with
+/// `NOSCRIPT` and must be sent again after the caller stopped waiting.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_late_grant_on_a_stalled_node_is_released() {
     let Some(url) = store_url("REDLOCK") else {
@@ -331,40 +335,50 @@ async fn a_late_grant_on_a_stalled_node_is_released() {
     };
     let _turn = NODES.lock().await;
     let locks = connect(&url).await;
-    let name = format!("late-grant/{}", std::process::id());
     let first = node_clients(&url, 1).remove(0);
-    // Node 1 stalls through the acquire: nodes 2–5 grant it.
-    pause(&url, 1, 1000).await;
-    let guard = locks
-        .lock(&name)
-        .ttl(Duration::from_secs(30))
-        .acquire()
-        .await
-        .expect("acquire on 4 of 5");
-    guard.release().await.expect("release");
-    // PING answers once node 1 resumes and runs the backlog of the paused
-    // clients: the late acquire, then its release (which may reach the
-    // node a moment after the acquire, on a loaded machine). Without that
-    // release the key stands there for the whole 30 s TTL; with it, the key
-    // is gone within moments.
     let mut conn = raw(&first).await;
-    let _: String = redis::cmd("PING").query_async(&mut conn).await.unwrap();
-    let key = format!("{{omnilock:{name}}}");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
-    loop {
-        let ttl: i64 = redis::cmd("PTTL")
-            .arg(&key)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        if ttl == -2 {
-            break;
+    for flushed in [false, true] {
+        let name = format!("late-grant/{}/{flushed}", std::process::id());
+        if flushed {
+            let _: () = redis::cmd("SCRIPT")
+                .arg("FLUSH")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "a late grant on node 1 still stands 3 s after it resumed ({ttl} ms left)"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
+        // Node 1 stalls through the acquire: nodes 2–5 grant it.
+        pause(&url, 1, 1000).await;
+        let guard = locks
+            .lock(&name)
+            .ttl(Duration::from_secs(30))
+            .acquire()
+            .await
+            .expect("acquire on 4 of 5");
+        guard.release().await.expect("release");
+        // PING answers once node 1 resumes and runs the backlog of the
+        // paused clients: the late acquire, then its release (which may
+        // reach the node a moment after the acquire, on a loaded machine).
+        // Without that release the key stands there for the whole 30 s
+        // TTL; with it, the key is gone within moments.
+        let _: String = redis::cmd("PING").query_async(&mut conn).await.unwrap();
+        let key = format!("{{omnilock:{name}}}");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+        loop {
+            let ttl: i64 = redis::cmd("PTTL")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            if ttl == -2 {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "a late grant on node 1 (scripts flushed: {flushed}) still stands 3 s \
+                 after it resumed ({ttl} ms left)"
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
     }
 }
 

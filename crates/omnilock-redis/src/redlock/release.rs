@@ -26,9 +26,16 @@ impl RedlockStore {
         self.release_on_until(request, tokens, requeue, None).await
     }
 
-    /// [`Self::release_on`], answering once `enough` nodes released: the
-    /// others have their release sent, and it runs there (a node not
-    /// waited for answers `NoAnswer`).
+    /// [`Self::release_on`], answering once `enough` nodes released, or
+    /// when the response timeout has passed (a node not waited for answers
+    /// `NoAnswer`).
+    ///
+    /// The calls not waited for go on in the background, for at most the
+    /// lock's TTL, instead of being dropped: a sent release runs on its node
+    /// anyway, but a node that lost omnilock's scripts (a restart, `SCRIPT
+    /// FLUSH`) refuses it with `NOSCRIPT`, and only the call that sent it
+    /// loads the script and sends it again. Dropped there, a late grant on
+    /// a paused node that had lost its scripts stood for its whole TTL.
     pub(super) async fn release_on_until(
         &self,
         request: &LockSpec,
@@ -37,52 +44,80 @@ impl RedlockStore {
         enough: Option<usize>,
     ) -> Vec<Option<NodeAnswer>> {
         let inner = &self.inner;
-        let keys = LineKeys::new(&inner.options.prefix, &request.name);
         let (entry, ticket) = requeue.map_or((String::new(), String::new()), |(entry, ticket)| {
             (entry.clone(), ticket.to_string())
         });
-        let calls = inner.nodes.iter().zip(tokens).map(|(node, token)| {
-            let mut conn = node.conn.clone();
-            let (keys, entry, ticket) = (&keys, &entry, &ticket);
-            let timeout = inner.options.response_timeout;
-            async move {
-                let token = token.as_deref()?;
-                let release = inner.scripts.redlock_release(
-                    &mut conn,
-                    keys,
-                    request.owner.as_str(),
-                    token,
-                    &inner.channel_prefix,
-                    (entry, ticket),
-                );
-                // Once sent, the release runs on the node even if we stop
-                // waiting for its reply (not if this process exits first:
-                // Redis drops a closed connection's unread commands; the
-                // TTL then frees the lock).
-                Some(match tokio::time::timeout(timeout, release).await {
-                    Ok(Ok(LineReleased::Absent)) => NodeAnswer::Absent,
-                    Ok(Ok(LineReleased::NotOwner)) => NodeAnswer::NotOwner,
-                    Ok(Ok(LineReleased::Released)) => NodeAnswer::Released,
-                    _ => NodeAnswer::NoAnswer,
-                })
-            }
+        let sent = Arc::new(SentRelease {
+            keys: LineKeys::new(&inner.options.prefix, &request.name),
+            owner: request.owner.as_str().to_string(),
+            entry,
+            ticket,
         });
-        let mut calls: FuturesUnordered<_> = calls
+        let mut calls: FuturesUnordered<_> = inner
+            .nodes
+            .iter()
+            .zip(tokens)
             .enumerate()
-            .map(|(i, call)| async move { (i, call.await) })
+            .filter_map(|(i, (node, token))| {
+                let token = token.clone()?;
+                let (store, sent, mut conn) = (self.clone(), sent.clone(), node.conn.clone());
+                Some(async move {
+                    let release = store.inner.scripts.redlock_release(
+                        &mut conn,
+                        &sent.keys,
+                        &sent.owner,
+                        &token,
+                        &store.inner.channel_prefix,
+                        (&sent.entry, &sent.ticket),
+                    );
+                    let answer = match release.await {
+                        Ok(LineReleased::Absent) => NodeAnswer::Absent,
+                        Ok(LineReleased::NotOwner) => NodeAnswer::NotOwner,
+                        Ok(LineReleased::Released) => NodeAnswer::Released,
+                        Err(_) => NodeAnswer::NoAnswer,
+                    };
+                    (i, answer)
+                })
+            })
             .collect();
         let mut answers: Vec<Option<NodeAnswer>> = tokens
             .iter()
             .map(|token| token.as_ref().map(|_| NodeAnswer::NoAnswer))
             .collect();
+        let deadline = tokio::time::sleep(inner.options.response_timeout);
+        tokio::pin!(deadline);
         let mut released = 0;
-        while let Some((i, answer)) = calls.next().await {
-            released += usize::from(matches!(answer, Some(NodeAnswer::Released)));
-            answers[i] = answer;
-            if enough.is_some_and(|enough| released >= enough) {
-                break;
+        loop {
+            tokio::select! {
+                next = calls.next() => {
+                    let Some((i, answer)) = next else { break };
+                    released += usize::from(matches!(answer, NodeAnswer::Released));
+                    answers[i] = Some(answer);
+                    if enough.is_some_and(|enough| released >= enough) {
+                        break;
+                    }
+                }
+                () = &mut deadline => break,
             }
+        }
+        if !calls.is_empty() {
+            // Not if this process exits first: Redis drops a closed
+            // connection's unread commands, and the TTL frees the lock.
+            let bound = request.ttl;
+            omnilock_core::spawn_cleanup(async move {
+                let _ = tokio::time::timeout(bound, calls.collect::<Vec<_>>()).await;
+            });
         }
         answers
     }
+}
+
+/// What one release sends to every node, shared by the calls that may
+/// outlive [`RedlockStore::release_on_until`].
+struct SentRelease {
+    keys: LineKeys,
+    owner: String,
+    /// The waiter entry and ticket to put back in line (empty: none).
+    entry: String,
+    ticket: String,
 }
