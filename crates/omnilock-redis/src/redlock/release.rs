@@ -4,7 +4,8 @@
 use super::*;
 impl RedlockStore {
     /// Releases on every node that granted, answering once `enough` nodes
-    /// released (None: once every node answered).
+    /// released (None: once every node answered). The calls not waited for
+    /// go on in the background (see [`Self::release_on_until`]).
     pub(super) async fn release_tokens(
         &self,
         request: &LockSpec,
@@ -12,36 +13,46 @@ impl RedlockStore {
         enough: Option<usize>,
     ) -> Vec<Option<NodeAnswer>> {
         let tokens: Vec<Option<String>> = tokens.iter().map(|t| t.map(|t| t.to_string())).collect();
-        self.release_on_until(request, &tokens, None, enough).await
+        self.release_on_until(request, &tokens, None, enough, true)
+            .await
     }
 
     /// Runs the release script on each node with `Some(token)` ('' = any);
-    /// per node, its answer (None: not sent there).
+    /// per node, its answer (None: not sent there). A call not answered in
+    /// time is dropped: its callers (a failed round's undo, the late-grant
+    /// sweep) must not have a release by owner, or a requeue, land after
+    /// their next step.
     pub(super) async fn release_on(
         &self,
         request: &LockSpec,
         tokens: &[Option<String>],
         requeue: Option<&(String, u64)>,
     ) -> Vec<Option<NodeAnswer>> {
-        self.release_on_until(request, tokens, requeue, None).await
+        self.release_on_until(request, tokens, requeue, None, false)
+            .await
     }
 
     /// [`Self::release_on`], answering once `enough` nodes released, or
     /// when the response timeout has passed (a node not waited for answers
     /// `NoAnswer`).
     ///
-    /// The calls not waited for go on in the background, for at most the
-    /// lock's TTL, instead of being dropped: a sent release runs on its node
-    /// anyway, but a node that lost omnilock's scripts (a restart, `SCRIPT
-    /// FLUSH`) refuses it with `NOSCRIPT`, and only the call that sent it
-    /// loads the script and sends it again. Dropped there, a late grant on
-    /// a paused node that had lost its scripts stood for its whole TTL.
+    /// With `carry_on`, the calls not waited for go on in the background
+    /// instead of being dropped. A sent release runs on its node anyway,
+    /// but a node that lost omnilock's scripts (a restart, `SCRIPT FLUSH`)
+    /// refuses it with `NOSCRIPT`, and only the call that sent it loads the
+    /// script and sends it again (exactly once, since the first did not
+    /// run: safe for a re-entered hold's count too). Dropped there, a late
+    /// grant on a paused node that had lost its scripts stood for its whole
+    /// TTL. The connection's own command timeout (the longer of `timeout`
+    /// and `connect_timeout`) still ends a call to a node that stays silent
+    /// longer; the TTL is only the outer bound.
     pub(super) async fn release_on_until(
         &self,
         request: &LockSpec,
         tokens: &[Option<String>],
         requeue: Option<&(String, u64)>,
         enough: Option<usize>,
+        carry_on: bool,
     ) -> Vec<Option<NodeAnswer>> {
         let inner = &self.inner;
         let (entry, ticket) = requeue.map_or((String::new(), String::new()), |(entry, ticket)| {
@@ -89,6 +100,7 @@ impl RedlockStore {
         let mut released = 0;
         loop {
             tokio::select! {
+                biased;
                 next = calls.next() => {
                     let Some((i, answer)) = next else { break };
                     released += usize::from(matches!(answer, NodeAnswer::Released));
@@ -100,7 +112,7 @@ impl RedlockStore {
                 () = &mut deadline => break,
             }
         }
-        if !calls.is_empty() {
+        if carry_on && !calls.is_empty() {
             // Not if this process exits first: Redis drops a closed
             // connection's unread commands, and the TTL frees the lock.
             let bound = request.ttl;
