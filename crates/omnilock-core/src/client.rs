@@ -558,9 +558,10 @@ impl Locks {
     /// Closes the store's connections; guards still alive lose their locks.
     ///
     /// First waits (at most [`SETTLE_WITHIN`](crate::SETTLE_WITHIN)) for
-    /// the clean-up of dropped acquisitions still under way in this
-    /// process: a waiter's place in line, an acquire undone. A process that
-    /// exits right after `close` leaves nothing of them behind.
+    /// the clean-up still under way in this process (for every store it
+    /// opened): a dropped waiter's place in line, an acquire undone, a
+    /// Redlock release still reaching a slow node. A process that exits
+    /// right after `close` leaves nothing of them behind.
     pub async fn close(&self) {
         self.shared
             .closed

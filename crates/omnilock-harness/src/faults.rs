@@ -267,11 +267,18 @@ pub struct PausedStore(u32);
 
 /// SIGSTOPs a store process until the returned guard is dropped.
 pub fn pause_store_process(pid: u32) -> PausedStore {
+    try_pause_store_process(pid).unwrap_or_else(|| panic!("kill -STOP {pid} failed"))
+}
+
+/// [`pause_store_process`], or `None` if there is no such process (any
+/// more): a PostgreSQL backend listed a moment ago may have ended since,
+/// its connection closed.
+pub fn try_pause_store_process(pid: u32) -> Option<PausedStore> {
     let status = Command::new("kill")
         .args(["-STOP", &pid.to_string()])
+        .stderr(std::process::Stdio::null())
         .status_or_fail("kill");
-    assert!(status.success(), "kill -STOP {pid} failed");
-    PausedStore(pid)
+    status.success().then_some(PausedStore(pid))
 }
 
 impl Drop for PausedStore {

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use omnilock_harness::faults::{PausedStore, kill_store_process, pause_store_process};
+use omnilock_harness::faults::{PausedStore, kill_store_process, try_pause_store_process};
 use omnilock_harness::topology::Topology;
 use serde::Serialize;
 use tokio::sync::watch;
@@ -181,14 +181,22 @@ async fn pause(
     let pid = live_pid(node)?;
     // Each guard continues its process when dropped: at the end of this
     // function, or when the soak's task is dropped part-way.
+    // A child may end between its listing and its SIGSTOP (a backend whose
+    // connection was closed): it is skipped. The node itself must stop.
     let paused: Vec<PausedStore> = tokio::task::spawn_blocking(move || {
-        with_children(pid)
-            .into_iter()
-            .map(pause_store_process)
-            .collect()
+        let mut pids = with_children(pid).into_iter();
+        let node = pids
+            .next()
+            .and_then(try_pause_store_process)
+            .ok_or_else(|| format!("kill -STOP {pid} failed"))?;
+        Ok::<_, String>(
+            std::iter::once(node)
+                .chain(pids.filter_map(try_pause_store_process))
+                .collect(),
+        )
     })
     .await
-    .map_err(|e| format!("pausing {pid}: {e}"))?;
+    .map_err(|e| format!("pausing {pid}: {e}"))??;
     hold_for(length, stop).await;
     drop(paused);
     Ok(())
