@@ -293,15 +293,6 @@ impl ZkStore {
         Ok(listed)
     }
 
-    /// Brings this session's server up to the leader for `path` (without
-    /// it, a grant made through another server just before can be missed).
-    async fn sync(&self, session: &Session, path: &str) -> Result<()> {
-        match call_raw(self.ctx(), session.client.sync(path)).await? {
-            Ok(()) | Err(zookeeper_client::Error::NoNode) => Ok(()),
-            Err(e) => Err(classify(e, &self.ctx().shown)),
-        }
-    }
-
     /// The children of `path`; none if it does not exist.
     async fn children(&self, session: &Session, path: &str) -> Result<Vec<String>> {
         match call_raw(self.ctx(), session.client.list_children(path)).await? {

@@ -174,6 +174,17 @@ impl ZkStore {
         }
     }
 
+    /// Brings this session's server up to the leader for `path`. Every
+    /// read that answers for another client (break, inspect, list, holder)
+    /// syncs first: a server may lag the leader, and without it a grant
+    /// made through another server just before is missed.
+    pub(crate) async fn sync(&self, session: &Session, path: &str) -> Result<()> {
+        match call_raw(&self.ctx, session.client.sync(path)).await? {
+            Ok(()) | Err(zookeeper_client::Error::NoNode) => Ok(()),
+            Err(e) => Err(classify(e, &self.ctx.shown)),
+        }
+    }
+
     /// The container of lock `name`. A name spelt exactly like a contender
     /// node is refused: under a prefix nested inside another lock's
     /// container, its container would pass for a contender of that lock.
@@ -449,6 +460,7 @@ impl Backend for ZkStore {
     async fn break_lock(&self, name: &LockName) -> Result<bool> {
         let session = self.any_session().await?;
         let lock_path = self.lock_path(name.as_str())?;
+        self.sync(&session, &lock_path).await?;
         let mut children =
             match call_raw(&self.ctx, session.client.list_children(&lock_path)).await? {
                 Ok(children) => children,
@@ -499,12 +511,8 @@ impl Backend for ZkStore {
     async fn holder(&self, name: &LockName) -> Result<Option<Holder>> {
         let session = self.any_session().await?;
         let lock_path = self.lock_path(name.as_str())?;
-        // This session's server may lag the leader: without a sync, a
-        // holder granted through another server just before this call can
-        // be missed ("no leader" right after a campaign returned).
-        if let Err(e) = call_raw(&self.ctx, session.client.sync(&lock_path)).await? {
-            return Err(classify(e, &self.ctx.shown));
-        }
+        // Without it, "no leader" right after a campaign returned.
+        self.sync(&session, &lock_path).await?;
         loop {
             let mut children =
                 match call_raw(&self.ctx, session.client.list_children(&lock_path)).await? {

@@ -368,3 +368,64 @@ async fn tls_with_a_client_certificate() {
         );
     }
 }
+
+/// A grant made through one server is seen at once by `break_lock`,
+/// `holder` and `inspect` on a client of another server. ZooKeeper's
+/// servers may lag its leader: a read that answers for another client
+/// must sync first, or it misses a grant made just before. Every ordered
+/// pair of servers is tried, so one pair has the holder on the leader and
+/// the operator on a follower, where the lag is longest.
+#[tokio::test(flavor = "multi_thread")]
+async fn operator_reads_through_another_server_see_a_grant_at_once() {
+    let url = ensemble_url();
+    let servers: Vec<String> = hosts(&url).split(',').map(str::to_string).collect();
+    assert!(servers.len() >= 2, "the test ensemble has several servers");
+    let on = |server: &str| url.replace(&hosts(&url), server);
+    let mut missed = Vec::new();
+    for from in &servers {
+        for through in servers.iter().filter(|s| *s != from) {
+            let holder = connect(&on(from)).await.expect("holder");
+            let admin = connect(&on(through)).await.expect("admin");
+            for round in 0..40 {
+                // Each read comes first after its own grant: a sync by one
+                // read would bring the server up to date for the next.
+                let grant = async || {
+                    let name = unique_name("zk-lag");
+                    (holder.acquire(&name).await.expect("acquire"), name)
+                };
+                let (guard, name) = grant().await;
+                let broken = admin.break_lock(&name).await.expect("break");
+                let _ = guard.release().await;
+                let (guard, name) = grant().await;
+                let seen = admin.holder(&name).await.expect("holder").is_some();
+                guard.release().await.expect("release");
+                let (guard, name) = grant().await;
+                let inspected = admin
+                    .inspect(&name, omnilock_core::LockKind::Mutex)
+                    .await
+                    .expect("inspect")
+                    .holders
+                    .len();
+                guard.release().await.expect("release");
+                if !(broken && seen && inspected == 1) {
+                    missed.push((
+                        from.clone(),
+                        through.clone(),
+                        round,
+                        broken,
+                        seen,
+                        inspected,
+                    ));
+                }
+            }
+            holder.close().await;
+            admin.close().await;
+        }
+    }
+    assert!(
+        missed.is_empty(),
+        "reads through another server missed a grant \
+         (holder's server, operator's server, round, broken, holder seen, holders inspected): \
+         {missed:?}"
+    );
+}
