@@ -13,7 +13,6 @@
 
 mod args;
 mod exit;
-mod heap;
 mod peer_runs;
 mod peers;
 mod plots;
@@ -29,7 +28,8 @@ pub(crate) use args::BenchArgs;
 
 /// Counts live heap bytes for the many-held workload's memory per lock.
 #[global_allocator]
-static ALLOCATOR: heap::Counting = heap::Counting;
+static ALLOCATOR: omnilock_harness::heap::CountingAllocator =
+    omnilock_harness::heap::CountingAllocator;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {

@@ -591,7 +591,7 @@ pub(crate) async fn many_held(
 ) -> omnilock::Result<Row> {
     // The bench's own list of guards is set aside before counting.
     let held = Arc::new(Mutex::new(Vec::with_capacity(count)));
-    let (before, heap_before) = (resident_bytes(), crate::heap::live_bytes());
+    let (before, heap_before) = (resident_bytes(), live_heap());
     let mut tasks = Vec::new();
     for holder in 0..HOLDERS {
         let (locks, name, held) = (locks.clone(), name.to_string(), held.clone());
@@ -608,7 +608,7 @@ pub(crate) async fn many_held(
         }));
     }
     join(tasks).await?;
-    let (after, heap_after) = (resident_bytes(), crate::heap::live_bytes());
+    let (after, heap_after) = (resident_bytes(), live_heap());
     // Renewals alone: the store's requests over 1.2 TTL, nothing else running.
     let renewal_rate = match probe {
         Some(probe) => {
@@ -665,7 +665,7 @@ pub(crate) async fn many_held(
     join(releases).await?;
     let failed = failed.load(std::sync::atomic::Ordering::Relaxed);
     let mut row = row(Workload::ManyHeld, count, samples, elapsed, None);
-    let per_lock = |bytes: usize| bytes as f64 / 1024.0 / count as f64;
+    let per_lock = |bytes: u64| bytes as f64 / 1024.0 / count as f64;
     let mut memory = format!(
         "{:.2} KiB heap per held lock",
         per_lock(heap_after.saturating_sub(heap_before))
@@ -674,7 +674,7 @@ pub(crate) async fn many_held(
         // RSS grows less once an earlier run's freed memory is reused.
         memory.push_str(&format!(
             " ({:.2} KiB RSS)",
-            per_lock(after.saturating_sub(before) as usize)
+            per_lock(after.saturating_sub(before))
         ));
     }
     let renewals = match renewal_rate {
@@ -697,6 +697,11 @@ pub(crate) async fn many_held(
         ));
     }
     Ok(row)
+}
+
+/// Heap bytes live now (the binary installs the counting allocator).
+fn live_heap() -> u64 {
+    omnilock_harness::heap::live_bytes().unwrap_or(0)
 }
 
 /// This process's resident memory in bytes (Linux: /proc/self/statm).

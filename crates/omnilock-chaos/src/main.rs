@@ -25,6 +25,11 @@ use omnilock_chaos::soak::load::Workload;
 use omnilock_chaos::soak::nemesis::{Schedule, SoakFault};
 use omnilock_chaos::soak::{self, Leak, SoakConfig};
 
+/// Counts the heap bytes held live, for the soak's memory verdict.
+#[global_allocator]
+static ALLOCATOR: omnilock_harness::heap::CountingAllocator =
+    omnilock_harness::heap::CountingAllocator;
+
 #[derive(Parser)]
 #[command(name = "omnilock-chaos", version, about)]
 struct Cli {

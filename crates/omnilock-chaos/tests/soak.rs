@@ -18,8 +18,9 @@
 //! `OMNILOCK_SOAK_LEAK=task` (or `connection`) makes the soak leak one a
 //! second, deliberately: the test must then fail (a check of the check).
 //!
-//! A second, short test runs the whole command on memory alone with a
-//! leak injected and expects the verdict to fail.
+//! Two short tests run the whole command on memory alone with a leak
+//! injected (tasks; heap the process never touches) and expect the verdict
+//! to fail.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -101,6 +102,16 @@ fn two_minutes_on_every_store_leave_nothing_growing() {
         summary["samples"].as_u64().unwrap_or(0) >= 50,
         "too few samples: {shown}"
     );
+    let judged: Vec<&str> = summary["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .filter_map(|f| f["series"].as_str())
+        .collect();
+    assert!(
+        judged.contains(&"heap_kib"),
+        "the heap held live was not judged (is the counting allocator installed?): {shown}"
+    );
     let faults = summary["faults"].as_array().expect("faults");
     assert_eq!(faults.len(), 1, "one fault expected: {shown}");
     assert_eq!(faults[0]["outcome"], "ok", "{shown}");
@@ -150,6 +161,37 @@ fn an_injected_leak_fails_the_verdict() {
     ] {
         assert!(out.join(chart).is_file(), "no {chart}: {shown}");
     }
+}
+
+/// Heap that is never freed, but never touched either: resident memory
+/// does not see it, the heap count does.
+#[test]
+fn an_injected_heap_leak_fails_the_verdict() {
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("soak-heap-leak");
+    let output = soak(
+        &[
+            "--store",
+            "mem://",
+            "--clients",
+            "4",
+            "--duration",
+            "24s",
+            "--sample-every",
+            "1s",
+            "--no-faults",
+            "--leak",
+            "memory",
+            "--leak-every",
+            "200ms",
+        ],
+        &out,
+    );
+    let shown = shown(&output, &out);
+    assert_eq!(output.status.code(), Some(1), "{shown}");
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("LEAK: heap_kib"),
+        "{shown}"
+    );
 }
 
 #[test]

@@ -19,10 +19,14 @@
 //!
 //! [`deadline`]: waiting on a started process with a deadline, so that a
 //! test fails with a message where it would hang.
+//!
+//! [`heap`]: a global allocator that counts the heap bytes held live, for
+//! the bench's memory per lock and the soak's leak verdict.
 
 pub mod deadline;
 pub mod elect;
 pub mod faults;
+pub mod heap;
 pub mod job_rules;
 pub mod operator;
 pub mod probe;

@@ -67,6 +67,9 @@ pub enum Leak {
     Task,
     /// A TCP connection to the first store with a server, never closed.
     Connection,
+    /// Half a MiB of heap, never freed (and never touched, so that only
+    /// the heap count sees it, not resident memory).
+    Memory,
 }
 
 /// How a soak ended.
@@ -183,9 +186,11 @@ pub async fn run(config: SoakConfig) -> Result<Outcome, String> {
         sample.errors = tallies.iter().map(|t| t.error_total()).sum();
         writeln!(csv, "{}", sample.csv()).map_err(|e| e.to_string())?;
         eprintln!(
-            "soak: {:>6.0} s  rss {:.1} MiB  fds {}  sockets {}  tasks {}  grants {}  errors {}",
+            "soak: {:>6.0} s  rss {:.1} MiB  heap {:.1} MiB  fds {}  sockets {}  tasks {}  \
+             grants {}  errors {}",
             sample.t,
             sample.rss_kib as f64 / 1024.0,
+            sample.heap_kib as f64 / 1024.0,
             sample.fds,
             sample.sockets,
             sample.tasks,
@@ -347,6 +352,7 @@ async fn inject(leak: Leak, every: Duration, stores: Vec<Store>) {
                     kept.push(stream);
                 }
             }
+            Leak::Memory => std::mem::forget(vec![0u8; 512 * 1024]),
         }
     }
 }

@@ -20,7 +20,7 @@ use super::verdict::{Allowance, Finding, WARM_UP, judge, shown};
 /// (the allocator keeps what it once needed).
 pub fn allowance(series: &str) -> Allowance {
     match series {
-        "rss_kib" => Allowance {
+        "rss_kib" | "heap_kib" => Allowance {
             absolute: 16.0 * 1024.0,
             relative: 0.20,
         },
@@ -35,13 +35,17 @@ pub fn allowance(series: &str) -> Allowance {
     }
 }
 
-/// The series the verdict judges: memory, descriptors, sockets, tasks, and
-/// the connections of every store that has servers.
+/// The series the verdict judges: memory (resident, and the heap held live
+/// when the counting allocator is installed), descriptors, sockets, tasks,
+/// and the connections of every store that has servers.
 pub fn judged(stores: &[Store]) -> Vec<String> {
     let mut names: Vec<String> = ["rss_kib", "fds", "sockets", "tasks"]
         .iter()
         .map(|s| s.to_string())
         .collect();
+    if omnilock_harness::heap::live_bytes().is_some() {
+        names.insert(1, "heap_kib".to_string());
+    }
     names.extend(
         stores
             .iter()
@@ -246,13 +250,18 @@ pub fn write(
     };
     let mib = |points: Vec<(f64, f64)>| points.into_iter().map(|(t, v)| (t, v / 1024.0)).collect();
     let one = |name: &str| vec![(name.to_string(), points(samples, stores, name))];
+    // The heap line only where the counting allocator counted.
+    let mut memory = vec![("rss".to_string(), mib(points(samples, stores, "rss_kib")))];
+    if samples.iter().any(|s| s.heap_kib > 0) {
+        memory.push(("heap live".into(), mib(points(samples, stores, "heap_kib"))));
+    }
     let charts = [
         (
             "rss.svg",
             chart(
-                "Resident memory (VmRSS)",
+                "Memory: resident (VmRSS), and heap held live",
                 "MiB",
-                vec![("rss".into(), mib(points(samples, stores, "rss_kib")))],
+                memory,
                 bound("rss_kib").map(|b| b / 1024.0),
             ),
         ),
@@ -339,6 +348,7 @@ mod tests {
             .map(|i| Sample {
                 t: i as f64 * 2.0,
                 rss_kib: 50_000,
+                heap_kib: 0,
                 fds: 100,
                 sockets: 40,
                 tasks: 200 + i * 4,

@@ -1,5 +1,6 @@
-//! What a soak samples of its own process, from `/proc` and the tokio
-//! runtime: resident memory, open file descriptors, sockets, TCP
+//! What a soak samples of its own process, from `/proc`, the counting
+//! allocator and the tokio runtime: resident memory, heap bytes held live,
+//! open file descriptors, sockets, TCP
 //! connections per store (sockets matched by inode to `/proc/net/tcp{,6}`
 //! and by remote port to the store's servers), and alive tasks.
 
@@ -15,6 +16,9 @@ pub struct Sample {
     pub t: f64,
     /// Resident set size (`VmRSS`), KiB.
     pub rss_kib: u64,
+    /// Heap bytes held live, KiB (0 without the counting allocator, as in
+    /// the library's own tests).
+    pub heap_kib: u64,
     /// Open file descriptors.
     pub fds: u64,
     /// Those that are sockets (`socket:[inode]`), TCP or not.
@@ -32,10 +36,12 @@ pub struct Sample {
 /// The series a sample holds, by name, in the order of the CSV columns
 /// (after `t_s`); `stores` gives the connection columns their names.
 pub fn columns(stores: &[Store]) -> Vec<String> {
-    let mut names: Vec<String> = ["rss_kib", "fds", "sockets", "tasks", "grants", "errors"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut names: Vec<String> = [
+        "rss_kib", "heap_kib", "fds", "sockets", "tasks", "grants", "errors",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     names.extend(stores.iter().map(|s| format!("connections {}", s.label)));
     names
 }
@@ -82,6 +88,7 @@ impl Sample {
         Sample {
             t: 0.0,
             rss_kib: rss_kib(&status).unwrap_or(0),
+            heap_kib: omnilock_harness::heap::live_bytes().unwrap_or(0) / 1024,
             fds,
             sockets: inodes.len() as u64,
             tasks,
@@ -95,6 +102,7 @@ impl Sample {
     pub fn values(&self) -> Vec<f64> {
         let mut values: Vec<f64> = [
             self.rss_kib,
+            self.heap_kib,
             self.fds,
             self.sockets,
             self.tasks,
