@@ -188,9 +188,11 @@ fn an_injected_heap_leak_fails_the_verdict() {
     );
     let shown = shown(&output, &out);
     assert_eq!(output.status.code(), Some(1), "{shown}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("LEAK: heap_kib"), "{shown}");
     assert!(
-        String::from_utf8_lossy(&output.stdout).contains("LEAK: heap_kib"),
-        "{shown}"
+        !stdout.contains("LEAK: rss_kib"),
+        "resident memory should not see untouched pages: {shown}"
     );
 }
 

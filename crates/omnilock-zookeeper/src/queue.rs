@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use omnilock_core::{AcquireRequest, Backoff, Error, ErrorKind, Result, retry_in_background};
 use zookeeper_client::{Client, CreateMode};
 
-use crate::conn::{Ctx, acls, call, classify, connection_trouble, mkdir_prefix};
+use crate::conn::{Ctx, acls, call, call_raw, classify, connection_trouble, mkdir_prefix};
 use crate::session::Session;
 
 /// A lock node that is deleted if the acquire is dropped or fails.
@@ -106,8 +106,13 @@ pub(crate) async fn create_node(
                 }
             }
             Err(e) if connection_trouble(&e) => {
-                // The create may have happened: look for our guid first.
-                if let Ok(children) = session.client.list_children(parent).await
+                // The create may have happened: look for our guid first, on
+                // a server brought up to the leader. One that lags would
+                // miss it, and the second create would leave the first
+                // ahead of us in the line for as long as the session lives.
+                if let Ok(Ok(()) | Err(zookeeper_client::Error::NoNode)) =
+                    call_raw(ctx, session.client.sync(parent)).await
+                    && let Ok(children) = session.client.list_children(parent).await
                     && let Some(child) = children.iter().find(|c| c.starts_with(base))
                 {
                     let path = format!("{parent}/{child}");

@@ -175,8 +175,8 @@ impl ZkStore {
     }
 
     /// Brings this session's server up to the leader for `path`. Every
-    /// read that answers for another client (break, inspect, list, holder)
-    /// syncs first: a server may lag the leader, and without it a grant
+    /// read that answers for another client (`break_lock`, `break_holds`,
+    /// `inspect`, `list`, `holder`) syncs first: a server may lag the leader, and without it a grant
     /// made through another server just before is missed.
     pub(crate) async fn sync(&self, session: &Session, path: &str) -> Result<()> {
         match call_raw(&self.ctx, session.client.sync(path)).await? {
