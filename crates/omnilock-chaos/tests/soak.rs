@@ -124,9 +124,10 @@ fn two_minutes_on_every_store_leave_nothing_growing() {
     println!("{shown}");
 }
 
-#[test]
-fn an_injected_leak_fails_the_verdict() {
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("soak-leak");
+/// 24 s of the soak on memory alone, leaking one `leak` every 200 ms: the
+/// verdict must say "grew". Returns what it printed and where.
+fn leaking_run(leak: &str) -> (String, String, PathBuf) {
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("soak-leak-{leak}"));
     let output = soak(
         &[
             "--store",
@@ -139,7 +140,7 @@ fn an_injected_leak_fails_the_verdict() {
             "1s",
             "--no-faults",
             "--leak",
-            "task",
+            leak,
             "--leak-every",
             "200ms",
         ],
@@ -147,11 +148,15 @@ fn an_injected_leak_fails_the_verdict() {
     );
     let shown = shown(&output, &out);
     assert_eq!(output.status.code(), Some(1), "{shown}");
-    assert!(
-        String::from_utf8_lossy(&output.stdout).contains("LEAK: tasks"),
-        "{shown}"
-    );
     assert_eq!(summary(&out)["verdict"], "grew", "{shown}");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    (stdout, shown, out)
+}
+
+#[test]
+fn an_injected_leak_fails_the_verdict() {
+    let (stdout, shown, out) = leaking_run("task");
+    assert!(stdout.contains("LEAK: tasks"), "{shown}");
     for chart in [
         "rss.svg",
         "fds.svg",
@@ -167,28 +172,7 @@ fn an_injected_leak_fails_the_verdict() {
 /// does not see it, the heap count does.
 #[test]
 fn an_injected_heap_leak_fails_the_verdict() {
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("soak-heap-leak");
-    let output = soak(
-        &[
-            "--store",
-            "mem://",
-            "--clients",
-            "4",
-            "--duration",
-            "24s",
-            "--sample-every",
-            "1s",
-            "--no-faults",
-            "--leak",
-            "memory",
-            "--leak-every",
-            "200ms",
-        ],
-        &out,
-    );
-    let shown = shown(&output, &out);
-    assert_eq!(output.status.code(), Some(1), "{shown}");
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let (stdout, shown, _) = leaking_run("memory");
     assert!(stdout.contains("LEAK: heap_kib"), "{shown}");
     assert!(
         !stdout.contains("LEAK: rss_kib"),
